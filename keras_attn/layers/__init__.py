@@ -1,0 +1,17 @@
+"""Attention layers and Transformer blocks (keras.ops only)."""
+
+from keras_attn.layers.multi_head_attention import MultiHeadAttention
+from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
+from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.layers.transformer_decoder import TransformerDecoder
+from keras_attn.layers.transformer_encoder import TransformerEncoder
+
+__all__ = [
+    "MultiHeadAttention",
+    "MultiHeadSelfAttention",
+    "SinusoidalPositionEncoding",
+    "TokenAndPositionEmbedding",
+    "TransformerDecoder",
+    "TransformerEncoder",
+]

@@ -1,0 +1,95 @@
+import keras
+
+from keras_attn.layers import attention_ops
+
+
+class AttentionBase(keras.layers.Layer):
+    """Constructor arguments, config and sublayer factories shared by every
+    attention layer of the library (not exported: use a concrete layer).
+
+    The arguments mean what they mean in `keras.layers.MultiHeadAttention`.
+
+    Args:
+        num_heads: H, number of attention heads (positive int).
+        key_dim: K, size of each head's query and key (positive int).
+        value_dim: V, size of each head's value; defaults to `key_dim`.
+        dropout: dropout rate on the attention probabilities, in [0, 1).
+        use_bias: whether the projections have biases.
+        output_dim: width of the output; defaults to the input width.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        seed: int seed of the attention dropout.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Raises:
+        ValueError: if a size is not a positive integer or `dropout` is not
+            in [0, 1).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        check = attention_ops.check_positive_int
+        check(self, "num_heads", num_heads)
+        check(self, "key_dim", key_dim)
+        if value_dim is not None:
+            check(self, "value_dim", value_dim)
+        if output_dim is not None:
+            check(self, "output_dim", output_dim)
+        attention_ops.check_rate(self, "dropout", dropout)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_dim = output_dim
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.seed = seed
+        self.supports_masking = True
+        self._value_dim = value_dim or key_dim
+
+    def _make_dense(self, units, name):
+        return keras.layers.Dense(
+            units,
+            use_bias=self.use_bias,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _make_dropout(self):
+        if not self.dropout:
+            return None
+        return keras.layers.Dropout(
+            self.dropout, seed=self.seed, dtype=self.dtype_policy, name="attention_dropout"
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_dim": self.output_dim,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "seed": self.seed,
+            }
+        )
+        return config

@@ -1,0 +1,315 @@
+"""The few pure functions the attention layers share.
+
+Everything here uses `keras.ops` only, so it runs on every Keras backend.
+One mask convention holds everywhere: a boolean mask with `True` meaning
+"this query may attend to this key" (or, for a padding mask, "this position
+is a real token").
+"""
+
+import numbers
+
+import keras
+from keras import ops
+
+# Logits of blocked positions are replaced by this value before the softmax.
+# It is finite so that neither the softmax nor its gradient can produce NaN,
+# and far below any real logit so that blocked keys get exactly zero weight
+# after the exponential underflows.
+MASKED_LOGIT = -1e9
+
+
+def static_int(value):
+    """Returns `value` as a Python int when it is known now, else `None`.
+
+    Python ints, NumPy scalars and eager tensors are known; symbolic tensors
+    (inside `tf.function`, a Keras functional graph or a JAX trace) are not.
+
+    Args:
+        value: a scalar: Python/NumPy integer or a backend tensor.
+
+    Returns:
+        `int` or `None`.
+    """
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    except Exception:  # symbolic tensors of some backends raise their own
+        return None
+
+
+def check_positive_int(owner, name, value):
+    """Raises a ValueError unless `value` is a positive integer.
+
+    Args:
+        owner: the layer (or any object) whose argument is checked; its class
+            name starts the message.
+        name: the argument's name.
+        value: the value received.
+
+    Raises:
+        ValueError: if `value` is not a positive integer (bools refused).
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value <= 0
+    ):
+        raise ValueError(
+            f"{type(owner).__name__}: `{name}` must be a positive integer. "
+            f"Received: {name}={value!r}."
+        )
+
+
+def check_rate(owner, name, value):
+    """Raises a ValueError unless `value` is a float in [0, 1).
+
+    Raises:
+        ValueError: if `value` is not a number in [0, 1).
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not 0.0 <= float(value) < 1.0
+    ):
+        raise ValueError(
+            f"{type(owner).__name__}: `{name}` must be a number in [0, 1). "
+            f"Received: {name}={value!r}."
+        )
+
+
+def get_implicit_mask(x):
+    """Returns the Keras implicit mask (`_keras_mask`) attached to `x`, if any.
+
+    Args:
+        x: a tensor, possibly produced by a layer with `mask_zero=True` or
+            another mask-producing layer.
+
+    Returns:
+        The boolean mask of shape `x.shape[:-1]`, or `None`.
+    """
+    try:
+        from keras.src.backend.common.masking import get_keras_mask
+    except ImportError:  # pragma: no cover - older/newer Keras layouts
+        return getattr(x, "_keras_mask", None)
+    return get_keras_mask(x)
+
+
+def check_mask(mask, name, expected_rank, expected_shape=None):
+    """Validates a user mask and returns it as a boolean tensor.
+
+    Boolean masks are used as they are; integer masks are read as
+    `mask != 0` (the 0/1 masks tokenizers produce). Floating masks are
+    refused: they are usually additive masks (0 / -inf), whose polarity is
+    the opposite of this library's, and reading them silently would let a
+    model see what it must not.
+
+    Args:
+        mask: the mask given by the user.
+        name: its argument name, for the error message.
+        expected_rank: an int or a tuple of allowed ranks.
+        expected_shape: optional tuple of the expected static shape, with
+            `None` for dimensions that are not checked. Checked against the
+            trailing dimensions when the mask's rank is larger.
+
+    Returns:
+        The mask as a boolean tensor.
+
+    Raises:
+        ValueError: if the mask is floating point, has the wrong rank, or a
+            known dimension that differs from `expected_shape`.
+    """
+    if mask is None:
+        return None
+    if not hasattr(mask, "dtype") or not hasattr(mask, "shape"):
+        mask = ops.convert_to_tensor(mask)
+    dtype = keras.backend.standardize_dtype(mask.dtype)
+    if "float" in dtype or "complex" in dtype:
+        raise ValueError(
+            f"`{name}` must be boolean (True = may attend / real token). "
+            f"Received a mask of dtype {dtype}. If this is an additive mask "
+            "(0 for visible, -inf for blocked), convert it with "
+            "`mask == 0`; if it is a 0/1 float mask, use `mask > 0.5`."
+        )
+    ranks = (expected_rank,) if isinstance(expected_rank, int) else expected_rank
+    rank = len(mask.shape)
+    if rank not in ranks:
+        raise ValueError(
+            f"`{name}` must have rank {' or '.join(map(str, ranks))}"
+            f"{' with shape ' + _shape_str(expected_shape) if expected_shape else ''}. "
+            f"Received: {name}.shape={tuple(mask.shape)}."
+        )
+    if expected_shape is not None:
+        got = tuple(mask.shape)[-len(expected_shape):]
+        for got_dim, want_dim in zip(got, expected_shape):
+            if got_dim is not None and want_dim is not None and got_dim != want_dim:
+                raise ValueError(
+                    f"`{name}` has shape {tuple(mask.shape)}, which does not "
+                    f"match the expected shape {_shape_str(expected_shape)} "
+                    "(batch, [heads,] queries, keys) for these inputs. "
+                    "Build the mask from the same batch it is used with."
+                )
+    if dtype != "bool":
+        mask = ops.not_equal(mask, 0)
+    return mask
+
+
+def _shape_str(shape):
+    if shape is None:
+        return ""
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+def causal_mask(query_length, key_length, query_offset=0):
+    """Lower-triangular mask aligned to absolute positions.
+
+    Query `i` sits at absolute position `query_offset + i` and may attend to
+    key `j` when `j <= query_offset + i`. Built from iotas inside the graph
+    (a constant (T, S) mask makes TF's optimizer constant-fold it, which
+    costs seconds at T = 4096).
+
+    Args:
+        query_length: T, an int or scalar tensor.
+        key_length: S, an int or scalar tensor.
+        query_offset: absolute position of the first query (the cache
+            index), an int or scalar tensor.
+
+    Returns:
+        Boolean tensor of shape (T, S).
+    """
+    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
+        query_offset, "int32"
+    )
+    key_positions = ops.arange(key_length, dtype="int32")
+    return ops.greater_equal(
+        ops.expand_dims(query_positions, 1), ops.expand_dims(key_positions, 0)
+    )
+
+
+def merge_masks(
+    batch_size,
+    query_length,
+    key_length,
+    key_padding_mask=None,
+    attention_mask=None,
+    use_causal_mask=False,
+    query_offset=0,
+    valid_key_length=None,
+):
+    """Combines every mask source into one broadcastable boolean mask.
+
+    The result keeps the smallest shape that holds all sources: (1, 1, T, S)
+    for a causal mask alone, (B, 1, 1, S) for a padding mask alone, (B, 1, T, S)
+    or (B, H, T, S) with an attention mask. It is never expanded to the heads
+    unless the caller's attention mask already has them, so no full-size
+    buffer is made here.
+
+    Args:
+        batch_size, query_length, key_length: B, T and S.
+        key_padding_mask: (B, S) bool, True = real key.
+        attention_mask: (B, T, S) or (B, H, T, S) bool, True = may attend.
+        use_causal_mask: bool; query i sees keys j <= query_offset + i.
+        query_offset: absolute position of the first query (cache index).
+        valid_key_length: optional int/scalar; keys at positions >= it are
+            blocked (unfilled cache slots).
+
+    Returns:
+        A boolean tensor broadcastable to (B, H, T, S), or `None` when every
+        key is visible to every query.
+    """
+    mask = None
+
+    def _and(a, b):
+        return b if a is None else ops.logical_and(a, b)
+
+    if key_padding_mask is not None:
+        mask = _and(mask, key_padding_mask[:, None, None, :])
+    if attention_mask is not None:
+        if len(attention_mask.shape) == 3:
+            attention_mask = attention_mask[:, None, :, :]
+        mask = _and(mask, attention_mask)
+    if use_causal_mask:
+        mask = _and(mask, causal_mask(query_length, key_length, query_offset)[None, None])
+    elif valid_key_length is not None:
+        key_positions = ops.arange(key_length, dtype="int32")
+        valid = ops.less(key_positions, ops.cast(valid_key_length, "int32"))
+        mask = _and(mask, valid[None, None, None, :])
+    return mask
+
+
+def masked_softmax(logits, mask=None, axis=-1, may_have_empty_rows=True):
+    """Softmax over `axis` in float32, masked with `where`.
+
+    Blocked logits are replaced (not offset) by a large negative constant, so
+    the result is exact zeros for blocked keys whatever the logits' size. A
+    row with no visible key gives all zeros and finite gradients rather than
+    a uniform distribution or NaN.
+
+    Args:
+        logits: (..., S) tensor of any float dtype.
+        mask: boolean tensor broadcastable to `logits`, True = may attend,
+            or `None`.
+        axis: the key axis.
+        may_have_empty_rows: set to False when every row is known to keep at
+            least one visible key (e.g. a causal mask alone), to skip the
+            zeroing pass.
+
+    Returns:
+        float32 probabilities, same shape as `logits`.
+    """
+    logits = ops.cast(logits, "float32")
+    if mask is None:
+        return ops.softmax(logits, axis=axis)
+    logits = ops.where(mask, logits, MASKED_LOGIT)
+    probs = ops.softmax(logits, axis=axis)
+    if may_have_empty_rows:
+        row_has_key = ops.any(mask, axis=axis, keepdims=True)
+        probs = ops.where(row_has_key, probs, 0.0)
+    return probs
+
+
+def scaled_dot_product_attention(
+    query, key, value, mask=None, dropout_layer=None, training=None,
+    may_have_empty_rows=True, extra_logits=None,
+):
+    """Dense attention core: softmax(Q·Kᵀ/√K [+ extra]) · V.
+
+    Args:
+        query: (B, T, H, K).
+        key: (B, S, H, K).
+        value: (B, S, H, V).
+        mask: boolean, broadcastable to (B, H, T, S), True = may attend.
+        dropout_layer: optional `keras.layers.Dropout` applied to the
+            attention probabilities.
+        training: passed to the dropout layer.
+        may_have_empty_rows: see `masked_softmax`.
+        extra_logits: optional (B, H, T, S) logits added to Q·Kᵀ before the
+            scaling (the relative-position term of Huang et al. 2018).
+
+    Returns:
+        `(outputs, probabilities)`: (B, T, H, V) in the query's dtype, and
+        (B, H, T, S) float32 probabilities (before dropout).
+    """
+    key_dim = query.shape[-1]
+    scale = 1.0 / float(key_dim) ** 0.5
+    # The logits are made in float32 directly: the softmax needs them in
+    # float32 anyway, and a 16-bit Q·Kᵀ loses up to a few tenths on logits
+    # of size 50, enough to move sharp attention weights by several percent.
+    # Casting the small (B, T, H, K) operands costs less than casting the
+    # (B, H, T, S) product.
+    query = ops.cast(query, "float32")
+    key = ops.cast(key, "float32")
+    if extra_logits is None:
+        # Scaling the (B, T, H, K) query is cheaper than the (B, H, T, S) logits.
+        logits = ops.einsum("bthk,bshk->bhts", query * scale, key)
+    else:
+        logits = ops.einsum("bthk,bshk->bhts", query, key) + ops.cast(extra_logits, "float32")
+        logits = logits * scale
+    probs = masked_softmax(logits, mask, may_have_empty_rows=may_have_empty_rows)
+    weights = ops.cast(probs, value.dtype)
+    if dropout_layer is not None:
+        weights = dropout_layer(weights, training=training)
+    outputs = ops.einsum("bhts,bshv->bthv", weights, value)
+    return outputs, probs

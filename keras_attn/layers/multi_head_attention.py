@@ -1,0 +1,215 @@
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+from keras_attn.layers.attention_base import AttentionBase
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MultiHeadAttention(AttentionBase):
+    """Multi-head attention of a query sequence over a separate key/value sequence.
+
+    The cross-attention of encoder-decoder Transformers: each query position
+    attends to every position of `value` (and `key`, which defaults to
+    `value`). For a sequence attending to itself use `MultiHeadSelfAttention`,
+    whose fused projection and cache are made for that case.
+
+    The keys and values of a fixed memory (an encoder output) can be
+    projected once with `compute_cache` and reused at every decoding step.
+
+    Args:
+        num_heads: H, number of attention heads (positive int).
+        key_dim: K, size of each head's query and key (positive int).
+        value_dim: V, size of each head's value; defaults to `key_dim`.
+        dropout: dropout rate on the attention probabilities, in [0, 1).
+        use_bias: whether the projections have biases.
+        output_dim: width of the output; defaults to the query width D.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        seed: int seed of the attention dropout.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        query: (B, T, D) float tensor.
+        value: (B, S, Dv) float tensor; may be None when `cache` is given.
+        key: (B, S, Dk) float tensor; defaults to `value`.
+        attention_mask: (B, T, S) or (B, H, T, S) bool, True = may attend.
+        value_padding_mask: (B, S) bool, True = real key/value position.
+            Defaults to the Keras implicit mask of `value`.
+        cache: (B, S, H, K + V) keys and values from `compute_cache`; when
+            given, `key` and `value` are not projected again.
+        return_attention_scores: if True, also return the probabilities.
+        training: Python bool; enables dropout.
+
+    Returns:
+        `outputs` (B, T, output_dim), and `attention_scores` (B, H, T, S)
+        when `return_attention_scores=True`. The query's implicit mask is
+        propagated to the outputs.
+
+    Raises:
+        ValueError: on invalid constructor arguments; inputs that are not
+            rank 3; empty batches; masks that are float or of the wrong rank
+            or shape; a cache of the wrong shape; neither `value` nor `cache`.
+
+    Example:
+    >>> layer = MultiHeadAttention(num_heads=2, key_dim=8)
+    >>> query, memory = keras.random.normal((2, 4, 16)), keras.random.normal((2, 7, 12))
+    >>> layer(query, memory).shape
+    (2, 4, 16)
+
+    Reference:
+        Vaswani et al. 2017, "Attention Is All You Need", sections 3.2.2-3.2.3
+        ("encoder-decoder attention").
+    """
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        query_shape = tuple(query_shape)
+        self._check_rank("query", query_shape)
+        if value_shape is None:
+            raise ValueError(
+                "MultiHeadAttention must be built with the shape of `value` "
+                "(call it once with a value sequence before using a cache)."
+            )
+        value_shape = tuple(value_shape)
+        self._check_rank("value", value_shape)
+        key_shape = value_shape if key_shape is None else tuple(key_shape)
+        self._check_rank("key", key_shape)
+        self._query_dim = query_shape[-1]
+        self.query_dense = self._make_dense(self.num_heads * self.key_dim, "query")
+        self.query_dense.build(query_shape)
+        self.key_dense = self._make_dense(self.num_heads * self.key_dim, "key")
+        self.key_dense.build(key_shape)
+        self.value_dense = self._make_dense(self.num_heads * self._value_dim, "value")
+        self.value_dense.build(value_shape)
+        self.output_dense = self._make_dense(self.output_dim or query_shape[-1], "attention_output")
+        self.output_dense.build(query_shape[:-1] + (self.num_heads * self._value_dim,))
+        self.dropout_layer = self._make_dropout()
+        self.built = True
+
+    def _check_rank(self, name, shape):
+        if len(shape) != 3 or shape[-1] is None:
+            raise ValueError(
+                f"MultiHeadAttention expects `{name}` of shape (batch, length, "
+                f"features) with known features. Received: {name}.shape={shape}."
+            )
+        if shape[0] == 0:
+            raise ValueError(
+                f"MultiHeadAttention received an empty batch ({name}.shape="
+                f"{shape}). Pass at least one example."
+            )
+
+    def compute_cache(self, value, key=None):
+        """Projects a memory sequence once into keys and values.
+
+        Args:
+            value: (B, S, Dv) tensor (e.g. the encoder output).
+            key: optional (B, S, Dk) tensor; defaults to `value`.
+
+        Returns:
+            (B, S, H, key_dim + value_dim) tensor: keys in `[..., :key_dim]`,
+            values in `[..., key_dim:]`, in the layer's compute dtype.
+        """
+        key = value if key is None else key
+        if not self.built:
+            raise ValueError(
+                "MultiHeadAttention.compute_cache needs a built layer. Call "
+                "the layer once on (query, value), or `build` it."
+            )
+        self._check_rank("value", tuple(value.shape))
+        self._check_rank("key", tuple(key.shape))
+        batch_size, length = ops.shape(value)[0], ops.shape(value)[1]
+        key = ops.reshape(self.key_dense(key), (batch_size, length, self.num_heads, self.key_dim))
+        value = ops.reshape(
+            self.value_dense(value), (batch_size, length, self.num_heads, self._value_dim)
+        )
+        return ops.concatenate([key, value], axis=-1)
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        attention_mask=None,
+        value_padding_mask=None,
+        cache=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        self._check_rank("query", tuple(query.shape))
+        if cache is None:
+            if value is None:
+                raise ValueError(
+                    "MultiHeadAttention needs `value` (the sequence to attend "
+                    "to) or a `cache` from `compute_cache`. Received neither."
+                )
+            cache = self.compute_cache(value, key)
+        else:
+            expected = (self.num_heads, self.key_dim + self._value_dim)
+            if len(cache.shape) != 4 or tuple(cache.shape[2:]) != expected:
+                raise ValueError(
+                    f"`cache` must have shape (batch, length, {expected[0]}, "
+                    f"{expected[1]}) as returned by `compute_cache`. "
+                    f"Received: cache.shape={tuple(cache.shape)}."
+                )
+        if value_padding_mask is None and value is not None:
+            value_padding_mask = attention_ops.get_implicit_mask(value)
+        static_key_length = cache.shape[1]
+        value_padding_mask = attention_ops.check_mask(
+            value_padding_mask, "value_padding_mask", 2, (query.shape[0], static_key_length)
+        )
+        attention_mask = attention_ops.check_mask(
+            attention_mask, "attention_mask", (3, 4), (query.shape[1], static_key_length)
+        )
+        batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
+        projected_query = ops.reshape(
+            self.query_dense(query), (batch_size, query_length, self.num_heads, self.key_dim)
+        )
+        cache = ops.cast(cache, projected_query.dtype)
+        mask = attention_ops.merge_masks(
+            batch_size, query_length, ops.shape(cache)[1],
+            key_padding_mask=value_padding_mask,
+            attention_mask=attention_mask,
+        )
+        outputs, scores = attention_ops.scaled_dot_product_attention(
+            projected_query,
+            cache[..., : self.key_dim],
+            cache[..., self.key_dim:],
+            mask,
+            dropout_layer=self.dropout_layer,
+            training=training,
+        )
+        outputs = self.output_dense(
+            ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim))
+        )
+        if return_attention_scores:
+            return outputs, ops.cast(scores, self.compute_dtype)
+        return outputs
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
+
+    def compute_output_spec(
+        self,
+        query,
+        value=None,
+        key=None,
+        attention_mask=None,
+        value_padding_mask=None,
+        cache=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        outputs = keras.KerasTensor(
+            self.compute_output_shape(tuple(query.shape)), self.compute_dtype
+        )
+        if not return_attention_scores:
+            return outputs
+        key_length = (cache if cache is not None else value).shape[1]
+        scores = keras.KerasTensor(
+            (query.shape[0], self.num_heads, query.shape[1], key_length),
+            self.compute_dtype,
+        )
+        return outputs, scores
+
+    def compute_mask(self, query, previous_mask=None):
+        return previous_mask

@@ -1,0 +1,359 @@
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+from keras_attn.layers.attention_base import AttentionBase
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MultiHeadSelfAttention(AttentionBase):
+    """Multi-head self-attention with a fused QKV projection and a KV cache.
+
+    Each position of `inputs` is projected once into a query, a key and a
+    value per head (one matmul of width `num_heads * (2 * key_dim +
+    value_dim)`); every head computes softmax(Q·Kᵀ/√key_dim)·V over the whole
+    sequence; the heads are concatenated and projected back to `output_dim`.
+
+    Use it wherever a sequence attends to itself: Transformer encoders
+    (non-causal), decoders and language models (`use_causal_mask=True`,
+    with the cache for fast generation). It is also the base of
+    `LocalBlockAttention` and `RelativeGlobalAttention`, which share its
+    constructor arguments, call contract and cache, and replace only the
+    attention core.
+
+    Masks are boolean with `True` = may attend (padding masks: `True` = real
+    token). Masking is done with `where` on float32 logits, so a query with
+    no visible key gets an all-zero output and finite gradients, in float32,
+    mixed_float16 and mixed_bfloat16 alike.
+
+    Args:
+        num_heads: H, number of attention heads (positive int).
+        key_dim: K, size of each head's query and key (positive int).
+        value_dim: V, size of each head's value; defaults to `key_dim`.
+        dropout: dropout rate on the attention probabilities, in [0, 1).
+        use_bias: whether the projections have biases.
+        output_dim: width of the output; defaults to the input width D.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        seed: int seed of the attention dropout, for reproducible runs.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: (B, T, D) float tensor.
+        padding_mask: (B, S) bool, `True` = real token, applied to the keys.
+            Without a cache S = T; with a cache S is the cache length
+            (`max_length`), i.e. the padding of the whole cached sequence.
+            Defaults to the Keras implicit mask of `inputs` (e.g. from an
+            `Embedding(mask_zero=True)`) when no cache is used.
+        attention_mask: (B, T, S) or (B, H, T, S) bool, `True` = query t may
+            attend to key s. Combined with the other masks by logical AND.
+        use_causal_mask: if True, query t (at absolute position
+            `cache_index + t`) attends only to keys at positions <= its own.
+        cache: (B, max_length, H, K + V) tensor from `init_cache`; the
+            keys/values of `inputs` are written at `cache_index`, and
+            attention runs over the cache. Slots not written yet are masked.
+        cache_index: int or int32 scalar tensor, absolute position of
+            `inputs[:, 0]` in the cache. Defaults to 0.
+        return_attention_scores: if True, also return the attention
+            probabilities.
+        training: Python bool; enables dropout.
+
+    Returns:
+        `outputs` (B, T, output_dim); then, in this order and only when asked
+        for: `attention_scores` (B, H, T, S) (the probabilities, before
+        dropout; exactly zero where masked), and the updated `cache`
+        (B, max_length, H, K + V) when a `cache` was passed.
+
+    Raises:
+        ValueError: on invalid constructor arguments; on inputs that are not
+            rank 3 or whose width differs from the one the layer was built
+            with; on empty batches; on float masks or masks of the wrong rank
+            or shape; on a `cache_index` outside the cache.
+
+    Example:
+    >>> layer = MultiHeadSelfAttention(num_heads=2, key_dim=8)
+    >>> x = keras.random.normal((2, 5, 16))
+    >>> layer(x, use_causal_mask=True).shape
+    (2, 5, 16)
+    >>> cache = layer.init_cache(batch_size=2, max_length=5)
+    >>> y, cache = layer(x[:, :1], cache=cache, cache_index=0, use_causal_mask=True)
+
+    Reference:
+        Vaswani et al. 2017, "Attention Is All You Need", sections 3.2.1-3.2.3.
+    """
+
+    # Input rank(s) accepted by `call`; subclasses with 2D inputs extend it.
+    _input_ranks = (3,)
+
+    def build(self, inputs_shape):
+        inputs_shape = tuple(inputs_shape)
+        self._check_inputs_shape(inputs_shape)
+        feature_dim = inputs_shape[-1]
+        self._feature_dim = feature_dim
+        heads_width = self.num_heads * (2 * self.key_dim + self._value_dim)
+        self.query_key_value_dense = self._make_dense(heads_width, "query_key_value")
+        self.query_key_value_dense.build(inputs_shape)
+        self.output_dense = self._make_dense(self.output_dim or feature_dim, "attention_output")
+        self.output_dense.build(
+            inputs_shape[:-1] + (self.num_heads * self._value_dim,)
+        )
+        self.dropout_layer = self._make_dropout()
+        self._build_attention_core(inputs_shape)
+        self.built = True
+
+    def _build_attention_core(self, inputs_shape):
+        """Hook for subclasses that own weights of their own (e.g. relative
+        position embeddings). Called at the end of `build`."""
+
+    def _check_inputs_shape(self, shape):
+        name = type(self).__name__
+        if len(shape) not in self._input_ranks:
+            expected = " or ".join(
+                "(batch, length, features)" if r == 3 else
+                "(batch, height, width, features)" for r in self._input_ranks
+            )
+            raise ValueError(
+                f"{name} expects inputs of shape {expected}. Received inputs "
+                f"of rank {len(shape)} with shape {tuple(shape)}. Reshape or "
+                "batch your inputs to that layout."
+            )
+        if shape[-1] is None:
+            raise ValueError(
+                f"{name} needs the feature dimension (last axis) of its "
+                f"inputs to be known. Received shape {tuple(shape)}."
+            )
+        if getattr(self, "_feature_dim", None) not in (None, shape[-1]):
+            raise ValueError(
+                f"{name} '{self.name}' was built for inputs with "
+                f"{self._feature_dim} features. Received inputs with shape "
+                f"{tuple(shape)}. Use a new layer for a different width."
+            )
+        if shape[0] == 0:
+            raise ValueError(
+                f"{name} received an empty batch (inputs.shape="
+                f"{tuple(shape)}). Pass at least one example."
+            )
+
+    # ------------------------------------------------------------------ cache
+    def init_cache(self, batch_size, max_length, dtype=None):
+        """Returns an empty key/value cache for token-by-token decoding.
+
+        Args:
+            batch_size: B.
+            max_length: the number of positions the cache can hold.
+            dtype: dtype of the cache; defaults to the layer's compute dtype.
+
+        Returns:
+            Zeros of shape (B, max_length, H, key_dim + value_dim): the keys
+            are `cache[..., :key_dim]`, the values `cache[..., key_dim:]`.
+
+        Raises:
+            ValueError: if `batch_size` or `max_length` is not positive.
+        """
+        for arg, value in (("batch_size", batch_size), ("max_length", max_length)):
+            known = attention_ops.static_int(value)
+            if known is not None and known <= 0:
+                raise ValueError(
+                    f"`{arg}` must be positive. Received: {arg}={value}."
+                )
+        return ops.zeros(
+            (batch_size, max_length, self.num_heads, self.key_dim + self._value_dim),
+            dtype=dtype or self.compute_dtype,
+        )
+
+    # ------------------------------------------------------------------- call
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        self._check_inputs_shape(tuple(inputs.shape))
+        spatial_shape = tuple(inputs.shape[1:-1])
+        batch_size = ops.shape(inputs)[0]
+        if len(spatial_shape) > 1:
+            inputs = ops.reshape(inputs, (batch_size, -1, inputs.shape[-1]))
+        query_length = ops.shape(inputs)[1]
+        static_length = inputs.shape[1]
+
+        if cache is not None:
+            query_offset, key_length, static_key_length = self._check_cache(
+                cache, cache_index, inputs
+            )
+        else:
+            query_offset, key_length, static_key_length = 0, query_length, static_length
+
+        if padding_mask is None and cache is None:
+            padding_mask = attention_ops.get_implicit_mask(inputs)
+        padding_mask = attention_ops.check_mask(
+            padding_mask, "padding_mask", 2,
+            (inputs.shape[0], static_key_length),
+        )
+        if padding_mask is not None and len(spatial_shape) > 1 and cache is None:
+            padding_mask = ops.reshape(padding_mask, (batch_size, -1))
+        attention_mask = attention_ops.check_mask(
+            attention_mask, "attention_mask", (3, 4),
+            (static_length, static_key_length),
+        )
+
+        # One matmul for all projections, laid out per head as [q | k | v]
+        # so that [k | v] is already in the cache's layout.
+        qkv = ops.reshape(
+            self.query_key_value_dense(inputs),
+            (batch_size, query_length, self.num_heads, 2 * self.key_dim + self._value_dim),
+        )
+        query = qkv[..., : self.key_dim]
+        key_value = qkv[..., self.key_dim:]
+        if cache is not None:
+            cache = ops.slice_update(
+                cache, (0, query_offset, 0, 0), ops.cast(key_value, cache.dtype)
+            )
+            key_value = ops.cast(cache, query.dtype)
+        key = key_value[..., : self.key_dim]
+        value = key_value[..., self.key_dim:]
+
+        outputs, scores = self._attend(
+            query,
+            key,
+            value,
+            padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            query_offset=query_offset,
+            valid_key_length=(query_offset + query_length) if cache is not None else None,
+            cached=cache is not None,
+            spatial_shape=spatial_shape,
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
+        outputs = ops.reshape(
+            outputs, (batch_size, query_length, self.num_heads * self._value_dim)
+        )
+        outputs = self.output_dense(outputs)
+        if len(spatial_shape) > 1:
+            outputs = ops.reshape(outputs, (batch_size,) + spatial_shape + (outputs.shape[-1],))
+
+        results = (outputs,)
+        if return_attention_scores:
+            results += (ops.cast(scores, self.compute_dtype),)
+        if cache is not None:
+            results += (cache,)
+        return results[0] if len(results) == 1 else results
+
+    def _check_cache(self, cache, cache_index, inputs):
+        """Validates the cache and index; returns (offset, S, static S)."""
+        expected = (self.num_heads, self.key_dim + self._value_dim)
+        if len(cache.shape) != 4 or tuple(cache.shape[2:]) != expected:
+            raise ValueError(
+                f"`cache` must have shape (batch, max_length, {expected[0]}, "
+                f"{expected[1]}) as returned by `init_cache`. Received: "
+                f"cache.shape={tuple(cache.shape)}."
+            )
+        if cache_index is None:
+            cache_index = 0
+        index = attention_ops.static_int(cache_index)
+        max_length = cache.shape[1]
+        length = inputs.shape[1]
+        if index is not None and max_length is not None and length is not None:
+            if index < 0 or index + length > max_length:
+                raise ValueError(
+                    f"`cache_index` + input length must fit in the cache. "
+                    f"Received: cache_index={index}, input length {length}, "
+                    f"cache length {max_length}. Allocate a longer cache with "
+                    f"`init_cache(batch_size, max_length>={index + length})`."
+                )
+        return ops.cast(cache_index, "int32"), ops.shape(cache)[1], max_length
+
+    def _attend(
+        self,
+        query,
+        key,
+        value,
+        padding_mask,
+        attention_mask,
+        use_causal_mask,
+        query_offset,
+        valid_key_length,
+        cached,
+        spatial_shape,
+        return_attention_scores,
+        training,
+    ):
+        """The attention core: what subclasses replace.
+
+        Args:
+            query: (B, T, H, K) projected queries (the input flattened to a
+                sequence when it had spatial dimensions).
+            key: (B, S, H, K); value: (B, S, H, V). With a cache, S is the
+                cache length.
+            padding_mask: (B, S) bool or None; attention_mask: (B, T, S) /
+                (B, H, T, S) bool or None.
+            use_causal_mask: bool.
+            query_offset: absolute position of query 0 (int or scalar).
+            valid_key_length: keys at positions >= this are unfilled cache
+                slots; None without a cache.
+            cached: whether the keys come from a cache.
+            spatial_shape: the input's dimensions between batch and
+                features: (T,) or (height, width).
+            return_attention_scores: whether probabilities are needed.
+            training: dropout switch.
+
+        Returns:
+            `(outputs, probabilities)`: (B, T, H, V) and (B, H, T, S) float32
+            (may be None when not requested).
+        """
+        mask = attention_ops.merge_masks(
+            ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1],
+            key_padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            query_offset=query_offset,
+            valid_key_length=valid_key_length,
+        )
+        return attention_ops.scaled_dot_product_attention(
+            query, key, value, mask,
+            dropout_layer=self.dropout_layer, training=training,
+            may_have_empty_rows=padding_mask is not None or attention_mask is not None,
+        )
+
+    # ------------------------------------------------------- shapes and masks
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape[:-1]) + (self.output_dim or inputs_shape[-1],)
+
+    def compute_output_spec(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        shape = tuple(inputs.shape)
+        outputs = keras.KerasTensor(self.compute_output_shape(shape), self.compute_dtype)
+        results = (outputs,)
+        if return_attention_scores:
+            length = None
+            if all(d is not None for d in shape[1:-1]):
+                length = 1
+                for d in shape[1:-1]:
+                    length *= d
+            key_length = cache.shape[1] if cache is not None else length
+            results += (
+                keras.KerasTensor(
+                    (shape[0], self.num_heads, length, key_length), self.compute_dtype
+                ),
+            )
+        if cache is not None:
+            results += (keras.KerasTensor(cache.shape, cache.dtype),)
+        return results[0] if len(results) == 1 else results
+
+    def compute_mask(self, inputs, previous_mask=None):
+        return previous_mask

@@ -1,0 +1,91 @@
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class SinusoidalPositionEncoding(keras.layers.Layer):
+    """Fixed sine/cosine position encoding of Vaswani et al. 2017.
+
+    Returns the encoding to add to the inputs (as keras-hub's
+    `SinusoidalPositionEncoding`), not the sum, so it composes with any
+    embedding:
+
+        PE(pos, 2i)     = sin(pos / max_wavelength^(2i / D))
+        PE(pos, 2i + 1) = cos(pos / max_wavelength^(2i / D))
+
+    It has no weights and works at any length, which makes it the baseline
+    absolute position signal for generating past the training length.
+
+    Args:
+        max_wavelength: the longest wavelength, 10000 in the paper.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: (B, T, D) tensor; only its shape is used.
+        start_index: int or int32 scalar, the absolute position of
+            `inputs[:, 0]` (the cache index during decoding). Defaults to 0.
+
+    Returns:
+        (B, T, D) encoding in the layer's compute dtype (broadcast over B).
+
+    Raises:
+        ValueError: if `max_wavelength` is not positive, or the inputs are
+            not rank 3 with a known, even feature dimension.
+
+    Example:
+    >>> x = keras.ops.zeros((2, 10, 16))
+    >>> (x + SinusoidalPositionEncoding()(x)).shape
+    (2, 10, 16)
+
+    Reference:
+        Vaswani et al. 2017, "Attention Is All You Need", section 3.5.
+    """
+
+    def __init__(self, max_wavelength=10000, **kwargs):
+        super().__init__(**kwargs)
+        if not max_wavelength or max_wavelength <= 0:
+            raise ValueError(
+                "`max_wavelength` must be positive. Received: "
+                f"max_wavelength={max_wavelength}."
+            )
+        self.max_wavelength = max_wavelength
+        self.supports_masking = True
+
+    def call(self, inputs, start_index=0):
+        shape = tuple(inputs.shape)
+        if len(shape) != 3 or shape[-1] is None or shape[-1] % 2:
+            raise ValueError(
+                "SinusoidalPositionEncoding expects inputs of shape (batch, "
+                "length, features) with an even number of features. "
+                f"Received: inputs.shape={shape}."
+            )
+        length = ops.shape(inputs)[1]
+        encoding = sinusoids(length, shape[-1], start_index, self.max_wavelength)
+        encoding = ops.cast(encoding, self.compute_dtype)
+        return ops.broadcast_to(encoding[None], ops.shape(inputs))
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"max_wavelength": self.max_wavelength})
+        return config
+
+
+def sinusoids(length, dim, start_index=0, max_wavelength=10000):
+    """The (length, dim) float32 sinusoid table for positions
+    `start_index .. start_index + length - 1` (sin on even, cos on odd
+    features). See `SinusoidalPositionEncoding`."""
+    positions = ops.cast(
+        ops.arange(length, dtype="int32") + ops.cast(start_index, "int32"), "float32"
+    )
+    pair_index = ops.cast(ops.arange(dim, dtype="int32") // 2, "float32")
+    inverse_frequency = ops.power(
+        float(max_wavelength), -2.0 * pair_index / float(dim)
+    )
+    angles = positions[:, None] * inverse_frequency[None, :]
+    is_even = ops.equal(ops.arange(dim, dtype="int32") % 2, 0)
+    return ops.where(is_even[None, :], ops.sin(angles), ops.cos(angles))

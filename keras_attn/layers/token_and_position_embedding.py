@@ -1,0 +1,180 @@
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+from keras_attn.layers.sinusoidal_position_encoding import sinusoids
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """Token embedding plus a learned or sinusoidal position encoding.
+
+    The input of every sequence model in the library: token ids become
+    vectors, optionally scaled by √D (Vaswani et al. 2017, section 3.4), and
+    the position signal is added. With `mask_zero=True` id 0 is padding and
+    the Keras implicit mask (True = real token) is attached to the output, so
+    the attention layers downstream mask it without being told.
+
+    Positions beyond a learned table are refused when the length is known
+    (a `ValueError`); inside a compiled graph with a traced `start_index`
+    they are clamped to the last row instead of gathering out of range.
+    Sinusoidal positions work at any length.
+
+    Args:
+        vocabulary_size: number of token ids (positive int).
+        embedding_dim: D (positive int; even for sinusoidal positions).
+        sequence_length: rows of the learned position table (required for
+            `position="learned"`, ignored for `"sinusoidal"`).
+        position: `"learned"` or `"sinusoidal"`.
+        mask_zero: whether id 0 is padding.
+        scale_token_embeddings: multiply token vectors by √D.
+        embeddings_initializer: initializer of the token (and learned
+            position) tables.
+        max_wavelength: longest wavelength of sinusoidal positions.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: (B, T) integer token ids.
+        start_index: int or int32 scalar, absolute position of `inputs[:, 0]`
+            (the cache index during decoding). Defaults to 0.
+
+    Returns:
+        (B, T, D) embeddings in the compute dtype, with an implicit mask when
+        `mask_zero=True`.
+
+    Raises:
+        ValueError: on invalid arguments; inputs that are not (B, T); a known
+            `start_index + T` beyond a learned table.
+
+    Example:
+    >>> embed = TokenAndPositionEmbedding(1000, 32, sequence_length=64, mask_zero=True)
+    >>> embed(keras.ops.array([[5, 7, 0]])).shape
+    (1, 3, 32)
+
+    Reference:
+        Vaswani et al. 2017, sections 3.4-3.5; learned positions as in
+        Gehring et al. 2017.
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        embedding_dim,
+        sequence_length=None,
+        position="learned",
+        mask_zero=False,
+        scale_token_embeddings=False,
+        embeddings_initializer="uniform",
+        max_wavelength=10000,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        attention_ops.check_positive_int(self, "vocabulary_size", vocabulary_size)
+        attention_ops.check_positive_int(self, "embedding_dim", embedding_dim)
+        if position not in ("learned", "sinusoidal"):
+            raise ValueError(
+                '`position` must be "learned" or "sinusoidal". '
+                f"Received: position={position!r}."
+            )
+        if position == "learned":
+            attention_ops.check_positive_int(self, "sequence_length", sequence_length)
+        elif embedding_dim % 2:
+            raise ValueError(
+                "Sinusoidal positions need an even `embedding_dim`. "
+                f"Received: embedding_dim={embedding_dim}."
+            )
+        self.vocabulary_size = vocabulary_size
+        self.embedding_dim = embedding_dim
+        self.sequence_length = sequence_length
+        self.position = position
+        self.mask_zero = mask_zero
+        self.scale_token_embeddings = scale_token_embeddings
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.max_wavelength = max_wavelength
+        self.supports_masking = True
+        self.token_embedding = keras.layers.Embedding(
+            vocabulary_size,
+            embedding_dim,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        self.position_embedding = None
+        if position == "learned":
+            self.position_embedding = keras.layers.Embedding(
+                sequence_length,
+                embedding_dim,
+                embeddings_initializer=self.embeddings_initializer,
+                dtype=self.dtype_policy,
+                name="position_embedding",
+            )
+
+    def build(self, inputs_shape=None):
+        self.token_embedding.build()
+        if self.position_embedding is not None:
+            self.position_embedding.build()
+        self.built = True
+
+    def call(self, inputs, start_index=0):
+        shape = tuple(inputs.shape)
+        if len(shape) != 2:
+            raise ValueError(
+                "TokenAndPositionEmbedding expects token ids of shape (batch, "
+                f"length). Received: inputs.shape={shape}."
+            )
+        length = ops.shape(inputs)[1]
+        known_start = attention_ops.static_int(start_index)
+        if (
+            self.position == "learned"
+            and shape[1] is not None
+            and known_start is not None
+            and known_start + shape[1] > self.sequence_length
+        ):
+            raise ValueError(
+                f"Positions {known_start}..{known_start + shape[1] - 1} do not "
+                f"fit the learned position table of {self.sequence_length} "
+                "rows. Truncate the sequence to `sequence_length` tokens or "
+                "build the layer with a larger `sequence_length` (or "
+                'position="sinusoidal").'
+            )
+        embeddings = self.token_embedding(inputs)
+        if self.scale_token_embeddings:
+            embeddings = embeddings * ops.cast(
+                self.embedding_dim**0.5, embeddings.dtype
+            )
+        if self.position_embedding is not None:
+            positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
+            positions = ops.minimum(positions, self.sequence_length - 1)
+            position_vectors = self.position_embedding(positions)
+        else:
+            position_vectors = ops.cast(
+                sinusoids(length, self.embedding_dim, start_index, self.max_wavelength),
+                embeddings.dtype,
+            )
+        return embeddings + position_vectors[None]
+
+    def compute_mask(self, inputs, previous_mask=None):
+        if not self.mask_zero:
+            return None
+        return ops.not_equal(inputs, 0)
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape) + (self.embedding_dim,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "embedding_dim": self.embedding_dim,
+                "sequence_length": self.sequence_length,
+                "position": self.position,
+                "mask_zero": self.mask_zero,
+                "scale_token_embeddings": self.scale_token_embeddings,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+                "max_wavelength": self.max_wavelength,
+            }
+        )
+        return config

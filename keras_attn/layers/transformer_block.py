@@ -1,0 +1,210 @@
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
+
+
+class TransformerBlock(keras.layers.Layer):
+    """What `TransformerEncoder` and `TransformerDecoder` share: the
+    self-attention sublayer, the position-wise feed-forward network, and the
+    residual + layer-norm wiring around each (not exported: use one of the two).
+
+    Args:
+        intermediate_dim: width of the feed-forward hidden layer (d_ff).
+        num_heads: heads of the default self-attention (and of the decoder's
+            cross-attention). May be omitted when `self_attention` is given.
+        key_dim: per-head size; defaults to D // num_heads.
+        dropout: rate of the residual dropouts and the attention dropout.
+        activation: feed-forward activation ("relu" in the paper).
+        layer_norm_epsilon: epsilon of the layer norms.
+        normalize_first: False (default) = post-norm as in the paper,
+            `LayerNorm(x + Sublayer(x))`; True = pre-norm,
+            `x + Sublayer(LayerNorm(x))`, which trains deep stacks without warmup.
+        self_attention: optional self-attention layer with the library's call
+            contract (`MultiHeadSelfAttention`, `LocalBlockAttention`,
+            `RelativeGlobalAttention`); default a `MultiHeadSelfAttention`.
+        kernel_initializer, bias_initializer: of the dense sublayers.
+        seed: int seed of the dropout layers.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Raises:
+        ValueError: if `intermediate_dim` is not positive, neither `num_heads`
+            nor `self_attention` is given, `dropout` is outside [0, 1), or
+            the model width is not divisible by `num_heads` when `key_dim` is
+            left to its default.
+    """
+
+    def __init__(
+        self,
+        intermediate_dim,
+        num_heads=None,
+        key_dim=None,
+        dropout=0.0,
+        activation="relu",
+        layer_norm_epsilon=1e-5,
+        normalize_first=False,
+        self_attention=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        attention_ops.check_positive_int(self, "intermediate_dim", intermediate_dim)
+        if self_attention is None and num_heads is None:
+            raise ValueError(
+                f"{type(self).__name__} needs `num_heads` (for its default "
+                "MultiHeadSelfAttention) or a `self_attention` layer. "
+                "Received neither."
+            )
+        if num_heads is not None:
+            attention_ops.check_positive_int(self, "num_heads", num_heads)
+        if key_dim is not None:
+            attention_ops.check_positive_int(self, "key_dim", key_dim)
+        attention_ops.check_rate(self, "dropout", dropout)
+        if isinstance(self_attention, dict):
+            self_attention = keras.layers.deserialize(self_attention)
+        if self_attention is not None and not hasattr(self_attention, "init_cache"):
+            raise ValueError(
+                "`self_attention` must be a keras_attn self-attention layer "
+                "(MultiHeadSelfAttention, LocalBlockAttention or "
+                f"RelativeGlobalAttention). Received: {self_attention!r}."
+            )
+        self.intermediate_dim = intermediate_dim
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.dropout = dropout
+        self.activation = keras.activations.get(activation)
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.normalize_first = normalize_first
+        self.self_attention = self_attention
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.seed = seed
+        self.supports_masking = True
+
+    # ----------------------------------------------------------- sublayers
+    def _dense(self, units, name, activation=None):
+        return keras.layers.Dense(
+            units,
+            activation=activation,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _layer_norm(self, name):
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
+
+    def _dropout(self, name, offset):
+        seed = None if self.seed is None else self.seed + offset
+        return keras.layers.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy, name=name)
+
+    def _attention_sizes(self, hidden_dim):
+        """(num_heads, key_dim) for attention sublayers made by the block."""
+        num_heads = self.num_heads or self.self_attention.num_heads
+        key_dim = self.key_dim
+        if key_dim is None and self.self_attention is not None:
+            key_dim = self.self_attention.key_dim
+        if key_dim is None:
+            if hidden_dim % num_heads:
+                raise ValueError(
+                    f"{type(self).__name__}: the model width {hidden_dim} is "
+                    f"not divisible by num_heads={num_heads}, so the default "
+                    "key_dim (width // num_heads) does not fit. Pass "
+                    "`key_dim` explicitly or change `num_heads`."
+                )
+            key_dim = hidden_dim // num_heads
+        return num_heads, key_dim
+
+    def _build_self_attention_and_feedforward(self, sequence_shape):
+        sequence_shape = tuple(sequence_shape)
+        if len(sequence_shape) < 3 or sequence_shape[-1] is None:
+            raise ValueError(
+                f"{type(self).__name__} expects inputs of shape (batch, length, "
+                f"features) with known features. Received shape {sequence_shape}."
+            )
+        hidden_dim = sequence_shape[-1]
+        self._hidden_dim = hidden_dim
+        num_heads, key_dim = self._attention_sizes(hidden_dim)
+        if self.self_attention is None:
+            self._self_attention_layer = MultiHeadSelfAttention(
+                num_heads=num_heads,
+                key_dim=key_dim,
+                dropout=self.dropout,
+                kernel_initializer=self.kernel_initializer,
+                bias_initializer=self.bias_initializer,
+                seed=self.seed,
+                dtype=self.dtype_policy,
+                name="self_attention",
+            )
+        else:
+            self._self_attention_layer = self.self_attention
+        # After `load_model` a nested layer arrives built: building it again
+        # would create a second set of weights.
+        if not self._self_attention_layer.built:
+            self._self_attention_layer.build(sequence_shape)
+        self._self_attention_norm = self._layer_norm("self_attention_norm")
+        self._self_attention_norm.build(sequence_shape)
+        self._self_attention_dropout = self._dropout("self_attention_dropout", 1)
+        self._feedforward_intermediate = self._dense(
+            self.intermediate_dim, "feedforward_intermediate", self.activation
+        )
+        self._feedforward_intermediate.build(sequence_shape)
+        self._feedforward_output = self._dense(hidden_dim, "feedforward_output")
+        self._feedforward_output.build(sequence_shape[:-1] + (self.intermediate_dim,))
+        self._feedforward_norm = self._layer_norm("feedforward_norm")
+        self._feedforward_norm.build(sequence_shape)
+        self._feedforward_dropout = self._dropout("feedforward_dropout", 2)
+
+    # ------------------------------------------------------------- wiring
+    def _residual(self, x, norm, dropout, sublayer, training):
+        """Post-norm `norm(x + dropout(sublayer(x)))` or pre-norm
+        `x + dropout(sublayer(norm(x)))`. `sublayer` returns the output, or a
+        tuple whose first item is the output (the rest is passed through)."""
+        result = sublayer(norm(x) if self.normalize_first else x)
+        extras = ()
+        if isinstance(result, tuple):
+            result, extras = result[0], result[1:]
+        y = x + dropout(result, training=training)
+        if not self.normalize_first:
+            y = norm(y)
+        return (y,) + extras
+
+    def _feedforward(self, x, training):
+        def sublayer(h):
+            return self._feedforward_output(self._feedforward_intermediate(h))
+
+        return self._residual(
+            x, self._feedforward_norm, self._feedforward_dropout, sublayer, training
+        )[0]
+
+    def compute_mask(self, inputs, previous_mask=None):
+        return previous_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "intermediate_dim": self.intermediate_dim,
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "dropout": self.dropout,
+                "activation": keras.activations.serialize(self.activation),
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+                "normalize_first": self.normalize_first,
+                "self_attention": (
+                    None
+                    if self.self_attention is None
+                    else keras.layers.serialize(self.self_attention)
+                ),
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "seed": self.seed,
+            }
+        )
+        return config

@@ -1,0 +1,231 @@
+import keras
+
+from keras_attn.layers import attention_ops
+from keras_attn.layers.multi_head_attention import MultiHeadAttention
+from keras_attn.layers.transformer_block import TransformerBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerDecoder(TransformerBlock):
+    """One Transformer decoder block: causal self-attention, optional
+    cross-attention to an encoder sequence, and a feed-forward network, each
+    wrapped in dropout, a residual connection and layer norm.
+
+    Without an encoder sequence it is the block of a decoder-only language
+    model (the Music Transformer, the Image Transformer's decoder); with one
+    it is the decoder of an encoder-decoder model (translation, super
+    resolution). The cross-attention sublayer is built when the block is
+    first called with an `encoder_sequence`, and is masked with the encoder's
+    padding mask. Both attentions have caches for token-by-token decoding.
+
+    Args:
+        intermediate_dim: d_ff, width of the feed-forward hidden layer.
+        num_heads: heads of the default self-attention and of the
+            cross-attention; may be omitted when `self_attention` is given
+            (its `num_heads` is used).
+        key_dim: per-head size; defaults to D // num_heads.
+        dropout: residual and attention dropout rate (0.1 in the paper).
+        activation: feed-forward activation.
+        layer_norm_epsilon: epsilon of the layer norms.
+        normalize_first: False = post-norm (the paper), True = pre-norm.
+        self_attention: optional self-attention layer (library call
+            contract), e.g. `RelativeGlobalAttention(...)`.
+        kernel_initializer, bias_initializer: of the dense sublayers.
+        seed: int seed of the dropout layers.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        decoder_sequence: (B, T, D) float tensor.
+        encoder_sequence: (B, S, De) float tensor, or None (decoder-only, or
+            when `cross_attention_cache` is given).
+        decoder_padding_mask: (B, T) bool, True = real token (without a
+            cache); with a self-attention cache, (B, max_length) over the
+            whole cached sequence. Defaults to the implicit mask of
+            `decoder_sequence` when no cache is used.
+        encoder_padding_mask: (B, S) bool, True = real source token. Defaults
+            to the implicit mask of `encoder_sequence`.
+        use_causal_mask: True (default) = position t sees positions <= t.
+        self_attention_cache: (B, max_length, H, K + V) from `init_cache`.
+        cache_index: int or int32 scalar, absolute position of
+            `decoder_sequence[:, 0]`.
+        cross_attention_cache: (B, S, H, K + V), the encoder's projected keys
+            and values. Computed from `encoder_sequence` (and returned) when a
+            self-attention cache is given and this is None.
+        training: Python bool; enables dropout.
+
+    Returns:
+        `outputs` (B, T, D) without a self-attention cache; with one,
+        `(outputs, self_attention_cache)`, plus `cross_attention_cache` as a
+        third item when the block has cross-attention.
+
+    Raises:
+        ValueError: on invalid arguments (see `TransformerBlock`); an
+            encoder sequence or cross cache given to a block built without
+            cross-attention (or the reverse); masks of the wrong
+            dtype/rank/shape; `cache_index` outside the cache.
+
+    Example:
+    >>> decoder = TransformerDecoder(intermediate_dim=64, num_heads=2)
+    >>> target, source = keras.random.normal((2, 4, 16)), keras.random.normal((2, 7, 16))
+    >>> decoder(target, source).shape
+    (2, 4, 16)
+    >>> cache = decoder.init_cache(batch_size=2, max_length=4)
+    >>> y, cache, memory = decoder(target[:, :1], source, self_attention_cache=cache, cache_index=0)
+
+    Reference:
+        Vaswani et al. 2017, "Attention Is All You Need", section 3.1.
+    """
+
+    def build(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        self._build_self_attention_and_feedforward(decoder_sequence_shape)
+        self._cross_attention_layer = None
+        if encoder_sequence_shape is not None:
+            decoder_sequence_shape = tuple(decoder_sequence_shape)
+            num_heads, key_dim = self._attention_sizes(self._hidden_dim)
+            self._cross_attention_layer = MultiHeadAttention(
+                num_heads=num_heads,
+                key_dim=key_dim,
+                dropout=self.dropout,
+                kernel_initializer=self.kernel_initializer,
+                bias_initializer=self.bias_initializer,
+                seed=None if self.seed is None else self.seed + 3,
+                dtype=self.dtype_policy,
+                name="cross_attention",
+            )
+            self._cross_attention_layer.build(
+                decoder_sequence_shape, tuple(encoder_sequence_shape)
+            )
+            self._cross_attention_norm = self._layer_norm("cross_attention_norm")
+            self._cross_attention_norm.build(decoder_sequence_shape)
+            self._cross_attention_dropout = self._dropout("cross_attention_dropout", 4)
+        self.built = True
+
+    def init_cache(self, batch_size, max_length, dtype=None):
+        """The self-attention cache: see `MultiHeadSelfAttention.init_cache`.
+
+        Returns:
+            Zeros of shape (B, max_length, H, K + V).
+        """
+        if not self.built:
+            raise ValueError(
+                "TransformerDecoder.init_cache needs a built block (call it "
+                "once, or `build` it with the decoder and encoder shapes)."
+            )
+        return self._self_attention_layer.init_cache(batch_size, max_length, dtype)
+
+    def compute_cross_attention_cache(self, encoder_sequence):
+        """Projects the encoder sequence once into the cross-attention keys
+        and values, (B, S, H, K + V)."""
+        self._check_cross_attention(True)
+        return self._cross_attention_layer.compute_cache(encoder_sequence)
+
+    def _check_cross_attention(self, wanted):
+        has = self._cross_attention_layer is not None
+        if wanted and not has:
+            raise ValueError(
+                "This TransformerDecoder was built without cross-attention "
+                "(first called without `encoder_sequence`), so it cannot "
+                "attend to an encoder sequence. Call it with "
+                "`encoder_sequence` on first use to build cross-attention."
+            )
+        if has and not wanted:
+            raise ValueError(
+                "This TransformerDecoder has cross-attention: pass "
+                "`encoder_sequence` or `cross_attention_cache`."
+            )
+
+    def call(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        use_causal_mask=True,
+        self_attention_cache=None,
+        cache_index=None,
+        cross_attention_cache=None,
+        training=None,
+    ):
+        cached = self_attention_cache is not None
+        if decoder_padding_mask is None and not cached:
+            decoder_padding_mask = attention_ops.get_implicit_mask(decoder_sequence)
+        with_cross = encoder_sequence is not None or cross_attention_cache is not None
+        self._check_cross_attention(with_cross)
+        if encoder_sequence is not None and encoder_padding_mask is None:
+            encoder_padding_mask = attention_ops.get_implicit_mask(encoder_sequence)
+
+        def self_attention(x):
+            kwargs = {}
+            if cached:
+                kwargs = {"cache": self_attention_cache, "cache_index": cache_index}
+            return self._self_attention_layer(
+                x,
+                padding_mask=decoder_padding_mask,
+                use_causal_mask=use_causal_mask,
+                training=training,
+                **kwargs,
+            )
+
+        x, *new_self_cache = self._residual(
+            decoder_sequence, self._self_attention_norm,
+            self._self_attention_dropout, self_attention, training,
+        )
+
+        if with_cross:
+            if cross_attention_cache is None and cached:
+                cross_attention_cache = self._cross_attention_layer.compute_cache(
+                    encoder_sequence
+                )
+
+            def cross_attention(x):
+                return self._cross_attention_layer(
+                    x,
+                    encoder_sequence,
+                    value_padding_mask=encoder_padding_mask,
+                    cache=cross_attention_cache,
+                    training=training,
+                )
+
+            x = self._residual(
+                x, self._cross_attention_norm, self._cross_attention_dropout,
+                cross_attention, training,
+            )[0]
+
+        outputs = self._feedforward(x, training)
+        if not cached:
+            return outputs
+        results = (outputs, new_self_cache[0])
+        if with_cross:
+            results += (cross_attention_cache,)
+        return results
+
+    def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
+        return tuple(decoder_sequence_shape)
+
+    def compute_output_spec(
+        self,
+        decoder_sequence,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        use_causal_mask=True,
+        self_attention_cache=None,
+        cache_index=None,
+        cross_attention_cache=None,
+        training=None,
+    ):
+        outputs = keras.KerasTensor(decoder_sequence.shape, self.compute_dtype)
+        if self_attention_cache is None:
+            return outputs
+        results = (outputs, keras.KerasTensor(self_attention_cache.shape, self_attention_cache.dtype))
+        if cross_attention_cache is not None:
+            results += (keras.KerasTensor(cross_attention_cache.shape, cross_attention_cache.dtype),)
+        elif encoder_sequence is not None:
+            sizes = self._attention_sizes(self._hidden_dim)
+            results += (
+                keras.KerasTensor(
+                    (encoder_sequence.shape[0], encoder_sequence.shape[1], sizes[0], 2 * sizes[1]),
+                    self.compute_dtype,
+                ),
+            )
+        return results

@@ -1,0 +1,75 @@
+import keras
+
+from keras_attn.layers import attention_ops
+from keras_attn.layers.transformer_block import TransformerBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class TransformerEncoder(TransformerBlock):
+    """One Transformer encoder block: self-attention, then a feed-forward
+    network, each wrapped in dropout, a residual connection and layer norm.
+
+    Stack it to encode a source sentence, a low-resolution image or any
+    sequence that may be seen all at once. The self-attention layer is
+    pluggable (`self_attention=LocalBlockAttention(...)` for long inputs,
+    `RelativeGlobalAttention(...)` for relative positions).
+
+    Args:
+        intermediate_dim: d_ff, width of the feed-forward hidden layer.
+        num_heads: heads of the default `MultiHeadSelfAttention`; may be
+            omitted when `self_attention` is given.
+        key_dim: per-head size; defaults to D // num_heads.
+        dropout: residual and attention dropout rate (0.1 in the paper).
+        activation: feed-forward activation.
+        layer_norm_epsilon: epsilon of the layer norms.
+        normalize_first: False = post-norm (the paper), True = pre-norm.
+        self_attention: optional self-attention layer (library call contract).
+        kernel_initializer, bias_initializer: of the dense sublayers.
+        seed: int seed of the dropout layers.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: (B, T, D) float tensor.
+        padding_mask: (B, T) bool, True = real token. Defaults to the Keras
+            implicit mask of `inputs`.
+        attention_mask: (B, T, T) or (B, H, T, T) bool, True = may attend.
+        training: Python bool; enables dropout.
+
+    Returns:
+        (B, T, D) tensor, carrying the input's implicit mask.
+
+    Raises:
+        ValueError: on invalid arguments (see `TransformerBlock`), inputs not
+            of rank 3, masks of the wrong dtype/rank/shape.
+
+    Example:
+    >>> encoder = TransformerEncoder(intermediate_dim=64, num_heads=2)
+    >>> encoder(keras.random.normal((2, 7, 16))).shape
+    (2, 7, 16)
+
+    Reference:
+        Vaswani et al. 2017, "Attention Is All You Need", section 3.1.
+    """
+
+    def build(self, inputs_shape):
+        self._build_self_attention_and_feedforward(inputs_shape)
+        self.built = True
+
+    def call(self, inputs, padding_mask=None, attention_mask=None, training=None):
+        if padding_mask is None:
+            padding_mask = attention_ops.get_implicit_mask(inputs)
+
+        def self_attention(x):
+            return self._self_attention_layer(
+                x, padding_mask=padding_mask, attention_mask=attention_mask,
+                training=training,
+            )
+
+        x = self._residual(
+            inputs, self._self_attention_norm, self._self_attention_dropout,
+            self_attention, training,
+        )[0]
+        return self._feedforward(x, training)
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape)

@@ -1,0 +1,96 @@
+"""Naive NumPy references the layers are checked against.
+
+Written for clarity, with explicit loops over batch and heads, so they share
+no code (and no bug) with the library.
+"""
+
+import numpy as np
+
+
+def softmax_attention(query, key, value, mask=None, extra_logits=None):
+    """Attention of one head, the textbook way.
+
+    Args:
+        query: (T, K); key: (S, K); value: (S, V).
+        mask: (T, S) bool, True = may attend; None = all visible.
+        extra_logits: (T, S) added to Q·Kᵀ before the 1/√K scaling.
+
+    Returns:
+        (outputs (T, V), probabilities (T, S)); rows with no visible key
+        are zero.
+    """
+    logits = query @ key.T
+    if extra_logits is not None:
+        logits = logits + extra_logits
+    logits = logits / np.sqrt(query.shape[-1])
+    if mask is None:
+        mask = np.ones(logits.shape, bool)
+    probs = np.zeros_like(logits, dtype=np.float64)
+    for t in range(logits.shape[0]):
+        visible = mask[t]
+        if visible.any():
+            row = np.exp(logits[t][visible] - logits[t][visible].max())
+            probs[t][visible] = row / row.sum()
+    return probs @ value, probs
+
+
+def dense_mask(batch, query_length, key_length, padding_mask=None,
+               attention_mask=None, causal=False, query_offset=0, num_heads=1):
+    """The full (B, H, T, S) boolean mask, built element by element."""
+    mask = np.ones((batch, num_heads, query_length, key_length), bool)
+    for b in range(batch):
+        for h in range(num_heads):
+            for t in range(query_length):
+                for s in range(key_length):
+                    ok = True
+                    if padding_mask is not None:
+                        ok &= bool(padding_mask[b, s])
+                    if attention_mask is not None:
+                        am = attention_mask[b, h] if attention_mask.ndim == 4 else attention_mask[b]
+                        ok &= bool(am[t, s])
+                    if causal:
+                        ok &= s <= t + query_offset
+                    mask[b, h, t, s] = ok
+    return mask
+
+
+def self_attention_projections(layer, x):
+    """Queries, keys and values of a MultiHeadSelfAttention-family layer,
+    computed from its weights: (B, T, H, K), (B, T, H, K), (B, T, H, V)."""
+    kernel = np.asarray(layer.query_key_value_dense.kernel, np.float64)
+    qkv = np.asarray(x, np.float64) @ kernel
+    if layer.use_bias:
+        qkv = qkv + np.asarray(layer.query_key_value_dense.bias, np.float64)
+    h, k = layer.num_heads, layer.key_dim
+    qkv = qkv.reshape(x.shape[0], x.shape[1], h, -1)
+    return qkv[..., :k], qkv[..., k:2 * k], qkv[..., 2 * k:]
+
+
+def output_projection(layer, heads):
+    """(B, T, H, V) head outputs -> (B, T, D) through the output dense."""
+    b, t = heads.shape[:2]
+    y = heads.reshape(b, t, -1) @ np.asarray(layer.output_dense.kernel, np.float64)
+    if layer.use_bias:
+        y = y + np.asarray(layer.output_dense.bias, np.float64)
+    return y
+
+
+def multi_head_self_attention(layer, x, mask):
+    """Reference forward pass of a MultiHeadSelfAttention layer.
+
+    Args:
+        layer: a built MultiHeadSelfAttention.
+        x: (B, T, D) inputs.
+        mask: (B, H, T, T) bool.
+
+    Returns:
+        (outputs (B, T, D), probabilities (B, H, T, T)).
+    """
+    q, k, v = self_attention_projections(layer, x)
+    b, t, h = q.shape[:3]
+    heads = np.zeros(q.shape[:3] + (v.shape[-1],))
+    probs = np.zeros((b, h, t, t))
+    for i in range(b):
+        for j in range(h):
+            heads[i, :, j], probs[i, j] = softmax_attention(q[i, :, j], k[i, :, j], v[i, :, j], mask[i, j])
+    return output_projection(layer, heads), probs
