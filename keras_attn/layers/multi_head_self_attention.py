@@ -43,6 +43,8 @@ class MultiHeadSelfAttention(AttentionBase):
         padding_mask: (B, S) bool, `True` = real token, applied to the keys.
             Without a cache S = T; with a cache S is the cache length
             (`max_length`), i.e. the padding of the whole cached sequence.
+            For image inputs (B, height, width, D) of subclasses, the mask
+            is (B, height, width).
             Defaults to the Keras implicit mask of `inputs` (e.g. from an
             `Embedding(mask_zero=True)`) when no cache is used.
         attention_mask: (B, T, S) or (B, H, T, S) bool, `True` = query t may
@@ -176,6 +178,7 @@ class MultiHeadSelfAttention(AttentionBase):
         self._check_inputs_shape(tuple(inputs.shape))
         spatial_shape = tuple(inputs.shape[1:-1])
         batch_size = ops.shape(inputs)[0]
+        original_inputs = inputs
         if len(spatial_shape) > 1:
             inputs = ops.reshape(inputs, (batch_size, -1, inputs.shape[-1]))
         query_length = ops.shape(inputs)[1]
@@ -189,13 +192,20 @@ class MultiHeadSelfAttention(AttentionBase):
             query_offset, key_length, static_key_length = 0, query_length, static_length
 
         if padding_mask is None and cache is None:
-            padding_mask = attention_ops.get_implicit_mask(inputs)
-        padding_mask = attention_ops.check_mask(
-            padding_mask, "padding_mask", 2,
-            (inputs.shape[0], static_key_length),
-        )
-        if padding_mask is not None and len(spatial_shape) > 1 and cache is None:
-            padding_mask = ops.reshape(padding_mask, (batch_size, -1))
+            padding_mask = attention_ops.get_implicit_mask(original_inputs)
+        if cache is None and len(spatial_shape) > 1:
+            # Images: the padding mask has the image's layout (B, height, width).
+            padding_mask = attention_ops.check_mask(
+                padding_mask, "padding_mask", 1 + len(spatial_shape),
+                (original_inputs.shape[0],) + spatial_shape,
+            )
+            if padding_mask is not None:
+                padding_mask = ops.reshape(padding_mask, (batch_size, -1))
+        else:
+            padding_mask = attention_ops.check_mask(
+                padding_mask, "padding_mask", 2,
+                (inputs.shape[0], static_key_length),
+            )
         attention_mask = attention_ops.check_mask(
             attention_mask, "attention_mask", (3, 4),
             (static_length, static_key_length),
