@@ -94,3 +94,69 @@ def multi_head_self_attention(layer, x, mask):
         for j in range(h):
             heads[i, :, j], probs[i, j] = softmax_attention(q[i, :, j], k[i, :, j], v[i, :, j], mask[i, j])
     return output_projection(layer, heads), probs
+
+
+def dense(layer, x):
+    """x @ kernel + bias of a keras Dense sublayer, in float64."""
+    y = np.asarray(x, np.float64) @ np.asarray(layer.kernel, np.float64)
+    if layer.use_bias:
+        y = y + np.asarray(layer.bias, np.float64)
+    return y
+
+
+def multi_head_cross_attention(layer, query, value, mask):
+    """Reference forward pass of MultiHeadAttention (key = value).
+
+    Args:
+        layer: a built MultiHeadAttention.
+        query: (B, T, D); value: (B, S, Dv).
+        mask: (B, H, T, S) bool.
+
+    Returns:
+        (outputs (B, T, D), probabilities (B, H, T, S)).
+    """
+    b, t = query.shape[:2]
+    s = value.shape[1]
+    h, k = layer.num_heads, layer.key_dim
+    q = dense(layer.query_dense, query).reshape(b, t, h, k)
+    kk = dense(layer.key_dense, value).reshape(b, s, h, k)
+    v = dense(layer.value_dense, value).reshape(b, s, h, -1)
+    heads = np.zeros((b, t, h, v.shape[-1]))
+    probs = np.zeros((b, h, t, s))
+    for i in range(b):
+        for j in range(h):
+            heads[i, :, j], probs[i, j] = softmax_attention(q[i, :, j], kk[i, :, j], v[i, :, j], mask[i, j])
+    return dense(layer.output_dense, heads.reshape(b, t, -1)), probs
+
+
+def layer_norm(layer, x):
+    """keras LayerNormalization over the last axis, in float64."""
+    mean = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    y = (x - mean) / np.sqrt(var + layer.epsilon)
+    return y * np.asarray(layer.gamma, np.float64) + np.asarray(layer.beta, np.float64)
+
+
+def transformer_encoder(block, x, mask):
+    """Reference forward pass of a TransformerEncoder with the default
+    self-attention and ReLU feed-forward network (inference: no dropout).
+
+    Args:
+        block: a built TransformerEncoder.
+        x: (B, T, D); mask: (B, H, T, T) bool.
+    """
+    x = np.asarray(x, np.float64)
+
+    def attention(h):
+        return multi_head_self_attention(block._self_attention_layer, h, mask)[0]
+
+    def feedforward(h):
+        hidden = np.maximum(dense(block._feedforward_intermediate, h), 0.0)
+        return dense(block._feedforward_output, hidden)
+
+    for sublayer, norm in ((attention, block._self_attention_norm), (feedforward, block._feedforward_norm)):
+        if block.normalize_first:
+            x = x + sublayer(layer_norm(norm, x))
+        else:
+            x = layer_norm(norm, x + sublayer(x))
+    return x

@@ -67,8 +67,9 @@ class MultiHeadAttention(AttentionBase):
         self._check_rank("query", query_shape)
         if value_shape is None:
             raise ValueError(
-                "MultiHeadAttention must be built with the shape of `value` "
-                "(call it once with a value sequence before using a cache)."
+                "MultiHeadAttention needs `value` (the sequence to attend to) "
+                "to build its key/value projections. Received no value: call "
+                "it once as `layer(query, value)` before using a cache."
             )
         value_shape = tuple(value_shape)
         self._check_rank("value", value_shape)

@@ -153,6 +153,17 @@ class TransformerDecoder(TransformerBlock):
         self._check_cross_attention(with_cross)
         if encoder_sequence is not None and encoder_padding_mask is None:
             encoder_padding_mask = attention_ops.get_implicit_mask(encoder_sequence)
+        if with_cross:
+            memory = encoder_sequence if encoder_sequence is not None else cross_attention_cache
+            encoder_padding_mask = attention_ops.check_mask(
+                encoder_padding_mask, "encoder_padding_mask", 2,
+                (decoder_sequence.shape[0], memory.shape[1]),
+            )
+        decoder_padding_mask = attention_ops.check_mask(
+            decoder_padding_mask, "decoder_padding_mask", 2,
+            (decoder_sequence.shape[0],
+             self_attention_cache.shape[1] if cached else decoder_sequence.shape[1]),
+        )
 
         def self_attention(x):
             kwargs = {}

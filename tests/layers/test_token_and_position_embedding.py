@@ -1,0 +1,66 @@
+import numpy as np
+import pytest
+
+from keras_attn.layers import SinusoidalPositionEncoding, TokenAndPositionEmbedding
+from tests.test_case import run_layer_test
+
+
+def test_sinusoids_match_the_paper_formula():
+    layer = SinusoidalPositionEncoding()
+    out = np.asarray(layer(np.zeros((2, 5, 6), "float32"), start_index=3))
+    want = np.zeros((5, 6))
+    for pos in range(5):
+        for i in range(3):
+            angle = (pos + 3) / 10000 ** (2 * i / 6)
+            want[pos, 2 * i], want[pos, 2 * i + 1] = np.sin(angle), np.cos(angle)
+    np.testing.assert_allclose(out[0], want, atol=1e-5)
+    np.testing.assert_allclose(out[1], want, atol=1e-5)
+
+
+def test_learned_positions_and_mask():
+    run_layer_test(
+        TokenAndPositionEmbedding,
+        {"vocabulary_size": 11, "embedding_dim": 8, "sequence_length": 6, "mask_zero": True},
+        np.array([[1, 2, 3, 0, 0, 0], [4, 5, 6, 7, 8, 9]], "int32"),
+        expected_output_shape=(2, 6, 8),
+        run_mixed_precision=False,
+        run_fit=False,
+    )
+    layer = TokenAndPositionEmbedding(11, 8, sequence_length=6, mask_zero=True, scale_token_embeddings=True)
+    ids = np.array([[3, 0]])
+    out = np.asarray(layer(ids, start_index=2))
+    tokens = np.asarray(layer.token_embedding.embeddings)
+    positions = np.asarray(layer.position_embedding.embeddings)
+    np.testing.assert_allclose(out[0, 0], tokens[3] * np.sqrt(8) + positions[2], atol=1e-6)
+    np.testing.assert_allclose(out[0, 1], tokens[0] * np.sqrt(8) + positions[3], atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(layer.compute_mask(ids)), [[True, False]])
+
+
+def test_sinusoidal_positions_work_past_any_table():
+    layer = TokenAndPositionEmbedding(11, 8, position="sinusoidal")
+    out = np.asarray(layer(np.ones((1, 3), "int32"), start_index=5000))
+    assert np.isfinite(out).all()
+
+
+def test_positions_beyond_the_learned_table():
+    layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
+    with pytest.raises(ValueError, match=r"Positions 2..5 do not fit the learned position table of 4 rows"):
+        layer(np.ones((1, 4), "int32"), start_index=2)
+    import tensorflow as tf
+
+    # Inside a graph with a traced start index: clamped to the last row, never out of range.
+    clamp = tf.function(lambda ids, start: layer(ids, start_index=start))
+    out = np.asarray(clamp(np.ones((1, 1), "int32"), tf.constant(9)))
+    last = np.asarray(layer(np.ones((1, 1), "int32"), start_index=3))
+    np.testing.assert_allclose(out, last, atol=1e-6)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="sequence_length` must be a positive integer"):
+        TokenAndPositionEmbedding(10, 8)
+    with pytest.raises(ValueError, match='position` must be "learned" or "sinusoidal"'):
+        TokenAndPositionEmbedding(10, 8, 4, position="rotary")
+    with pytest.raises(ValueError, match="even `embedding_dim`"):
+        TokenAndPositionEmbedding(10, 7, position="sinusoidal")
+    with pytest.raises(ValueError, match=r"token ids of shape \(batch, length\)"):
+        TokenAndPositionEmbedding(10, 8, 4)(np.ones((1, 2, 3), "int32"))

@@ -1,0 +1,128 @@
+import os
+import tempfile
+
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.layers import MultiHeadSelfAttention, TransformerDecoder, TransformerEncoder
+from tests.test_case import run_layer_test
+
+RNG = np.random.default_rng(3)
+
+
+def _seq(batch, length, dim=16):
+    return RNG.standard_normal((batch, length, dim)).astype("float32")
+
+
+def test_decoder_only_lifecycle():
+    run_layer_test(
+        TransformerDecoder,
+        {"intermediate_dim": 32, "num_heads": 2, "dropout": 0.1, "seed": 4},
+        _seq(2, 5),
+        expected_output_shape=(2, 5, 16),
+    )
+
+
+def _encoder_decoder(normalize_first=False, self_attention=None):
+    source = keras.Input((None, 16), name="source")
+    target = keras.Input((None, 16), name="target")
+    memory = TransformerEncoder(intermediate_dim=32, num_heads=2, name="encoder")(source)
+    decoder = TransformerDecoder(
+        intermediate_dim=32, num_heads=2, normalize_first=normalize_first,
+        self_attention=self_attention, name="decoder",
+    )
+    out = decoder(target, memory)
+    return keras.Model([source, target], out), decoder
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_cached_decoding_equals_full_pass_with_cross_attention(normalize_first):
+    model, decoder = _encoder_decoder(normalize_first)
+    source, target = _seq(2, 7), _seq(2, 5)
+    source_padding = np.array([[1] * 7, [1] * 3 + [0] * 4], bool)
+    memory = model.get_layer("encoder")(source, padding_mask=source_padding)
+    full = np.asarray(decoder(target, memory, encoder_padding_mask=source_padding))
+    cache = decoder.init_cache(2, 5)
+    cross = None
+    steps = []
+    for i in range(5):
+        y, cache, cross = decoder(
+            target[:, i:i + 1], memory if cross is None else None,
+            encoder_padding_mask=source_padding, self_attention_cache=cache,
+            cache_index=i, cross_attention_cache=cross,
+        )
+        steps.append(np.asarray(y))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
+
+
+def test_decoder_only_cached_equals_full_pass():
+    decoder = TransformerDecoder(intermediate_dim=32, num_heads=4)
+    x = _seq(2, 6)
+    full = np.asarray(decoder(x))
+    cache = decoder.init_cache(2, 8)
+    y1, cache = decoder(x[:, :2], self_attention_cache=cache, cache_index=0)  # prefill
+    outs = [np.asarray(y1)]
+    for i in range(2, 6):
+        y, cache = decoder(x[:, i:i + 1], self_attention_cache=cache, cache_index=i)
+        outs.append(np.asarray(y))
+    np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)
+
+
+def test_different_lengths_and_padding_in_one_batch_equal_each_example_alone():
+    # Source length 7 and target length 4, padded differently per example.
+    model, decoder = _encoder_decoder()
+    encoder = model.get_layer("encoder")
+    source, target = _seq(2, 7), _seq(2, 4)
+    source_padding = np.array([[1] * 7, [1] * 5 + [0] * 2], bool)
+    target_padding = np.array([[1, 1, 0, 0], [1] * 4], bool)
+    memory = encoder(source, padding_mask=source_padding)
+    batch = np.asarray(decoder(target, memory, decoder_padding_mask=target_padding,
+                               encoder_padding_mask=source_padding))
+    for b in range(2):
+        s, t = int(source_padding[b].sum()), int(target_padding[b].sum())
+        alone_memory = encoder(source[b:b + 1, :s])
+        alone = np.asarray(decoder(target[b:b + 1, :t], alone_memory))
+        np.testing.assert_allclose(batch[b:b + 1, :t], alone, atol=1e-5)
+
+
+def test_no_future_leak_with_dropout():
+    decoder = TransformerDecoder(intermediate_dim=32, num_heads=2, dropout=0.2, seed=11)
+    twin = TransformerDecoder(intermediate_dim=32, num_heads=2, dropout=0.2, seed=11)
+    x1 = _seq(2, 6)
+    x2 = x1.copy()
+    x2[:, 3:] += 1.0
+    decoder.build(x1.shape), twin.build(x1.shape)
+    twin.set_weights(decoder.get_weights())
+    y1 = np.asarray(decoder(x1, training=True))
+    y2 = np.asarray(twin(x2, training=True))
+    np.testing.assert_allclose(y1[:, :3], y2[:, :3], atol=1e-6)
+    assert not np.allclose(y1[:, 3:], y2[:, 3:])
+
+
+def test_keras_round_trip_with_nested_self_attention():
+    model, _ = _encoder_decoder(self_attention=MultiHeadSelfAttention(num_heads=2, key_dim=5))
+    source, target = _seq(2, 7), _seq(2, 4)
+    want = np.asarray(model([source, target]))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.keras")
+        model.save(path)
+        again = keras.saving.load_model(path)
+    np.testing.assert_allclose(np.asarray(again([source, target])), want, atol=1e-6)
+    assert len(again.weights) == len(model.weights)
+    assert again.get_layer("decoder").get_config()["self_attention"]["config"]["key_dim"] == 5
+
+
+def test_errors():
+    decoder_only = TransformerDecoder(intermediate_dim=8, num_heads=2)
+    decoder_only(_seq(1, 3))
+    with pytest.raises(ValueError, match="built without cross-attention"):
+        decoder_only(_seq(1, 3), _seq(1, 4))
+    with_cross = TransformerDecoder(intermediate_dim=8, num_heads=2)
+    with_cross(_seq(1, 3), _seq(1, 4))
+    with pytest.raises(ValueError, match="has cross-attention: pass `encoder_sequence`"):
+        with_cross(_seq(1, 3))
+    with pytest.raises(ValueError, match="cache_index=3, input length 2, cache length 4"):
+        with_cross(_seq(1, 2), _seq(1, 4), self_attention_cache=with_cross.init_cache(1, 4), cache_index=3)
+    with pytest.raises(ValueError, match=r"encoder_padding_mask` has shape \(1, 3\)"):
+        with_cross(_seq(1, 3), _seq(1, 4), encoder_padding_mask=np.ones((1, 3), bool))

@@ -1,0 +1,57 @@
+import numpy as np
+import pytest
+
+from keras_attn.layers import MultiHeadSelfAttention, TransformerEncoder
+from tests import references
+from tests.test_case import run_layer_test
+
+RNG = np.random.default_rng(2)
+
+
+def test_layer_lifecycle():
+    run_layer_test(
+        TransformerEncoder,
+        {"intermediate_dim": 32, "num_heads": 2, "dropout": 0.1, "seed": 3},
+        RNG.standard_normal((2, 5, 16)).astype("float32"),
+        expected_output_shape=(2, 5, 16),
+    )
+
+
+def test_lifecycle_with_a_nested_self_attention_layer():
+    run_layer_test(
+        TransformerEncoder,
+        {"intermediate_dim": 32, "self_attention": MultiHeadSelfAttention(num_heads=4, key_dim=3)},
+        RNG.standard_normal((2, 5, 16)).astype("float32"),
+        run_mixed_precision=False,
+    )
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_matches_numpy_reference(normalize_first):
+    x = RNG.standard_normal((2, 6, 8)).astype("float32")
+    padding = np.array([[1] * 6, [1] * 4 + [0] * 2], bool)
+    block = TransformerEncoder(intermediate_dim=16, num_heads=2, normalize_first=normalize_first)
+    out = block(x, padding_mask=padding)
+    want = references.transformer_encoder(block, x, references.dense_mask(2, 6, 6, padding, num_heads=2))
+    np.testing.assert_allclose(np.asarray(out), want, atol=1e-4)
+
+
+def test_padding_does_not_change_real_positions():
+    x = RNG.standard_normal((1, 6, 8)).astype("float32")
+    block = TransformerEncoder(intermediate_dim=16, num_heads=2)
+    alone = np.asarray(block(x[:, :4]))
+    padded = x.copy()
+    padded[:, 4:] = 100.0  # garbage in the padded slots
+    out = np.asarray(block(padded, padding_mask=np.array([[1, 1, 1, 1, 0, 0]], bool)))
+    np.testing.assert_allclose(out[:, :4], alone, atol=1e-5)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="needs `num_heads`.*or a `self_attention` layer"):
+        TransformerEncoder(intermediate_dim=8)
+    with pytest.raises(ValueError, match="width 10 is not divisible by num_heads=4"):
+        TransformerEncoder(intermediate_dim=8, num_heads=4)(np.zeros((1, 3, 10), "float32"))
+    with pytest.raises(ValueError, match="intermediate_dim` must be a positive integer"):
+        TransformerEncoder(intermediate_dim=0, num_heads=2)
+    with pytest.raises(ValueError, match="self_attention` must be a keras_attn self-attention layer"):
+        TransformerEncoder(intermediate_dim=8, self_attention="dense")
