@@ -1,0 +1,99 @@
+"""Losses for sequence models with padding."""
+
+import keras
+from keras import ops
+
+
+def _set_mask(values, mask):
+    # Keras reduces a loss over the entries of its `_keras_mask` only (the
+    # mechanism of its own `ignore_class`), which keeps the mean exact and
+    # the scaling right under tf.distribute.
+    try:
+        from keras.src.backend.common.masking import set_keras_mask
+    except ImportError:  # pragma: no cover
+        values._keras_mask = mask
+        return values
+    set_keras_mask(values, mask)
+    return values
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
+    """Token-level cross-entropy with label smoothing that ignores padding.
+
+    The target distribution puts `1 - label_smoothing` on the true token and
+    spreads `label_smoothing` uniformly over the vocabulary (Szegedy et al.
+    2016; the Transformer used 0.1). Positions whose target is `ignore_class`
+    (the padding id) contribute nothing, and the result is the mean over the
+    remaining tokens of the batch, so short and long batches weigh each token
+    the same.
+
+    Args:
+        label_smoothing: in [0, 1).
+        ignore_class: target id excluded from the loss (padding), or None.
+        from_logits: whether `y_pred` are logits (default) or probabilities.
+        name, reduction, dtype: as in `keras.losses.Loss`.
+
+    Call arguments:
+        y_true: (B, T) integer target ids.
+        y_pred: (B, T, V) logits (or probabilities).
+
+    Returns:
+        A scalar: mean loss per real token, in nats.
+
+    Raises:
+        ValueError: if `label_smoothing` is outside [0, 1).
+
+    Reference:
+        Vaswani et al. 2017, section 5.4 (label smoothing 0.1).
+    """
+
+    def __init__(
+        self,
+        label_smoothing=0.1,
+        ignore_class=0,
+        from_logits=True,
+        name="masked_sparse_categorical_crossentropy",
+        reduction="sum_over_batch_size",
+        dtype=None,
+    ):
+        super().__init__(name=name, reduction=reduction, dtype=dtype)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(
+                "`label_smoothing` must be in [0, 1). Received: "
+                f"label_smoothing={label_smoothing}."
+            )
+        self.label_smoothing = label_smoothing
+        self.ignore_class = ignore_class
+        self.from_logits = from_logits
+
+    def call(self, y_true, y_pred):
+        y_true = ops.cast(y_true, "int32")
+        y_pred = ops.cast(y_pred, "float32")
+        if self.from_logits:
+            log_probs = ops.log_softmax(y_pred, axis=-1)
+        else:
+            log_probs = ops.log(ops.clip(y_pred, 1e-7, 1.0))
+        valid = None
+        if self.ignore_class is not None:
+            valid = ops.not_equal(y_true, self.ignore_class)
+            # The ignored id may lie outside the vocabulary (e.g. -1).
+            y_true = ops.where(valid, y_true, 0)
+        true_log_prob = ops.take_along_axis(log_probs, y_true[..., None], axis=-1)[..., 0]
+        loss = -(1.0 - self.label_smoothing) * true_log_prob
+        if self.label_smoothing:
+            loss = loss - self.label_smoothing * ops.mean(log_probs, axis=-1)
+        if valid is None:
+            return loss
+        return _set_mask(ops.where(valid, loss, 0.0), valid)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "label_smoothing": self.label_smoothing,
+                "ignore_class": self.ignore_class,
+                "from_logits": self.from_logits,
+            }
+        )
+        return config

@@ -1,0 +1,54 @@
+"""Learning-rate schedules."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """The Transformer's schedule: linear warmup, then inverse square root decay.
+
+        lr(step) = scale * d_model^-0.5 * min(n^-0.5, n * warmup_steps^-1.5),
+        n = step + 1
+
+    (the paper counts steps from 1; counting from the optimizer's 0 with
+    `n = step + 1` keeps the rate finite and positive at the first step).
+    The peak, reached at `warmup_steps`, is `scale / sqrt(d_model *
+    warmup_steps)`.
+
+    Args:
+        d_model: the model width D (positive int).
+        warmup_steps: steps of linear warmup (positive int; 4000 in the paper).
+        scale: multiplier of the whole curve (1.0 in the paper; small
+            datasets and batches often train better with 0.5-2).
+
+    Call arguments:
+        step: the optimizer's iteration count (int or scalar tensor).
+
+    Returns:
+        The float32 learning rate.
+
+    Raises:
+        ValueError: if `d_model` or `warmup_steps` is not positive.
+
+    Reference:
+        Vaswani et al. 2017, "Attention Is All You Need", section 5.3.
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, scale=1.0):
+        if d_model <= 0 or warmup_steps <= 0:
+            raise ValueError(
+                "`d_model` and `warmup_steps` must be positive. Received: "
+                f"d_model={d_model}, warmup_steps={warmup_steps}."
+            )
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.scale = scale
+
+    def __call__(self, step):
+        n = ops.cast(step, "float32") + 1.0
+        rate = ops.minimum(ops.rsqrt(n), n * float(self.warmup_steps) ** -1.5)
+        return self.scale * float(self.d_model) ** -0.5 * rate
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
