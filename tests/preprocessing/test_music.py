@@ -1,0 +1,493 @@
+"""Tests for keras_attn.preprocessing.music on the real samples shipped in examples/music/data."""
+
+import os
+
+import numpy as np
+import pretty_midi
+import pytest
+
+from keras_attn.preprocessing import music
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "music", "data")
+POP909 = sorted(
+    os.path.join(DATA, "pop909", name)
+    for name in os.listdir(os.path.join(DATA, "pop909"))
+    if name.endswith(".mid")
+)
+JSB = os.path.join(DATA, "Jsb16thSeparated.json")
+
+ON, OFF = music.NOTE_ON_OFFSET, music.NOTE_OFF_OFFSET
+VEL = music.VELOCITY_OFFSET
+
+
+def shift(steps):
+    """Event id of a time shift of `steps` x 10 ms (1..100)."""
+    return music.TIME_SHIFT_OFFSET + steps - 1
+
+
+def score_with(*instruments):
+    score = pretty_midi.PrettyMIDI()
+    score.instruments.extend(instruments)
+    return score
+
+
+def instrument(notes, pedal=(), is_drum=False):
+    """notes: (pitch, velocity, start, end); pedal: (time, value) of CC64."""
+    inst = pretty_midi.Instrument(program=0, is_drum=is_drum)
+    inst.notes = [pretty_midi.Note(v, p, s, e) for p, v, s, e in notes]
+    inst.control_changes = [pretty_midi.ControlChange(64, v, t) for t, v in pedal]
+    return inst
+
+
+def by_onset(notes):
+    return sorted(notes, key=lambda n: (n.start, n.pitch))
+
+
+# --- Vocabulary -----------------------------------------------------------
+def test_vocabulary_layout_matches_the_paper():
+    assert (music.PAD_ID, music.START_ID, music.END_ID) == (0, 1, 2)
+    assert (ON, OFF, music.TIME_SHIFT_OFFSET, VEL) == (3, 131, 259, 359)
+    assert music.VOCABULARY_SIZE == 3 + 128 + 128 + 100 + 32 == 391
+    assert music.event_to_string(ON + 60) == "NOTE_ON(60)"
+    assert music.event_to_string(OFF + 127) == "NOTE_OFF(127)"
+    assert music.event_to_string(shift(1)) == "TIME_SHIFT(10ms)"
+    assert music.event_to_string(shift(100)) == "TIME_SHIFT(1000ms)"
+    assert music.event_to_string(VEL + 31) == "VELOCITY(31)"
+    assert music.event_to_string(music.VOCABULARY_SIZE - 1) == "VELOCITY(31)"
+
+
+def test_velocity_bins_are_4_wide_and_decode_to_their_lowest_velocity():
+    np.testing.assert_array_equal(
+        music.velocity_to_bin(np.array([1, 4, 5, 64, 65, 124, 125, 127])),
+        [0, 0, 1, 15, 16, 30, 31, 31],
+    )
+    bins = np.arange(32)
+    np.testing.assert_array_equal(music.bin_to_velocity(bins), 4 * bins + 1)
+    np.testing.assert_array_equal(music.velocity_to_bin(music.bin_to_velocity(bins)), bins)
+
+
+# --- Encoding, hand-computed --------------------------------------------
+def test_notes_to_events_hand_computed():
+    # 60 (velocity 80 -> bin 19) from 0 to 0.5 s; 64 (81 -> bin 20) from 0.5 to 2 s.
+    events = music.midi_to_events(
+        score_with(instrument([(60, 80, 0.0, 0.5), (64, 81, 0.5, 2.0)]))
+    )
+    expected = [VEL + 19, ON + 60, shift(50), OFF + 60, VEL + 20, ON + 64,
+                shift(100), shift(50), OFF + 64]
+    np.testing.assert_array_equal(events, expected)
+    assert events.dtype == np.int32
+    with_specials = music.midi_to_events(
+        score_with(instrument([(60, 80, 0.0, 0.5), (64, 81, 0.5, 2.0)])), add_start_end=True
+    )
+    np.testing.assert_array_equal(with_specials, [music.START_ID] + expected + [music.END_ID])
+
+
+def test_chord_order_leading_silence_and_shared_velocity():
+    # Offs before ons at one instant, each by pitch; one VELOCITY for equal bins.
+    notes = [(67, 100, 1.234, 1.5), (60, 99, 1.234, 1.5), (64, 40, 1.5, 1.6)]
+    events = music.midi_to_events(score_with(instrument(notes)))
+    expected = [shift(100), shift(23), VEL + 24, ON + 60, ON + 67, shift(27),
+                OFF + 60, OFF + 67, VEL + 9, ON + 64, shift(10), OFF + 64]
+    np.testing.assert_array_equal(events, expected)
+
+
+def test_notes_shorter_than_a_step_get_one_step_on_their_side():
+    notes = [
+        pretty_midi.Note(80, 60, 0.996, 0.9999),  # rounds to [1.0, 1.0]: early half
+        pretty_midi.Note(80, 62, 2.001, 2.003),  # rounds to [2.0, 2.0]: late half
+    ]
+    decoded = music.events_to_notes(music.notes_to_events(notes))
+    assert [(n.pitch, n.start, n.end) for n in decoded] == [(60, 0.99, 1.0), (62, 2.0, 2.01)]
+    for before, after in zip(notes, decoded):
+        assert abs(before.start - after.start) <= 0.010 and abs(before.end - after.end) <= 0.010
+
+
+def test_sustain_pedal_extends_notes_and_restrike_ends_them():
+    notes = [
+        (60, 80, 0.0, 0.3),  # released under the pedal -> sounds to 1.0
+        (62, 80, 0.1, 0.15),  # released before the pedal -> unchanged
+        (64, 80, 0.5, 0.6),  # struck again at 0.8 -> ends there
+        (64, 80, 0.8, 0.9),  # released under the pedal -> 1.0
+        (67, 80, 0.9, 1.2),  # key held past the pedal -> unchanged
+    ]
+    pedal = [(0.2, 127), (0.4, 100), (1.0, 0)]  # 100 >= 64: still down
+    score = score_with(instrument(notes, pedal))
+    with_pedal = [(n.pitch, n.start, n.end) for n in music.midi_to_notes(score)]
+    assert with_pedal == [
+        (60, 0.0, 1.0), (62, 0.1, 0.15), (64, 0.5, 0.8), (64, 0.8, 1.0), (67, 0.9, 1.2)
+    ]
+    without = [(n.pitch, n.start, n.end) for n in music.midi_to_notes(score, sustain=False)]
+    assert without == [(p, s, e) for p, _, s, e in notes]
+
+
+def test_instruments_are_merged_and_drums_ignored():
+    melody = instrument([(72, 50, 2.0, 2.1)])
+    piano = instrument([(72, 90, 2.004, 2.3), (48, 70, 2.0, 3.0)])
+    drums = instrument([(36, 127, 0.0, 0.1)], is_drum=True)
+    notes = music.midi_to_notes(score_with(melody, piano, drums))
+    # The doubled 72 (onsets in one 10 ms step) becomes one note: earliest
+    # start, latest end, loudest velocity.
+    assert [(n.pitch, n.velocity, n.start, n.end) for n in notes] == [
+        (48, 70, 2.0, 3.0), (72, 90, 2.0, 2.3)
+    ]
+
+
+def test_sustain_matches_a_naive_event_loop_on_a_real_piano_track():
+    # Reference: walk pedal/note events in time order, as a player would.
+    source = pretty_midi.PrettyMIDI(POP909[0])
+    track = next(i for i in source.instruments if i.name == "PIANO")
+    pedal_events = [c for c in track.control_changes if c.number == 64]
+    assert len(pedal_events) > 50
+    timeline = [(c.time, 0, c.value >= 64, None) for c in pedal_events]
+    timeline += [(n.start, 1, True, k) for k, n in enumerate(track.notes)]
+    timeline += [(n.end, 2, False, k) for k, n in enumerate(track.notes)]
+    timeline.sort(key=lambda e: (e[0], e[1]))
+    ends = {k: n.end for k, n in enumerate(track.notes)}
+    pedal_down, sounding, held_by_pedal = False, {}, set()
+    for time, kind, flag, k in timeline:
+        if kind == 0:
+            if pedal_down and not flag:
+                for j in held_by_pedal:
+                    ends[j] = time
+                    sounding.pop(track.notes[j].pitch, None)
+                held_by_pedal.clear()
+            pedal_down = flag
+        elif kind == 1:
+            pitch = track.notes[k].pitch
+            if pitch in sounding:
+                previous = sounding.pop(pitch)  # struck again: it stops now
+                ends[previous] = time
+                held_by_pedal.discard(previous)
+            sounding[pitch] = k
+        elif sounding.get(track.notes[k].pitch) == k:
+            if pedal_down:
+                held_by_pedal.add(k)
+            else:
+                sounding.pop(track.notes[k].pitch)
+    expected = sorted((n.start, n.pitch, ends[k]) for k, n in enumerate(track.notes))
+    got = [(n.start, n.pitch, n.end) for n in music.midi_to_notes(score_with(track))]
+    assert len(got) == len(expected) == len(track.notes)
+    np.testing.assert_allclose(np.array(got), np.array(expected), atol=1e-9)
+    # The pedal matters on this track: many notes sound longer.
+    assert sum(e > n.end + 0.05 for e, n in zip(ends.values(), track.notes)) > 100
+
+
+# --- Round trips on real POP909 files -------------------------------------
+@pytest.mark.parametrize("path", POP909, ids=os.path.basename)
+def test_pop909_round_trip_within_10ms_and_same_velocity_bin(path, tmp_path):
+    reference = music.midi_to_notes(path)
+    events = music.midi_to_events(path)
+    assert events.min() >= 3 and events.max() < music.VOCABULARY_SIZE
+    # Through a file, as a user would do.
+    written = tmp_path / "round_trip.mid"
+    music.events_to_midi(events).write(str(written))
+    decoded = pretty_midi.PrettyMIDI(str(written))
+    assert len(decoded.instruments) == 1 and decoded.instruments[0].program == 0
+    decoded = decoded.instruments[0].notes
+
+    def key(n):
+        return (n.pitch, n.start)
+
+    reference, decoded = sorted(reference, key=key), sorted(decoded, key=key)
+    assert len(decoded) == len(reference) > 900
+    assert [n.pitch for n in decoded] == [n.pitch for n in reference]
+    starts = np.array([[n.start for n in reference], [n.start for n in decoded]])
+    ends = np.array([[n.end for n in reference], [n.end for n in decoded]])
+    assert np.abs(starts[0] - starts[1]).max() <= 0.010 + 1e-6
+    assert np.abs(ends[0] - ends[1]).max() <= 0.010 + 1e-6
+    # Rounding to 10 ms: half a step on average.
+    assert 0.002 < np.abs(starts[0] - starts[1]).mean() < 0.003
+    np.testing.assert_array_equal(
+        music.velocity_to_bin(np.array([n.velocity for n in decoded])),
+        music.velocity_to_bin(np.array([n.velocity for n in reference])),
+    )
+    # Decoded times are whole 10 ms steps; encoding them again is exact.
+    np.testing.assert_array_equal(music.notes_to_events(decoded), events)
+
+
+def test_round_trip_without_sustain_keeps_the_files_own_offsets():
+    source = pretty_midi.PrettyMIDI(POP909[1])
+    raw = sorted(
+        (n for i in source.instruments for n in i.notes), key=lambda n: (n.pitch, n.start)
+    )
+    decoded = sorted(
+        music.events_to_midi(music.midi_to_events(source, sustain=False)).instruments[0].notes,
+        key=lambda n: (n.pitch, n.start),
+    )
+    # Doubled melody notes are merged; every other note keeps its own offset.
+    assert 0.95 * len(raw) < len(decoded) <= len(raw)
+    raw_by_onset = {(n.pitch, round(n.start * 100)): n for n in raw}
+    matched = [raw_by_onset.get((n.pitch, round(n.start * 100))) for n in decoded]
+    assert sum(m is not None for m in matched) >= 0.99 * len(decoded)
+    offsets = np.array([abs(m.end - n.end) for m, n in zip(matched, decoded) if m])
+    assert np.mean(offsets <= 0.010 + 1e-6) > 0.98
+
+
+def test_events_to_midi_skips_specials_and_unmatched_events():
+    events = [
+        music.PAD_ID, music.START_ID, OFF + 61,  # nothing to turn off
+        VEL + 10, ON + 60, shift(10), ON + 60,  # re-strike ends the first 60
+        shift(5), OFF + 60, ON + 62, shift(3),  # 62 still sounding at END
+        music.END_ID, ON + 70, shift(50),  # after END: ignored
+    ]
+    score = music.events_to_midi(np.array(events))
+    got = [(n.pitch, n.velocity, n.start, n.end) for n in score.instruments[0].notes]
+    assert got == [(60, 41, 0.0, 0.1), (60, 41, 0.1, 0.15), (62, 41, 0.15, 0.18)]
+    # A note-on before any VELOCITY uses the default velocity; a dangling
+    # last note lasts one step.
+    score = music.events_to_midi([ON + 50])
+    assert [(n.pitch, n.velocity, n.start, n.end) for n in score.instruments[0].notes] == [
+        (50, 64, 0.0, 0.01)
+    ]
+    assert music.events_to_midi([]).instruments[0].notes == []
+
+
+def test_events_to_midi_rejects_ids_outside_the_vocabulary():
+    with pytest.raises(ValueError, match=r"ids from 3 to 391"):
+        music.events_to_midi([ON, music.VOCABULARY_SIZE])
+    with pytest.raises(ValueError, match=r"1-D array of integer.*shape \(1, 2\)"):
+        music.events_to_midi([[ON, OFF]])
+    with pytest.raises(ValueError, match=r"1-D array of integer.*float"):
+        music.events_to_midi(np.array([3.0, 4.0]))
+
+
+# --- Augmentation -----------------------------------------------------------
+def test_transpose_shifts_note_events_only():
+    events = np.array([music.START_ID, VEL + 5, ON + 60, shift(20), OFF + 60, music.END_ID])
+    np.testing.assert_array_equal(
+        music.transpose(events, 3),
+        [music.START_ID, VEL + 5, ON + 63, shift(20), OFF + 63, music.END_ID],
+    )
+    np.testing.assert_array_equal(music.transpose(events, -3)[2:5:2], [ON + 57, OFF + 57])
+
+
+def test_transpose_real_file_and_back():
+    events = music.midi_to_events(POP909[0])
+    for semitones in music.AUGMENTATION_SEMITONES:
+        moved = music.transpose(events, semitones)
+        assert len(moved) == len(events)
+        original = music.events_to_notes(events)
+        notes = music.events_to_notes(moved)
+        notes, original = by_onset(notes), by_onset(original)
+        assert [n.pitch for n in notes] == [n.pitch + semitones for n in original]
+        assert [(n.start, n.end) for n in notes] == [(n.start, n.end) for n in original]
+        np.testing.assert_array_equal(music.transpose(moved, -semitones), events)
+
+
+def test_transpose_out_of_range_drops_or_raises():
+    events = music.notes_to_events(
+        [pretty_midi.Note(80, 60, 0.0, 0.5), pretty_midi.Note(80, 126, 0.2, 0.4)],
+        add_start_end=True,
+    )
+    dropped = music.transpose(events, 3)
+    np.testing.assert_array_equal(
+        dropped, [music.START_ID, VEL + 19, ON + 63, shift(50), OFF + 63, music.END_ID]
+    )
+    with pytest.raises(ValueError, match=r"pitches from 63 to 129.*out_of_range=\"drop\""):
+        music.transpose(events, 3, out_of_range="error")
+    with pytest.raises(ValueError, match=r"leaves no note"):
+        music.transpose(music.notes_to_events([pretty_midi.Note(80, 126, 0, 1)]), 5)
+    with pytest.raises(ValueError, match=r"out_of_range"):
+        music.transpose(events, 1, out_of_range="clip")
+    with pytest.raises(ValueError, match=r"whole number"):
+        music.transpose(events, 0.5)
+
+
+def test_time_stretch_hand_computed():
+    notes = [pretty_midi.Note(80, 60, 0.2, 1.0), pretty_midi.Note(80, 64, 1.0, 2.4)]
+    events = music.notes_to_events(notes, add_start_end=True)
+    stretched = music.time_stretch(events, 0.95)
+    assert stretched[0] == music.START_ID and stretched[-1] == music.END_ID
+    got = [(n.pitch, n.start, n.end) for n in music.events_to_notes(stretched)]
+    assert got == [(60, 0.19, 0.95), (64, 0.95, 2.28)]
+    with pytest.raises(ValueError, match=r"positive.*factor=0"):
+        music.time_stretch(events, 0)
+
+
+def test_time_stretch_real_file_within_5ms_of_exact():
+    events = music.midi_to_events(POP909[0])
+    original = by_onset(music.events_to_notes(events))
+    for factor in (1.025, 1.05):
+        notes = by_onset(music.events_to_notes(music.time_stretch(events, factor)))
+        assert [n.pitch for n in notes] == [n.pitch for n in original]
+        starts = np.array([n.start for n in notes])
+        exact = factor * np.array([n.start for n in original])
+        np.testing.assert_allclose(starts, exact, atol=0.005 + 1e-9)
+        ends = np.array([n.end for n in notes])
+        exact = factor * np.array([n.end for n in original])
+        np.testing.assert_allclose(ends, exact, atol=0.005 + 1e-9)
+    assert original[-1].end * 1.05 == pytest.approx(notes[-1].end, abs=0.005)
+
+
+def test_augment_is_a_paper_transposition_and_stretch():
+    events = music.midi_to_events(POP909[3])
+    original = by_onset(music.events_to_notes(events))
+    starts = np.array([n.start for n in original])
+    seen = set()
+    for seed in range(6):
+        notes = by_onset(music.events_to_notes(music.augment(events, np.random.default_rng(seed))))
+        assert len(notes) == len(original)
+        semitones = notes[0].pitch - original[0].pitch
+        assert semitones in music.AUGMENTATION_SEMITONES
+        factor = notes[-1].start / original[-1].start
+        stretch = min(music.AUGMENTATION_STRETCHES, key=lambda f: abs(f - factor))
+        np.testing.assert_allclose([n.start for n in notes], stretch * starts, atol=0.005 + 1e-9)
+        assert [n.pitch - semitones for n in notes] == [n.pitch for n in original]
+        seen.add((semitones, stretch))
+    assert len(seen) > 1
+
+
+# --- Errors on bad files ----------------------------------------------------
+def midi_bytes(midi_format, tracks):
+    header = b"MThd" + (6).to_bytes(4, "big") + midi_format.to_bytes(2, "big")
+    header += len(tracks).to_bytes(2, "big") + (96).to_bytes(2, "big")
+    return header + b"".join(b"MTrk" + len(t).to_bytes(4, "big") + t for t in tracks)
+
+
+ONE_NOTE_TRACK = b"\x00\x90\x3c\x40\x60\x80\x3c\x40\x00\xff\x2f\x00"
+
+
+def test_handmade_type_1_file_parses(tmp_path):
+    path = tmp_path / "ok.mid"
+    path.write_bytes(midi_bytes(1, [ONE_NOTE_TRACK]))
+    np.testing.assert_array_equal(
+        music.midi_to_events(path), [VEL + 15, ON + 60, shift(50), OFF + 60]
+    )
+
+
+def test_error_empty_file(tmp_path):
+    path = tmp_path / "empty.mid"
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"empty.mid.*is empty \(0 bytes\)"):
+        music.midi_to_events(path)
+
+
+def test_error_not_a_midi_file(tmp_path):
+    path = tmp_path / "song.mid"
+    path.write_bytes(b"ID3\x04 an mp3 renamed to .mid")
+    with pytest.raises(ValueError, match=r"starting with b'MThd'.*b'ID3\\x04'.*not a MIDI file"):
+        music.midi_to_events(path)
+    with pytest.raises(ValueError, match=r"the given bytes"):
+        music.midi_to_events(b"hello")
+
+
+def test_error_corrupt_midi_file(tmp_path):
+    path = tmp_path / "truncated.mid"
+    path.write_bytes(midi_bytes(1, [ONE_NOTE_TRACK])[:20])
+    with pytest.raises(ValueError, match=r"parse file .*truncated.mid.*corrupt or truncated"):
+        music.midi_to_events(path)
+
+
+def test_error_type_2_file(tmp_path):
+    # pretty_midi would read it silently as simultaneous tracks.
+    path = tmp_path / "patterns.mid"
+    path.write_bytes(midi_bytes(2, [ONE_NOTE_TRACK, ONE_NOTE_TRACK]))
+    with pytest.raises(ValueError, match=r"type-2 MIDI file"):
+        music.midi_to_events(path)
+
+
+def test_error_no_notes(tmp_path):
+    path = tmp_path / "silent.mid"
+    score_with(pretty_midi.Instrument(program=0)).write(str(path))
+    with pytest.raises(ValueError, match=r"no such notes.*contains a \(piano\) part"):
+        music.midi_to_events(path)
+    drums_only = score_with(instrument([(36, 100, 0.0, 0.1)], is_drum=True))
+    with pytest.raises(ValueError, match=r"1 drum notes, which are ignored"):
+        music.midi_to_events(drums_only)
+
+
+def test_error_missing_path_and_wrong_type(tmp_path):
+    with pytest.raises(ValueError, match=r"does not exist"):
+        music.midi_to_events(tmp_path / "nope.mid")
+    with pytest.raises(TypeError, match=r"type int"):
+        music.midi_to_events(3)
+
+
+# --- JSB Chorales -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def jsb():
+    return {"train": music.load_jsb_chorales(DATA, "train"),
+            "valid": music.load_jsb_chorales(JSB, split="valid")}
+
+
+def test_load_jsb_chorales_real_file(jsb):
+    train, valid = jsb["train"], jsb["valid"]
+    assert (len(train), len(valid)) == (229, 76)
+    assert all(c.dtype == np.int32 and c.ndim == 2 and c.shape[1] == 4 for c in train + valid)
+    np.testing.assert_array_equal(train[0][:5], [[74, 70, 65, 58]] * 4 + [[75, 70, 58, 55]])
+    everything = np.concatenate(train + valid)
+    assert everything.shape == (294544 // 4, 4)
+    assert (everything == -1).sum() == 1000
+    assert everything[everything >= 0].min() == 36 and everything.max() == 81
+    with pytest.raises(ValueError, match=r"one of \['train', 'valid'\]. Received: split='test'"):
+        music.load_jsb_chorales(JSB, "test")
+    with pytest.raises(ValueError, match=r"does not exist"):
+        music.load_jsb_chorales(os.path.join(DATA, "pop909"))
+
+
+def test_chorale_tokens_voice_by_voice_per_step(jsb):
+    grid = jsb["train"][0]
+    tokens = music.chorale_to_tokens(grid, add_start_end=True)
+    assert tokens.dtype == np.int32 and len(tokens) == 4 * len(grid) + 2
+    np.testing.assert_array_equal(
+        tokens[:9], [music.JSB_START_ID, 78, 74, 69, 62, 78, 74, 69, 62]
+    )
+    assert tokens[-1] == music.JSB_END_ID
+    assert music.JSB_VOCABULARY_SIZE == 132
+    rest = music.chorale_to_tokens([[60, -1, 55, -1]])
+    np.testing.assert_array_equal(rest, [64, music.JSB_REST_ID, 59, music.JSB_REST_ID])
+
+
+def test_chorale_token_round_trip_on_every_real_chorale(jsb):
+    chorales = jsb["train"] + jsb["valid"]
+    assert any((c == -1).any() for c in chorales)
+    for grid in chorales:
+        np.testing.assert_array_equal(music.tokens_to_chorale(music.chorale_to_tokens(grid)), grid)
+    # START / PAD skipped, END stops.
+    grid = chorales[0]
+    padded = np.concatenate([music.chorale_to_tokens(grid, add_start_end=True), [0, 0, 50]])
+    np.testing.assert_array_equal(music.tokens_to_chorale(padded), grid)
+
+
+def test_tokens_to_chorale_errors():
+    with pytest.raises(ValueError, match=r"multiple of 4.*Received: 3"):
+        music.tokens_to_chorale([64, 60, 57])
+    with pytest.raises(ValueError, match=r"\[0, 132\)"):
+        music.tokens_to_chorale([64, 60, 57, 132])
+    with pytest.raises(ValueError, match=r"shape \(steps, 4\).*\(3, 3\)"):
+        music.chorale_to_tokens(np.zeros((3, 3), int))
+    with pytest.raises(ValueError, match=r"-1 \(rest\).*from -2"):
+        music.chorale_to_tokens([[60, 60, 60, -2]])
+
+
+def runs(line):
+    """Naive count of notes: maximal runs of one pitch (rests excluded)."""
+    count, previous = 0, None
+    for pitch in line:
+        if pitch >= 0 and pitch != previous:
+            count += 1
+        previous = pitch
+    return count
+
+
+def test_chorale_to_midi_round_trip_on_real_chorales(jsb, tmp_path):
+    chorales = jsb["valid"]
+    for index, grid in enumerate(chorales):
+        score = music.chorale_to_midi(grid, tempo=120.0)
+        if index == 0:  # once through a written file
+            score.write(str(tmp_path / "chorale.mid"))
+            score = pretty_midi.PrettyMIDI(str(tmp_path / "chorale.mid"))
+        assert [i.name for i in score.instruments] == ["Soprano", "Alto", "Tenor", "Bass"]
+        for voice, inst in enumerate(score.instruments):
+            # Held repeats are one note each: as many notes as runs of a pitch.
+            assert len(inst.notes) == runs(grid[:, voice])
+            line = np.full(len(grid), -1)
+            for note in inst.notes:
+                first, last = round(note.start / 0.125), round(note.end / 0.125)
+                assert abs(note.start - first * 0.125) < 1e-6
+                line[first:last] = note.pitch
+            np.testing.assert_array_equal(line, grid[:, voice])
+    score = music.chorale_to_midi([[60, -1, -1, -1], [60, -1, -1, -1], [62, -1, -1, -1]], tempo=60)
+    assert [(n.pitch, n.start, n.end) for n in score.instruments[0].notes] == [
+        (60, 0.0, 0.5), (62, 0.5, 0.75)
+    ]
