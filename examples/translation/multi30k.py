@@ -1,0 +1,121 @@
+"""Loading the Multi30k task-1 corpus (English-German image captions).
+
+Multi30k (Elliott et al. 2016) is small enough to ship whole: the six files
+below live in `examples/translation/data/multi30k/` (1.3 MB). Each split is a
+pair of gzip-compressed UTF-8 text files, `<split>.<language>.gz`, one
+sentence per line, aligned by line number. The text is untokenized and keeps
+its original case, so detokenized model output can be scored with sacrebleu
+against it directly.
+
+This module only reads files; tokenization lives in
+`keras_attn.preprocessing`.
+
+Reference:
+    Elliott, Frank, Sima'an, Specia. "Multi30K: Multilingual English-German
+    Image Descriptions." Proceedings of the 5th Workshop on Vision and
+    Language, 2016.
+"""
+
+import gzip
+import os
+
+DEFAULT_DATA_DIR = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "data", "multi30k"
+)
+SPLITS = ("train", "val", "test_2016_flickr")
+LANGUAGES = ("de", "en")
+
+
+def _read_lines(path):
+    with gzip.open(path, "rb") as f:
+        text = f.read().decode("utf-8")
+    # Split on "\n" only: str.splitlines would also break on characters such
+    # as U+2028 or U+000C that may legitimately sit inside a sentence.
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def load_multi30k(
+    data_dir=DEFAULT_DATA_DIR,
+    split="train",
+    source_language="de",
+    target_language="en",
+):
+    """Reads one split of Multi30k task 1 as aligned sentence lists.
+
+    Sentences are returned exactly as stored (original case, punctuation and
+    spacing; only the line break is removed).
+
+    Args:
+        data_dir: folder holding `<split>.<language>.gz` files. Defaults to
+            the copy shipped in `examples/translation/data/multi30k`. `None`
+            also means the shipped copy.
+        split: one of `"train"` (29,000 pairs), `"val"` (1,014) or
+            `"test_2016_flickr"` (1,000; the customary BLEU test set).
+        source_language: `"de"` or `"en"`.
+        target_language: `"de"` or `"en"`, different from `source_language`.
+
+    Returns:
+        `(source_sentences, target_sentences)`: two lists of `str` of equal
+        length; element i of one is the translation of element i of the other.
+
+    Raises:
+        ValueError: if `split` or a language is unknown, the two languages
+            are equal, a file is missing, or the two files of the split do
+            not have the same number of lines.
+
+    Example:
+
+    >>> de, en = load_multi30k(split="val")
+    >>> len(de), len(en)
+    (1014, 1014)
+
+    Reference:
+        Elliott et al. 2016, "Multi30K: Multilingual English-German Image
+        Descriptions" (derived from Flickr30K, Young et al. 2014).
+    """
+    if data_dir is None:
+        data_dir = DEFAULT_DATA_DIR
+    if split not in SPLITS:
+        raise ValueError(
+            f"Unknown Multi30k split. Received: split={split!r}. "
+            f"Expected one of {SPLITS}."
+        )
+    for name, language in (
+        ("source_language", source_language),
+        ("target_language", target_language),
+    ):
+        if language not in LANGUAGES:
+            raise ValueError(
+                f"Unknown Multi30k language. Received: {name}={language!r}. "
+                f"Expected one of {LANGUAGES}."
+            )
+    if source_language == target_language:
+        raise ValueError(
+            "`source_language` and `target_language` must differ. Received: "
+            f"source_language={source_language!r}, "
+            f"target_language={target_language!r}."
+        )
+    sentences = []
+    for language in (source_language, target_language):
+        path = os.path.join(data_dir, f"{split}.{language}.gz")
+        if not os.path.isfile(path):
+            raise ValueError(
+                f"Multi30k file not found. Tried: {path!r}. Expected the "
+                f"gzip text files `<split>.<language>.gz` (e.g. "
+                f"`{split}.{language}.gz`) in that folder; pass the folder "
+                "holding the full Multi30k data with the --data_dir flag "
+                f"(the project ships them in {DEFAULT_DATA_DIR!r})."
+            )
+        sentences.append(_read_lines(path))
+    source, target = sentences
+    if len(source) != len(target):
+        raise ValueError(
+            f"Multi30k split {split!r} is not aligned: "
+            f"{split}.{source_language}.gz has {len(source)} lines but "
+            f"{split}.{target_language}.gz has {len(target)}. Expected the "
+            "same number of lines in both files."
+        )
+    return source, target
