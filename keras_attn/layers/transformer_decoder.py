@@ -51,12 +51,18 @@ class TransformerDecoder(TransformerBlock):
         cross_attention_cache: (B, S, H, K + V), the encoder's projected keys
             and values. Computed from `encoder_sequence` (and returned) when a
             self-attention cache is given and this is None.
+        return_attention_scores: if True, also return the attention
+            probabilities as a dict: `"self_attention"` (B, H, T, T or
+            max_length) and, with cross-attention, `"cross_attention"`
+            (B, H, T, S) — e.g. to plot which source words a target word
+            looked at.
         training: Python bool; enables dropout.
 
     Returns:
         `outputs` (B, T, D) without a self-attention cache; with one,
         `(outputs, self_attention_cache)`, plus `cross_attention_cache` as a
-        third item when the block has cross-attention.
+        third item when the block has cross-attention. With
+        `return_attention_scores=True` the scores dict is appended last.
 
     Raises:
         ValueError: on invalid arguments (see `TransformerBlock`); an
@@ -144,6 +150,7 @@ class TransformerDecoder(TransformerBlock):
         self_attention_cache=None,
         cache_index=None,
         cross_attention_cache=None,
+        return_attention_scores=False,
         training=None,
     ):
         cached = self_attention_cache is not None
@@ -173,14 +180,18 @@ class TransformerDecoder(TransformerBlock):
                 x,
                 padding_mask=decoder_padding_mask,
                 use_causal_mask=use_causal_mask,
+                return_attention_scores=return_attention_scores,
                 training=training,
                 **kwargs,
             )
 
-        x, *new_self_cache = self._residual(
+        x, *extras = self._residual(
             decoder_sequence, self._self_attention_norm,
             self._self_attention_dropout, self_attention, training,
         )
+        scores = {}
+        if return_attention_scores:
+            scores["self_attention"] = extras.pop(0)
 
         if with_cross:
             if cross_attention_cache is None and cached:
@@ -194,21 +205,26 @@ class TransformerDecoder(TransformerBlock):
                     encoder_sequence,
                     value_padding_mask=encoder_padding_mask,
                     cache=cross_attention_cache,
+                    return_attention_scores=return_attention_scores,
                     training=training,
                 )
 
-            x = self._residual(
+            x, *cross_scores = self._residual(
                 x, self._cross_attention_norm, self._cross_attention_dropout,
                 cross_attention, training,
-            )[0]
+            )
+            if return_attention_scores:
+                scores["cross_attention"] = cross_scores[0]
 
         outputs = self._feedforward(x, training)
-        if not cached:
-            return outputs
-        results = (outputs, new_self_cache[0])
-        if with_cross:
-            results += (cross_attention_cache,)
-        return results
+        results = (outputs,)
+        if cached:
+            results += (extras[0],)
+            if with_cross:
+                results += (cross_attention_cache,)
+        if return_attention_scores:
+            results += (scores,)
+        return results[0] if len(results) == 1 else results
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return tuple(decoder_sequence_shape)
@@ -223,20 +239,37 @@ class TransformerDecoder(TransformerBlock):
         self_attention_cache=None,
         cache_index=None,
         cross_attention_cache=None,
+        return_attention_scores=False,
         training=None,
     ):
-        outputs = keras.KerasTensor(decoder_sequence.shape, self.compute_dtype)
-        if self_attention_cache is None:
-            return outputs
-        results = (outputs, keras.KerasTensor(self_attention_cache.shape, self_attention_cache.dtype))
+        def spec(shape, dtype=None):
+            return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)
+
+        batch, length = decoder_sequence.shape[0], decoder_sequence.shape[1]
+        results = (spec(decoder_sequence.shape),)
+        with_cross = encoder_sequence is not None or cross_attention_cache is not None
+        memory_length = None
         if cross_attention_cache is not None:
-            results += (keras.KerasTensor(cross_attention_cache.shape, cross_attention_cache.dtype),)
+            memory_length = cross_attention_cache.shape[1]
         elif encoder_sequence is not None:
-            sizes = self._attention_sizes(self._hidden_dim)
-            results += (
-                keras.KerasTensor(
-                    (encoder_sequence.shape[0], encoder_sequence.shape[1], sizes[0], 2 * sizes[1]),
-                    self.compute_dtype,
-                ),
-            )
-        return results
+            memory_length = encoder_sequence.shape[1]
+        num_heads = self._self_attention_layer.num_heads
+        if self_attention_cache is not None:
+            results += (spec(self_attention_cache.shape, self_attention_cache.dtype),)
+            if with_cross:
+                if cross_attention_cache is not None:
+                    shape, dtype = cross_attention_cache.shape, cross_attention_cache.dtype
+                else:
+                    cross = self._cross_attention_layer
+                    shape = (batch, memory_length, cross.num_heads, cross.key_dim + cross._value_dim)
+                    dtype = None
+                results += (spec(shape, dtype),)
+        if return_attention_scores:
+            key_length = self_attention_cache.shape[1] if self_attention_cache is not None else length
+            scores = {"self_attention": spec((batch, num_heads, length, key_length))}
+            if with_cross:
+                scores["cross_attention"] = spec(
+                    (batch, self._cross_attention_layer.num_heads, length, memory_length)
+                )
+            results += (scores,)
+        return results[0] if len(results) == 1 else results

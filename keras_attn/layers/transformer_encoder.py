@@ -33,10 +33,13 @@ class TransformerEncoder(TransformerBlock):
         padding_mask: (B, T) bool, True = real token. Defaults to the Keras
             implicit mask of `inputs`.
         attention_mask: (B, T, T) or (B, H, T, T) bool, True = may attend.
+        return_attention_scores: if True, also return the self-attention
+            probabilities (B, H, T, T).
         training: Python bool; enables dropout.
 
     Returns:
-        (B, T, D) tensor, carrying the input's implicit mask.
+        (B, T, D) tensor, carrying the input's implicit mask; with
+        `return_attention_scores=True`, `(outputs, scores)`.
 
     Raises:
         ValueError: on invalid arguments (see `TransformerBlock`), inputs not
@@ -55,21 +58,38 @@ class TransformerEncoder(TransformerBlock):
         self._build_self_attention_and_feedforward(inputs_shape)
         self.built = True
 
-    def call(self, inputs, padding_mask=None, attention_mask=None, training=None):
+    def call(
+        self, inputs, padding_mask=None, attention_mask=None,
+        return_attention_scores=False, training=None,
+    ):
         if padding_mask is None:
             padding_mask = attention_ops.get_implicit_mask(inputs)
 
         def self_attention(x):
             return self._self_attention_layer(
                 x, padding_mask=padding_mask, attention_mask=attention_mask,
-                training=training,
+                return_attention_scores=return_attention_scores, training=training,
             )
 
-        x = self._residual(
+        x, *scores = self._residual(
             inputs, self._self_attention_norm, self._self_attention_dropout,
             self_attention, training,
-        )[0]
-        return self._feedforward(x, training)
+        )
+        outputs = self._feedforward(x, training)
+        if return_attention_scores:
+            return outputs, scores[0]
+        return outputs
+
+    def compute_output_spec(
+        self, inputs, padding_mask=None, attention_mask=None,
+        return_attention_scores=False, training=None,
+    ):
+        outputs = keras.KerasTensor(inputs.shape, self.compute_dtype)
+        if not return_attention_scores:
+            return outputs
+        batch, length = inputs.shape[0], inputs.shape[1]
+        num_heads = self._self_attention_layer.num_heads
+        return outputs, keras.KerasTensor((batch, num_heads, length, length), self.compute_dtype)
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape)

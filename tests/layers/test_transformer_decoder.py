@@ -126,3 +126,20 @@ def test_errors():
         with_cross(_seq(1, 2), _seq(1, 4), self_attention_cache=with_cross.init_cache(1, 4), cache_index=3)
     with pytest.raises(ValueError, match=r"encoder_padding_mask` has shape \(1, 3\)"):
         with_cross(_seq(1, 3), _seq(1, 4), encoder_padding_mask=np.ones((1, 3), bool))
+
+
+def test_attention_scores_of_both_attentions():
+    source = keras.Input((7,), dtype="int32")
+    target = keras.Input((4,), dtype="int32")
+    memory = keras.layers.Embedding(20, 16, mask_zero=True)(source)
+    queries = keras.layers.Embedding(20, 16, mask_zero=True)(target)
+    out, scores = TransformerDecoder(intermediate_dim=32, num_heads=2)(
+        queries, memory, return_attention_scores=True
+    )
+    assert tuple(scores["cross_attention"].shape) == (None, 2, 4, 7)
+    assert tuple(scores["self_attention"].shape) == (None, 2, 4, 4)
+    model = keras.Model([source, target], [out, scores["cross_attention"], scores["self_attention"]])
+    _, cross, self_scores = (np.asarray(t) for t in model([np.array([[1, 2, 3, 0, 0, 0, 0]]), np.array([[1, 2, 3, 4]])]))
+    assert (cross[..., 3:] == 0).all()
+    np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)
+    assert (self_scores[0, :, np.triu_indices(4, 1)[0], np.triu_indices(4, 1)[1]] == 0).all()
