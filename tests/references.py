@@ -160,3 +160,101 @@ def transformer_encoder(block, x, mask):
         else:
             x = layer_norm(norm, x + sublayer(x))
     return x
+
+
+def relative_position_embeddings(table, query_length, key_length, max_relative_position, query_offset=0):
+    """The (T, S, K) tensor of Shaw et al. 2018, by explicit gather.
+
+    Args:
+        table: (2M - 1, K); row r is the embedding of distance r - (M - 1).
+        query_length, key_length: T and S.
+        max_relative_position: M; distances are clipped to ±(M - 1).
+        query_offset: absolute position of query 0.
+
+    Returns:
+        (T, S, K): entry [t, s] is the embedding of the distance
+        s - (query_offset + t), clipped.
+    """
+    limit = max_relative_position - 1
+    out = np.zeros((query_length, key_length, table.shape[-1]))
+    for t in range(query_length):
+        for s in range(key_length):
+            distance = min(max(s - (query_offset + t), -limit), limit)
+            out[t, s] = table[distance + limit]
+    return out
+
+
+def relative_global_attention(layer, x, mask):
+    """Reference forward pass of a RelativeGlobalAttention layer: the
+    relative logits q_t · E[s - t] from the explicit (T, S, K) gather,
+    added to Q·Kᵀ before the scaling.
+
+    Args:
+        layer: a built RelativeGlobalAttention.
+        x: (B, T, D) inputs; positions are their indices.
+        mask: (B, H, T, T) bool.
+
+    Returns:
+        (outputs (B, T, D), probabilities (B, H, T, T)).
+    """
+    q, k, v = self_attention_projections(layer, x)
+    b, t, h = q.shape[:3]
+    embeddings = np.asarray(layer.relative_embeddings, np.float64)
+    if embeddings.ndim == 2:
+        embeddings = np.broadcast_to(embeddings, (h,) + embeddings.shape)
+    heads = np.zeros(q.shape[:3] + (v.shape[-1],))
+    probs = np.zeros((b, h, t, t))
+    for j in range(h):
+        relative = relative_position_embeddings(
+            embeddings[j], t, t, layer.max_relative_position
+        )
+        for i in range(b):
+            extra = np.einsum("tk,tsk->ts", q[i, :, j], relative)
+            heads[i, :, j], probs[i, j] = softmax_attention(
+                q[i, :, j], k[i, :, j], v[i, :, j], mask[i, j], extra_logits=extra
+            )
+    return output_projection(layer, heads), probs
+
+
+def local_block_mask(spatial_shape, block_size, memory_flange, causal):
+    """The (T, T) mask of local block attention (Parmar et al. 2018), pair
+    by pair, over raster indices of a sequence (T,) or an image (height,
+    width) with T = height * width. Blocks are anchored at position 0.
+
+    1D, block b starting at s0 = (q // b) * b, flange f: key k is visible
+    when s0 - f <= k < s0 + b + f; causal: s0 - f <= k <= q.
+    2D, block (bh, bw) with top-left (r0, c0), flange (fh, fw): non-causal,
+    the block grown by fh rows and fw columns on each side; causal (block
+    raster order), the fh rows above over columns [c0 - fw, c0 + bw + fw),
+    the fw columns left of the block in its rows, and the block's pixels up
+    to the query in raster order inside the block.
+    """
+    length = int(np.prod(spatial_shape))
+    mask = np.zeros((length, length), bool)
+    if len(spatial_shape) == 1:
+        b, f = block_size, memory_flange
+        for q in range(length):
+            start = (q // b) * b
+            for k in range(length):
+                if causal:
+                    mask[q, k] = start - f <= k <= q
+                else:
+                    mask[q, k] = start - f <= k < start + b + f
+        return mask
+    _, width = spatial_shape
+    (bh, bw), (fh, fw) = block_size, memory_flange
+    for q in range(length):
+        qr, qc = divmod(q, width)
+        r0, c0 = (qr // bh) * bh, (qc // bw) * bw
+        for k in range(length):
+            kr, kc = divmod(k, width)
+            if not causal:
+                mask[q, k] = (r0 - fh <= kr < r0 + bh + fh) and (c0 - fw <= kc < c0 + bw + fw)
+            elif r0 - fh <= kr < r0:
+                mask[q, k] = c0 - fw <= kc < c0 + bw + fw
+            elif r0 <= kr < r0 + bh:
+                if c0 - fw <= kc < c0:
+                    mask[q, k] = True
+                elif c0 <= kc < c0 + bw:
+                    mask[q, k] = (kr - r0) * bw + (kc - c0) <= (qr - r0) * bw + (qc - c0)
+    return mask

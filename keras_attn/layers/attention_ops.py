@@ -7,6 +7,7 @@ is a real token").
 """
 
 import numbers
+import operator
 
 import keras
 from keras import ops
@@ -33,7 +34,9 @@ def static_int(value):
     if value is None:
         return None
     try:
-        return int(value)
+        # `operator.index`, not `int`: inside a `tf.function`, AutoGraph
+        # rewrites `int(tensor)` into a cast that returns a symbolic tensor.
+        return operator.index(value)
     except (TypeError, ValueError, AttributeError):
         return None
     except Exception:  # symbolic tensors of some backends raise their own
@@ -313,3 +316,312 @@ def scaled_dot_product_attention(
         weights = dropout_layer(weights, training=training)
     outputs = ops.einsum("bhts,bshv->bthv", weights, value)
     return outputs, probs
+
+
+def _dim(x, axis):
+    # Static size when known (XLA and JAX want static shapes), else dynamic.
+    static = x.shape[axis]
+    return static if static is not None else ops.shape(x)[axis]
+
+
+def skew(relative_logits, key_length=None):
+    """Turns logits indexed by relative distance into logits indexed by key.
+
+    The memory-efficient "skewing" of Huang et al. 2018 (section 3.4): pad a
+    zero column on the left, reshape, slice. No (T, S, K) tensor is made and
+    no index tensor either; the cost is one copy of the logits.
+
+    Column `j` of row `t` of `relative_logits` holds the logit of query `t`
+    for the key at distance `j - (T - 1)` from it (key position minus query
+    position: the last column of a square input is distance 0, the first
+    -(T - 1)). The result holds it at the key's place:
+
+        out[..., t, s] = relative_logits[..., t, s - t + T - 1]
+
+    for every (t, s) with `0 <= s - t + T - 1 < W`. The other entries
+    (keys further right than the table reaches, e.g. the future keys of a
+    causal table with W = S) hold values of a neighbouring row or zero, and
+    must be masked. Hand example, T = W = S = 3 (causal):
+
+        [[a, b, c],        [[c, 0, d],        c: distance 0 of query 0
+         [d, e, f],   ->    [e, f, 0],        e, f: distances -1, 0 of query 1
+         [g, h, i]]         [g, h, i]]        g, h, i: -2, -1, 0 of query 2
+
+    With W = S + T - 1 (distances -(T - 1) .. S - 1) every entry is exact,
+    which is what non-causal attention needs.
+
+    Args:
+        relative_logits: (..., T, W) float tensor, W >= key_length.
+        key_length: S, the number of keys to keep; defaults to W.
+
+    Returns:
+        (..., T, S) tensor of the input's dtype.
+
+    Raises:
+        ValueError: if the input has rank < 2 or a static `key_length`
+            larger than a static W.
+
+    Reference:
+        Huang et al. 2018, "Music Transformer", section 3.4 and figure 1.
+    """
+    rank = len(relative_logits.shape)
+    if rank < 2:
+        raise ValueError(
+            "`skew` expects logits of shape (..., queries, relative distances). "
+            f"Received a tensor of rank {rank} with shape {tuple(relative_logits.shape)}."
+        )
+    width = _dim(relative_logits, -1)
+    if key_length is None:
+        key_length = width
+    known_width, known_keys = static_int(width), static_int(key_length)
+    if known_width is not None and known_keys is not None and known_keys > known_width:
+        raise ValueError(
+            f"`skew` needs at least as many relative distances as keys. Received "
+            f"{known_width} distances (last axis of shape {tuple(relative_logits.shape)}) "
+            f"for key_length={known_keys}. Build the table over W >= S distances."
+        )
+    padded = ops.pad(relative_logits, [[0, 0]] * (rank - 1) + [[1, 0]])
+    return skew_padded(padded, key_length)
+
+
+def skew_padded(padded_logits, key_length=None):
+    """`skew` for logits that already carry its zero column in front.
+
+    A matmul of the queries against a relative-embedding table with a zero
+    row in front makes that column for free, which saves `skew`'s padding
+    copy of the logits.
+
+    Args:
+        padded_logits: (..., T, W + 1) float tensor whose column 0 is zero
+            (or anything: it lands only on entries `skew` leaves
+            unspecified) and whose columns 1 .. W are `skew`'s input.
+        key_length: S <= W, the number of keys to keep; defaults to W.
+
+    Returns:
+        (..., T, S) tensor, equal to `skew(padded_logits[..., 1:], key_length)`.
+
+    Raises:
+        Nothing of its own (no checks, for use inside layers that build the
+        table themselves); `skew` validates its input.
+
+    Reference:
+        Huang et al. 2018, "Music Transformer", section 3.4.
+    """
+    rank = len(padded_logits.shape)
+    lead = tuple(_dim(padded_logits, a) for a in range(rank - 2))
+    length = _dim(padded_logits, -2)
+    width = _dim(padded_logits, -1) - 1
+    if key_length is None:
+        key_length = width
+    flat = ops.reshape(padded_logits, lead + (length * (width + 1),))
+    # Dropping the first T entries shifts row t left by t places.
+    flat = ops.slice(flat, (0,) * len(lead) + (length,), lead + (length * width,))
+    out = ops.reshape(flat, lead + (length, width))
+    if static_int(key_length) is None or static_int(key_length) != static_int(width):
+        out = ops.slice(out, (0,) * rank, lead + (length, key_length))
+    return out
+
+
+# ---------------------------------------------------------------- blocking
+# Helpers of the local (blocked) attention of Parmar et al. 2018. They treat
+# axes 1 .. n of a tensor (B, *spatial, ...) as the positions of a sequence
+# (n = 1) or an image (n = 2) and leave the trailing axes alone. Sizes may be
+# static ints or scalar tensors (a `None` length in a functional model).
+
+
+def dims(x):
+    """Returns the shape of `x` as a list: static ints where known, scalar
+    tensors elsewhere.
+
+    Args:
+        x: a tensor.
+
+    Returns:
+        A list of `int` or scalar int tensors, one per axis.
+    """
+    dynamic = None
+    result = []
+    for i, d in enumerate(x.shape):
+        if d is None:
+            if dynamic is None:
+                dynamic = ops.shape(x)
+            d = dynamic[i]
+        result.append(d)
+    return result
+
+
+def num_blocks(length, block):
+    """ceil(length / block), as an int when `length` is static.
+
+    Args:
+        length: an int or scalar int tensor.
+        block: a positive int.
+
+    Returns:
+        The number of blocks of size `block` that cover `length` positions.
+    """
+    return (length + block - 1) // block
+
+
+def pad_to_multiple(x, multiple, axis, constant_values=0):
+    """Pads `x` at the end of `axis` to the next multiple of `multiple`.
+
+    Args:
+        x: a tensor.
+        multiple: a positive int.
+        axis: the axis to pad (non-negative).
+        constant_values: the fill value (use `False` for boolean masks).
+
+    Returns:
+        `x` with `axis` of length `ceil(length / multiple) * multiple`; `x`
+        itself when the length is already a static multiple.
+    """
+    length = dims(x)[axis]
+    if isinstance(length, int) and length % multiple == 0:
+        return x
+    pad = (multiple - length % multiple) % multiple
+    widths = [[0, 0] for _ in x.shape]
+    widths[axis] = [0, pad]
+    return ops.pad(x, widths, constant_values=constant_values)
+
+
+def blockify(x, block_shape, constant_values=0):
+    """Splits the positions of `x` into non-overlapping blocks.
+
+    Axes 1 .. n (n = len(block_shape)) are padded at the end to multiples
+    of the block and cut into blocks, which are listed in raster order of
+    the block grid; inside a block, positions are in raster order too.
+
+    Args:
+        x: (B, L1, ..., Ln, ...) tensor.
+        block_shape: tuple of n positive ints (b1, ..., bn).
+        constant_values: fill value of the padding.
+
+    Returns:
+        (B, N, b1 * ... * bn, ...) with N = prod(ceil(Li / bi)).
+    """
+    n = len(block_shape)
+    for i, b in enumerate(block_shape):
+        x = pad_to_multiple(x, b, 1 + i, constant_values)
+    shape = dims(x)
+    rest = shape[1 + n:]
+    split = [shape[0]]
+    for i, b in enumerate(block_shape):
+        split += [shape[1 + i] // b, b]
+    x = ops.reshape(x, split + rest)
+    if n > 1:
+        # (B, N1, b1, N2, b2, ...) -> (B, N1, N2, b1, b2, ...)
+        grid = [1 + 2 * i for i in range(n)]
+        inner = [2 + 2 * i for i in range(n)]
+        tail = list(range(1 + 2 * n, 1 + 2 * n + len(rest)))
+        x = ops.transpose(x, [0] + grid + inner + tail)
+    count = 1
+    for i in range(n):
+        count = count * split[1 + 2 * i]
+    size = 1
+    for b in block_shape:
+        size *= b
+    return ops.reshape(x, [shape[0], count, size] + rest)
+
+
+def unblockify(x, block_shape, spatial_shape):
+    """Inverse of `blockify`: puts blocks back in place and removes padding.
+
+    Args:
+        x: (B, N, b1 * ... * bn, ...) tensor, as returned by `blockify`.
+        block_shape: the tuple (b1, ..., bn) given to `blockify`.
+        spatial_shape: the unpadded (L1, ..., Ln) (ints or scalar tensors).
+
+    Returns:
+        (B, L1, ..., Ln, ...).
+    """
+    n = len(block_shape)
+    shape = dims(x)
+    rest = shape[3:]
+    grid = [num_blocks(length, b) for length, b in zip(spatial_shape, block_shape)]
+    x = ops.reshape(x, [shape[0]] + grid + list(block_shape) + rest)
+    if n > 1:
+        order = [0]
+        for i in range(n):
+            order += [1 + i, 1 + n + i]
+        order += list(range(1 + 2 * n, 1 + 2 * n + len(rest)))
+        x = ops.transpose(x, order)
+    x = ops.reshape(
+        x, [shape[0]] + [g * b for g, b in zip(grid, block_shape)] + rest
+    )
+    crop = (slice(None),) + tuple(slice(0, length) for length in spatial_shape)
+    return x[crop]
+
+
+def _overlap_axis(x, axis, block, before, after, constant_values):
+    """Replaces `axis` (length a multiple of `block`) by two axes
+    (num_blocks, before + block + after): window j covers positions
+    [j * block - before, (j + 1) * block + after), out-of-range positions
+    filled with `constant_values`. Built from shifted slices (no gather), so
+    the gradient is a plain sum of slices."""
+    blocks_before = num_blocks(before, block)
+    blocks_after = num_blocks(after, block)
+    if blocks_before or blocks_after:
+        widths = [[0, 0] for _ in x.shape]
+        widths[axis] = [blocks_before * block, blocks_after * block]
+        x = ops.pad(x, widths, constant_values=constant_values)
+    shape = dims(x)
+    x = ops.reshape(
+        x, shape[:axis] + [shape[axis] // block, block] + shape[axis + 1:]
+    )
+    span = blocks_before + blocks_after + 1
+    # The window, in the coordinates of `span` consecutive blocks laid end
+    # to end.
+    low = blocks_before * block - before
+    high = blocks_before * block + block + after
+    lead = (slice(None),) * axis
+    pieces = []
+    for i in range(span):
+        start, stop = max(low - i * block, 0), min(high - i * block, block)
+        if start >= stop:
+            continue
+        last = i - (span - 1)
+        pieces.append(x[lead + (slice(i, last if last < 0 else None), slice(start, stop))])
+    return pieces[0] if len(pieces) == 1 else ops.concatenate(pieces, axis=axis + 1)
+
+
+def overlapping_blocks(x, block_shape, before, after, constant_values=0):
+    """Cuts the positions of `x` into overlapping windows, one per block.
+
+    The grid of blocks is the one of `blockify(x, block_shape)`; the window
+    of a block extends it by `before[i]` positions before and `after[i]`
+    after it along each spatial axis i (the memory flange of local
+    attention). Positions outside `x` (or in the padding to a multiple of
+    the block) are filled with `constant_values`. Memory and time are
+    O(prod(L) * window / block), never quadratic.
+
+    Args:
+        x: (B, L1, ..., Ln, ...) tensor.
+        block_shape: tuple of n positive ints.
+        before, after: tuples of n non-negative ints.
+        constant_values: fill value.
+
+    Returns:
+        (B, N, w1 * ... * wn, ...) with wi = before[i] + block_shape[i] +
+        after[i], windows in the same order as `blockify`'s blocks and
+        positions in raster order inside each window.
+    """
+    n = len(block_shape)
+    for i, b in enumerate(block_shape):
+        x = pad_to_multiple(x, b, 1 + i, constant_values)
+    for i in reversed(range(n)):
+        # Axis 1 + i becomes (Ni, wi); earlier axes keep their index.
+        x = _overlap_axis(x, 1 + i, block_shape[i], before[i], after[i], constant_values)
+    shape = dims(x)
+    rest = shape[1 + 2 * n:]
+    if n > 1:
+        grid = [1 + 2 * i for i in range(n)]
+        inner = [2 + 2 * i for i in range(n)]
+        tail = list(range(1 + 2 * n, 1 + 2 * n + len(rest)))
+        x = ops.transpose(x, [0] + grid + inner + tail)
+    count = 1
+    size = 1
+    for i in range(n):
+        count = count * shape[1 + 2 * i]
+        size *= before[i] + block_shape[i] + after[i]
+    return ops.reshape(x, [shape[0], count, size] + rest)

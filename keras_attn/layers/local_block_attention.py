@@ -1,0 +1,619 @@
+import numbers
+
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class LocalBlockAttention(MultiHeadSelfAttention):
+    """Local self-attention over query blocks and their memory flange (1D/2D).
+
+    The positions are split into non-overlapping query blocks; every query
+    of a block attends only to that block's memory: the block itself plus a
+    margin of `memory_flange` positions around it. Time and memory grow
+    linearly with the sequence length (or the number of pixels) instead of
+    quadratically, so it is the layer for long sequences and images
+    (Image Transformer), as a drop-in replacement of
+    `MultiHeadSelfAttention` in `TransformerEncoder`/`TransformerDecoder`.
+
+    Which keys a query sees (positions 0-based; a block is `b` long and
+    starts at a multiple of `b`; `f` is the flange):
+
+    * 1D, `use_causal_mask=False`: the keys of its own block and the `f`
+      positions before and after it: [start - f, start + b + f).
+    * 1D, `use_causal_mask=True` (raster order): the `f` positions before
+      its block and the keys of its own block up to itself:
+      [start - f, query]. With `b` >= length this is full causal attention.
+    * 2D (inputs (B, height, width, D), block (bh, bw), flange (fh, fw)),
+      `use_causal_mask=False`: the rectangle of its block extended by `fh`
+      rows above and below and `fw` columns left and right.
+    * 2D, `use_causal_mask=True`: the generation order is *block raster*
+      (blocks in raster order over the block grid, pixels in raster order
+      inside a block), as in the paper's masked 2D local attention. A query
+      in the block with top-left pixel (r0, c0) sees
+      - the `fh` rows above the block, r0 - fh <= r < r0, over columns
+        c0 - fw <= c < c0 + bw + fw (top-left, top and top-right flange);
+      - in the block's own rows, the `fw` columns to its left,
+        c0 - fw <= c < c0 (the previous block of the row);
+      - inside the block, the pixels up to itself in raster order.
+      It never sees the right flange of its own rows (the next block).
+      This is causal in block-raster order, not in plain raster order.
+
+    Blocks are anchored at position 0 (or pixel (0, 0)). Lengths and image
+    sides not divisible by the block are padded inside the layer; padded
+    keys are masked and the padded queries dropped, so the result equals
+    full attention with the equivalent band/block mask on the unpadded
+    inputs.
+
+    Masks follow the library convention (boolean, `True` = may attend /
+    real token). Masking is done with `where` on float32 logits: a query
+    with no visible key gets an all-zero output and finite gradients in
+    float32, mixed_float16 and mixed_bfloat16.
+
+    Args:
+        num_heads: H, number of attention heads (positive int).
+        key_dim: K, size of each head's query and key (positive int).
+        block_size: length of a query block. An int gives 1D local
+            attention over sequences (B, T, D); a pair `(bh, bw)` gives 2D
+            local attention over images (B, height, width, D). Positive.
+        memory_flange: how far before (and, when not causal, after) the
+            query block a query may look, in positions: an int for 1D, a
+            pair `(fh, fw)` (rows, columns) for 2D; non-negative. Defaults
+            to `block_size` (the previous block, as in the paper's 1D
+            masked setting).
+        value_dim: V, size of each head's value; defaults to `key_dim`.
+        dropout: dropout rate on the attention probabilities, in [0, 1).
+        use_bias: whether the projections have biases.
+        output_dim: width of the output; defaults to the input width D.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        seed: int seed of the attention dropout, for reproducible runs.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        inputs: (B, T, D) for an int `block_size`; (B, height, width, D)
+            for a pair. For 2D, height and width must be static.
+        padding_mask: `True` = real token, applied to the keys: (B, T) in
+            1D, (B, height, width) in 2D; with a cache, (B, max_length).
+            Defaults to the Keras implicit mask of `inputs` (no cache).
+        attention_mask: (B, T, S) or (B, H, T, S) bool, `True` = query t may
+            attend to key s (2D: t and s are raster indices over the image).
+            It is AND-ed with the local window: only its entries inside the
+            window are read (gathered per block), so it cannot widen the
+            window. Passing it costs the O(T * S) of the mask itself.
+        use_causal_mask: causal local attention as described above (raster
+            order in 1D, block-raster order in 2D).
+        cache: (B, max_length, H, K + V) tensor from `init_cache`; 1D and
+            `use_causal_mask=True` only. The new keys/values are written at
+            `cache_index`; each query attends only to its window, sliced out
+            of the cache (`block_size + memory_flange + T - 1` keys for a
+            chunk of T <= block_size tokens), so the attention work of a
+            decoding step does not grow with the position.
+        cache_index: int or int32 scalar tensor, absolute position of
+            `inputs[:, 0]`. Defaults to 0. Blocks are aligned to absolute
+            positions, so cached decoding equals the full forward pass.
+        return_attention_scores: if True, also return the attention
+            probabilities as the standard dense (B, H, T, S) tensor, zero
+            outside each query's window. Building it costs O(B * H * T * S)
+            memory (quadratic in T): ask for it only to inspect attention.
+        training: Python bool; enables dropout.
+
+    Returns:
+        `outputs` with the shape of `inputs` except the last axis,
+        `output_dim` (B, T, output_dim) or (B, height, width, output_dim);
+        then, when asked for, `attention_scores` (B, H, T, S) float
+        probabilities before dropout (T = S = height * width in 2D; S =
+        max_length with a cache); then the updated `cache` (B, max_length,
+        H, K + V) when a `cache` was passed.
+
+    Raises:
+        ValueError: on a `block_size` that is not a positive int or pair of
+            positive ints; on a `memory_flange` that is negative or of
+            another rank than `block_size`; on inputs of the wrong rank for
+            the block (rank 3 for 1D, 4 for 2D), of unknown image size, or of
+            another width than the one the layer was built with; on float
+            masks or masks of the wrong rank or shape; on a `cache` with 2D
+            blocks or without `use_causal_mask=True`; on a `cache_index`
+            outside the cache.
+
+    Example:
+    >>> layer = LocalBlockAttention(num_heads=2, key_dim=8, block_size=4,
+    ...                             memory_flange=4)
+    >>> x = keras.random.normal((2, 13, 16))
+    >>> tuple(layer(x, use_causal_mask=True).shape)
+    (2, 13, 16)
+    >>> cache = layer.init_cache(batch_size=2, max_length=13)
+    >>> y, cache = layer(x[:, :1], cache=cache, cache_index=0,
+    ...                  use_causal_mask=True)
+    >>> image = keras.random.normal((1, 10, 7, 16))
+    >>> tuple(LocalBlockAttention(2, 8, block_size=(4, 4),
+    ...                           memory_flange=(2, 2))(image).shape)
+    (1, 10, 7, 16)
+
+    Reference:
+        Parmar et al. 2018, "Image Transformer", section 3.2 (local
+        self-attention: 1D and 2D query blocks with a memory flange).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        block_size,
+        memory_flange=None,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(
+            num_heads=num_heads,
+            key_dim=key_dim,
+            value_dim=value_dim,
+            dropout=dropout,
+            use_bias=use_bias,
+            output_dim=output_dim,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
+            seed=seed,
+            **kwargs,
+        )
+        block = self._as_sizes("block_size", block_size)
+        if any(b <= 0 for b in block):
+            raise ValueError(
+                f"{type(self).__name__}: `block_size` must be positive. "
+                f"Received: block_size={block_size!r}."
+            )
+        if memory_flange is None:
+            flange = block
+        else:
+            flange = self._as_sizes("memory_flange", memory_flange)
+            if len(flange) != len(block):
+                raise ValueError(
+                    f"{type(self).__name__}: `memory_flange` must have the same "
+                    "rank as `block_size`: an int with an int block_size (1D), "
+                    "a pair (rows, columns) with a pair (2D). Received: "
+                    f"block_size={block_size!r}, memory_flange={memory_flange!r}."
+                )
+            if any(f < 0 for f in flange):
+                raise ValueError(
+                    f"{type(self).__name__}: `memory_flange` must be "
+                    f"non-negative. Received: memory_flange={memory_flange!r}."
+                )
+        self.block_size = block[0] if len(block) == 1 else block
+        self.memory_flange = (
+            None if memory_flange is None
+            else (flange[0] if len(flange) == 1 else flange)
+        )
+        self._block = block
+        self._flange = flange
+        self._input_ranks = (2 + len(block),)
+
+    def _as_sizes(self, name, value):
+        """int -> (int,); pair of ints -> tuple; anything else refused."""
+
+        def is_int(v):
+            return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+        if is_int(value):
+            return (int(value),)
+        if isinstance(value, (tuple, list)) and len(value) == 2 and all(map(is_int, value)):
+            return tuple(int(v) for v in value)
+        raise ValueError(
+            f"{type(self).__name__}: `{name}` must be an int (1D local "
+            "attention over sequences) or a pair of ints (height, width) (2D "
+            f"local attention over images). Received: {name}={value!r}."
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {"block_size": self.block_size, "memory_flange": self.memory_flange}
+        )
+        return config
+
+    # ------------------------------------------------------------- checks
+    def _check_inputs_shape(self, shape):
+        if len(shape) not in self._input_ranks:
+            if len(self._block) == 1:
+                hint = ("an int `block_size` means 1D local attention over "
+                        "sequences (batch, length, features); use a pair "
+                        "(height, width) for images")
+            else:
+                hint = ("a pair `block_size` means 2D local attention over "
+                        "images (batch, height, width, features); use an int "
+                        "for sequences")
+            raise ValueError(
+                f"{type(self).__name__} with block_size={self.block_size!r} "
+                f"expects inputs of rank {self._input_ranks[0]} ({hint}). "
+                f"Received inputs of rank {len(shape)} with shape {tuple(shape)}."
+            )
+        if len(self._block) == 2 and None in tuple(shape[1:3]):
+            raise ValueError(
+                f"{type(self).__name__} needs the height and width of its "
+                f"image inputs to be known when the layer is called. Received "
+                f"inputs of shape {tuple(shape)}. Give `keras.Input` a fixed "
+                "image size."
+            )
+        super()._check_inputs_shape(shape)
+
+    def init_cache(self, batch_size, max_length, dtype=None):
+        """Returns an empty key/value cache for causal 1D decoding.
+
+        Args:
+            batch_size: B.
+            max_length: the number of positions the cache can hold.
+            dtype: dtype of the cache; defaults to the layer's compute dtype.
+
+        Returns:
+            Zeros of shape (B, max_length, H, key_dim + value_dim).
+
+        Raises:
+            ValueError: if the layer is 2D, or a size is not positive.
+        """
+        self._check_cache_supported(True)
+        return super().init_cache(batch_size, max_length, dtype)
+
+    def _check_cache_supported(self, use_causal_mask):
+        if len(self._block) != 1:
+            raise ValueError(
+                f"{type(self).__name__} with a 2D block_size="
+                f"{self.block_size!r} has no key/value cache: a decoding step "
+                "would receive pixels without their place in the image. Run "
+                "the full forward pass over the image (use_causal_mask=True) "
+                "at each generation step instead."
+            )
+        if not use_causal_mask:
+            raise ValueError(
+                f"{type(self).__name__} supports a `cache` only with "
+                "`use_causal_mask=True`: without it a query's window reaches "
+                "positions after it, which the cache does not hold yet. "
+                "Received: use_causal_mask=False. Pass use_causal_mask=True, "
+                "or call the layer on the whole sequence without a cache."
+            )
+
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        if cache is not None:
+            self._check_cache_supported(use_causal_mask)
+        return super().call(
+            inputs,
+            padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            cache=cache,
+            cache_index=cache_index,
+            return_attention_scores=return_attention_scores,
+            training=training,
+        )
+
+    # ----------------------------------------------------------- attention
+    def _window(self, use_causal_mask):
+        """(before, after) flange per axis of the memory of a query block."""
+        before = self._flange
+        if not use_causal_mask:
+            return before, self._flange
+        if len(self._block) == 1:
+            return before, (0,)
+        # Block raster: the rows above reach right of the block too.
+        return before, (0, self._flange[1])
+
+    def _structure_mask(self, use_causal_mask):
+        """(Q, M) bool: which memory slots of a block's window a query slot
+        of that block may see, before padding; None when all."""
+        if not use_causal_mask:
+            return None
+        if len(self._block) == 1:
+            (b,), (f,) = self._block, self._flange
+            query = ops.arange(b, dtype="int32")[:, None]
+            memory = ops.arange(f + b, dtype="int32")[None, :]
+            return ops.less_equal(memory - f, query)
+        (bh, bw), (fh, fw) = self._block, self._flange
+        width = bw + 2 * fw
+        query = ops.arange(bh * bw, dtype="int32")[:, None]
+        memory = ops.arange((fh + bh) * width, dtype="int32")[None, :]
+        row = memory // width - fh  # row inside the block; < 0 above it
+        col = memory % width - fw  # column inside the block
+        above = ops.less(row, 0)
+        left = ops.less(col, 0)
+        inside = ops.logical_and(ops.greater_equal(col, 0), ops.less(col, bw))
+        earlier = ops.less_equal(row * bw + col, query)
+        return ops.logical_or(above, ops.logical_or(left, ops.logical_and(inside, earlier)))
+
+    def _attend(
+        self,
+        query,
+        key,
+        value,
+        padding_mask,
+        attention_mask,
+        use_causal_mask,
+        query_offset,
+        valid_key_length,
+        cached,
+        spatial_shape,
+        return_attention_scores,
+        training,
+    ):
+        if cached:
+            return self._attend_cached(
+                query, key, value, padding_mask, attention_mask, query_offset,
+                return_attention_scores, training,
+            )
+        block = self._block
+        before, after = self._window(use_causal_mask)
+        batch = attention_ops.dims(query)[0]
+        heads = self.num_heads
+        if len(block) == 1:
+            spatial = [attention_ops.dims(query)[1]]
+        else:
+            spatial = list(spatial_shape)
+        length = spatial[0] if len(block) == 1 else spatial[0] * spatial[1]
+
+        # Head-major layout (B * H, *spatial, ·): the block matmuls then run
+        # on contiguous batches, with no transpose of the large logits.
+        def heads_first(x):
+            x = ops.transpose(x, (0, 2, 1, 3))
+            return ops.reshape(x, [batch * heads] + spatial + [x.shape[-1]])
+
+        def split_heads(x):
+            return ops.reshape(x, [batch, heads] + attention_ops.dims(x)[1:])
+
+        query_blocks = split_heads(attention_ops.blockify(heads_first(query), block))
+        key_memory = split_heads(
+            attention_ops.overlapping_blocks(heads_first(key), block, before, after)
+        )
+        value_memory = split_heads(
+            attention_ops.overlapping_blocks(heads_first(value), block, before, after)
+        )
+
+        # Raster index of every memory slot, -1 outside the input: (N, M).
+        positions = ops.reshape(ops.arange(length, dtype="int32"), [1] + spatial)
+        memory_positions = attention_ops.overlapping_blocks(
+            positions, block, before, after, constant_values=-1
+        )[0]
+
+        # Masks are laid out as the logits: (B, H, N, Q, M).
+        if padding_mask is not None:
+            key_ok = attention_ops.overlapping_blocks(
+                ops.reshape(padding_mask, [batch] + spatial), block, before, after,
+                constant_values=False,
+            )[:, None, :, None, :]
+        else:
+            key_ok = ops.greater_equal(memory_positions, 0)[None, None, :, None, :]
+        mask = key_ok
+        structure = self._structure_mask(use_causal_mask)
+        if structure is not None:
+            mask = ops.logical_and(mask, structure[None, None, None])
+        if attention_mask is not None:
+            mask = ops.logical_and(
+                mask,
+                self._gather_attention_mask(attention_mask, spatial, memory_positions, length),
+            )
+
+        outputs, probs = _local_attention(
+            query_blocks, key_memory, value_memory, mask,
+            self.dropout_layer, training,
+            may_have_empty_rows=padding_mask is not None or attention_mask is not None,
+        )
+
+        def merge_heads(x):  # (B, H, N, Q, ·) -> (B, H, T, ·)
+            x = ops.reshape(x, [batch * heads] + attention_ops.dims(x)[2:])
+            x = attention_ops.unblockify(x, block, spatial)
+            return ops.reshape(x, [batch, heads, length, x.shape[-1]])
+
+        outputs = ops.transpose(merge_heads(outputs), (0, 2, 1, 3))
+        scores = None
+        if return_attention_scores:
+            slot, inside = self._window_slots(spatial, before, after)
+            scores = _scatter_rows(merge_heads(probs), slot, inside)
+        return outputs, scores
+
+    def _gather_attention_mask(self, attention_mask, spatial, memory_positions, key_length):
+        """(B, [H,] T, S) -> (B, H or 1, N, Q, M): the entries of each query
+        block's rows at its memory slots."""
+        if len(attention_mask.shape) == 3:
+            attention_mask = attention_mask[:, None]
+        mask_dims = attention_ops.dims(attention_mask)
+        rows = ops.reshape(attention_mask, [mask_dims[0] * mask_dims[1]] + spatial + [mask_dims[3]])
+        rows = attention_ops.blockify(rows, self._block, False)
+        rows = ops.reshape(rows, mask_dims[:2] + attention_ops.dims(rows)[1:])
+        columns = ops.clip(memory_positions, 0, key_length - 1)
+        return ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1)
+
+    def _window_slots(self, spatial, before, after):
+        """For every (query, key) pair of raster indices: the key's slot in
+        the query block's memory window, and whether it lies in the window.
+        Returns ((T, S) int32, (T, S) bool). Only used to build dense scores."""
+        if len(self._block) == 1:
+            (b,), (f_before,), (f_after,) = self._block, before, after
+            positions = ops.arange(spatial[0], dtype="int32")
+            origin = (positions // b) * b - f_before
+            slot = positions[None, :] - origin[:, None]
+            inside = ops.logical_and(
+                ops.greater_equal(slot, 0), ops.less(slot, f_before + b + f_after)
+            )
+            return slot, inside
+        height, width = spatial
+        (bh, bw) = self._block
+        window_h = before[0] + bh + after[0]
+        window_w = before[1] + bw + after[1]
+        positions = ops.arange(height * width, dtype="int32")
+        row, col = positions // width, positions % width
+        delta_row = row[None, :] - ((row // bh) * bh - before[0])[:, None]
+        delta_col = col[None, :] - ((col // bw) * bw - before[1])[:, None]
+        inside = ops.logical_and(
+            ops.logical_and(ops.greater_equal(delta_row, 0), ops.less(delta_row, window_h)),
+            ops.logical_and(ops.greater_equal(delta_col, 0), ops.less(delta_col, window_w)),
+        )
+        return delta_row * window_w + delta_col, inside
+
+    def _attend_cached(
+        self, query, key, value, padding_mask, attention_mask, query_offset,
+        return_attention_scores, training,
+    ):
+        """Causal 1D attention of T new queries at `query_offset` over the
+        cache (B, L, H, ·), reading only the keys of their windows."""
+        (b,), (f,) = self._block, self._flange
+        batch, length = attention_ops.dims(query)[:2]
+        cache_length = attention_ops.dims(key)[1]
+        offset = ops.cast(query_offset, "int32")
+        may_have_empty_rows = padding_mask is not None or attention_mask is not None
+        if attention_mask is not None and len(attention_mask.shape) == 3:
+            attention_mask = attention_mask[:, None]
+        query_positions = offset + ops.arange(length, dtype="int32")
+
+        static = isinstance(length, int) and isinstance(cache_length, int)
+        if static and length <= b:
+            # A few tokens (decoding): one window of the W keys that any of
+            # them may see, read with a dynamic slice (XLA DynamicSlice).
+            window = length + b - 1 + f
+            if cache_length <= window:
+                window, start = cache_length, ops.convert_to_tensor(0, "int32")
+            else:
+                start = ops.clip(offset + length - window, 0, cache_length - window)
+
+            def read(x):
+                x_dims = attention_ops.dims(x)
+                begin = [0, start] + [0] * (len(x_dims) - 2)
+                return ops.slice(x, begin, [x_dims[0], window] + x_dims[2:])
+
+            key_positions = start + ops.arange(window, dtype="int32")
+            origin = (query_positions // b) * b - f
+            visible = ops.logical_and(
+                ops.greater_equal(key_positions[None, :], origin[:, None]),
+                ops.less_equal(key_positions[None, :], query_positions[:, None]),
+            )
+            mask = visible[None, None, None]  # (1, 1, 1, T, W)
+            if padding_mask is not None:
+                mask = ops.logical_and(mask, read(padding_mask)[:, None, None, None, :])
+            if attention_mask is not None:
+                columns = ops.slice(
+                    attention_mask, [0, 0, 0, start],
+                    attention_ops.dims(attention_mask)[:3] + [window],
+                )
+                mask = ops.logical_and(mask, columns[:, :, None])
+
+            def one_block(x):  # (B, T, H, ·) -> (B, H, 1, T, ·)
+                return ops.transpose(x, (0, 2, 1, 3))[:, :, None]
+
+            outputs, probs = _local_attention(
+                one_block(query), one_block(read(key)), one_block(read(value)), mask,
+                self.dropout_layer, training, may_have_empty_rows,
+            )
+            outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
+            scores = None
+            if return_attention_scores:
+                slot = ops.arange(cache_length, dtype="int32")[None, :] - start
+                slot = ops.broadcast_to(slot, (length, cache_length))
+                inside = ops.logical_and(ops.greater_equal(slot, 0), ops.less(slot, window))
+                scores = _scatter_rows(probs[:, :, 0], slot, inside)
+            return outputs, scores
+
+        # A long chunk (prefill): align it to the absolute block grid and
+        # run the blocked computation on the blocks it touches.
+        first_block_start = (offset // b) * b
+        lead = offset - first_block_start
+        count = attention_ops.num_blocks(length + b - 1, b)
+        query_index = ops.clip(ops.arange(count * b, dtype="int32") - lead, 0, length - 1)
+        def blocks_heads_first(x):  # (B, N, Q, H, ·) -> (B, H, N, Q, ·)
+            return ops.transpose(x, (0, 3, 1, 2, 4))
+
+        query_blocks = ops.reshape(
+            ops.take(query, query_index, axis=1),
+            [batch, count, b] + attention_ops.dims(query)[2:],
+        )
+        memory_positions = (
+            first_block_start - f
+            + ops.arange(count, dtype="int32")[:, None] * b
+            + ops.arange(f + b, dtype="int32")[None, :]
+        )
+        key_ok = ops.logical_and(
+            ops.greater_equal(memory_positions, 0),
+            ops.less(memory_positions, cache_length),
+        )
+        memory_index = ops.clip(memory_positions, 0, cache_length - 1)
+        mask = ops.logical_and(
+            key_ok[None, None, :, None, :], self._structure_mask(True)[None, None, None]
+        )
+        if padding_mask is not None:
+            mask = ops.logical_and(
+                mask, ops.take(padding_mask, memory_index, axis=1)[:, None, :, None, :]
+            )
+        if attention_mask is not None:
+            rows = ops.take(attention_mask, query_index, axis=2)
+            mask_dims = attention_ops.dims(rows)
+            rows = ops.reshape(rows, mask_dims[:2] + [count, b, mask_dims[3]])  # (B, H, N, Q, L)
+            mask = ops.logical_and(
+                mask,
+                ops.take_along_axis(rows, memory_index[None, None, :, None, :], axis=-1),
+            )
+        outputs, probs = _local_attention(
+            blocks_heads_first(query_blocks),
+            blocks_heads_first(ops.take(key, memory_index, axis=1)),
+            blocks_heads_first(ops.take(value, memory_index, axis=1)),
+            mask, self.dropout_layer, training, may_have_empty_rows,
+        )
+        kept = lead + ops.arange(length, dtype="int32")
+        outputs = ops.transpose(outputs, (0, 2, 3, 1, 4))  # (B, N, Q, H, V)
+        outputs = ops.reshape(outputs, [batch, count * b] + attention_ops.dims(outputs)[3:])
+        outputs = ops.take(outputs, kept, axis=1)
+        scores = None
+        if return_attention_scores:
+            rows = ops.reshape(probs, attention_ops.dims(probs)[:2] + [count * b, f + b])
+            rows = ops.take(rows, kept, axis=2)
+            origin = (query_positions // b) * b - f
+            slot = ops.arange(cache_length, dtype="int32")[None, :] - origin[:, None]
+            inside = ops.logical_and(ops.greater_equal(slot, 0), ops.less(slot, f + b))
+            scores = _scatter_rows(rows, slot, inside)
+        return outputs, scores
+
+def _local_attention(query, key, value, mask, dropout_layer, training, may_have_empty_rows):
+    """Attention inside each block: softmax(Q·Kᵀ/√K)·V over its memory.
+
+    Args:
+        query: (B, H, N, Q, K) query blocks.
+        key: (B, H, N, M, K); value: (B, H, N, M, V) memory blocks.
+        mask: bool broadcastable to (B, H, N, Q, M), True = may attend.
+        dropout_layer, training: attention dropout.
+        may_have_empty_rows: see `attention_ops.masked_softmax`.
+
+    Returns:
+        (outputs (B, H, N, Q, V) in the value's dtype, probabilities
+        (B, H, N, Q, M) float32 before dropout).
+    """
+    scale = 1.0 / float(query.shape[-1]) ** 0.5
+    # float32 logits, as in the dense core: the cast of the small operands
+    # is cheaper than that of the logits and keeps sharp weights accurate.
+    query = ops.cast(query, "float32") * scale
+    key = ops.cast(key, "float32")
+    logits = ops.einsum("bhnqk,bhnmk->bhnqm", query, key)
+    probs = attention_ops.masked_softmax(logits, mask, may_have_empty_rows=may_have_empty_rows)
+    weights = ops.cast(probs, value.dtype)
+    if dropout_layer is not None:
+        weights = dropout_layer(weights, training=training)
+    return ops.einsum("bhnqm,bhnmv->bhnqv", weights, value), probs
+
+
+def _scatter_rows(rows, slot, inside):
+    """Dense (B, H, T, S) scores from per-query window rows (B, H, T, M):
+    entry (t, s) is rows[t, slot[t, s]] where `inside`, else 0."""
+    window = rows.shape[-1]
+    index = ops.clip(slot, 0, window - 1)[None, None]
+    return ops.where(inside[None, None], ops.take_along_axis(rows, index, axis=-1), 0.0)

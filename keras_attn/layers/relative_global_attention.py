@@ -1,0 +1,229 @@
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
+
+
+def _dim(x, axis):
+    # Static size when known (XLA and JAX want static shapes), else dynamic.
+    static = x.shape[axis]
+    return static if static is not None else ops.shape(x)[axis]
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class RelativeGlobalAttention(MultiHeadSelfAttention):
+    """Multi-head self-attention with learned relative-position logits.
+
+    Each head adds to its content logits Q·Kᵀ a relative term Srel, where
+    Srel[t, s] = q_t · E[s - t] and E holds one learned embedding per
+    relative distance; distances beyond ±(`max_relative_position` - 1) share
+    the outermost embedding. The logits are then scaled by 1/√key_dim,
+    masked and normalised as in `MultiHeadSelfAttention`:
+    softmax((Q·Kᵀ + Srel)/√key_dim)·V.
+
+    Srel is computed as in the Music Transformer: one matmul of the queries
+    against a (W, K) table of embeddings (W = the number of distances that
+    occur, gathered from E with clamped indices), then the "skewing"
+    procedure (pad, reshape, slice; see `attention_ops.skew`) moves each
+    logit to its key. The (T, S, K) tensor of relative embeddings of Shaw et
+    al. 2018 is never made: the extra memory is O(T·K) for the table plus
+    one logits-sized buffer. Causal calls (`use_causal_mask=True`) use a
+    table of the T distances 0 .. -(T - 1) (the paper's masked variant);
+    non-causal calls use both directions (2T - 1 distances).
+
+    Use it where order and distance matter more than absolute position:
+    music (the Music Transformer), long sequences sampled at lengths longer
+    than those seen in training. Positions are the indices of the sequence
+    (padding does not shift them). With the cache, query t of a call sits at
+    absolute position `cache_index + t` and is compared with the absolute
+    positions of the cached keys, so token-by-token decoding equals the full
+    pass, and a step costs the same at every position (it attends over the
+    whole fixed-size cache, unfilled slots masked).
+
+    The table holds the distances -(max_relative_position - 1) ..
+    max_relative_position - 1 for every layer, since causality is chosen per
+    call; a model used only causally never trains the positive distances.
+
+    Args:
+        num_heads: H, number of attention heads (positive int).
+        key_dim: K, size of each head's query, key and relative embedding
+            (positive int).
+        max_relative_position: M, number of distinct distances in each
+            direction (positive int): distances -(M - 1) .. M - 1 get their
+            own embedding, farther ones share the outermost. Any sequence
+            length works with any M.
+        heads_share_relative_embedding: if True, one (2M - 1, K) table for
+            all heads (Shaw et al.); if False (default, as the Music
+            Transformer), one per head, (H, 2M - 1, K).
+        value_dim: V, size of each head's value; defaults to `key_dim`.
+        dropout: dropout rate on the attention probabilities, in [0, 1).
+        use_bias: whether the projections have biases.
+        output_dim: width of the output; defaults to the input width D.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        seed: int seed of the attention dropout, for reproducible runs.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    The relative embeddings are initialised from N(0, key_dim ** -0.5), as in
+    tensor2tensor.
+
+    Call arguments:
+        inputs: (B, T, D) float tensor.
+        padding_mask: (B, S) bool, `True` = real token, applied to the keys.
+            Without a cache S = T; with a cache S is the cache length.
+            Defaults to the Keras implicit mask of `inputs` when no cache is
+            used.
+        attention_mask: (B, T, S) or (B, H, T, S) bool, `True` = query t may
+            attend to key s. Combined with the other masks by logical AND.
+        use_causal_mask: if True, query t (at absolute position
+            `cache_index + t`) attends only to keys at positions <= its own.
+        cache: (B, max_length, H, K + V) tensor from `init_cache`; the
+            keys/values of `inputs` are written at `cache_index`, and
+            attention runs over the cache. Slots not written yet are masked.
+        cache_index: int or int32 scalar tensor, absolute position of
+            `inputs[:, 0]`. Defaults to 0.
+        return_attention_scores: if True, also return the attention
+            probabilities.
+        training: Python bool; enables dropout.
+
+    Returns:
+        `outputs` (B, T, output_dim); then, in this order and only when asked
+        for: `attention_scores` (B, H, T, S) (the probabilities, before
+        dropout; exactly zero where masked), and the updated `cache`
+        (B, max_length, H, K + V) when a `cache` was passed.
+
+    Raises:
+        ValueError: if `max_relative_position` is not a positive integer or
+            `heads_share_relative_embedding` is not a bool; otherwise as
+            `MultiHeadSelfAttention` (invalid sizes or dropout; inputs not
+            rank 3 or of a width other than the one built for; empty
+            batches; float masks or masks of the wrong rank or shape;
+            `cache_index` outside the cache).
+
+    Example:
+    >>> layer = RelativeGlobalAttention(num_heads=2, key_dim=8, max_relative_position=16)
+    >>> x = keras.random.normal((2, 5, 16))
+    >>> layer(x, use_causal_mask=True).shape
+    (2, 5, 16)
+    >>> cache = layer.init_cache(batch_size=2, max_length=10)
+    >>> y, cache = layer(x[:, :1], cache=cache, cache_index=0, use_causal_mask=True)
+
+    Reference:
+        Huang et al. 2018, "Music Transformer: Generating Music with
+        Long-Term Structure", section 3.4 (relative attention, skewing).
+        Shaw et al. 2018, "Self-Attention with Relative Position
+        Representations", section 3 (clipped relative distances).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        max_relative_position,
+        heads_share_relative_embedding=False,
+        **kwargs,
+    ):
+        super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
+        attention_ops.check_positive_int(self, "max_relative_position", max_relative_position)
+        if not isinstance(heads_share_relative_embedding, bool):
+            raise ValueError(
+                f"{type(self).__name__}: `heads_share_relative_embedding` must be "
+                "a bool (True = one table for all heads). Received: "
+                f"heads_share_relative_embedding={heads_share_relative_embedding!r}."
+            )
+        self.max_relative_position = max_relative_position
+        self.heads_share_relative_embedding = heads_share_relative_embedding
+
+    def _build_attention_core(self, inputs_shape):
+        num_distances = 2 * self.max_relative_position - 1
+        shape = (num_distances, self.key_dim)
+        if not self.heads_share_relative_embedding:
+            shape = (self.num_heads,) + shape
+        # Row r is the embedding of the distance r - (M - 1) (key minus query).
+        self.relative_embeddings = self.add_weight(
+            name="relative_embeddings",
+            shape=shape,
+            initializer=keras.initializers.RandomNormal(stddev=self.key_dim ** -0.5),
+        )
+
+    def _relative_logits(self, query, key_length, query_offset, causal):
+        """Srel (B, H, T, S) in float32, by table matmul + skewing."""
+        query_length = _dim(query, 1)
+        # Column j of the table is the distance j - (offset + T - 1): key j
+        # as seen from the last query; skewing shifts row t by T - 1 - t
+        # places, which puts every column at its key for every query. Causal
+        # calls need the distances <= 0 only, which W = S columns cover
+        # (offset + T <= S); the columns past them reach only masked keys.
+        width = key_length if causal else key_length + query_length - 1
+        first = -(ops.cast(query_offset, "int32") + query_length - 1)
+        limit = self.max_relative_position - 1
+        distances = ops.arange(width, dtype="int32") + first
+        rows = ops.clip(distances, -limit, limit) + limit
+        table = ops.cast(ops.take(self.relative_embeddings, rows, axis=-2), "float32")
+        # A zero row in front of the table gives the skew's padding column
+        # as part of the matmul, saving a copy of the logits.
+        zero_row = ops.zeros_like(table[..., :1, :])
+        table = ops.concatenate([zero_row, table], axis=-2)
+        # (B, H, T, K) @ (K, W+1) -> (B, H, T, W+1): made in the layout of
+        # the logits, so no logits-sized transpose follows. The operands get
+        # equal batch shapes on purpose: TF 2.21's oneDNN batch matmul
+        # returns wrong values, or corrupts the heap, when it broadcasts a
+        # (B, 1, T, K) operand (one head) against a table without the batch
+        # axis (pinned by test_single_head_matches_reference).
+        query = ops.transpose(ops.cast(query, "float32"), (0, 2, 1, 3))
+        table = ops.swapaxes(table, -1, -2)
+        if self.heads_share_relative_embedding:
+            batch, heads = ops.shape(query)[0], ops.shape(query)[1]
+            flat = ops.matmul(ops.reshape(query, (-1, ops.shape(query)[-1])), table)
+            padded = ops.reshape(flat, (batch, heads, query_length, -1))
+        else:
+            table = ops.broadcast_to(
+                table[None], (ops.shape(query)[0],) + tuple(ops.shape(table))
+            )
+            padded = ops.matmul(query, table)
+        return attention_ops.skew_padded(padded, key_length)
+
+    def _attend(
+        self,
+        query,
+        key,
+        value,
+        padding_mask,
+        attention_mask,
+        use_causal_mask,
+        query_offset,
+        valid_key_length,
+        cached,
+        spatial_shape,
+        return_attention_scores,
+        training,
+    ):
+        key_length = _dim(key, 1)
+        mask = attention_ops.merge_masks(
+            ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1],
+            key_padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            use_causal_mask=use_causal_mask,
+            query_offset=query_offset,
+            valid_key_length=valid_key_length,
+        )
+        relative_logits = self._relative_logits(
+            query, key_length, query_offset, causal=bool(use_causal_mask)
+        )
+        return attention_ops.scaled_dot_product_attention(
+            query, key, value, mask,
+            dropout_layer=self.dropout_layer, training=training,
+            may_have_empty_rows=padding_mask is not None or attention_mask is not None,
+            extra_logits=relative_logits,
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "max_relative_position": self.max_relative_position,
+                "heads_share_relative_embedding": self.heads_share_relative_embedding,
+            }
+        )
+        return config
