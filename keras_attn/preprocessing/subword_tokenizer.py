@@ -273,6 +273,18 @@ class SubwordTokenizer(tf.Module):
         keep = before_end & (ids != PAD_ID) & (ids != START_ID)
         return self._sentencepiece.detokenize(tf.ragged.boolean_mask(ids, keep))
 
+    def id_to_piece(self, ids):
+        """The vocabulary pieces of token ids, for display (e.g. the axes of
+        an attention plot): "▁" marks the start of a word.
+
+        Args:
+            ids: int tensor or array of any shape.
+
+        Returns:
+            A string tensor of the same shape.
+        """
+        return self._sentencepiece.id_to_string(tf.cast(ids, tf.int32))
+
     def save(self, path):
         """Writes the SentencePiece model proto to `path` (a `.model` file).
 

@@ -1,0 +1,91 @@
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.export import export_translator
+from keras_attn.generation import greedy_search
+from keras_attn.models import translation_transformer
+from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
+from keras_attn.preprocessing.text import encode_source
+from tests.export.helpers import run_fresh_python, session_loader_code
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "translation")
+SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
+
+
+@pytest.fixture(scope="module")
+def translator(tmp_path_factory):
+    import sys
+
+    sys.path.insert(0, EXAMPLES)
+    from multi30k import load_multi30k
+
+    german, english = load_multi30k(split="val")
+    tokenizer = SubwordTokenizer.train(german + english, vocabulary_size=600)
+    model = translation_transformer(
+        tokenizer.vocabulary_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32
+    )
+    base = tmp_path_factory.mktemp("translator")
+    path = export_translator(model, tokenizer, base / "text", max_length=10, num_beams=1)
+    tokens_path = export_translator(
+        model, tokenizer, base / "tokens", max_length=10, num_beams=1, include_text_signature=False
+    )
+    return model, tokenizer, path, tokens_path
+
+
+def _expected(model, tokenizer, sentences):
+    tokens = encode_source(tokenizer, tf.constant(sentences), 10).to_tensor(shape=[None, 10])
+    start = tf.fill([len(sentences), 1], tokenizer.start_id)
+    ids = greedy_search(model, start, 10, end_token_id=tokenizer.end_id, inputs={"encoder_tokens": tokens})
+    return np.asarray(ids), tokenizer.detokenize(ids).numpy()
+
+
+def test_versioned_layout_and_signatures(translator, tmp_path):
+    model, tokenizer, path, _ = translator
+    assert os.path.basename(path) == "1" and os.path.exists(os.path.join(path, "saved_model.pb"))
+    loaded = tf.saved_model.load(path)
+    serving = loaded.signatures["serving_default"]
+    assert serving.structured_input_signature[1]["text"].dtype == tf.string
+    assert set(serving.structured_outputs) == {"translation"}
+    ids, texts = _expected(model, tokenizer, SENTENCES)
+    got = serving(text=tf.constant(SENTENCES + ["", "   "]))["translation"].numpy()
+    assert list(got[:2]) == list(texts)
+    assert list(got[2:]) == [b"", b""]  # empty input -> empty translation
+    token_ids = encode_source(tokenizer, tf.constant(SENTENCES), 10).to_tensor()
+    got_ids = loaded.signatures["translate_tokens"](encoder_tokens=token_ids)["tokens"].numpy()
+    np.testing.assert_array_equal(got_ids, ids)
+    with pytest.raises(ValueError, match="already exists"):
+        export_translator(model, tokenizer, os.path.dirname(path), max_length=10)
+    with pytest.raises(ValueError, match="positive integer"):
+        export_translator(model, tokenizer, tmp_path, version=0)
+
+
+def test_odd_inputs_do_not_crash_the_graph(translator):
+    _, _, path, _ = translator
+    serving = tf.saved_model.load(path).signatures["serving_default"]
+    out = serving(text=tf.constant([b"\xff\xfe kaputt", "Hund " * 500]))["translation"].numpy()
+    assert out.shape == (2,)
+
+
+@pytest.mark.slow
+def test_runs_in_fresh_processes_and_under_the_session_loader(translator):
+    model, tokenizer, path, tokens_path = translator
+    _, texts = _expected(model, tokenizer, SENTENCES[:1])
+    out = run_fresh_python(f"""
+        import tensorflow as tf, tensorflow_text  # only these
+        model = tf.saved_model.load({str(path)!r})
+        print(model.signatures["serving_default"](text=tf.constant({SENTENCES[:1]!r}))["translation"].numpy().tolist())
+    """)
+    assert repr([texts[0]]) in out
+    out = run_fresh_python(session_loader_code(
+        path, {"text": repr(SENTENCES[:1])}, "translation",
+        imports="import tensorflow as tf\nimport tensorflow_text",
+    ))
+    assert repr([texts[0]]) in out
+    # The token model needs no tensorflow-text at all, even under the session loader.
+    ids, _ = _expected(model, tokenizer, SENTENCES[:1])
+    source = encode_source(tokenizer, tf.constant(SENTENCES[:1]), 10).to_tensor().numpy().tolist()
+    out = run_fresh_python(session_loader_code(tokens_path, {"encoder_tokens": repr(source)}, "tokens"))
+    assert repr(ids.tolist()) in out
