@@ -1,0 +1,175 @@
+"""What the decoding strategies share: the decoder argument, the prompt
+layout, and the token-by-token loop of greedy search and sampling.
+
+Prompt layout (all strategies). Prompts are *right-padded* to one width P
+(`pad_token_id` after each row's tokens) and every row keeps the absolute
+positions of its own tokens, so positions, relative distances and local
+blocks are those of the row alone. The prompt is prefilled in one pass (all
+P positions at once through the caches), then the loop runs one position
+`i` per step for the whole batch, from the shortest prompt length on. At
+position `i` a row whose prompt is longer still takes its own prompt token
+(its cache entry is recomputed from the same prefix, so it is unchanged);
+the other rows take the strategy's choice. Each row therefore gets exactly
+the tokens it would get alone, and one scalar cache index serves the batch
+(what the layers' caches and XLA want). Left padding was rejected: it would
+shift absolute positions and local-attention blocks per row.
+"""
+
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+
+
+def as_decoder(model):
+    """Returns `model` as a decoder object (`CachedDecoder` for a
+    `keras.Model`; objects with the decoder protocol are returned as they
+    are).
+
+    Raises:
+        ValueError: if `model` is neither.
+    """
+    from keras_attn.generation.cached_decoder import CachedDecoder
+
+    if isinstance(model, keras.Model):
+        return CachedDecoder(model)
+    protocol = ("initial_state", "repeat_state", "reorder_state")
+    if callable(model) and all(hasattr(model, name) for name in protocol):
+        return model
+    raise ValueError(
+        "Expected a functional `keras.Model` or a decoder object "
+        "(`CachedDecoder`, `RecomputingDecoder`, or one with `initial_state`, "
+        f"`__call__`, `repeat_state`, `reorder_state`). Received: {model!r}."
+    )
+
+
+def check_max_length(max_length):
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0:
+        raise ValueError(
+            "`max_length` must be a positive Python int: the total length of "
+            "the returned sequences (prompt included), a static shape. "
+            f"Received: max_length={max_length!r}."
+        )
+
+
+def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
+    """Validates and lays out a right-padded prompt.
+
+    Args:
+        prompt: (B, P) int token ids, right-padded with `pad_token_id`.
+        max_length: L >= P, static int.
+        pad_token_id: int.
+        prompt_lengths: optional (B,) int; defaults to the number of
+            non-pad tokens of each row.
+
+    Returns:
+        `(tokens, lengths, prompt_mask, start, width)`: tokens (B, L) int32
+        (the prompt, pad after each row's length), lengths (B,) int32 in
+        [1, P], prompt_mask (B, L) bool (True inside the prompt), start =
+        min(lengths) int32 scalar (first position generated for some row),
+        width = P (int).
+
+    Raises:
+        ValueError: if the prompt is not a rank-2 integer tensor of static
+            width 1 <= P <= max_length.
+    """
+    check_max_length(max_length)
+    if not hasattr(prompt, "dtype") or not hasattr(prompt, "shape"):
+        prompt = ops.convert_to_tensor(prompt)
+    dtype = keras.backend.standardize_dtype(prompt.dtype)
+    if "int" not in dtype or len(prompt.shape) != 2:
+        raise ValueError(
+            "`prompt` must be integer token ids of shape (batch, prompt_length), "
+            f"right-padded with pad_token_id. Received dtype {dtype} and shape "
+            f"{tuple(prompt.shape)}."
+        )
+    width = prompt.shape[1]
+    if width is None or width < 1 or width > max_length:
+        raise ValueError(
+            "The prompt's width must be static and in [1, max_length]: pad "
+            "prompts to a fixed width (and pass `prompt_lengths`), with at "
+            "least one (start) token per row. Received: prompt.shape="
+            f"{tuple(prompt.shape)}, max_length={max_length}."
+        )
+    prompt = ops.cast(prompt, "int32")
+    if prompt_lengths is None:
+        lengths = ops.sum(ops.cast(ops.not_equal(prompt, pad_token_id), "int32"), axis=1)
+    else:
+        lengths = ops.cast(ops.reshape(prompt_lengths, (-1,)), "int32")
+    # A row needs one token to predict from: an empty row starts from its
+    # first (pad) token.
+    lengths = ops.clip(lengths, 1, width)
+    tokens = prompt
+    if width < max_length:
+        tokens = ops.pad(prompt, [[0, 0], [0, max_length - width]], constant_values=pad_token_id)
+    prompt_mask = ops.less(ops.arange(max_length, dtype="int32")[None, :], lengths[:, None])
+    tokens = ops.where(prompt_mask, tokens, ops.cast(pad_token_id, "int32"))
+    return tokens, lengths, prompt_mask, ops.min(lengths), width
+
+
+def prefill(decoder, tokens, width, start, max_length, inputs):
+    """Runs the whole prompt through the caches in one pass.
+
+    Returns:
+        `(logits, state)`: logits (B, V) float32 at position `start - 1` (the
+        prediction of position `start`), and the filled state.
+    """
+    batch_size = ops.shape(tokens)[0]
+    state = decoder.initial_state(batch_size, max_length, inputs)
+    logits, state = decoder(tokens[:, :width], 0, state, logits_index=start - 1)
+    return ops.cast(logits[:, 0], "float32"), state
+
+
+def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
+               prompt_lengths, inputs):
+    """The loop of greedy search and sampling.
+
+    Args:
+        choose: `choose(logits (B, V) float32, position int32 scalar) ->
+            (B,) int` token chosen for `position`.
+        (others: see `greedy_search`.)
+
+    Returns:
+        (B, max_length) int32 tokens.
+    """
+    decoder = as_decoder(decoder)
+    tokens, _, prompt_mask, start, width = prepare_prompt(
+        prompt, max_length, pad_token_id, prompt_lengths
+    )
+    logits, state = prefill(decoder, tokens, width, start, max_length, inputs)
+    pad = ops.cast(pad_token_id, "int32")
+    finished = ops.zeros_like(prompt_mask[:, 0])
+
+    def cond(index, tokens, finished, logits, state):
+        return ops.logical_and(
+            ops.less(index, max_length), ops.logical_not(ops.all(finished))
+        )
+
+    def body(index, tokens, finished, logits, state):
+        chosen = ops.cast(choose(logits, index), "int32")
+        forced = ops.take(prompt_mask, index, axis=1)
+        next_token = ops.where(
+            forced, ops.take(tokens, index, axis=1), ops.where(finished, pad, chosen)
+        )
+        tokens = ops.slice_update(tokens, (0, index), next_token[:, None])
+        if end_token_id is not None:
+            ended = ops.logical_and(ops.logical_not(forced), ops.equal(next_token, end_token_id))
+            finished = ops.logical_or(finished, ended)
+        step_logits, state = decoder(next_token[:, None], index, state)
+        return index + 1, tokens, finished, ops.cast(step_logits[:, 0], "float32"), state
+
+    _, tokens, _, _, _ = ops.while_loop(
+        cond, body, (start, tokens, finished, logits, state), maximum_iterations=max_length
+    )
+    return tokens
+
+
+def check_token_id(name, value):
+    if value is None:
+        return
+    known = attention_ops.static_int(value)
+    if isinstance(value, bool) or known is None or known < 0:
+        raise ValueError(
+            f"`{name}` must be a non-negative int token id or None. "
+            f"Received: {name}={value!r}."
+        )

@@ -1,0 +1,122 @@
+import keras
+from keras import ops
+
+from keras_attn.generation.cached_decoder import find_token_input, input_names
+
+
+class RecomputingDecoder:
+    """Decodes with any causal model by recomputing the whole prefix each step.
+
+    The reference the cached engine is measured against (tests, benchmarks),
+    and a fallback for causal models `CachedDecoder` cannot adapt. It has
+    the same protocol as `CachedDecoder`, so every generation function
+    accepts it, but its "state" is just the token buffer (and the other
+    model inputs): each call runs the full model (encoder included) on
+    positions `0 .. cache_index + T - 1`. A step therefore costs a forward
+    pass over the prefix, and the whole generation grows quadratically
+    with the length.
+
+    The prefix has a dynamic length: use it eagerly or in `tf.function`
+    without `jit_compile` (XLA wants static shapes).
+
+    Args:
+        model: a `keras.Model` mapping its inputs to next-token logits
+            (B, T, V), causal along T.
+        token_input: name of the token input (defaults as in
+            `CachedDecoder`).
+
+    Raises:
+        ValueError: if the token input cannot be found.
+
+    Example:
+    >>> from keras_attn.models import translation_transformer
+    >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
+    ...                                 num_heads=2, intermediate_dim=32)
+    >>> reference = RecomputingDecoder(model)
+    >>> greedy_search(reference, keras.ops.array([[1]]), max_length=6,
+    ...               inputs={"encoder_tokens": keras.ops.array([[5, 6, 2]])}).shape
+    (1, 6)
+
+    Reference:
+        Vaswani et al. 2017, "Attention Is All You Need", section 3.
+    """
+
+    def __init__(self, model, token_input=None):
+        if not isinstance(model, keras.Model):
+            raise ValueError(
+                f"RecomputingDecoder needs a `keras.Model`. Received: {model!r}."
+            )
+        self.model = model
+        self._input_names = input_names(model)
+        self.token_input = find_token_input(self._input_names, token_input, "RecomputingDecoder")
+
+    def initial_state(self, batch_size, max_length, inputs=None):
+        """An empty (B, max_length) token buffer and the other inputs.
+
+        Args:
+            batch_size: B, int or scalar tensor.
+            max_length: L, positive int.
+            inputs: the model's other inputs, a dict by name (or a single
+                tensor when exactly one is needed).
+
+        Returns:
+            `{"tokens": (B, L) int32, "inputs": {name: tensor}}`.
+
+        Raises:
+            ValueError: if an input is missing.
+        """
+        others = [name for name in self._input_names if name != self.token_input]
+        if others and not isinstance(inputs, dict):
+            if inputs is not None and len(others) == 1:
+                inputs = {others[0]: inputs}
+            else:
+                raise ValueError(
+                    f"This model needs the inputs {others} besides "
+                    f"`{self.token_input}`: pass `inputs={{name: tensor}}`."
+                )
+        missing = sorted(set(others) - set(inputs or {}))
+        if missing:
+            raise ValueError(f"Missing model inputs {missing}. Received: {sorted(inputs)}.")
+        values = {
+            name: ops.convert_to_tensor(inputs[name], dtype=self._input_names[name].dtype)
+            for name in others
+        }
+        return {"tokens": ops.zeros((batch_size, max_length), "int32"), "inputs": values}
+
+    def __call__(self, token_ids, cache_index, state, logits_index=None):
+        """Writes `token_ids` at `cache_index` and runs the model on the prefix.
+
+        Returns:
+            `(logits, state)`: (B, T, V) logits of the new positions (or
+            (B, 1, V) at `logits_index`), and the state with the tokens.
+        """
+        tokens = ops.slice_update(
+            state["tokens"], (0, cache_index), ops.cast(token_ids, "int32")
+        )
+        length = ops.shape(token_ids)[1]
+        end = cache_index + length
+        prefix = ops.slice(tokens, (0, 0), (ops.shape(tokens)[0], end))
+        feed = dict(state["inputs"], **{self.token_input: prefix})
+        structure = self.model.input
+        if isinstance(structure, dict):
+            model_inputs = feed
+        else:
+            model_inputs = [feed[t.name] for t in keras.tree.flatten(structure)]
+            if len(model_inputs) == 1:
+                model_inputs = model_inputs[0]
+        logits = self.model(model_inputs, training=False)
+        first = cache_index if logits_index is None else cache_index + logits_index
+        size = length if logits_index is None else 1
+        logits = ops.slice(
+            logits, (0, first, 0), (ops.shape(logits)[0], size, logits.shape[-1])
+        )
+        return logits, {"tokens": tokens, "inputs": state["inputs"]}
+
+    def repeat_state(self, state, num_beams):
+        """Repeats every row `num_beams` times (see `CachedDecoder`)."""
+        return keras.tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), state)
+
+    def reorder_state(self, state, indices):
+        """Gathers the token buffer's rows (the other inputs are shared by
+        the beams of a row)."""
+        return {"tokens": ops.take(state["tokens"], indices, axis=0), "inputs": state["inputs"]}

@@ -1,0 +1,244 @@
+"""Random decoding: temperature, top-k and nucleus (top-p) sampling, with a
+stateless counter-based random generator that takes its seed as a tensor."""
+
+import numbers
+
+from keras import ops
+
+from keras_attn.generation import decoding
+
+
+def sample(
+    model,
+    prompt,
+    max_length,
+    seed,
+    temperature=1.0,
+    top_k=None,
+    top_p=None,
+    end_token_id=None,
+    pad_token_id=0,
+    prompt_lengths=None,
+    inputs=None,
+):
+    """Generates by sampling each next token from the model's distribution.
+
+    At each step the logits are divided by `temperature`, filtered to the
+    `top_k` most likely tokens and/or to the nucleus of mass `top_p`, and a
+    token is drawn from the softmax of what is left (Gumbel-max: the argmax
+    of the filtered logits plus Gumbel noise).
+
+    The noise is a pure function of `(seed, position, row, token id)`, made
+    with a counter-based hash in `keras.ops` (no random state): the same
+    seed gives the same tokens, eagerly, under `tf.function`/XLA, and in an
+    exported graph where `seed` is a tensor input; the cached and the
+    recomputing decoder draw the same noise. Loop, prompts and stopping as
+    in `greedy_search`.
+
+    Args:
+        model: a functional `keras.Model` or a decoder object.
+        prompt: (B, P) int, right-padded (see `greedy_search`).
+        max_length: L, static int >= P (prompt included).
+        seed: an int, or an int tensor of shape (2,) or () (a graph input).
+        temperature: positive float (or float scalar tensor); < 1 sharpens,
+            > 1 flattens the distribution.
+        top_k: optional positive int: keep the k most likely tokens.
+        top_p: optional float in (0, 1] (or a float scalar tensor): keep the
+            smallest set of most likely tokens whose probability reaches p.
+        end_token_id: a row stops after generating it; None = never stop.
+        pad_token_id: padding id, written after the end token.
+        prompt_lengths: (B,) int; defaults to the non-pad count per row.
+        inputs: the model's other inputs by name (e.g. `encoder_tokens`).
+
+    Returns:
+        (B, L) int32 tokens: prompt, samples (end token included), padding.
+
+    Raises:
+        ValueError: on a non-positive `temperature`, a `top_k` that is not a
+            positive int, a `top_p` outside (0, 1], a seed of the wrong
+            shape, or for the reasons of `greedy_search`.
+
+    Example:
+    >>> from keras_attn.models import translation_transformer
+    >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
+    ...                                 num_heads=2, intermediate_dim=32)
+    >>> source = keras.ops.array([[5, 6, 7, 2]])
+    >>> sample(model, keras.ops.array([[1]]), max_length=8, seed=42,
+    ...        top_p=0.9, end_token_id=2, inputs={"encoder_tokens": source}).shape
+    (1, 8)
+
+    Reference:
+        Holtzman et al. 2019, "The Curious Case of Neural Text
+        Degeneration", section 3.1 (nucleus sampling); Fan et al. 2018,
+        "Hierarchical Neural Story Generation", section 5.4 (top-k).
+    """
+    _check_positive_number("temperature", temperature)
+    if top_k is not None:
+        _check_positive_int("top_k", top_k)
+    if top_p is not None:
+        _check_probability(top_p)
+    decoding.check_token_id("end_token_id", end_token_id)
+    decoding.check_token_id("pad_token_id", pad_token_id)
+    key = _seed_key(seed)
+
+    def choose(logits, position):
+        logits = logits / ops.cast(temperature, "float32")
+        if top_k is not None:
+            logits = top_k_filter(logits, top_k)
+        if top_p is not None:
+            logits = top_p_filter(logits, top_p)
+        noise = gumbel_noise(key, position, ops.shape(logits))
+        return ops.argmax(logits + noise, axis=-1)
+
+    return decoding.token_loop(
+        model, prompt, max_length, choose, end_token_id, pad_token_id, prompt_lengths, inputs
+    )
+
+
+def top_k_filter(logits, k):
+    """Keeps the `k` largest logits of each row; the others become `-inf`.
+
+    Args:
+        logits: (..., V) float.
+        k: positive int (static). k >= V keeps everything.
+
+    Returns:
+        Logits of the same shape and dtype. Entries tied with the k-th
+        largest are kept too.
+
+    Raises:
+        ValueError: if `k` is not a positive int.
+
+    Example:
+    >>> top_k_filter(keras.ops.array([[1.0, 3.0, 2.0]]), 2)  # [[-inf, 3, 2]]
+
+    Reference:
+        Fan et al. 2018, "Hierarchical Neural Story Generation", section 5.4.
+    """
+    _check_positive_int("k", k)
+    vocabulary_size = logits.shape[-1]
+    if vocabulary_size is not None and k >= vocabulary_size:
+        return logits
+    threshold = ops.top_k(logits, k)[0][..., -1:]
+    return ops.where(ops.greater_equal(logits, threshold), logits, float("-inf"))
+
+
+def top_p_filter(logits, p):
+    """Nucleus filter: keeps the smallest set of most likely tokens whose
+    probability mass reaches `p`; the other logits become `-inf`.
+
+    Tokens are ranked by probability (ties in index order); a token is kept
+    when the mass of the tokens ranked before it is below `p`, so the most
+    likely token is always kept and the kept mass is >= p.
+
+    Args:
+        logits: (B, V) float (temperature already applied).
+        p: float in (0, 1] or a float scalar tensor. 1 keeps everything.
+
+    Returns:
+        (B, V) logits, same dtype.
+
+    Raises:
+        ValueError: if a Python `p` is outside (0, 1].
+
+    Example:
+    >>> probs = keras.ops.array([[0.5, 0.3, 0.15, 0.05]])
+    >>> top_p_filter(keras.ops.log(probs), 0.75)  # keeps tokens 0 and 1
+
+    Reference:
+        Holtzman et al. 2019, "The Curious Case of Neural Text
+        Degeneration", section 3.1, equation 2.
+    """
+    _check_probability(p)
+    if isinstance(p, numbers.Real) and p >= 1.0:
+        return logits
+    vocabulary_size = logits.shape[-1]
+    sorted_logits, order = ops.top_k(logits, vocabulary_size)
+    probs = ops.softmax(ops.cast(sorted_logits, "float32"), axis=-1)
+    mass_before = ops.cumsum(probs, axis=-1) - probs
+    keep_sorted = ops.less(mass_before, ops.cast(p, "float32"))
+    # Back to vocabulary order: the inverse of the sorting permutation.
+    keep = ops.take_along_axis(keep_sorted, ops.argsort(order, axis=-1), axis=-1)
+    return ops.where(keep, logits, float("-inf"))
+
+
+# --------------------------------------------------------- stateless noise
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix(h):
+    """The 32-bit finaliser of MurmurHash3 (a bijection with full
+    avalanche) on uint32 tensors."""
+    h = ops.bitwise_xor(h, ops.right_shift(h, 16))
+    h = ops.multiply(h, ops.convert_to_tensor(0x85EBCA6B, "uint32"))
+    h = ops.bitwise_xor(h, ops.right_shift(h, 13))
+    h = ops.multiply(h, ops.convert_to_tensor(0xC2B2AE35, "uint32"))
+    return ops.bitwise_xor(h, ops.right_shift(h, 16))
+
+
+def _seed_key(seed):
+    """A (2,) uint32 key from an int or an int tensor of shape () or (2,)."""
+    if isinstance(seed, bool):
+        raise ValueError(f"`seed` must be an int or an int tensor. Received: seed={seed!r}.")
+    if isinstance(seed, numbers.Integral):
+        seed = [int(seed) & _MASK32, (int(seed) >> 32) & _MASK32]
+        return ops.convert_to_tensor(seed, "uint32")
+    if not hasattr(seed, "shape"):
+        seed = ops.convert_to_tensor(seed)
+    shape = tuple(seed.shape)
+    if shape not in ((), (1,), (2,)):
+        raise ValueError(
+            "`seed` must be an int, or an int tensor of shape () or (2,) "
+            f"(stateless seed). Received shape {shape}."
+        )
+    seed = ops.reshape(ops.cast(seed, "uint32"), (-1,))
+    if shape != (2,):
+        seed = ops.concatenate([seed, ops.zeros((1,), "uint32")])
+    return seed
+
+
+def gumbel_noise(key, position, shape):
+    """Standard Gumbel noise, a pure function of (key, position, index).
+
+    Args:
+        key: (2,) uint32 from the seed.
+        position: int32 scalar (the decoding position).
+        shape: (B, V).
+
+    Returns:
+        (B, V) float32 samples of -log(-log(U)), U uniform in (0, 1) on a
+        grid of 2**23 values.
+    """
+    def constant(value):
+        return ops.convert_to_tensor(value, "uint32")
+
+    step = ops.cast(position, "uint32")
+    k1 = _mix(ops.bitwise_xor(key[0], _mix(key[1] + constant(0x9E3779B9))))
+    k2 = _mix(ops.bitwise_xor(k1, _mix(step + constant(0x7F4A7C15))))
+    k3 = _mix(k2 + constant(0x632BE5AB))
+    rows = ops.cast(ops.arange(shape[0], dtype="int32"), "uint32")
+    columns = ops.cast(ops.arange(shape[1], dtype="int32"), "uint32")
+    # One distinct counter per (row, token) while B * V < 2**32.
+    counter = rows[:, None] * constant(shape[1]) + columns[None, :]
+    bits = _mix(ops.bitwise_xor(_mix(ops.bitwise_xor(counter, k3)), k2))
+    # 23 bits -> (0, 1): (2k + 1) / 2**24 is exact in float32 and < 1.
+    uniform = (ops.cast(ops.right_shift(bits, 9), "float32") + 0.5) * (2.0 ** -23)
+    return -ops.log(-ops.log(uniform))
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}.")
+
+
+def _check_positive_number(name, value):
+    known = value if isinstance(value, numbers.Real) else None
+    if isinstance(value, bool) or (known is not None and not known > 0):
+        raise ValueError(f"`{name}` must be > 0. Received: {name}={value!r}.")
+
+
+def _check_probability(p):
+    if isinstance(p, bool) or (isinstance(p, numbers.Real) and not 0.0 < p <= 1.0):
+        raise ValueError(
+            f"`top_p` must be in (0, 1] (the nucleus mass). Received: top_p={p!r}."
+        )

@@ -1,0 +1,132 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.generation import CachedDecoder
+from keras_attn.layers import MultiHeadSelfAttention, TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
+from tests.generation import tiny_models
+
+RNG = np.random.default_rng(11)
+
+
+def _stepwise_logits(decoder, tokens, prefill, inputs=None):
+    """Prefill `prefill` positions in one call, then one position per call."""
+    state = decoder.initial_state(len(tokens), tokens.shape[1], inputs)
+    logits, state = decoder(tokens[:, :prefill], 0, state)
+    outs = [np.asarray(logits)]
+    for i in range(prefill, tokens.shape[1]):
+        logits, state = decoder(tokens[:, i:i + 1], i, state)
+        outs.append(np.asarray(logits))
+    return np.concatenate(outs, axis=1)
+
+
+@pytest.mark.parametrize("kind", tiny_models.available_attention_types())
+def test_decoder_only_cached_logits_equal_full_pass(kind):
+    model = tiny_models.language_model(kind, normalize_first=kind != "MultiHeadSelfAttention")
+    tokens = RNG.integers(1, tiny_models.VOCABULARY, (2, 11)).astype("int32")
+    full = np.asarray(model(tokens))
+    decoder = CachedDecoder(model)
+    np.testing.assert_allclose(_stepwise_logits(decoder, tokens, prefill=4), full, atol=1e-4)
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_translation_cached_logits_equal_full_pass(normalize_first):
+    model = tiny_models.translation_model(normalize_first)
+    source = tiny_models.SOURCE
+    target = RNG.integers(1, tiny_models.VOCABULARY, (2, 7)).astype("int32")
+    full = np.asarray(model({"encoder_tokens": source, "decoder_tokens": target}))
+    decoder = CachedDecoder(model)
+    assert decoder.token_input == "decoder_tokens"
+    got = _stepwise_logits(decoder, target, prefill=1, inputs={"encoder_tokens": source})
+    np.testing.assert_allclose(got, full, atol=1e-4)
+    # The second source row is padded: its mask (source != 0) reaches the
+    # cross-attention, so extra padding changes nothing.
+    padded = np.concatenate([source, np.zeros((2, 3), "int32")], axis=1)
+    got_padded = _stepwise_logits(decoder, target, prefill=3, inputs={"encoder_tokens": padded})
+    np.testing.assert_allclose(got_padded, full, atol=1e-4)
+
+
+def test_hand_built_model_with_direct_attention_and_ops():
+    model = tiny_models.bare_attention_model()
+    decoder = CachedDecoder(model)
+    tokens = RNG.integers(0, tiny_models.VOCABULARY, (3, 9)).astype("int32")
+    np.testing.assert_allclose(
+        _stepwise_logits(decoder, tokens, prefill=2), np.asarray(model(tokens)), atol=1e-4
+    )
+
+
+def test_stack_of_different_attention_types_and_cache_shapes():
+    model = tiny_models.mixed_model()
+    tokens = RNG.integers(1, tiny_models.VOCABULARY, (2, 10)).astype("int32")
+    tokens[1, 6] = 0  # a padding id inside: masked as the full model masks it
+    np.testing.assert_allclose(
+        _stepwise_logits(CachedDecoder(model), tokens, prefill=3), np.asarray(model(tokens)), atol=1e-4
+    )
+
+
+def test_block_returning_attention_scores_is_replayed_without_them():
+    def build(x):
+        y, _ = TransformerDecoder(32, num_heads=2, name="decoder")(x, return_attention_scores=True)
+        return y
+
+    model = _model(build)
+    tokens = RNG.integers(1, tiny_models.VOCABULARY, (2, 8)).astype("int32")
+    np.testing.assert_allclose(
+        _stepwise_logits(CachedDecoder(model), tokens, prefill=2), np.asarray(model(tokens)), atol=1e-4
+    )
+
+
+def test_logits_index_returns_one_position():
+    model = tiny_models.language_model()
+    tokens = RNG.integers(1, tiny_models.VOCABULARY, (2, 6)).astype("int32")
+    decoder = CachedDecoder(model)
+    state = decoder.initial_state(2, 8)
+    logits, _ = decoder(tokens, 0, state, logits_index=3)
+    assert logits.shape == (2, 1, tiny_models.VOCABULARY)
+    np.testing.assert_allclose(np.asarray(logits)[:, 0], np.asarray(model(tokens))[:, 3], atol=1e-5)
+
+
+def test_beam_state_repeat_and_reorder():
+    model = tiny_models.translation_model()
+    decoder = CachedDecoder(model)
+    state = decoder.initial_state(2, 5, {"encoder_tokens": tiny_models.SOURCE})
+    _, state = decoder(np.array([[1, 3], [1, 4]], "int32"), 0, state)
+    repeated = decoder.repeat_state(state, 3)
+    cache = np.asarray(state["caches"][0])
+    np.testing.assert_array_equal(np.asarray(repeated["caches"][0]), np.repeat(cache, 3, axis=0))
+    cross, mask = repeated["memory"][0]
+    np.testing.assert_array_equal(np.asarray(mask), np.repeat(tiny_models.SOURCE != 0, 3, axis=0))
+    assert cross.shape[0] == 6
+    reordered = decoder.reorder_state(repeated, np.array([5, 0, 1, 2, 3, 4]))
+    np.testing.assert_array_equal(np.asarray(reordered["caches"][1])[0], np.asarray(state["caches"][1])[1])
+
+
+def _model(build):
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = TokenAndPositionEmbedding(tiny_models.VOCABULARY, 16, sequence_length=8, name="embedding")(tokens)
+    x = build(x)
+    return keras.Model(tokens, keras.layers.Dense(tiny_models.VOCABULARY, name="logits")(x))
+
+
+def test_errors_name_the_unexpected_layer():
+    with pytest.raises(ValueError, match=r"'encoder_block' \(TransformerEncoder\).*not causal"):
+        CachedDecoder(_model(lambda x: TransformerEncoder(32, num_heads=2, name="encoder_block")(x)))
+    with pytest.raises(ValueError, match=r"'conv' \(Conv1D\).*not known to act on each position"):
+        CachedDecoder(_model(lambda x: keras.layers.Conv1D(16, 3, padding="causal", name="conv")(x)))
+    with pytest.raises(ValueError, match=r"'attention' \(MultiHeadSelfAttention\).*use_causal_mask=False"):
+        CachedDecoder(_model(lambda x: MultiHeadSelfAttention(2, 8, name="attention")(x)))
+    with pytest.raises(ValueError, match="use_causal_mask=False.*needs causal"):
+        CachedDecoder(_model(lambda x: TransformerDecoder(32, num_heads=2)(x, use_causal_mask=False)))
+    with pytest.raises(ValueError, match="single output"):
+        tokens = keras.Input((None,), dtype="int32")
+        x = keras.layers.Embedding(5, 4)(tokens)
+        CachedDecoder(keras.Model(tokens, [x, x]))
+    with pytest.raises(ValueError, match="functional"):
+        CachedDecoder(keras.Sequential([keras.layers.Dense(3)]))
+    with pytest.raises(ValueError, match=r"token_input.*\['encoder_tokens', 'decoder_tokens'\]"):
+        CachedDecoder(tiny_models.translation_model(), token_input="target")
+    decoder = CachedDecoder(tiny_models.translation_model())
+    with pytest.raises(ValueError, match=r"Missing model inputs \['encoder_tokens'\]"):
+        decoder.initial_state(2, 8, {"source": tiny_models.SOURCE})
+    with pytest.raises(ValueError, match="max_length=20 does not fit the learned position table"):
+        CachedDecoder(tiny_models.language_model(max_length=16)).initial_state(1, 20)

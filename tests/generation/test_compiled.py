@@ -1,0 +1,112 @@
+"""The strategies inside `tf.function`: XLA, and a graph with tensor inputs
+(dynamic batch, fixed prompt width) that traces once, as an export needs."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.generation import beam_search, greedy_search, sample
+from tests.generation import tiny_models
+
+
+def test_xla_compiled_strategies_equal_eager():
+    model = tiny_models.sharpen(tiny_models.translation_model(num_layers=1), 2.0)
+    prompt = np.ones((2, 1), "int32")
+    kwargs = dict(end_token_id=4, inputs={"encoder_tokens": tiny_models.SOURCE})
+
+    def run(source, prompt):
+        kwargs["inputs"] = {"encoder_tokens": source}
+        return (
+            greedy_search(model, prompt, 8, **kwargs),
+            beam_search(model, prompt, 8, num_beams=3, **kwargs),
+            sample(model, prompt, 8, seed=7, top_p=0.9, **kwargs),
+        )
+
+    eager = run(tiny_models.SOURCE, prompt)
+    # autograph=False as in `keras.export.ExportArchive` (and faster to trace).
+    compiled = tf.function(run, jit_compile=True, autograph=False)(
+        tf.constant(tiny_models.SOURCE), tf.constant(prompt)
+    )
+    for want, got in zip(eager, compiled):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", tiny_models.available_attention_types())
+def test_xla_decoder_only_every_attention_type(kind):
+    model = tiny_models.sharpen(tiny_models.language_model(kind, num_layers=2), 2.0)
+    prompt = np.array([[3, 4, 0, 0], [7, 1, 9, 2]], "int32")
+
+    def run(prompt):
+        return (
+            greedy_search(model, prompt, 12, end_token_id=5),
+            beam_search(model, prompt, 12, num_beams=3, end_token_id=5),
+            sample(model, prompt, 12, seed=1, top_k=5),
+        )
+
+    eager = run(prompt)
+    compiled = tf.function(run, jit_compile=True)(tf.constant(prompt))
+    for want, got in zip(eager, compiled):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_graph_with_tensor_inputs_traces_once_for_every_prompt_length_and_batch():
+    model = tiny_models.language_model("RelativeGlobalAttention" if "RelativeGlobalAttention"
+                                       in tiny_models.available_attention_types() else
+                                       "MultiHeadSelfAttention", num_layers=1)
+    traces = []
+
+    @tf.function(input_signature=[
+        tf.TensorSpec((None, 6), tf.int32, name="prompt"),
+        tf.TensorSpec((None,), tf.int32, name="prompt_lengths"),
+        tf.TensorSpec((2,), tf.int32, name="seed"),
+    ])
+    def generate(prompt, prompt_lengths, seed):
+        traces.append(1)
+        return (
+            greedy_search(model, prompt, 12, end_token_id=5, prompt_lengths=prompt_lengths),
+            sample(model, prompt, 12, seed=seed, top_k=4, prompt_lengths=prompt_lengths),
+        )
+
+    batches = [
+        (np.array([[3, 4, 0, 0, 0, 0], [7, 1, 9, 2, 6, 8]], "int32"), [2, 6]),
+        (np.array([[3, 0, 0, 0, 0, 0], [7, 1, 9, 2, 0, 0], [8, 8, 2, 0, 0, 0]], "int32"), [1, 4, 3]),
+    ]
+    for i, (prompt, lengths) in enumerate(batches):
+        greedy, sampled = generate(prompt, np.array(lengths, "int32"), np.array([9, 0], "int32"))
+        want_greedy = greedy_search(model, prompt, 12, end_token_id=5)
+        np.testing.assert_array_equal(np.asarray(greedy), np.asarray(want_greedy))
+        if i == 0:
+            want_sampled = sample(model, prompt, 12, seed=9, top_k=4)
+            np.testing.assert_array_equal(np.asarray(sampled), np.asarray(want_sampled))
+    assert len(traces) == 1
+
+
+@pytest.mark.slow
+def test_export_archive_endpoint_reloads_and_generates(tmp_path):
+    # The exporters' path: `keras.export.ExportArchive` tracks the model and
+    # serves the loops with tensor inputs (dynamic batch and source length).
+    import keras
+
+    model = tiny_models.translation_model(num_layers=1)
+
+    def generate(source, prompt, seed):
+        inputs = {"encoder_tokens": source}
+        return {
+            "greedy": greedy_search(model, prompt, 8, end_token_id=4, inputs=inputs),
+            "beam": beam_search(model, prompt, 8, num_beams=3, end_token_id=4, inputs=inputs),
+            "sample": sample(model, prompt, 8, seed=seed, top_p=0.9, end_token_id=4, inputs=inputs),
+        }
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("generate", generate, input_signature=[
+        tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, 1), tf.int32),
+        tf.TensorSpec((2,), tf.int32),
+    ])
+    archive.write_out(str(tmp_path / "1"))
+    loaded = tf.saved_model.load(str(tmp_path / "1"))
+    args = (tiny_models.SOURCE, np.ones((2, 1), "int32"), np.array([3, 0], "int32"))
+    got, want = loaded.generate(*args), generate(*args)
+    for name in want:
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(want[name]))

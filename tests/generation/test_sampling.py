@@ -1,0 +1,144 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+
+from keras_attn.generation import (
+    RecomputingDecoder, greedy_search, sample, top_k_filter, top_p_filter,
+)
+from tests.generation import tiny_models
+
+NEG_INF = -np.inf
+
+
+def _kept(logits):
+    return np.isfinite(np.asarray(logits))
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    # Probabilities in shuffled order: 0.15, 0.5, 0.05, 0.3.
+    probs = np.array([[0.15, 0.5, 0.05, 0.3]], "float32")
+    logits = np.log(probs)
+    cases = {
+        0.3: [0, 1, 0, 0],    # the top token alone already holds 0.5
+        0.5: [0, 1, 0, 0],    # 0.5 reaches 0.5
+        0.51: [0, 1, 0, 1],   # 0.5 + 0.3
+        0.75: [0, 1, 0, 1],
+        0.81: [1, 1, 0, 1],   # 0.5 + 0.3 + 0.15 = 0.95
+        0.96: [1, 1, 1, 1],
+        1.0: [1, 1, 1, 1],
+    }
+    for p, want in cases.items():
+        filtered = np.asarray(top_p_filter(logits, p))
+        np.testing.assert_array_equal(_kept(filtered)[0], np.array(want, bool), err_msg=f"p={p}")
+        np.testing.assert_allclose(filtered[_kept(filtered)], logits[_kept(filtered)])
+        assert (filtered[~_kept(filtered)] == NEG_INF).all()
+    # Ties are ranked in index order: a uniform row keeps the first ceil(4p).
+    uniform = np.zeros((1, 4), "float32")
+    np.testing.assert_array_equal(_kept(top_p_filter(uniform, 0.5))[0], [1, 1, 0, 0])
+    np.testing.assert_array_equal(_kept(top_p_filter(uniform, 0.6))[0], [1, 1, 1, 0])
+    # Rows are filtered independently, and p may be a tensor.
+    both = np.concatenate([logits, uniform])
+    kept = _kept(top_p_filter(both, ops.convert_to_tensor(0.75)))
+    np.testing.assert_array_equal(kept, [[0, 1, 0, 1], [1, 1, 1, 0]])
+
+
+def test_top_k_keeps_the_k_largest():
+    logits = np.array([[1.0, 3.0, 2.0, 0.0], [0.5, -1.0, 4.0, 2.5]], "float32")
+    np.testing.assert_array_equal(_kept(top_k_filter(logits, 2)), [[0, 1, 1, 0], [0, 0, 1, 1]])
+    np.testing.assert_array_equal(_kept(top_k_filter(logits, 1)), [[0, 1, 0, 0], [0, 0, 1, 0]])
+    np.testing.assert_array_equal(np.asarray(top_k_filter(logits, 4)), logits)
+    np.testing.assert_array_equal(np.asarray(top_k_filter(logits, 3))[0, :3], [1.0, 3.0, 2.0])
+
+
+class _FixedLogits:
+    """A decoder (the engine's protocol) whose next-token logits never
+    change: sampling from it must reproduce softmax(logits / T)."""
+
+    def __init__(self, logits):
+        self.logits = np.asarray(logits, "float32")
+
+    def initial_state(self, batch_size, max_length, inputs=None):
+        return {"rows": ops.zeros((batch_size,), "int32")}
+
+    def __call__(self, token_ids, cache_index, state, logits_index=None):
+        shape = (ops.shape(token_ids)[0], 1 if logits_index is not None else ops.shape(token_ids)[1])
+        return ops.broadcast_to(self.logits, shape + (len(self.logits),)), state
+
+    def repeat_state(self, state, num_beams):
+        return state
+
+    def reorder_state(self, state, indices):
+        return state
+
+
+# Chi-square critical values at significance 0.001.
+_CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52}
+
+
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p, support",
+    [
+        (0.7, None, None, [0, 1, 2, 3, 4, 5]),
+        (1.0, 4, None, [0, 1, 2, 3]),
+        (1.0, None, 0.8, [0, 1, 2]),        # masses 0.57, 0.21, 0.13 -> 0.91
+        (1.5, 5, 0.9, [0, 1, 2, 3]),
+    ],
+)
+def test_sampling_frequencies_match_the_filtered_softmax(temperature, top_k, top_p, support):
+    logits = np.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0], "float32")
+    rows = 6000
+    decoder = _FixedLogits(logits)
+    out = np.asarray(sample(decoder, np.ones((rows, 1), "int32"), max_length=2, seed=17,
+                            temperature=temperature, top_k=top_k, top_p=top_p))
+    counts = np.bincount(out[:, 1], minlength=len(logits))
+    assert counts[[i for i in range(len(logits)) if i not in support]].sum() == 0
+    scaled = np.exp((logits[support] - logits.max()) / temperature)
+    expected = rows * scaled / scaled.sum()
+    chi2 = ((counts[support] - expected) ** 2 / expected).sum()
+    assert chi2 < _CHI2_999[len(support) - 1], (counts, expected, chi2)
+
+
+def test_top_k_one_is_greedy_and_seeds_reproduce():
+    model = tiny_models.language_model(num_layers=1)
+    prompt = np.array([[3, 4, 5], [7, 1, 9]], "int32")
+    greedy = np.asarray(greedy_search(model, prompt, 9))
+    np.testing.assert_array_equal(np.asarray(sample(model, prompt, 9, seed=1, top_k=1)), greedy)
+    first = np.asarray(sample(model, prompt, 9, seed=3, temperature=2.0))
+    again = np.asarray(sample(model, prompt, 9, seed=ops.convert_to_tensor([3, 0], "int32"),
+                              temperature=2.0))
+    other = np.asarray(sample(model, prompt, 9, seed=4, temperature=2.0))
+    np.testing.assert_array_equal(first, again)
+    assert (first != other).any()
+
+
+@pytest.mark.parametrize("kind", tiny_models.available_attention_types())
+def test_seeded_sampling_cached_equals_recomputing(kind):
+    model = tiny_models.language_model(kind, num_layers=1)
+    prompt = np.array([[3, 4, 0], [7, 1, 9]], "int32")
+    kwargs = dict(max_length=8, seed=11, temperature=1.3, top_p=0.9, end_token_id=5)
+    cached = np.asarray(sample(model, prompt, **kwargs))
+    reference = np.asarray(sample(RecomputingDecoder(model), prompt, **kwargs))
+    np.testing.assert_array_equal(cached, reference)
+
+
+def test_seeded_sampling_translation_cached_equals_recomputing():
+    model = tiny_models.translation_model()
+    inputs = {"encoder_tokens": tiny_models.SOURCE}
+    kwargs = dict(max_length=7, seed=5, top_k=6, inputs=inputs)
+    cached = np.asarray(sample(model, np.ones((2, 1), "int32"), **kwargs))
+    reference = np.asarray(sample(RecomputingDecoder(model), np.ones((2, 1), "int32"), **kwargs))
+    np.testing.assert_array_equal(cached, reference)
+
+
+def test_errors():
+    model = tiny_models.language_model(num_layers=1)
+    prompt = np.array([[1, 2]], "int32")
+    with pytest.raises(ValueError, match="temperature` must be > 0"):
+        sample(model, prompt, 5, seed=0, temperature=0.0)
+    with pytest.raises(ValueError, match="top_k` must be a positive int"):
+        sample(model, prompt, 5, seed=0, top_k=0)
+    with pytest.raises(ValueError, match=r"top_p` must be in \(0, 1\]"):
+        sample(model, prompt, 5, seed=0, top_p=1.5)
+    with pytest.raises(ValueError, match=r"seed` must be an int, or an int tensor of shape"):
+        sample(model, prompt, 5, seed=tf.constant([1, 2, 3]))

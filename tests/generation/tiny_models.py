@@ -1,0 +1,120 @@
+"""Tiny untrained models for the generation tests: exactness, not quality."""
+
+import keras
+import numpy as np
+
+import keras_attn.layers as attn_layers
+from keras_attn.layers import TokenAndPositionEmbedding, TransformerDecoder
+from keras_attn.models import translation_transformer
+
+VOCABULARY = 13
+
+
+def available_attention_types():
+    """Self-attention types present in `keras_attn.layers` (others are being
+    written in parallel and join the tests once exported)."""
+    names = ["MultiHeadSelfAttention"]
+    for name in ("LocalBlockAttention", "RelativeGlobalAttention"):
+        if name in attn_layers.__all__:
+            names.append(name)
+    return names
+
+
+def self_attention(kind, index):
+    if kind == "MultiHeadSelfAttention":
+        return attn_layers.MultiHeadSelfAttention(num_heads=2, key_dim=8, name=f"mhsa_{index}")
+    if kind == "LocalBlockAttention":
+        # Blocks of 3 with a flange of 2: sequences of 12 cross several
+        # blocks, so the windows matter.
+        return attn_layers.LocalBlockAttention(
+            num_heads=2, key_dim=8, block_size=3, memory_flange=2, name=f"local_{index}"
+        )
+    return attn_layers.RelativeGlobalAttention(
+        num_heads=2, key_dim=8, max_relative_position=4, name=f"relative_{index}"
+    )
+
+
+def language_model(kind="MultiHeadSelfAttention", vocabulary=VOCABULARY, num_layers=2,
+                   position="learned", normalize_first=False, max_length=16):
+    """Decoder-only LM: embedding, decoder blocks with `kind` self-attention,
+    logits. Single input `tokens`."""
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = TokenAndPositionEmbedding(
+        vocabulary, 16, sequence_length=max_length, position=position, mask_zero=True,
+        name="embedding",
+    )(tokens)
+    for i in range(num_layers):
+        x = TransformerDecoder(
+            intermediate_dim=32, self_attention=self_attention(kind, i),
+            normalize_first=normalize_first, name=f"decoder_layer_{i}",
+        )(x)
+    if normalize_first:
+        x = keras.layers.LayerNormalization(name="final_norm")(x)
+    logits = keras.layers.Dense(vocabulary, name="logits")(x)
+    return keras.Model(tokens, logits)
+
+
+def bare_attention_model(vocabulary=VOCABULARY):
+    """A self-attention layer called directly, a residual `Add`, an `x * 2.0`
+    op, layer norm: the position-wise pieces a hand-built model may use."""
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(vocabulary, 16, name="token_embedding")(tokens)
+    x = x + attn_layers.SinusoidalPositionEncoding(name="positions")(x)
+    y = attn_layers.MultiHeadSelfAttention(num_heads=2, key_dim=8, name="attention")(
+        x, use_causal_mask=True
+    )
+    x = keras.layers.LayerNormalization(name="norm")(keras.layers.Add()([x, y]) * 2.0)
+    return keras.Model(tokens, keras.layers.Dense(vocabulary, name="logits")(x))
+
+
+def translation_model(normalize_first=False, num_layers=2):
+    return translation_transformer(
+        VOCABULARY, num_layers=num_layers, hidden_dim=16, num_heads=2, intermediate_dim=32,
+        dropout=0.1, normalize_first=normalize_first,
+    )
+
+
+def sharpen(model, scale=4.0):
+    """Scales the logits layer so the untrained model's distributions are
+    peaked: greedy choices are then far from ties, and beams differ."""
+    layer = model.get_layer("logits")
+    kernel, bias = layer.get_weights()
+    layer.set_weights([kernel * scale, bias])
+    return model
+
+
+SOURCE = np.array([[5, 6, 7, 8, 9, 2], [4, 11, 2, 0, 0, 0]], "int32")
+
+
+def naive_greedy(model, prompt, max_length, end_token_id=None, inputs=None, token_input="tokens"):
+    """Greedy decoding the textbook way: run the whole model on the prefix
+    for every new token (NumPy loop, one row at a time)."""
+    rows = []
+    for b in range(len(prompt)):
+        tokens = [int(t) for t in prompt[b] if t != 0]
+        while len(tokens) < max_length:
+            feed = {token_input: np.array([tokens], "int32")}
+            if inputs is not None:
+                feed.update({k: v[b:b + 1] for k, v in inputs.items()})
+            if len(feed) == 1:
+                feed = feed[token_input]
+            logits = np.asarray(model(feed))[0, -1]
+            tokens.append(int(np.argmax(logits)))
+            if end_token_id is not None and tokens[-1] == end_token_id:
+                break
+        rows.append(tokens + [0] * (max_length - len(tokens)))
+    return np.array(rows)
+
+
+def mixed_model(vocabulary=VOCABULARY):
+    """Blocks with different attention types and cache shapes in one stack."""
+    tokens = keras.Input((None,), dtype="int32", name="tokens")
+    x = TokenAndPositionEmbedding(vocabulary, 16, sequence_length=16, mask_zero=True)(tokens)
+    layers = [attn_layers.MultiHeadSelfAttention(num_heads=1, key_dim=16, name="global")]
+    for name in ("LocalBlockAttention", "RelativeGlobalAttention"):
+        if name in attn_layers.__all__:
+            layers.append(self_attention(name, len(layers)))
+    layers.append(attn_layers.MultiHeadSelfAttention(num_heads=4, key_dim=2, value_dim=6, name="narrow"))
+    for i, layer in enumerate(layers):
+        x = TransformerDecoder(intermediate_dim=24, self_attention=layer, name=f"decoder_layer_{i}")(x)
+    return keras.Model(tokens, keras.layers.Dense(vocabulary, name="logits")(x))
