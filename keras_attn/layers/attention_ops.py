@@ -304,11 +304,20 @@ def scaled_dot_product_attention(
     # (B, H, T, S) product.
     query = ops.cast(query, "float32")
     key = ops.cast(key, "float32")
+    # One query against a long cache (a decoding step) runs about 2x faster
+    # on CPU with the keys as the first operand; for full sequences the
+    # query-first order is about 2x faster. The static length picks.
+    if query.shape[1] == 1:
+        def query_key(q, k):
+            return ops.einsum("bshk,bthk->bhts", k, q)
+    else:
+        def query_key(q, k):
+            return ops.einsum("bthk,bshk->bhts", q, k)
     if extra_logits is None:
         # Scaling the (B, T, H, K) query is cheaper than the (B, H, T, S) logits.
-        logits = ops.einsum("bthk,bshk->bhts", query * scale, key)
+        logits = query_key(query * scale, key)
     else:
-        logits = ops.einsum("bthk,bshk->bhts", query, key) + ops.cast(extra_logits, "float32")
+        logits = query_key(query, key) + ops.cast(extra_logits, "float32")
         logits = logits * scale
     probs = masked_softmax(logits, mask, may_have_empty_rows=may_have_empty_rows)
     weights = ops.cast(probs, value.dtype)
