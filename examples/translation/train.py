@@ -70,7 +70,8 @@ def parse_args(argv=None):
     parser.add_argument("--eval_split", default="test_2016_flickr")
     parser.add_argument("--eval_size", type=int, default=None, help="score only the first N test sentences")
     parser.add_argument("--eval_batch_size", type=int, default=64)
-    parser.add_argument("--version", type=int, default=1, help="SavedModel version folder")
+    parser.add_argument("--version", type=int, default=None,
+                        help="SavedModel version folder (default: one above the newest in --export_dir)")
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
     parser.add_argument("--skip_export", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
@@ -193,6 +194,13 @@ def train(args, tokenizer, train_pairs, val_pairs):
     return keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
 
 
+def next_version(export_dir):
+    """One above the newest numbered folder: TF Serving then switches to it."""
+    if not os.path.isdir(export_dir):
+        return 1
+    return max([int(d) for d in os.listdir(export_dir) if d.isdigit()] + [0]) + 1
+
+
 def plot_training_curves(args):
     import csv
 
@@ -243,8 +251,9 @@ def main(argv=None):
     if not args.skip_export:
         from keras_attn.export import export_translator
 
+        version = args.version or next_version(args.export_dir)
         path = export_translator(
-            model, tokenizer, args.export_dir, version=args.version,
+            model, tokenizer, args.export_dir, version=version,
             max_length=args.max_length, num_beams=args.num_beams,
             length_penalty=args.length_penalty,
         )

@@ -6,18 +6,23 @@ import sys
 import textwrap
 
 
+_BLOCK_LIBRARY = "import sys\nsys.modules['keras_attn'] = None  # any import of it fails\n"
+
+
 def run_fresh_python(code, timeout=300):
     """Runs `code` in a new Python process and returns its stdout.
 
     The process starts without this test session's imports, so it proves an
-    exported model needs nothing but what `code` imports.
+    exported model needs nothing but what `code` imports; importing
+    keras_attn is made to fail there. (`import tensorflow` itself loads
+    parts of keras when keras is installed, so keras cannot be blocked.)
 
     Raises:
         AssertionError: with the process's stderr, if it fails.
     """
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", _BLOCK_LIBRARY + textwrap.dedent(code)],
         capture_output=True, text=True, timeout=timeout, env=env,
     )
     assert result.returncode == 0, result.stderr[-4000:]

@@ -1,0 +1,55 @@
+"""End-to-end runs of examples/music on the shipped data (slow)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+EXAMPLE = os.path.join(ROOT, "examples", "music")
+TINY = ["--num_layers", "1", "--hidden_dim", "32", "--num_heads", "2", "--intermediate_dim", "64",
+        "--batch_size", "4", "--sequence_length", "32", "--epochs", "2", "--steps_per_epoch", "10",
+        "--warmup_steps", "10", "--verbose", "2"]
+
+
+def _run(script, *args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, os.path.join(EXAMPLE, script), *args],
+                            capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["jsb", "performance"])
+def test_train_evaluate_export_and_generate(task, tmp_path):
+    run_dir = str(tmp_path / task)
+    extra = ["--midi_dir", os.path.join(EXAMPLE, "data", "pop909")] if task == "performance" else []
+    _run("train.py", "--task", task, "--output_dir", run_dir, "--cache_dir", str(tmp_path / "cache"),
+         "--max_eval_windows", "16", *TINY, *extra)
+    with open(os.path.join(run_dir, "nll.json")) as f:
+        nll = json.load(f)["nll"]
+    # Better than a uniform guess over the vocabulary after 20 steps.
+    vocabulary = 132 if task == "jsb" else 391
+    assert set(nll) == {"1L", "2L"}
+    for result in nll.values():
+        assert 0 < result["nll_per_token"] < np.log(vocabulary)
+    assert nll["1L"]["tokens"] == nll["2L"]["tokens"]  # the same targets at both lengths
+    for name in ("model.keras", "history.csv", "training_curves.png", "export/1/saved_model.pb"):
+        assert os.path.exists(os.path.join(run_dir, name)), name
+    # Both generation tasks: from nothing and continuing a primer.
+    primer = os.path.join(EXAMPLE, "data", "pop909", "005.mid") if task == "performance" else "validation"
+    for args in (["--primer", "none"], ["--primer", primer, "--primer_length", "16"]):
+        out = _run("generate.py", "--run_dir", run_dir, "--num_samples", "2", "--top_k", "20",
+                   "--timing_steps", "2", "--jit_compile", "0", *args)
+        assert "events/s for the batch" in out
+    samples = sorted(os.listdir(os.path.join(run_dir, "samples")))
+    assert sum(name.endswith(".mid") for name in samples) == 4
+    assert sum(name.endswith(".png") for name in samples) == 4
+    # A second run of the same command finds the finished run and does not retrain.
+    out = _run("train.py", "--task", task, "--output_dir", run_dir, "--cache_dir",
+               str(tmp_path / "cache"), "--skip_export", *TINY, *extra)
+    assert "holds a finished training run" in out
