@@ -1,0 +1,354 @@
+"""Train a Music Transformer on JSB Chorales or MIDI performances, measure its
+validation NLL per token at the training length and beyond, and export it.
+
+    # JSB Chorales, relative attention vs the baseline, same budget:
+    python examples/music/train.py --task jsb --attention relative --minutes 15
+    python examples/music/train.py --task jsb --attention absolute --minutes 15
+    # MIDI performances (POP909 where present, else the 6 shipped songs;
+    # or any folder of .mid files):
+    python examples/music/train.py --task performance --midi_dir path/to/midi --minutes 10
+
+Training examples are random windows of --sequence_length (L) tokens, each
+preceded by START (see music_data.py); performances are augmented as in the
+paper (time stretch ±5 %, transposition ±3 semitones). After training, the
+best checkpoint's validation negative log-likelihood per token (nats) is
+measured on non-overlapping validation windows of each length in
+--eval_lengths (multiples of L, default 1 and 2; "full" = whole pieces):
+relative attention should hold up at 2L, absolute positions should not.
+
+Interrupt it at any time and run the same command again: training resumes
+from the last completed epoch (keras.callbacks.BackupAndRestore).
+
+Outputs in --output_dir (default runs/music_<task>_<attention>):
+config.json, model.keras (best validation loss), backup/, logs/
+(TensorBoard), history.csv, training_curves.png, nll.json, and (unless
+--skip_export) export/<version>/, a SavedModel that samples events
+(keras_attn.export.export_music_generator). Generate music with generate.py.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import music_data  # noqa: E402
+
+from keras_attn.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
+from keras_attn.metrics import MaskedSparseCategoricalAccuracy  # noqa: E402
+from keras_attn.models import music_transformer  # noqa: E402
+from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
+
+DONE_MARKER = "training_done.txt"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", default="jsb", choices=music_data.TASKS)
+    parser.add_argument("--attention", default="relative", choices=["relative", "absolute"])
+    parser.add_argument("--data_dir", default=os.environ.get("JSB_CHORALES_DIR"),
+                        help="JSB Chorales folder (default: $JSB_CHORALES_DIR or the shipped copy)")
+    parser.add_argument("--midi_dir", default=os.environ.get("MIDI_DIR"),
+                        help="folder of .mid files for --task performance (default: $MIDI_DIR, "
+                             "else POP909 in /work/shared/data if present, else the 6 shipped songs)")
+    parser.add_argument("--output_dir", default=None)
+    parser.add_argument("--cache_dir", default=None,
+                        help="where encoded MIDI events are cached (default runs/music_cache)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="stop training after this many minutes (checked after each batch)")
+    parser.add_argument("--epochs", type=int, default=1000)
+    parser.add_argument("--steps_per_epoch", type=int, default=100)
+    parser.add_argument("--sequence_length", type=int, default=256, help="L, training window")
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--num_layers", type=int, default=3)
+    parser.add_argument("--hidden_dim", type=int, default=128)
+    parser.add_argument("--num_heads", type=int, default=4)
+    parser.add_argument("--intermediate_dim", type=int, default=512)
+    parser.add_argument("--dropout", type=float, default=0.1)
+    parser.add_argument("--max_relative_position", type=int, default=None,
+                        help="default: --sequence_length (every distance seen in training)")
+    parser.add_argument("--warmup_steps", type=int, default=500)
+    parser.add_argument("--learning_rate_scale", type=float, default=1.0)
+    parser.add_argument("--eval_lengths", default="1,2",
+                        help="validation window lengths as multiples of L, comma separated; 'full' = whole pieces")
+    parser.add_argument("--eval_batch_size", type=int, default=8)
+    parser.add_argument("--max_eval_windows", type=int, default=None,
+                        help="validate during training on the first N windows only (faster epochs)")
+    parser.add_argument("--jit_compile", type=int, default=1, help="1 = XLA for training steps")
+    parser.add_argument("--version", type=int, default=1, help="SavedModel version folder")
+    parser.add_argument("--export_max_length", type=int, default=None,
+                        help="longest sequence the SavedModel generates (default 2 L)")
+    parser.add_argument("--skip_training", action="store_true", help="evaluate <output_dir>/model.keras")
+    parser.add_argument("--skip_export", action="store_true")
+    parser.add_argument("--verbose", type=int, default=1, help="1 = progress bar, 2 = one line per epoch")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    step = music_data.step_size(args.task)
+    if args.sequence_length % step:
+        parser.error(f"--sequence_length must be a multiple of {step} for --task {args.task}")
+    args.output_dir = args.output_dir or os.path.join("runs", f"music_{args.task}_{args.attention}")
+    args.cache_dir = args.cache_dir or os.path.join("runs", "music_cache")
+    args.max_relative_position = args.max_relative_position or args.sequence_length
+    args.export_max_length = args.export_max_length or 2 * args.sequence_length
+    if args.task == "performance":
+        args.midi_dir = args.midi_dir or music_data.default_midi_dir()
+    return args
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once `minutes` of wall time have passed (checked after
+    every batch, counted over resumed runs too), so the budget is the same
+    for every model compared."""
+
+    def __init__(self, minutes, path):
+        super().__init__()
+        self.seconds = minutes * 60.0
+        self.path = path  # time already spent by interrupted runs
+
+    def on_train_begin(self, logs=None):
+        spent = 0.0
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                spent = float(f.read() or 0)
+        self.start = time.time() - spent
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.time() - self.start > self.seconds:
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        with open(self.path, "w") as f:
+            f.write(str(time.time() - self.start))
+
+
+class TokenThroughput(keras.callbacks.Callback):
+    """Logs training tokens per second (target positions, padding included)."""
+
+    def __init__(self, tokens_per_step):
+        super().__init__()
+        self.tokens_per_step = tokens_per_step
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start, self.steps = time.time(), 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["tokens_per_second"] = self.tokens_per_step * self.steps / (time.time() - self.start)
+
+
+def load_data(args):
+    """Training pieces (with variants) and validation pieces of the task."""
+    if args.task == "jsb":
+        return music_data.load_jsb(args.data_dir, "train"), music_data.load_jsb(args.data_dir, "valid")
+    data = music_data.load_performances(args.midi_dir, args.cache_dir)
+    print(f"{args.midi_dir}: {len(data['train'])} training and {len(data['valid'])} validation files "
+          f"(validation: crc32(file name) % 10 == 0)")
+    return data["train"], data["valid"]
+
+
+def build_model(args):
+    model = music_transformer(
+        music_data.vocabulary_size(args.task),
+        num_layers=args.num_layers,
+        hidden_dim=args.hidden_dim,
+        num_heads=args.num_heads,
+        intermediate_dim=args.intermediate_dim,
+        dropout=args.dropout,
+        max_relative_position=args.max_relative_position,
+        attention=args.attention,
+    )
+    schedule = WarmupInverseSqrtSchedule(
+        args.hidden_dim, warmup_steps=args.warmup_steps, scale=args.learning_rate_scale
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+        # No label smoothing: the loss is the NLL per token the paper reports.
+        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0),
+        metrics=[MaskedSparseCategoricalAccuracy()],
+        jit_compile=bool(args.jit_compile),
+    )
+    return model
+
+
+def train(args, train_pieces, valid_pieces):
+    step = music_data.step_size(args.task)
+    train_data = music_data.training_dataset(
+        train_pieces, args.sequence_length, args.batch_size, seed=args.seed, step=step,
+        transpose=args.task == "performance",
+    )
+    inputs, targets = music_data.evaluation_windows(valid_pieces, args.sequence_length, step)
+    if args.max_eval_windows:
+        inputs, targets = inputs[: args.max_eval_windows], targets[: args.max_eval_windows]
+    import tensorflow as tf
+
+    val_data = tf.data.Dataset.from_tensor_slices((inputs, targets)).batch(args.eval_batch_size)
+    model = build_model(args)
+    print(f"Model ({args.attention}): {model.count_params():,} parameters, {args.num_layers} layers, "
+          f"D={args.hidden_dim}, H={args.num_heads}, d_ff={args.intermediate_dim}; "
+          f"windows of L={args.sequence_length}, batches of {args.batch_size}")
+    callbacks = [
+        keras.callbacks.BackupAndRestore(os.path.join(args.output_dir, "backup")),
+        TokenThroughput(args.batch_size * args.sequence_length),
+        keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
+        keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
+        keras.callbacks.ModelCheckpoint(
+            os.path.join(args.output_dir, "model.keras"), monitor="val_loss", save_best_only=True,
+            # A resumed run keeps the best model of the interrupted one.
+            initial_value_threshold=best_validation_loss(args),
+        ),
+    ]
+    if args.minutes:
+        callbacks.append(TimeBudget(args.minutes, os.path.join(args.output_dir, "train_seconds.txt")))
+    start = time.time()
+    model.fit(train_data, validation_data=val_data, epochs=args.epochs,
+              steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=args.verbose)
+    print(f"Training took {(time.time() - start) / 60:.1f} min (this run)")
+    with open(os.path.join(args.output_dir, DONE_MARKER), "w") as f:
+        f.write("training finished; run with --skip_training to evaluate/export again\n")
+    if not os.path.exists(os.path.join(args.output_dir, "model.keras")):
+        model.save(os.path.join(args.output_dir, "model.keras"))  # stopped before any epoch ended
+    return keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
+
+
+def best_validation_loss(args):
+    """The lowest val_loss of history.csv (a resumed run), or None."""
+    import csv
+
+    path = os.path.join(args.output_dir, "history.csv")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        losses = [float(r["val_loss"]) for r in csv.DictReader(f) if r.get("val_loss")]
+    return min(losses) if losses else None
+
+
+def negative_log_likelihood(model, inputs, targets, batch_size):
+    """Mean NLL per real target token (nats) and the token count.
+
+    Sums -log p(target) over every non-padding target of the windows, in
+    float64, then divides by their number (exact per-token mean, unlike a
+    mean of batch means).
+    """
+    import tensorflow as tf
+
+    @tf.function(jit_compile=True, reduce_retracing=True)
+    def batch_nll(x, y):
+        logits = model(x, training=False)
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        picked = tf.gather(log_probs, y, axis=-1, batch_dims=2)
+        real = tf.not_equal(y, 0)
+        return -tf.reduce_sum(tf.where(real, picked, 0.0)), tf.reduce_sum(tf.cast(real, tf.int32))
+
+    total, count = 0.0, 0
+    for begin in range(0, len(inputs), batch_size):
+        x, y = inputs[begin:begin + batch_size], targets[begin:begin + batch_size]
+        if len(x) < batch_size:  # one static shape per length for XLA
+            pad = batch_size - len(x)
+            x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
+            y = np.concatenate([y, np.zeros((pad,) + y.shape[1:], y.dtype)])
+        nll, n = batch_nll(tf.constant(x), tf.constant(y))
+        total += float(nll)
+        count += int(n)
+    return total / count, count
+
+
+def evaluate(args, model, valid_pieces):
+    step = music_data.step_size(args.task)
+    results = {}
+    for item in args.eval_lengths.split(","):
+        item = item.strip()
+        length = None if item == "full" else int(round(float(item) * args.sequence_length))
+        inputs, targets = music_data.evaluation_windows(valid_pieces, length, step)
+        start = time.time()
+        nll, count = negative_log_likelihood(model, inputs, targets, args.eval_batch_size)
+        key = "full" if length is None else f"{item}L"
+        results[key] = {"window_length": int(inputs.shape[1]), "windows": int(len(inputs)),
+                        "tokens": count, "nll_per_token": nll, "bits_per_token": nll / math.log(2)}
+        print(f"Validation NLL per token, windows of {inputs.shape[1]} ({key}): {nll:.4f} nats "
+              f"({len(inputs)} windows, {count} tokens, {time.time() - start:.0f} s)")
+    return results
+
+
+def plot_training_curves(args):
+    import csv
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = os.path.join(args.output_dir, "history.csv")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return
+    steps = [(int(r["epoch"]) + 1) * args.steps_per_epoch for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for key, axis, label in (("loss", axes[0], "NLL per token (nats)"), ("accuracy", axes[1], "accuracy")):
+        axis.plot(steps, [float(r[key]) for r in rows], label="train")
+        if f"val_{key}" in rows[0]:
+            axis.plot(steps, [float(r[f"val_{key}"]) for r in rows], label=f"validation (L={args.sequence_length})")
+        axis.set_xlabel("training step")
+        axis.set_ylabel(label)
+        axis.set_title(f"{args.task}, {args.attention} attention")
+        axis.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.output_dir, "training_curves.png"), dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    keras.utils.set_random_seed(args.seed)
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "config.json"), "w") as f:
+        json.dump(vars(args), f, indent=2)
+    train_pieces, valid_pieces = load_data(args)
+    if not args.skip_training and os.path.exists(os.path.join(args.output_dir, DONE_MARKER)):
+        print(f"{args.output_dir} holds a finished training run: evaluating it (pass another "
+              "--output_dir to train a new model).")
+        args.skip_training = True
+    if args.skip_training:
+        model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
+    else:
+        model = train(args, train_pieces, valid_pieces)
+        plot_training_curves(args)
+    results = {
+        "task": args.task,
+        "attention": args.attention,
+        "parameters": model.count_params(),
+        "sequence_length": args.sequence_length,
+        "nll": evaluate(args, model, valid_pieces),
+    }
+    seconds_path = os.path.join(args.output_dir, "train_seconds.txt")
+    if os.path.exists(seconds_path):
+        with open(seconds_path) as f:
+            results["training_minutes"] = float(f.read() or 0) / 60
+    with open(os.path.join(args.output_dir, "nll.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    if not args.skip_export and os.path.exists(os.path.join(args.output_dir, "export", str(args.version))):
+        print(f"export/{args.version} exists already; pass --version N to export a new version.")
+    elif not args.skip_export:
+        from keras_attn.export import export_music_generator
+
+        path = export_music_generator(
+            model, os.path.join(args.output_dir, "export"), version=args.version,
+            max_length=args.export_max_length,
+        )
+        print(f"Exported the music generator to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""SavedModel export of a Music Transformer as an event sampler for TF Serving."""
+
+import numbers
+
+import tensorflow as tf
+
+from keras_attn.export.archive import versioned_export_path, write_archive
+from keras_attn.generation import CachedDecoder, sample
+
+# Event ids shared by the library's music vocabularies (performance events
+# and JSB Chorales, see `keras_attn.preprocessing.music`).
+_PAD_ID = 0
+_END_ID = 2
+
+
+def export_music_generator(
+    model,
+    export_dir,
+    version=1,
+    max_length=2048,
+    max_primer_length=None,
+    end_token_id=_END_ID,
+    overwrite=False,
+):
+    """Writes a SavedModel that continues event sequences by sampling.
+
+    The whole sampling loop runs inside the graph: the primer is prefilled
+    through the model's caches in one pass, then one cached step runs per
+    new event (`keras_attn.generation.sample` over a `CachedDecoder`), for
+    the whole batch. The graph loads and runs in a process that imports only
+    `tensorflow`, with the TF2 loader (`tf.saved_model.load`) and with the
+    session-based loader TF Serving uses (`saved_model_cli run`,
+    `tf.compat.v1.saved_model.load`). It is written with
+    `keras.export.ExportArchive` (the model tracked, the loop added as an
+    endpoint), which keeps the model's variables visible to the session
+    loader.
+
+    Signature `serving_default` (also under the name `generate`), traced
+    once for every batch size and primer length:
+
+    * inputs
+        - `primer`: int32 (B, T), event ids, right-padded with 0. Each row
+          holds at least one event: the start token (id 1) to generate from
+          nothing, or the start token followed by the events of a primer.
+          1 <= T <= `max_primer_length`.
+        - `num_steps`: int32 scalar, events to generate after each row's
+          primer; 0 <= num_steps and T + num_steps <= `max_length`.
+        - `temperature`: float32 scalar > 0 (1 = the model's distribution).
+        - `top_k`: int32 scalar; keep the k most likely events at each step
+          (0 = no top-k filter).
+        - `top_p`: float32 scalar in (0, 1]; nucleus sampling (1 = off).
+        - `seed`: int32 scalar; the same seed and inputs give the same
+          events (the engine's noise is a pure function of seed, position,
+          row and event id).
+    * output `events`: int32 (B, T + num_steps). Row b is its primer (its
+      l_b non-zero events), then the sampled events, then 0-padding. A row
+      gets `num_steps` new events, fewer if the model samples the end
+      token (which is kept; padding follows); rows with a shorter primer end
+      with more padding.
+
+    The loop runs at most until every row has its `num_steps` events: a
+    short request does not pay for `max_length` steps (the prefill runs
+    over the fixed primer width `max_primer_length`). Bad requests (an empty
+    primer or an empty row, a primer wider than `max_primer_length`, ids
+    outside the vocabulary, padding inside a row, `num_steps` negative or
+    past `max_length`, a non-positive temperature, a negative `top_k`, a
+    `top_p` outside (0, 1]) fail with an `InvalidArgumentError` whose
+    message says what was received and what is expected; the server keeps
+    running.
+
+    Args:
+        model: the Music Transformer (`keras_attn.models.music_transformer`)
+            or any functional keras_attn language model with one int token
+            input (B, T) and logits (B, T, V) that `CachedDecoder` adapts.
+        export_dir: base folder; the SavedModel goes to
+            `export_dir/<version>/`.
+        version: positive int, the version folder TF Serving reads.
+        max_length: the longest `events` row (primer + generated), a static
+            int: the size of the caches in the graph. Relative attention
+            samples well at twice the training length.
+        max_primer_length: the widest `primer` accepted, 1 <= . <
+            `max_length`; default `max_length // 2`.
+        end_token_id: the event id that ends a piece (2 in both of the
+            library's music vocabularies); a row stops after sampling it.
+        overwrite: replace an existing version folder.
+
+    Returns:
+        The path of the written version folder (str).
+
+    Raises:
+        ValueError: if `model` is not a functional model with one int token
+            input and (B, T, V) logits (see `CachedDecoder`), if `version`,
+            `max_length` or `max_primer_length` is not a positive int (or
+            the primer does not leave room for one event), if
+            `end_token_id` is outside the vocabulary, or if the version
+            folder exists and `overwrite` is False.
+
+    Example:
+    >>> from keras_attn.models import music_transformer
+    >>> model = music_transformer(391, num_layers=1, hidden_dim=32, num_heads=2,
+    ...                           intermediate_dim=64, max_relative_position=32)
+    >>> path = export_music_generator(model, "/tmp/music", max_length=64)
+    >>> generator = tf.saved_model.load(path).signatures["serving_default"]
+    >>> generator(primer=tf.constant([[1]]), num_steps=tf.constant(16),
+    ...           temperature=tf.constant(1.0), top_k=tf.constant(0),
+    ...           top_p=tf.constant(1.0), seed=tf.constant(7))["events"].shape
+    TensorShape([1, 17])
+
+    Reference:
+        Huang et al. 2018, "Music Transformer: Generating Music with
+        Long-Term Structure", section 5 (sampling performances from nothing
+        and continuing primers, with relative attention's cache).
+    """
+    path = versioned_export_path(export_dir, version, overwrite)
+    generate = _generation_function(model, max_length, max_primer_length, end_token_id)
+    signature = [
+        tf.TensorSpec((None, None), tf.int32, name="primer"),
+        tf.TensorSpec((), tf.int32, name="num_steps"),
+        tf.TensorSpec((), tf.float32, name="temperature"),
+        tf.TensorSpec((), tf.int32, name="top_k"),
+        tf.TensorSpec((), tf.float32, name="top_p"),
+        tf.TensorSpec((), tf.int32, name="seed"),
+    ]
+    # autograph=False as ExportArchive does: the loop is `ops.while_loop`.
+    serve = tf.function(generate, input_signature=signature, autograph=False)
+    return write_archive(path, [model], {"serving_default": serve, "generate": serve})
+
+
+def _check_int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"`{name}` must be an int >= {low}. Received: {name}={value!r}.")
+
+
+def _generation_function(model, max_length, max_primer_length, end_token_id):
+    """The Python function behind the signature (trace it with tf.function)."""
+    decoder = CachedDecoder(model)  # validates the model
+    vocabulary_size = decoder.vocabulary_size
+    _check_int("max_length", max_length, 2)
+    if max_primer_length is None:
+        max_primer_length = max_length // 2
+    _check_int("max_primer_length", max_primer_length, 1)
+    if max_primer_length >= max_length:
+        raise ValueError(
+            "`max_primer_length` must be below `max_length`, to leave room for "
+            f"generated events. Received: max_primer_length={max_primer_length}, "
+            f"max_length={max_length}."
+        )
+    _check_int("end_token_id", end_token_id, 1)
+    if end_token_id >= vocabulary_size:
+        raise ValueError(
+            f"`end_token_id` must be an id of the model's vocabulary [0, "
+            f"{vocabulary_size}). Received: end_token_id={end_token_id}."
+        )
+
+    def generate(primer, num_steps, temperature, top_k, top_p, seed):
+        checks = _check_request(
+            primer, num_steps, temperature, top_k, top_p,
+            vocabulary_size, max_length, max_primer_length,
+        )
+        with tf.control_dependencies(checks):
+            primer = tf.identity(primer)
+        width = tf.shape(primer)[1]
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(primer, _PAD_ID), tf.int32), axis=1)
+        # One static primer width, so the graph serves every primer length.
+        padded = tf.pad(primer, [[0, 0], [0, max_primer_length - width]])
+        padded = tf.ensure_shape(padded, (None, max_primer_length))
+        limits = lengths + num_steps
+        stepper = _StepLimitedDecoder(decoder, limits, top_k, end_token_id)
+        events = sample(
+            stepper, padded, max_length, seed=seed, temperature=temperature,
+            top_p=top_p, end_token_id=end_token_id, pad_token_id=_PAD_ID,
+            prompt_lengths=lengths,
+        )
+        events = events[:, : width + num_steps]
+        # The end token forced at each row's limit only stops the loop.
+        positions = tf.range(tf.shape(events)[1])[None, :]
+        events = tf.where(positions < limits[:, None], events, _PAD_ID)
+        return {"events": tf.cast(events, tf.int32)}
+
+    return generate
+
+
+def _check_request(primer, num_steps, temperature, top_k, top_p,
+                   vocabulary_size, max_length, max_primer_length):
+    """In-graph validation: `InvalidArgumentError`s with readable messages."""
+    shape = tf.shape(primer)
+    real = tf.not_equal(primer, _PAD_ID)
+    lengths = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)
+    # Right padding: no event after a pad in any row.
+    right_padded = tf.reduce_all(
+        tf.greater_equal(tf.cast(real[:, :-1], tf.int32), tf.cast(real[:, 1:], tf.int32))
+    )
+    # Scalars only: reductions over an empty primer would hide the problem.
+    ids_in_range = tf.logical_or(
+        tf.equal(tf.size(primer), 0),
+        tf.logical_and(tf.reduce_min(tf.concat([tf.reshape(primer, [-1]), [0]], 0)) >= 0,
+                       tf.reduce_max(tf.concat([tf.reshape(primer, [-1]), [0]], 0)) < vocabulary_size),
+    )
+    checks = [
+        (tf.reduce_all(shape > 0),
+         ["`primer` must hold at least one row of at least one event (e.g. the start "
+          "token 1). Received shape:", shape]),
+        (shape[1] <= max_primer_length,
+         [f"`primer` is too wide: at most {max_primer_length} events (the exported "
+          "max_primer_length; export again with a larger one, or send fewer events). "
+          "Received width:", shape[1]]),
+        (ids_in_range,
+         [f"`primer` ids must be events of the vocabulary, in [0, {vocabulary_size}). "
+          "Received min and max:", tf.reduce_min(primer), tf.reduce_max(primer)]),
+        (tf.logical_or(tf.equal(tf.size(primer), 0), tf.reduce_min(tf.concat([lengths, [1]], 0)) > 0),
+         ["Every `primer` row needs at least one event (e.g. the start token 1). "
+          "Received events per row:", lengths]),
+        (right_padded,
+         ["`primer` rows must be right-padded: events first, then 0s, no 0 between "
+          "events. Received events per row:", lengths]),
+        (num_steps >= 0,
+         ["`num_steps` must be >= 0. Received:", num_steps]),
+        (shape[1] + num_steps <= max_length,
+         [f"primer width + `num_steps` must be <= {max_length} (the exported "
+          "max_length). Received width and num_steps:", shape[1], num_steps]),
+        (tf.logical_and(temperature > 0.0, tf.math.is_finite(temperature)),
+         ["`temperature` must be a finite number > 0. Received:", temperature]),
+        (top_k >= 0,
+         ["`top_k` must be >= 0 (0 = no top-k filter). Received:", top_k]),
+        (tf.logical_and(top_p > 0.0, top_p <= 1.0),
+         ["`top_p` must be in (0, 1] (1 = no nucleus filter). Received:", top_p]),
+    ]
+    return [tf.debugging.Assert(condition, data, summarize=16) for condition, data in checks]
+
+
+class _StepLimitedDecoder:
+    """A `CachedDecoder` whose logits stop each row at its limit.
+
+    The generation engine's decoder protocol (`initial_state`, `__call__`,
+    `repeat_state`, `reorder_state`), delegating to a `CachedDecoder`; on
+    the way out the logits get a tensor `top_k` filter (the engine's
+    `top_k` must be a Python int; filtering before the temperature is the
+    same since dividing by a positive temperature keeps the order) and, for
+    every position at or past its row's limit (primer length + num_steps),
+    all the mass on the end token, so each row ends there and the loop
+    stops once every row has its events.
+    """
+
+    def __init__(self, decoder, limits, top_k, end_token_id):
+        self.decoder = decoder
+        self.limits = limits
+        self.top_k = top_k
+        self.end_token_id = end_token_id
+
+    def initial_state(self, batch_size, max_length, inputs=None):
+        return self.decoder.initial_state(batch_size, max_length, inputs)
+
+    def repeat_state(self, state, num_beams):
+        return self.decoder.repeat_state(state, num_beams)
+
+    def reorder_state(self, state, indices):
+        return self.decoder.reorder_state(state, indices)
+
+    def __call__(self, token_ids, cache_index, state, logits_index=None):
+        logits, state = self.decoder(token_ids, cache_index, state, logits_index=logits_index)
+        logits = tf.cast(logits, tf.float32)
+        vocabulary_size = logits.shape[-1]
+        k = tf.where((self.top_k <= 0) | (self.top_k >= vocabulary_size), vocabulary_size, self.top_k)
+        kth = tf.math.top_k(logits, k).values[..., -1:]
+        logits = tf.where(logits >= kth, logits, float("-inf"))
+        # logits[:, t] predicts the event at position start + t + 1.
+        if logits_index is not None:
+            predicted = tf.reshape(tf.cast(logits_index, tf.int32) + 1, (1,))
+        else:
+            predicted = tf.cast(cache_index, tf.int32) + 1 + tf.range(tf.shape(logits)[1])
+        stop = predicted[None, :] >= self.limits[:, None]
+        end_only = tf.where(tf.range(vocabulary_size) == self.end_token_id, 0.0, float("-inf"))
+        logits = tf.where(stop[:, :, None], end_only[None, None, :], logits)
+        return logits, state

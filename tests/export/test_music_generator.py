@@ -1,0 +1,178 @@
+import json
+import os
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.export import export_music_generator
+from keras_attn.generation import sample
+from keras_attn.models import music_transformer
+from tests.export.helpers import run_fresh_python
+
+VOCABULARY = 40
+MAX_LENGTH = 16
+END = 2
+
+
+def _model(attention="relative"):
+    model = music_transformer(VOCABULARY, num_layers=1, hidden_dim=16, num_heads=2,
+                              intermediate_dim=32, dropout=0.1, max_relative_position=6,
+                              attention=attention)
+    # Peaked distributions, so the samples follow the logits.
+    kernel, bias = model.get_layer("logits").get_weights()
+    model.get_layer("logits").set_weights([kernel * 3.0, bias * 3.0])
+    return model
+
+
+def _request(primer, num_steps=6, temperature=0.9, top_k=8, top_p=0.95, seed=5):
+    return dict(
+        primer=tf.constant(np.asarray(primer, "int32")), num_steps=tf.constant(num_steps, tf.int32),
+        temperature=tf.constant(temperature, tf.float32), top_k=tf.constant(top_k, tf.int32),
+        top_p=tf.constant(top_p, tf.float32), seed=tf.constant(seed, tf.int32),
+    )
+
+
+def _expected(model, primer, num_steps, temperature=0.9, top_k=8, top_p=0.95, seed=5):
+    """The engine's samples for the request, cut and padded as documented."""
+    primer = np.asarray(primer, "int32")
+    full = np.asarray(sample(model, primer, MAX_LENGTH, seed=seed, temperature=temperature,
+                             top_k=top_k or None, top_p=top_p, end_token_id=END))
+    width = primer.shape[1] + num_steps
+    limits = (primer != 0).sum(axis=1) + num_steps
+    events = full[:, :width]
+    return np.where(np.arange(width)[None, :] < limits[:, None], events, 0)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    model = _model()
+    path = export_music_generator(model, str(tmp_path_factory.mktemp("music")), version=3,
+                                  max_length=MAX_LENGTH, max_primer_length=6)
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def served(exported):
+    return tf.saved_model.load(exported[1]).signatures["serving_default"]
+
+
+def test_round_trip_equals_the_engine_for_every_primer_length(exported, served):
+    model, path = exported
+    assert path.endswith(os.path.join("", "3"))
+    generate = served
+    # One signature (traced once at export) serves several primer widths
+    # and batch sizes, rows of different lengths included.
+    for primer, num_steps in (
+        ([[1, 7, 9, 0], [1, 3, 0, 0]], 6),
+        ([[1]], 9),
+        ([[1, 4, 5, 6, 7, 8], [1, 0, 0, 0, 0, 0], [1, 9, 0, 0, 0, 0]], 10),
+    ):
+        events = generate(**_request(primer, num_steps))["events"].numpy()
+        np.testing.assert_array_equal(events, _expected(model, primer, num_steps))
+        assert events.dtype == np.int32
+        assert events.shape == (len(primer), len(primer[0]) + num_steps)
+    # Same seed, same events; another seed, other events.
+    primer = [[1, 7, 9, 0], [1, 3, 0, 0]]
+    first = generate(**_request(primer, 8, seed=21))["events"].numpy()
+    np.testing.assert_array_equal(generate(**_request(primer, 8, seed=21))["events"].numpy(), first)
+    assert (generate(**_request(primer, 8, seed=22))["events"].numpy() != first).any()
+    # num_steps=0 returns the primer; top_k=1 is greedy whatever the seed.
+    np.testing.assert_array_equal(generate(**_request(primer, 0))["events"].numpy(), primer)
+    greedy = [generate(**_request([[1, 7]], 8, top_k=1, seed=s))["events"].numpy() for s in (1, 2)]
+    np.testing.assert_array_equal(greedy[0], greedy[1])
+
+
+def test_signature_is_readable_by_clients(served):
+    signature = served
+    inputs = signature.structured_input_signature[1]
+    assert {name: (spec.dtype, spec.shape.as_list()) for name, spec in inputs.items()} == {
+        "primer": (tf.int32, [None, None]), "num_steps": (tf.int32, []),
+        "temperature": (tf.float32, []), "top_k": (tf.int32, []), "top_p": (tf.float32, []),
+        "seed": (tf.int32, []),
+    }
+    assert signature.structured_outputs["events"].dtype == tf.int32
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(primer=np.zeros((1, 0), "int32")), "`primer` must hold at least one row"),
+    (dict(primer=[[1, 2, 3, 4, 5, 6, 7]]), "`primer` is too wide: at most 6 events"),
+    (dict(primer=[[1, VOCABULARY]]), r"ids must be events of the vocabulary, in \[0, 40\)"),
+    (dict(primer=[[1, -3]]), r"ids must be events of the vocabulary"),
+    (dict(primer=[[1, 4], [0, 0]]), "Every `primer` row needs at least one event"),
+    (dict(primer=[[1, 0, 5]]), "rows must be right-padded"),
+    (dict(num_steps=-1), "`num_steps` must be >= 0"),
+    (dict(num_steps=MAX_LENGTH), r"`num_steps` must be <= 16 \(the exported max_length\)"),
+    (dict(temperature=0.0), "`temperature` must be a finite number > 0"),
+    (dict(top_k=-2), "`top_k` must be >= 0"),
+    (dict(top_p=1.5), r"`top_p` must be in \(0, 1\]"),
+])
+def test_bad_requests_get_clear_errors(served, change, message):
+    generate = served
+    request = {"primer": [[1, 7]], **change}
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        generate(**_request(**request))
+    # The model still serves afterwards.
+    assert generate(**_request([[1, 7]], 3))["events"].shape == (1, 5)
+
+
+def test_export_errors(tmp_path):
+    model = _model()
+    with pytest.raises(ValueError, match="`max_primer_length` must be below `max_length`"):
+        export_music_generator(model, str(tmp_path), max_length=8, max_primer_length=8)
+    with pytest.raises(ValueError, match=r"`end_token_id` must be an id of the model's vocabulary \[0, 40\)"):
+        export_music_generator(model, str(tmp_path), max_length=8, end_token_id=40)
+    with pytest.raises(ValueError, match="`version` must be a positive integer"):
+        export_music_generator(model, str(tmp_path), version=0)
+    with pytest.raises(ValueError, match="`max_length` must be an int >= 2"):
+        export_music_generator(model, str(tmp_path), max_length=1)
+    os.makedirs(tmp_path / "1")
+    with pytest.raises(ValueError, match="already exists"):
+        export_music_generator(model, str(tmp_path), max_length=8)
+
+
+_FRESH_PROCESS = """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+
+    feeds = dict(primer=np.array([[1, 7, 9, 0], [1, 3, 0, 0]], np.int32), num_steps=np.int32(6),
+                 temperature=np.float32(0.9), top_k=np.int32(8), top_p=np.float32(0.95),
+                 seed=np.int32(5))
+    generate = tf.saved_model.load(path).signatures["serving_default"]
+    tf2 = generate(**{k: tf.constant(v) for k, v in feeds.items()})["events"].numpy().tolist()
+    # The session-based loader, the path TF Serving takes.
+    with tf.compat.v1.Session(graph=tf.Graph()) as session:
+        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+        signature = meta.signature_def["serving_default"]
+        feed = {signature.inputs[k].name: v for k, v in feeds.items()}
+        v1 = session.run(signature.outputs["events"].name, feed).tolist()
+        bad = dict(feed)
+        bad[signature.inputs["primer"].name] = np.array([[1, 400]], np.int32)
+        try:
+            session.run(signature.outputs["events"].name, bad)
+            error = None
+        except tf.errors.InvalidArgumentError as e:
+            error = e.message
+        again = session.run(signature.outputs["events"].name, feed).tolist()
+    loaded = sorted(m for m, module in sys.modules.items()
+                    if module is not None and m.split(".")[0] in ("keras", "keras_attn"))
+    print(json.dumps({"tf2": tf2, "v1": v1, "error": error, "again": again, "modules": loaded}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", ["relative", "absolute"])
+def test_fresh_process_with_only_tensorflow_and_the_session_loader(attention, tmp_path):
+    model = _model(attention)
+    path = export_music_generator(model, str(tmp_path), max_length=MAX_LENGTH, max_primer_length=6)
+    # keras_attn cannot be imported there (see `run_fresh_python`).
+    stdout = run_fresh_python(f"path = {path!r}\n" + textwrap.dedent(_FRESH_PROCESS))
+    output = json.loads(stdout.strip().splitlines()[-1])
+    expected = _expected(model, [[1, 7, 9, 0], [1, 3, 0, 0]], 6)
+    np.testing.assert_array_equal(output["tf2"], expected)
+    np.testing.assert_array_equal(output["v1"], expected)
+    np.testing.assert_array_equal(output["again"], expected)
+    assert "ids must be events of the vocabulary" in output["error"]
+    assert not [m for m in output["modules"] if m.startswith("keras_attn")], output["modules"]
