@@ -3,6 +3,8 @@
 from keras_attn.layers.local_block_attention import LocalBlockAttention
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_attn.layers.pixel_embedding import PixelEmbedding
+from keras_attn.layers.pixel_position_encoding import PixelPositionEncoding
 from keras_attn.layers.relative_global_attention import RelativeGlobalAttention
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
@@ -13,6 +15,8 @@ __all__ = [
     "LocalBlockAttention",
     "MultiHeadAttention",
     "MultiHeadSelfAttention",
+    "PixelEmbedding",
+    "PixelPositionEncoding",
     "RelativeGlobalAttention",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",

@@ -1,0 +1,218 @@
+"""SavedModel export of an Image Transformer super-resolution model: a
+low-resolution uint8 image in, a sampled high-resolution uint8 image out."""
+
+import numbers
+
+import tensorflow as tf
+
+from keras_attn.export.archive import versioned_export_path, write_archive
+
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_SEED = 0
+
+
+def image_sizes(model):
+    """The image shapes a `super_resolution_transformer` model works on.
+
+    Args:
+        model: a model from `keras_attn.models.super_resolution_transformer`
+            (layers `encoder_embedding` and `decoder_embedding`).
+
+    Returns:
+        `((h, w, C), (H, W, C))`: low- and high-resolution image shapes.
+
+    Raises:
+        ValueError: if the model lacks those layers.
+    """
+    try:
+        low = model.get_layer("encoder_embedding")
+        high = model.get_layer("decoder_embedding")
+    except ValueError:
+        low = high = None
+    if low is None or not hasattr(low, "image_size") or not hasattr(high, "image_size"):
+        raise ValueError(
+            "Expected a `keras_attn.models.super_resolution_transformer` model "
+            "(with PixelEmbedding layers named `encoder_embedding` and "
+            f"`decoder_embedding`). Received: {getattr(model, 'name', model)!r}."
+        )
+    return low.image_size + (low.channels,), high.image_size + (high.channels,)
+
+
+def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_TEMPERATURE,
+                  decoder=None):
+    """Samples high-resolution images given low-resolution ones, with the cache.
+
+    Raster sequence of the low-resolution image -> encoder (run once) ->
+    `keras_attn.generation.sample` from the start token, one channel
+    intensity per step through the decoder's caches -> image. Works eagerly,
+    inside `tf.function` (also with `jit_compile=True`) and in an exported
+    graph (tensor `seed` and `temperature`). The same seed gives the same
+    images; each image of the batch draws its own noise.
+
+    Args:
+        model: a `super_resolution_transformer` model.
+        low_resolution: (B, h, w, C) uint8 (or int) images.
+        seed: int, or an int scalar / (2,) tensor.
+        temperature: positive float or float scalar tensor (1.0 samples the
+            model's distribution; lower is sharper).
+        decoder: an optional `keras_attn.generation.CachedDecoder(model)` to
+            reuse (planning the graph costs a little each call).
+
+    Returns:
+        (B, H, W, C) uint8 tensor.
+
+    Raises:
+        ValueError: if the images do not have the model's low-resolution
+            shape (h, w, C), or `temperature` is a non-positive number.
+
+    Reference:
+        Parmar et al. 2018, "Image Transformer", sections 4 (sampling) and
+        5.2 (super resolution; temperatures 1.0 and 0.9).
+    """
+    from keras_attn.generation import CachedDecoder, sample
+    from keras_attn.models.image_transformer import START_TOKEN
+
+    (h, w, c), (height, width, channels) = image_sizes(model)
+    shape = tuple(low_resolution.shape)
+    if len(shape) != 4 or tuple(shape[1:]) != (h, w, c):
+        raise ValueError(
+            f"Expected low-resolution images of shape (batch, {h}, {w}, {c}) "
+            f"(uint8 RGB). Received shape {shape}. Resize or convert the images "
+            f"(e.g. `keras_attn.preprocessing.images.downsample`, RGB)."
+        )
+    if isinstance(temperature, numbers.Real) and not temperature > 0:
+        raise ValueError(f"`temperature` must be > 0. Received: temperature={temperature!r}.")
+    decoder = decoder or CachedDecoder(model)
+    batch = tf.shape(low_resolution)[0]
+    tokens = tf.reshape(tf.cast(low_resolution, tf.int32), [batch, h * w * c])
+    prompt = tf.fill([batch, 1], START_TOKEN)
+    sequence = sample(
+        decoder,
+        prompt,
+        max_length=height * width * channels + 1,
+        seed=seed,
+        temperature=temperature,
+        prompt_lengths=tf.ones([batch], tf.int32),
+        inputs={"low_resolution": tokens},
+    )
+    pixels = tf.cast(tf.convert_to_tensor(sequence)[:, 1:], tf.uint8)
+    return tf.reshape(pixels, [batch, height, width, channels])
+
+
+def export_super_resolver(
+    model,
+    export_dir,
+    version=1,
+    default_temperature=DEFAULT_TEMPERATURE,
+    default_seed=DEFAULT_SEED,
+    jit_compile=False,
+    overwrite=False,
+):
+    """Writes a super-resolution model as a SavedModel for TF Serving.
+
+    The graph holds the whole job: the encoder over the low-resolution image
+    (run once per request), the sampling loop over the decoder's caches
+    (`super_resolve`), batched. Two signatures, because a SavedModel
+    signature has no optional inputs:
+
+    - `serving_default`: `image` uint8 (B, h, w, C) -> `image` uint8
+      (B, H, W, C), sampled at `default_temperature` with `default_seed`
+      (the same input always gives the same output);
+    - `sample_with_options`: `image` uint8 (B, h, w, C), `temperature`
+      float32 scalar (> 0), `seed` int64 scalar -> `image` uint8
+      (B, H, W, C).
+
+    Inputs of another size or channel count (grayscale (B, 8, 8, 1), RGBA
+    (B, 8, 8, 4), (B, 16, 16, 3), ...) are refused with an error naming the
+    received and the expected shape: a session client (TF Serving,
+    `saved_model_cli run`) is stopped by the signature's static shape
+    ("Cannot feed value of shape (1, 8, 8, 1) for Tensor
+    serving_default_image:0, which has shape (None, 8, 8, 3)"), a TF2
+    client calling `signatures[...]` by an in-graph `EnsureShape`
+    (`InvalidArgumentError`: "Shape of tensor image [1,8,8,1] is not
+    compatible with expected shape [?,8,8,3]"). A non-positive temperature
+    fails an in-graph check whose message says so.
+
+    The exported graph needs only `tensorflow` (no keras, no keras_attn),
+    and runs under the session-based loader too (written with
+    `keras.export.ExportArchive`). By default the loop is not XLA-compiled,
+    so that any server runs it; `jit_compile=True` compiles the sampling
+    loop with XLA (measured here about 6x faster on CPU for a small model),
+    but TF Serving then needs `--xla_cpu_compilation_enabled=true`
+    (experimental there) and fails the request otherwise.
+
+    Args:
+        model: a `keras_attn.models.super_resolution_transformer` model.
+        export_dir: base folder; the SavedModel goes to `export_dir/<version>/`.
+        version: positive int (TF Serving serves the highest).
+        default_temperature: temperature of `serving_default` (> 0).
+        default_seed: seed of `serving_default` (int).
+        jit_compile: XLA-compile the sampling loop (see above).
+        overwrite: replace an existing version folder.
+
+    Returns:
+        The path of the version folder.
+
+    Raises:
+        ValueError: on a bad `version`, an existing folder without
+            `overwrite`, a model that is not a super-resolution model, or a
+            non-positive `default_temperature`.
+
+    Example:
+    >>> path = export_super_resolver(model, "/tmp/super_resolver", version=1)
+    >>> served = tf.saved_model.load(path)
+    >>> served.signatures["serving_default"](image=low_res_uint8)["image"].shape
+    TensorShape([B, 32, 32, 3])
+
+    Reference:
+        Parmar et al. 2018, "Image Transformer", section 5.2; TF Serving's
+        versioned model layout.
+    """
+    from keras_attn.generation import CachedDecoder
+
+    (h, w, c), _ = image_sizes(model)
+    if not isinstance(default_temperature, numbers.Real) or not default_temperature > 0:
+        raise ValueError(
+            "`default_temperature` must be a number > 0. Received: "
+            f"default_temperature={default_temperature!r}."
+        )
+    if isinstance(default_seed, bool) or not isinstance(default_seed, numbers.Integral):
+        raise ValueError(f"`default_seed` must be an int. Received: default_seed={default_seed!r}.")
+    path = versioned_export_path(export_dir, version, overwrite)
+    decoder = CachedDecoder(model)
+    sampler = tf.function(
+        lambda image, seed, temperature: super_resolve(model, image, seed, temperature, decoder),
+        jit_compile=jit_compile, autograph=False,
+    )
+    image_spec = tf.TensorSpec((None, h, w, c), tf.uint8, name="image")
+
+    def checked(image):
+        # The signature's static shape documents the input, but a TF2 client
+        # calling the signature is not stopped by it: EnsureShape refuses
+        # other sizes at run time with an error naming both shapes.
+        return tf.ensure_shape(image, (None, h, w, c))
+
+    @tf.function(input_signature=[image_spec])
+    def serve(image):
+        image = checked(image)
+        seed = tf.constant(default_seed, tf.int64)
+        temperature = tf.constant(default_temperature, tf.float32)
+        return {"image": sampler(image, seed, temperature)}
+
+    @tf.function(input_signature=[
+        image_spec,
+        tf.TensorSpec((), tf.float32, name="temperature"),
+        tf.TensorSpec((), tf.int64, name="seed"),
+    ])
+    def serve_with_options(image, temperature, seed):
+        image = checked(image)
+        check = tf.debugging.assert_positive(
+            temperature, message="`temperature` must be > 0 (1.0 samples the model's distribution)"
+        )
+        with tf.control_dependencies([check]):
+            temperature = tf.identity(temperature)
+        return {"image": sampler(image, seed, temperature)}
+
+    return write_archive(
+        path, [model], {"serving_default": serve, "sample_with_options": serve_with_options}
+    )

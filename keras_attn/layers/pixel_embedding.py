@@ -1,0 +1,176 @@
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+from keras_attn.layers.pixel_position_encoding import PixelPositionEncoding
+from keras_attn.layers.pixel_position_encoding import _as_image_size
+from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class PixelEmbedding(TokenAndPositionEmbedding):
+    """Channel-specific intensity embeddings plus 2D position encodings.
+
+    The input layer of the Image Transformer. An image is a sequence of
+    channel intensities in raster order (`keras_attn.preprocessing.images`);
+    the id at position `p` is looked up in the embedding table of channel
+    `p % channels` (one table of `vocabulary_size` rows per channel: the
+    paper's "channel-specific set of 256 d-dimensional embedding vectors"),
+    then the `PixelPositionEncoding` of `p` (row; column and channel) is
+    added.
+
+    The table is chosen by the position, not by the id's own channel. For a
+    decoder input shifted right by one (`[start, x_0, x_1, ...]`) the table
+    of position `p` therefore holds the intensities of channel `(p - 1) %
+    channels` (and, in table 0, the start token at position 0): still one
+    table per channel, only their order is rotated, so the same layer serves
+    the shifted decoder input and the unshifted encoder input. Use
+    `vocabulary_size=257` for a decoder input (256 intensities and the start
+    token 256) and 256 for an encoder input.
+
+    It is a `TokenAndPositionEmbedding` (token ids plus position, with a
+    `start_index` for cached decoding), so the generation engine's
+    `CachedDecoder` passes it the absolute position of each decoding step.
+    It never masks: intensity 0 is a real value.
+
+    Args:
+        vocabulary_size: ids per channel (positive int).
+        embedding_dim: D (divisible by 4 for sinusoidal positions, by 2 for
+            learned).
+        image_size: (height, width) or one int for a square image.
+        channels: colour channels per pixel (3 for RGB).
+        position: "sinusoidal" (default) or "learned"; see
+            `PixelPositionEncoding`.
+        scale_token_embeddings: multiply the intensity vectors by √D.
+        embeddings_initializer: initializer of the tables.
+        max_wavelength: longest wavelength of sinusoidal positions.
+        coordinate_scale: distance between pixel centres in the position
+            encoding (see `PixelPositionEncoding`; e.g. 4 for an 8x8 image
+            placed on the 32x32 grid it was made from).
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: (B, T) integer ids in `[0, vocabulary_size)`, T <= height *
+            width * channels + 1.
+        start_index: int or int32 scalar, absolute position of `inputs[:, 0]`
+            (the cache index during decoding). Defaults to 0.
+
+    Returns:
+        (B, T, D) embeddings in the compute dtype (no implicit mask).
+
+    Raises:
+        ValueError: on invalid arguments; inputs that are not (B, T);
+            positions outside the image (see `PixelPositionEncoding`).
+
+    Example:
+    >>> embed = PixelEmbedding(257, 64, image_size=32)
+    >>> embed(keras.ops.full((2, 3072), 256, "int32")).shape
+    (2, 3072, 64)
+
+    Reference:
+        Parmar et al. 2018, "Image Transformer", section 3.1 (channel
+        intensities as categories with channel-specific embeddings; 2D
+        position encodings).
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        embedding_dim,
+        image_size,
+        channels=3,
+        position="sinusoidal",
+        scale_token_embeddings=False,
+        embeddings_initializer="uniform",
+        max_wavelength=10000,
+        coordinate_scale=1.0,
+        **kwargs,
+    ):
+        # The parent's constructor builds a 1D position table; this layer has
+        # its own 2D encoding, so only the base Layer is initialised.
+        keras.layers.Layer.__init__(self, **kwargs)
+        attention_ops.check_positive_int(self, "vocabulary_size", vocabulary_size)
+        attention_ops.check_positive_int(self, "embedding_dim", embedding_dim)
+        attention_ops.check_positive_int(self, "channels", channels)
+        self.image_size = _as_image_size(self, image_size)
+        self.vocabulary_size = vocabulary_size
+        self.embedding_dim = embedding_dim
+        self.channels = channels
+        self.position = position
+        self.scale_token_embeddings = scale_token_embeddings
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.max_wavelength = max_wavelength
+        self.coordinate_scale = coordinate_scale
+        self.mask_zero = False
+        self.supports_masking = True
+        self.token_embedding = keras.layers.Embedding(
+            vocabulary_size * channels,
+            embedding_dim,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        self.position_encoding = PixelPositionEncoding(
+            image_size=self.image_size,
+            channels=channels,
+            position=position,
+            max_wavelength=max_wavelength,
+            coordinate_scale=coordinate_scale,
+            embeddings_initializer=self.embeddings_initializer,
+            dtype=self.dtype_policy,
+            name="position_encoding",
+        )
+        self.position_encoding._check_width(embedding_dim)
+        self.position_embedding = None
+
+    @property
+    def sequence_length(self):
+        """Positions accepted (the generation engine reads it): height *
+        width * channels + 1, a whole image shifted right by a start token."""
+        return self.position_encoding.num_positions
+
+    def build(self, inputs_shape=None):
+        self.token_embedding.build()
+        self.position_encoding.build((None, None, self.embedding_dim))
+        self.built = True
+
+    def call(self, inputs, start_index=0):
+        shape = tuple(inputs.shape)
+        if len(shape) != 2:
+            raise ValueError(
+                f"{type(self).__name__} expects ids of shape (batch, length). "
+                f"Received: inputs.shape={shape}."
+            )
+        length = ops.shape(inputs)[1]
+        positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
+        table = positions % self.channels
+        ids = ops.cast(inputs, "int32") + (table * self.vocabulary_size)[None, :]
+        embeddings = self.token_embedding(ids)
+        if self.scale_token_embeddings:
+            embeddings = embeddings * ops.cast(self.embedding_dim**0.5, embeddings.dtype)
+        return embeddings + self.position_encoding(embeddings, start_index=start_index)
+
+    def compute_mask(self, inputs, previous_mask=None):
+        return None
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape) + (self.embedding_dim,)
+
+    def get_config(self):
+        config = keras.layers.Layer.get_config(self)
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "embedding_dim": self.embedding_dim,
+                "image_size": self.image_size,
+                "channels": self.channels,
+                "position": self.position,
+                "scale_token_embeddings": self.scale_token_embeddings,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+                "max_wavelength": self.max_wavelength,
+                "coordinate_scale": self.coordinate_scale,
+            }
+        )
+        return config

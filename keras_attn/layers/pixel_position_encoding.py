@@ -1,0 +1,265 @@
+import numbers
+
+import keras
+from keras import ops
+
+from keras_attn.layers import attention_ops
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class PixelPositionEncoding(keras.layers.Layer):
+    """2D position encoding of an image's channel intensities in raster order.
+
+    For a sequence of channel intensities in raster order (pixel by pixel,
+    row by row, the `channels` intensities of a pixel one after the other),
+    position `p` has the coordinates
+
+        row = p // (width * channels),   column_channel = p % (width * channels)
+
+    (`column_channel = column * channels + channel`). As in the Image
+    Transformer, half of the D features encode the row and the other half
+    the column and colour channel, either with sine/cosine functions of the
+    coordinate (Vaswani et al. 2017, section 3.5, sin on even and cos on odd
+    features of each half) or with learned tables, one row per coordinate
+    value. The layer returns the encoding to add to the embeddings, as
+    `SinusoidalPositionEncoding` does.
+
+    With `coordinate_scale` s (sinusoidal only) pixel (row, column) is
+    placed at the coordinates `((row + 0.5) * s - 0.5, (column + 0.5) * s -
+    0.5)` of an s-times finer grid, its centre there. A low-resolution image
+    encoded with s = 4 gets the coordinates of the 32x32 image it was made
+    from, so a super-resolution decoder's query and the encoder keys of the
+    pixel it refines carry nearly the same position features (the dot
+    product of two sinusoid vectors peaks where their positions agree), and
+    cross-attention finds the right low-resolution pixel without learning a
+    change of scale.
+
+    Positions `0 .. height * width * channels` are accepted: a whole image
+    plus one, so that a decoder input shifted right by a start token (whose
+    sampling loop feeds its last sample at position `height * width *
+    channels`) fits. A learned row table repeats its last row there.
+
+    Args:
+        image_size: the image's (height, width), or one int for a square.
+        channels: colour channels per pixel (3 for RGB).
+        position: "sinusoidal" (default; needs D divisible by 4) or
+            "learned" (D even).
+        max_wavelength: longest wavelength of the sinusoids.
+        coordinate_scale: positive number s, the distance between pixel
+            centres (see above); 1.0 = plain pixel indices. Sinusoidal
+            positions only.
+        embeddings_initializer: initializer of the learned tables.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: (B, T, D) embeddings; only the shape is used.
+        start_index: int or int32 scalar, the absolute position of
+            `inputs[:, 0]` (the cache index during decoding). Defaults to 0.
+
+    Returns:
+        (B, T, D) encoding in the compute dtype (broadcast over B).
+
+    Raises:
+        ValueError: on a non-positive image size or channel count, an
+            unknown `position`, a non-positive `coordinate_scale` or one
+            other than 1 with learned positions, inputs not (B, T, D) with D divisible by 4
+            (sinusoidal) or 2 (learned), or a known `start_index + T` beyond
+            `height * width * channels + 1` positions.
+
+    Example:
+    >>> encoding = PixelPositionEncoding(image_size=32, channels=3)
+    >>> x = keras.ops.zeros((2, 3072, 64))
+    >>> (x + encoding(x)).shape
+    (2, 3072, 64)
+
+    Reference:
+        Parmar et al. 2018, "Image Transformer", section 3.1 (d/2 features
+        for the row, d/2 for the column and colour channel; sinusoidal or
+        learned).
+    """
+
+    def __init__(
+        self,
+        image_size,
+        channels=3,
+        position="sinusoidal",
+        max_wavelength=10000,
+        coordinate_scale=1.0,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.image_size = _as_image_size(self, image_size)
+        attention_ops.check_positive_int(self, "channels", channels)
+        if position not in ("sinusoidal", "learned"):
+            raise ValueError(
+                f'{type(self).__name__}: `position` must be "sinusoidal" or '
+                f'"learned". Received: position={position!r}.'
+            )
+        if not max_wavelength or max_wavelength <= 0:
+            raise ValueError(
+                "`max_wavelength` must be positive. Received: "
+                f"max_wavelength={max_wavelength}."
+            )
+        if isinstance(coordinate_scale, bool) or not isinstance(coordinate_scale, numbers.Real) or not coordinate_scale > 0:
+            raise ValueError(
+                f"{type(self).__name__}: `coordinate_scale` must be a positive "
+                f"number. Received: coordinate_scale={coordinate_scale!r}."
+            )
+        if position == "learned" and coordinate_scale != 1:
+            raise ValueError(
+                f"{type(self).__name__}: learned positions index a table by "
+                "integer coordinates, so `coordinate_scale` must be 1 with "
+                f'position="learned". Received: coordinate_scale={coordinate_scale!r}.'
+            )
+        self.channels = channels
+        self.position = position
+        self.max_wavelength = max_wavelength
+        self.coordinate_scale = coordinate_scale
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.supports_masking = True
+        self._row_embedding = None
+        self._column_channel_embedding = None
+
+    @property
+    def num_positions(self):
+        """Positions accepted: height * width * channels + 1."""
+        height, width = self.image_size
+        return height * width * self.channels + 1
+
+    def _check_width(self, width):
+        multiple = 4 if self.position == "sinusoidal" else 2
+        if width is None or width % multiple:
+            raise ValueError(
+                f"{type(self).__name__} with position={self.position!r} needs a "
+                f"feature size divisible by {multiple} (half of it encodes the "
+                "row, half the column and channel"
+                + (", each as sine/cosine pairs" if multiple == 4 else "")
+                + f"). Received: {width} features."
+            )
+
+    def build(self, inputs_shape):
+        inputs_shape = tuple(inputs_shape)
+        if len(inputs_shape) != 3:
+            raise ValueError(
+                f"{type(self).__name__} expects inputs of shape (batch, length, "
+                f"features). Received: inputs.shape={inputs_shape}."
+            )
+        self._check_width(inputs_shape[-1])
+        if self.position == "learned":
+            half = inputs_shape[-1] // 2
+            height, width = self.image_size
+            self._row_embedding = keras.layers.Embedding(
+                height, half, embeddings_initializer=self.embeddings_initializer,
+                dtype=self.dtype_policy, name="row_embedding",
+            )
+            self._row_embedding.build()
+            self._column_channel_embedding = keras.layers.Embedding(
+                width * self.channels, half,
+                embeddings_initializer=self.embeddings_initializer,
+                dtype=self.dtype_policy, name="column_channel_embedding",
+            )
+            self._column_channel_embedding.build()
+        self.built = True
+
+    def call(self, inputs, start_index=0):
+        shape = tuple(inputs.shape)
+        if len(shape) != 3:
+            raise ValueError(
+                f"{type(self).__name__} expects inputs of shape (batch, length, "
+                f"features). Received: inputs.shape={shape}."
+            )
+        self._check_width(shape[-1])
+        known_start = attention_ops.static_int(start_index)
+        if shape[1] is not None and known_start is not None:
+            if known_start < 0 or known_start + shape[1] > self.num_positions:
+                raise ValueError(
+                    f"Positions {known_start}..{known_start + shape[1] - 1} lie "
+                    f"outside the {self.num_positions} positions of a "
+                    f"{self.image_size[0]}x{self.image_size[1]} image with "
+                    f"{self.channels} channels (plus one for the shifted start "
+                    "token). Pass sequences of at most that length, or build the "
+                    "layer with the right `image_size` / `channels`."
+                )
+        encoding = self.encode(ops.shape(inputs)[1], shape[-1], start_index)
+        encoding = ops.cast(encoding, self.compute_dtype)
+        return ops.broadcast_to(encoding[None], ops.shape(inputs))
+
+    def encode(self, length, dim, start_index=0):
+        """The (length, dim) encoding of positions `start_index ...`."""
+        positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
+        _, width = self.image_size
+        row = positions // (width * self.channels)
+        column_channel = positions % (width * self.channels)
+        if self.position == "learned":
+            row = ops.minimum(row, self.image_size[0] - 1)
+            return ops.concatenate(
+                [self._row_embedding(row), self._column_channel_embedding(column_channel)],
+                axis=-1,
+            )
+        half = dim // 2
+        row = ops.cast(row, "float32")
+        column_channel = ops.cast(column_channel, "float32")
+        if self.coordinate_scale != 1:
+            scale = float(self.coordinate_scale)
+            column = ops.floor(column_channel / self.channels)
+            channel = column_channel - column * self.channels
+            row = (row + 0.5) * scale - 0.5
+            column_channel = ((column + 0.5) * scale - 0.5) * self.channels + channel
+        return ops.concatenate(
+            [_sinusoids(row, half, self.max_wavelength),
+             _sinusoids(column_channel, half, self.max_wavelength)],
+            axis=-1,
+        )
+
+    def compute_output_shape(self, inputs_shape):
+        return tuple(inputs_shape)
+
+    def compute_mask(self, inputs, previous_mask=None):
+        return previous_mask
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "image_size": self.image_size,
+                "channels": self.channels,
+                "position": self.position,
+                "max_wavelength": self.max_wavelength,
+                "coordinate_scale": self.coordinate_scale,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+            }
+        )
+        return config
+
+
+def _sinusoids(positions, dim, max_wavelength):
+    """(T, dim) float32: sin on even, cos on odd features of positions (T,)."""
+    positions = ops.cast(positions, "float32")
+    pair_index = ops.cast(ops.arange(dim, dtype="int32") // 2, "float32")
+    inverse_frequency = ops.power(float(max_wavelength), -2.0 * pair_index / float(dim))
+    angles = positions[:, None] * inverse_frequency[None, :]
+    is_even = ops.equal(ops.arange(dim, dtype="int32") % 2, 0)
+    return ops.where(is_even[None, :], ops.sin(angles), ops.cos(angles))
+
+
+def _as_image_size(owner, image_size):
+    """int -> (int, int); pair of positive ints -> tuple; else ValueError."""
+
+    def is_int(v):
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+    if is_int(image_size):
+        size = (int(image_size), int(image_size))
+    elif isinstance(image_size, (tuple, list)) and len(image_size) == 2 and all(map(is_int, image_size)):
+        size = tuple(int(v) for v in image_size)
+    else:
+        size = None
+    if size is None or min(size) <= 0:
+        raise ValueError(
+            f"{type(owner).__name__}: `image_size` must be a positive int or a "
+            f"pair of positive ints (height, width). Received: image_size={image_size!r}."
+        )
+    return size

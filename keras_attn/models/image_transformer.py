@@ -1,0 +1,339 @@
+"""The Image Transformer (Parmar et al. 2018): image generation and super
+resolution over sequences of channel intensities with local self-attention.
+
+Layout shared with `keras_attn.preprocessing.images`: an H x W x C image is
+the raster sequence of its H * W * C channel intensities (ids 0..255); the
+decoder reads it shifted right by one behind the start token 256,
+
+    decoder_tokens = [START_TOKEN, x_0, ..., x_{n-2}],   targets = [x_0, ..., x_{n-1}]
+
+and predicts a 256-way distribution for every intensity (`logits[:, t]` is
+the distribution of `x_t` given `x_0 .. x_{t-1}` and the conditioning).
+"""
+
+import keras
+
+from keras_attn.layers import LocalBlockAttention
+from keras_attn.layers import MultiHeadSelfAttention
+from keras_attn.layers import PixelEmbedding
+from keras_attn.layers import TransformerDecoder
+from keras_attn.layers import TransformerEncoder
+
+NUM_INTENSITIES = 256
+START_TOKEN = 256
+
+
+def image_transformer(
+    image_size=32,
+    channels=3,
+    num_classes=None,
+    num_layers=4,
+    hidden_dim=128,
+    num_heads=4,
+    intermediate_dim=256,
+    block_size=None,
+    memory_flange=None,
+    dropout=0.1,
+    position="sinusoidal",
+    normalize_first=True,
+    name="image_transformer",
+):
+    """Builds the Image Transformer for unconditional or class-conditional
+    image generation, as a functional `keras.Model`.
+
+    The decoder-only model of the paper's 1D local variant: channel
+    intensities in raster order, embedded with channel-specific tables and
+    2D positions (`PixelEmbedding`), a stack of `TransformerDecoder` blocks
+    whose self-attention is causal 1D `LocalBlockAttention` (query blocks
+    of `block_size` intensities, each attending to itself up to the query
+    and to the `memory_flange` intensities before the block), and a 256-way
+    softmax per intensity.
+
+    With `num_classes`, a learned class embedding (one D-vector per class)
+    is added to the input representation at every position, as the paper
+    conditions CIFAR-10 generation on the class; without it the model is
+    unconditional. Generate with `keras_attn.generation.sample(model,
+    prompt=[[START_TOKEN]] * B, max_length=H * W * C + 1, seed=...,
+    inputs={"class_label": labels})` and drop the first token: the layers
+    are those `CachedDecoder` replays one position at a time.
+
+    Defaults are sized for a CPU: D 128, 4 blocks, 4 heads, d_ff 256, and a
+    query block of one image row (W * C = 96 intensities for 32x32 RGB)
+    with a flange of one row, the paper's 1D local setting (query block 256,
+    memory 512 on CIFAR-10) scaled down. The paper's CIFAR-10 model is about
+    `num_layers=12, hidden_dim=512, intermediate_dim=2048, num_heads=8,
+    block_size=256, memory_flange=256`.
+
+    Layer names: `decoder_embedding`, `class_embedding` (conditional),
+    `decoder_embedding_dropout`, `decoder_layer_<i>` (with
+    `self_attention` inside), `decoder_final_norm` (pre-norm) and `logits`.
+
+    Args:
+        image_size: output side (int) or (height, width).
+        channels: colour channels (3).
+        num_classes: number of classes for class-conditional generation, or
+            None for an unconditional model.
+        num_layers: N decoder blocks.
+        hidden_dim: D (divisible by `num_heads`, and by 4 for sinusoidal
+            positions).
+        num_heads: H.
+        intermediate_dim: feed-forward width d_ff.
+        block_size: query block length in intensities; default one image
+            row (width * channels).
+        memory_flange: how many intensities before its block a query sees;
+            default `block_size`.
+        dropout: rate of the embedding, residual and attention dropouts.
+        position: "sinusoidal" or "learned" 2D positions.
+        normalize_first: True (default) = pre-norm blocks and a final layer
+            norm (as tensor2tensor trains the Image Transformer); False =
+            post-norm.
+        name: model name.
+
+    Returns:
+        `keras.Model` with inputs `decoder_tokens` (B, T) int32 (ids 0..256,
+        T <= H * W * C; the shifted target sequence) and, when
+        `num_classes` is set, `class_label` (B,) int32; output logits (B, T,
+        256) float32 (also under mixed precision).
+
+    Raises:
+        ValueError: on sizes that are not positive integers, `hidden_dim`
+            not divisible by `num_heads` (or by 4 with sinusoidal
+            positions), `dropout` outside [0, 1).
+
+    Example:
+    >>> model = image_transformer(image_size=8, num_classes=10, num_layers=1,
+    ...                           hidden_dim=32, num_heads=2, intermediate_dim=64)
+    >>> model({"decoder_tokens": keras.ops.full((2, 192), 256, "int32"),
+    ...        "class_label": keras.ops.array([3, 5])}).shape
+    (2, 192, 256)
+
+    Reference:
+        Parmar et al. 2018, "Image Transformer": section 3.1 (channel
+        intensities as categories, channel-specific embeddings, 2D
+        positions), 3.2 (local 1D self-attention), 4 (inference), 5.1
+        (unconditional and class-conditional CIFAR-10 generation).
+    """
+    _check_sizes(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+                 intermediate_dim=intermediate_dim, channels=channels)
+    if num_classes is not None:
+        _check_sizes(num_classes=num_classes)
+    height, width = _image_size(image_size)
+    _check_width(hidden_dim, num_heads, position, dropout)
+    block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
+
+    decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+    inputs = {"decoder_tokens": decoder_tokens}
+    x = PixelEmbedding(
+        NUM_INTENSITIES + 1, hidden_dim, image_size=(height, width), channels=channels,
+        position=position, scale_token_embeddings=True, name="decoder_embedding",
+    )(decoder_tokens)
+    if num_classes is not None:
+        class_label = keras.Input((), dtype="int32", name="class_label")
+        inputs["class_label"] = class_label
+        condition = keras.layers.Embedding(num_classes, hidden_dim, name="class_embedding")(
+            class_label
+        )
+        condition = keras.layers.Reshape((1, hidden_dim), name="class_embedding_per_position")(
+            condition
+        )
+        x = keras.layers.Add(name="add_class_embedding")([x, condition])
+    logits = _decoder(x, None, num_layers, hidden_dim, num_heads, intermediate_dim,
+                      block_size, memory_flange, dropout, normalize_first)
+    return keras.Model(inputs, logits, name=name)
+
+
+def super_resolution_transformer(
+    low_resolution_size=8,
+    image_size=32,
+    channels=3,
+    num_encoder_layers=2,
+    num_layers=4,
+    hidden_dim=128,
+    num_heads=4,
+    intermediate_dim=256,
+    block_size=None,
+    memory_flange=None,
+    dropout=0.1,
+    position="sinusoidal",
+    normalize_first=True,
+    align_positions=True,
+    name="super_resolution_transformer",
+):
+    """Builds the Image Transformer for super resolution (e.g. 8x8 -> 32x32).
+
+    An encoder-decoder model (the paper's image-conditioned generation): the
+    low-resolution image, as the raster sequence of its channel intensities
+    (192 for 8x8 RGB), is embedded like the target (`PixelEmbedding`, its
+    own tables and 2D positions) and contextualised by a stack of
+    `TransformerEncoder` blocks with full self-attention (a "per-pixel-channel
+    representation of the source image"). The decoder is that of
+    `image_transformer` (causal 1D `LocalBlockAttention` over the shifted
+    high-resolution sequence) with cross-attention to the encoder output in
+    every block.
+
+    With `align_positions=True` (default, sinusoidal positions) the
+    low-resolution pixels are encoded at the coordinates of the
+    high-resolution grid they were averaged from (`coordinate_scale` =
+    upscaling factor, see `PixelPositionEncoding`): a decoder query and the
+    encoder keys of the low-resolution pixel it refines then carry nearly
+    the same position features, so cross-attention can find that pixel from
+    the first steps of training instead of learning the change of scale.
+    (A choice of this library; the paper does not describe the encoder's
+    positions.)
+
+    Sample with `keras_attn.export.super_resolver.super_resolve`
+    or `keras_attn.generation.sample(..., inputs={"low_resolution": ...})`.
+
+    Layer names: `encoder_embedding`, `encoder_embedding_dropout`,
+    `encoder_layer_<i>`, `encoder_final_norm` (pre-norm), and the decoder's
+    names as in `image_transformer`.
+
+    Args:
+        low_resolution_size: input side (int) or (height, width).
+        image_size: output side (int) or (height, width).
+        channels: colour channels (3).
+        num_encoder_layers: encoder blocks over the low-resolution image.
+        num_layers: decoder blocks.
+        hidden_dim, num_heads, intermediate_dim, block_size, memory_flange,
+            dropout, position, normalize_first, name: as in
+            `image_transformer` (shared by encoder and decoder).
+        align_positions: place the low-resolution pixels on the
+            high-resolution grid in the position encoding (sinusoidal
+            positions only; ignored for learned ones).
+
+    Returns:
+        `keras.Model` with inputs `low_resolution` (B, h * w * C) int32
+        (0..255, raster order of the low-resolution image) and
+        `decoder_tokens` (B, T) int32 (ids 0..256, the shifted
+        high-resolution sequence, T <= H * W * C); output logits (B, T, 256)
+        float32.
+
+    Raises:
+        ValueError: as `image_transformer`; with `align_positions` and
+            sinusoidal positions, if the image is not the same integer
+            multiple of the low-resolution size along both sides.
+
+    Example:
+    >>> model = super_resolution_transformer(low_resolution_size=2, image_size=8,
+    ...     num_encoder_layers=1, num_layers=1, hidden_dim=32, num_heads=2,
+    ...     intermediate_dim=64)
+    >>> model({"low_resolution": keras.ops.zeros((2, 12), "int32"),
+    ...        "decoder_tokens": keras.ops.full((2, 192), 256, "int32")}).shape
+    (2, 192, 256)
+
+    Reference:
+        Parmar et al. 2018, "Image Transformer": sections 3.1-3.2 (encoder
+        and decoder), 5.2 (4x super resolution, 8x8 -> 32x32).
+    """
+    _check_sizes(num_encoder_layers=num_encoder_layers, num_layers=num_layers,
+                 hidden_dim=hidden_dim, num_heads=num_heads,
+                 intermediate_dim=intermediate_dim, channels=channels)
+    low_height, low_width = _image_size(low_resolution_size, "low_resolution_size")
+    height, width = _image_size(image_size)
+    _check_width(hidden_dim, num_heads, position, dropout)
+    block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
+
+    coordinate_scale = 1
+    if align_positions and position == "sinusoidal":
+        if height % low_height or width % low_width or height // low_height != width // low_width:
+            raise ValueError(
+                "`align_positions=True` places the low-resolution pixels on the "
+                "high-resolution grid, which needs one integer upscaling factor for "
+                f"both sides. Received: low_resolution_size={(low_height, low_width)}, "
+                f"image_size={(height, width)}. Pass align_positions=False."
+            )
+        coordinate_scale = height // low_height
+    low_resolution = keras.Input(
+        (low_height * low_width * channels,), dtype="int32", name="low_resolution"
+    )
+    decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+
+    e = PixelEmbedding(
+        NUM_INTENSITIES, hidden_dim, image_size=(low_height, low_width), channels=channels,
+        position=position, scale_token_embeddings=True, coordinate_scale=coordinate_scale,
+        name="encoder_embedding",
+    )(low_resolution)
+    e = keras.layers.Dropout(dropout, name="encoder_embedding_dropout")(e)
+    for i in range(num_encoder_layers):
+        e = TransformerEncoder(
+            intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
+            normalize_first=normalize_first, name=f"encoder_layer_{i}",
+        )(e)
+    if normalize_first:
+        e = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_final_norm")(e)
+
+    x = PixelEmbedding(
+        NUM_INTENSITIES + 1, hidden_dim, image_size=(height, width), channels=channels,
+        position=position, scale_token_embeddings=True, name="decoder_embedding",
+    )(decoder_tokens)
+    logits = _decoder(x, e, num_layers, hidden_dim, num_heads, intermediate_dim,
+                      block_size, memory_flange, dropout, normalize_first)
+    return keras.Model(
+        {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
+    )
+
+
+def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate_dim,
+             block_size, memory_flange, dropout, normalize_first):
+    x = keras.layers.Dropout(dropout, name="decoder_embedding_dropout")(x)
+    for i in range(num_layers):
+        attention = LocalBlockAttention(
+            num_heads=num_heads, key_dim=hidden_dim // num_heads, block_size=block_size,
+            memory_flange=memory_flange, dropout=dropout, name="self_attention",
+        )
+        block = TransformerDecoder(
+            intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
+            normalize_first=normalize_first, self_attention=attention,
+            name=f"decoder_layer_{i}",
+        )
+        x = block(x) if encoder_outputs is None else block(x, encoder_outputs)
+    if normalize_first:
+        x = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")(x)
+    return keras.layers.Dense(NUM_INTENSITIES, dtype="float32", name="logits")(x)
+
+
+def _check_sizes(**sizes):
+    for arg, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}.")
+
+
+def _image_size(size, arg="image_size"):
+    if isinstance(size, int) and not isinstance(size, bool):
+        size = (size, size)
+    if (
+        not isinstance(size, (tuple, list)) or len(size) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in size)
+    ):
+        raise ValueError(
+            f"`{arg}` must be a positive int or a pair (height, width) of "
+            f"positive ints. Received: {arg}={size!r}."
+        )
+    return tuple(size)
+
+
+def _check_width(hidden_dim, num_heads, position, dropout):
+    if hidden_dim % num_heads:
+        raise ValueError(
+            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
+            f"({num_heads}): each head gets hidden_dim // num_heads features."
+        )
+    if position == "sinusoidal" and hidden_dim % 4:
+        raise ValueError(
+            "Sinusoidal 2D positions need `hidden_dim` divisible by 4 (half for "
+            f"the row, half for the column and channel). Received: hidden_dim={hidden_dim}."
+        )
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}.")
+
+
+def _local_window(block_size, memory_flange, row_length):
+    block_size = row_length if block_size is None else block_size
+    memory_flange = block_size if memory_flange is None else memory_flange
+    _check_sizes(block_size=block_size)
+    if isinstance(memory_flange, bool) or not isinstance(memory_flange, int) or memory_flange < 0:
+        raise ValueError(
+            "`memory_flange` must be a non-negative integer. Received: "
+            f"memory_flange={memory_flange!r}."
+        )
+    return block_size, memory_flange

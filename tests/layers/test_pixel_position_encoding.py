@@ -1,0 +1,81 @@
+import numpy as np
+import pytest
+
+from keras_attn.layers import PixelPositionEncoding
+from tests.test_case import run_layer_test
+
+
+def _sinusoid(value, dim):
+    out = np.zeros(dim)
+    for i in range(dim // 2):
+        angle = value / 10000 ** (2 * i / dim)
+        out[2 * i], out[2 * i + 1] = np.sin(angle), np.cos(angle)
+    return out
+
+
+def test_sinusoidal_half_row_half_column_and_channel():
+    # A 2 x 3 image with 3 channels: 18 positions (+1 after the image).
+    layer = PixelPositionEncoding(image_size=(2, 3), channels=3)
+    out = np.asarray(layer(np.zeros((2, 5, 8), "float32"), start_index=7))
+    for t in range(5):
+        p = 7 + t
+        row, column_channel = p // 9, p % 9  # 9 = width * channels
+        want = np.concatenate([_sinusoid(row, 4), _sinusoid(column_channel, 4)])
+        np.testing.assert_allclose(out[0, t], want, atol=1e-5)
+        np.testing.assert_allclose(out[1, t], want, atol=1e-5)
+    # Position p = 10: row 1, column 0, channel 1 -> column_channel 1.
+    np.testing.assert_allclose(out[0, 3, 4:], _sinusoid(1, 4), atol=1e-6)
+
+
+def test_learned_tables_and_the_position_after_the_image():
+    layer = PixelPositionEncoding(image_size=2, channels=3, position="learned")
+    out = np.asarray(layer(np.zeros((1, 13, 6), "float32")))
+    rows = np.asarray(layer._row_embedding.embeddings)
+    columns = np.asarray(layer._column_channel_embedding.embeddings)
+    assert rows.shape == (2, 3) and columns.shape == (6, 3)
+    for p in range(12):
+        np.testing.assert_allclose(out[0, p], np.concatenate([rows[p // 6], columns[p % 6]]))
+    # Position 12 (after the image, fed by the sampling loop): last row repeated.
+    np.testing.assert_allclose(out[0, 12], np.concatenate([rows[1], columns[0]]))
+
+
+@pytest.mark.parametrize("position", ["sinusoidal", "learned"])
+def test_layer_life_cycle(position):
+    run_layer_test(
+        PixelPositionEncoding,
+        {"image_size": (2, 2), "channels": 3, "position": position},
+        np.zeros((2, 12, 8), "float32"),
+        expected_output_shape=(2, 12, 8),
+        run_fit=position == "learned",
+    )
+
+
+def test_errors():
+    with pytest.raises(ValueError, match=r"`image_size` must be a positive int or a pair"):
+        PixelPositionEncoding(image_size=(0, 4))
+    with pytest.raises(ValueError, match='`position` must be "sinusoidal" or "learned"'):
+        PixelPositionEncoding(image_size=4, position="rotary")
+    with pytest.raises(ValueError, match="feature size divisible by 4"):
+        PixelPositionEncoding(image_size=4)(np.zeros((1, 3, 6), "float32"))
+    with pytest.raises(ValueError, match=r"Positions 10..13 lie outside the 13 positions of a 2x2 image"):
+        PixelPositionEncoding(image_size=2)(np.zeros((1, 4, 8), "float32"), start_index=10)
+    with pytest.raises(ValueError, match=r"inputs of shape \(batch, length, features\)"):
+        PixelPositionEncoding(image_size=2)(np.zeros((1, 4), "float32"))
+
+
+def test_coordinate_scale_places_low_resolution_pixels_on_the_fine_grid():
+    layer = PixelPositionEncoding(image_size=2, channels=3, coordinate_scale=4)
+    out = np.asarray(layer(np.zeros((1, 12, 8), "float32")))
+    # Position 4: row 0, column 1, channel 1 -> row 1.5, column 5.5 on the
+    # 8x8 grid, column_channel 5.5 * 3 + 1 = 17.5.
+    np.testing.assert_allclose(out[0, 4], np.concatenate([_sinusoid(1.5, 4), _sinusoid(17.5, 4)]), atol=1e-5)
+    # Every coarse pixel sits at the centre of the 4x4 block it was averaged
+    # from: row 4 i + 1.5, column 4 j + 1.5 (fine grid), channel unchanged.
+    for p in range(12):
+        i, j, channel = p // 6, (p // 3) % 2, p % 3
+        want = np.concatenate([_sinusoid(4 * i + 1.5, 4), _sinusoid((4 * j + 1.5) * 3 + channel, 4)])
+        np.testing.assert_allclose(out[0, p], want, atol=1e-5)
+    with pytest.raises(ValueError, match="`coordinate_scale` must be 1 with"):
+        PixelPositionEncoding(image_size=2, position="learned", coordinate_scale=4)
+    with pytest.raises(ValueError, match="`coordinate_scale` must be a positive number"):
+        PixelPositionEncoding(image_size=2, coordinate_scale=0)

@@ -1,0 +1,165 @@
+import io
+import os
+
+import numpy as np
+import pytest
+
+from keras_attn.preprocessing import images
+
+SAMPLE = os.path.join(
+    os.path.dirname(__file__), "..", "..", "examples", "super_resolution", "data",
+    "cifar10_sample.npz",
+)
+
+
+@pytest.fixture(scope="module")
+def sample_images():
+    """The first 24 images of the shipped CIFAR-10 sample (real photos)."""
+    return images.load_cifar10(SAMPLE, split="all")[0][:24]
+
+
+def test_raster_order_is_pixel_by_pixel_rgb_and_round_trips(sample_images):
+    sequences = images.to_raster(sample_images)
+    assert sequences.shape == (24, 3072) and sequences.dtype == np.int32
+    # Index (row * W + column) * C + channel, by hand for a few entries.
+    for row, column, channel in [(0, 0, 0), (0, 0, 2), (0, 1, 0), (5, 31, 1), (31, 31, 2)]:
+        index = (row * 32 + column) * 3 + channel
+        np.testing.assert_array_equal(sequences[:, index], sample_images[:, row, column, channel])
+    back = images.from_raster(sequences, 32, 32, 3)
+    assert back.dtype == np.uint8
+    np.testing.assert_array_equal(back, sample_images)
+
+
+def test_raster_errors():
+    with pytest.raises(ValueError, match=r"uint8 array of shape \(batch, height, width, channels\)"):
+        images.to_raster(np.zeros((32, 32, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"Expected sequences of shape \(batch, 3072\)"):
+        images.from_raster(np.zeros((1, 3000), np.int32), 32, 32)
+    with pytest.raises(ValueError, match=r"must lie in 0..255. Received values in 0..256"):
+        images.from_raster(np.array([[0, 256, 3]]), 1, 1, 3)
+
+
+def test_decoder_inputs_shift_right_behind_the_start_token():
+    targets = np.array([[5, 0, 255, 7], [1, 2, 3, 4]])
+    np.testing.assert_array_equal(
+        images.decoder_inputs(targets), [[256, 5, 0, 255], [256, 1, 2, 3]]
+    )
+    from keras_attn.models.image_transformer import NUM_INTENSITIES, START_TOKEN
+
+    assert images.START_TOKEN == START_TOKEN == 256
+    assert images.NUM_INTENSITIES == NUM_INTENSITIES == 256
+
+
+def test_downsample_is_the_rounded_block_mean():
+    image = np.zeros((1, 4, 8, 3), np.uint8)
+    # Block (0, 0), channel 0: 16 values summing to 8 -> mean 0.5 -> 1 (half up).
+    image[0, :2, :4, 0] = 1
+    # Block (0, 1), channel 1: fifteen 255s and one 0 -> 239.0625 -> 239.
+    image[0, :, 4:, 1] = 255
+    image[0, 3, 7, 1] = 0
+    # Channel 2: a ramp 0..15 in block (0, 0) -> mean 7.5 -> 8.
+    image[0, :, :4, 2] = np.arange(16).reshape(4, 4)
+    out = images.downsample(image, 4)
+    assert out.shape == (1, 1, 2, 3) and out.dtype == np.uint8
+    np.testing.assert_array_equal(out[0, 0, 0], [1, 0, 8])
+    np.testing.assert_array_equal(out[0, 0, 1], [0, 239, 0])
+
+
+def test_downsample_real_images_against_float_mean(sample_images):
+    low = images.downsample(sample_images, 4)
+    assert low.shape == (24, 8, 8, 3)
+    blocks = sample_images.astype(np.float64).reshape(24, 8, 4, 8, 4, 3).mean(axis=(2, 4))
+    np.testing.assert_array_equal(low, np.floor(blocks + 0.5).astype(np.uint8))
+    with pytest.raises(ValueError, match="must be divisible by factor=3"):
+        images.downsample(sample_images, 3)
+
+
+def test_bicubic_upsampling_keeps_constants_and_reproduces_ramps(sample_images):
+    flat = np.full((1, 8, 8, 3), 77, np.uint8)
+    np.testing.assert_array_equal(images.upsample_bicubic(flat, 32), np.full((1, 32, 32, 3), 77))
+    # Cubic convolution reproduces a linear ramp away from the borders; with
+    # half-pixel centres output column X samples source column (X + 0.5) / 4 - 0.5.
+    ramp = np.broadcast_to((20 + 25 * np.arange(8))[None, None, :, None], (1, 8, 8, 3))
+    up = images.upsample_bicubic(ramp.astype(np.uint8), 32)
+    source = (np.arange(32) + 0.5) / 4 - 0.5
+    interior = (source >= 1) & (source <= 6)
+    np.testing.assert_array_equal(up[0, 10, interior, 1], np.round(20 + 25 * source[interior]))
+    low = images.downsample(sample_images, 4)
+    assert images.upsample_bicubic(low, (32, 32)).shape == (24, 32, 32, 3)
+
+
+def test_split_is_deterministic_disjoint_and_complete():
+    train, validation = images.split_indices(1000, 0.1, seed=0)
+    assert len(train) == 900 and len(validation) == 100
+    assert not set(train) & set(validation)
+    assert sorted(np.concatenate([train, validation])) == list(range(1000))
+    again = images.split_indices(1000, 0.1, seed=0)
+    np.testing.assert_array_equal(again[1], validation)
+    assert not np.array_equal(images.split_indices(1000, 0.1, seed=1)[1], validation)
+    with pytest.raises(ValueError, match=r"validation_fraction` must be in \(0, 1\)"):
+        images.split_indices(10, 1.0)
+
+
+def test_load_cifar10_sample_splits_and_decodes_like_pillow():
+    from PIL import Image
+
+    train, train_labels = images.load_cifar10(SAMPLE, "train")
+    validation, validation_labels = images.load_cifar10(SAMPLE, "validation")
+    assert train.shape == (900, 32, 32, 3) and validation.shape == (100, 32, 32, 3)
+    assert np.bincount(np.concatenate([train_labels, validation_labels])).tolist() == [100] * 10
+    with np.load(SAMPLE) as data:
+        jpeg, offsets = data["jpeg"], data["offsets"]
+    _, validation_index = images.split_indices(1000, 0.1, 0)
+    for k in (0, 57, 99):
+        i = validation_index[k]
+        pil = np.asarray(Image.open(io.BytesIO(jpeg[offsets[i]:offsets[i + 1]].tobytes())).convert("RGB"))
+        np.testing.assert_array_equal(validation[k], pil)
+    with pytest.raises(ValueError, match='split` must be "train", "validation" or "all"'):
+        images.load_cifar10(SAMPLE, "test")
+
+
+def test_image_directory_rgb_centre_crop_resize(tmp_path, sample_images):
+    from PIL import Image
+
+    wide = np.concatenate([sample_images[0][:, :4], sample_images[1], sample_images[2][:, :4]], axis=1)
+    Image.fromarray(wide).save(tmp_path / "a_wide.png")  # 32 x 40: centre crop only
+    Image.fromarray(sample_images[3]).convert("L").save(tmp_path / "b_gray.png")
+    rgba = np.concatenate([sample_images[4], np.full((32, 32, 1), 128, np.uint8)], axis=-1)
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "c_rgba.png")
+    Image.fromarray(sample_images[5]).resize((64, 64), Image.Resampling.NEAREST).save(tmp_path / "d_big.png")
+    (tmp_path / "notes.txt").write_text("not an image")
+    (tmp_path / "e_broken.png").write_bytes(b"not a png")
+    with pytest.warns(UserWarning, match="Skipping 'e_broken.png'"):
+        loaded, names = images.load_image_directory(str(tmp_path))
+    assert names == ["a_wide.png", "b_gray.png", "c_rgba.png", "d_big.png"]
+    assert loaded.shape == (4, 32, 32, 3) and loaded.dtype == np.uint8
+    np.testing.assert_array_equal(loaded[0], sample_images[1])
+    gray = loaded[1].astype(int)
+    assert (gray[..., 0] == gray[..., 1]).all() and (gray[..., 1] == gray[..., 2]).all()
+    np.testing.assert_array_equal(loaded[2], sample_images[4])
+    # 64 -> 32 with an antialiased filter: close to the pixel-doubled original.
+    assert np.abs(loaded[3].astype(int) - sample_images[5]).mean() < 6
+    with pytest.raises(ValueError, match="No readable image"):
+        images.load_image_directory(_empty(tmp_path))
+
+
+def _empty(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    return str(empty)
+
+
+def test_datasets_pair_inputs_with_shifted_targets(sample_images):
+    labels = np.arange(24) % 10
+    inputs, targets = next(iter(images.super_resolution_dataset(sample_images, 5)))
+    np.testing.assert_array_equal(targets, images.to_raster(sample_images[:5]))
+    np.testing.assert_array_equal(inputs["decoder_tokens"], images.decoder_inputs(targets))
+    np.testing.assert_array_equal(
+        inputs["low_resolution"], images.to_raster(images.downsample(sample_images[:5]))
+    )
+    inputs, targets = next(iter(images.generation_dataset(sample_images, 4, labels=labels)))
+    np.testing.assert_array_equal(inputs["class_label"], labels[:4])
+    np.testing.assert_array_equal(inputs["decoder_tokens"][:, 1:], np.asarray(targets)[:, :-1])
+    assert set(inputs) == {"class_label", "decoder_tokens"}
+    with pytest.raises(ValueError, match=r"`labels` must be of shape \(24,\)"):
+        images.generation_dataset(sample_images, 4, labels=labels[:3])
