@@ -1,5 +1,8 @@
 """Learning-rate schedules."""
 
+import math
+import numbers
+
 import keras
 from keras import ops
 
@@ -29,17 +32,32 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
         The float32 learning rate.
 
     Raises:
-        ValueError: if `d_model` or `warmup_steps` is not positive.
+        ValueError: if `d_model`, `warmup_steps` or `scale` is not a
+            positive finite number.
 
     Reference:
         Vaswani et al. 2017, "Attention Is All You Need", section 5.3.
     """
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
-        if d_model <= 0 or warmup_steps <= 0:
+        def positive(value):
+            return (
+                not isinstance(value, bool)
+                and isinstance(value, numbers.Real)
+                and math.isfinite(value)
+                and value > 0
+            )
+
+        if not positive(d_model) or not positive(warmup_steps):
             raise ValueError(
                 "`d_model` and `warmup_steps` must be positive. Received: "
-                f"d_model={d_model}, warmup_steps={warmup_steps}."
+                f"d_model={d_model!r}, warmup_steps={warmup_steps!r}."
+            )
+        if not positive(scale):
+            raise ValueError(
+                "`scale` must be a positive finite number (0 would never "
+                "train, a negative rate would climb the loss). Received: "
+                f"scale={scale!r}."
             )
         self.d_model = d_model
         self.warmup_steps = warmup_steps

@@ -66,6 +66,44 @@ def check_positive_int(owner, name, value):
         )
 
 
+def check_index(value, name):
+    """Raises a ValueError unless `value` is an integer scalar.
+
+    Positions (`cache_index`, `start_index`) are Python ints, NumPy integer
+    scalars or rank-0 integer tensors (eager or traced). A float would be
+    truncated silently and an array would fail deep inside a slice.
+
+    Args:
+        value: the value received.
+        name: the argument's name, for the message.
+
+    Raises:
+        ValueError: if `value` is a bool, a float, or not of rank 0.
+    """
+    if isinstance(value, bool):
+        ok = False
+    elif isinstance(value, numbers.Integral):
+        ok = True
+    elif hasattr(value, "dtype") and hasattr(value, "shape"):
+        dtype = keras.backend.standardize_dtype(value.dtype)
+        ok = "int" in dtype and len(value.shape) == 0
+    else:
+        ok = False
+    if not ok:
+        described = (
+            f"{type(value).__name__} of dtype "
+            f"{keras.backend.standardize_dtype(value.dtype)} and shape "
+            f"{tuple(value.shape)}"
+            if hasattr(value, "dtype") and hasattr(value, "shape")
+            else type(value).__name__
+        )
+        raise ValueError(
+            f"`{name}` must be an integer scalar (a Python int or a rank-0 "
+            f"int32 tensor): an absolute position. Received: {name}={value!r} "
+            f"({described})."
+        )
+
+
 def check_rate(owner, name, value):
     """Raises a ValueError unless `value` is a float in [0, 1).
 
@@ -100,7 +138,9 @@ def get_implicit_mask(x):
     return get_keras_mask(x)
 
 
-def check_mask(mask, name, expected_rank, expected_shape=None):
+def check_mask(
+    mask, name, expected_rank, expected_shape=None, batch_size=None, num_heads=None
+):
     """Validates a user mask and returns it as a boolean tensor.
 
     Boolean masks are used as they are; integer masks are read as
@@ -116,13 +156,18 @@ def check_mask(mask, name, expected_rank, expected_shape=None):
         expected_shape: optional tuple of the expected static shape, with
             `None` for dimensions that are not checked. Checked against the
             trailing dimensions when the mask's rank is larger.
+        batch_size, num_heads: for attention masks, (B, T, S) or
+            (B, H, T, S): the batch size and head count the leading axes
+            must match, each either equal or 1 (broadcast). `None` = not
+            checked.
 
     Returns:
         The mask as a boolean tensor.
 
     Raises:
-        ValueError: if the mask is floating point, has the wrong rank, or a
-            known dimension that differs from `expected_shape`.
+        ValueError: if the mask is not boolean or integer (floating masks
+            included), has the wrong rank, or a known dimension that
+            differs from `expected_shape`, `batch_size` or `num_heads`.
     """
     if mask is None:
         return None
@@ -135,6 +180,11 @@ def check_mask(mask, name, expected_rank, expected_shape=None):
             f"Received a mask of dtype {dtype}. If this is an additive mask "
             "(0 for visible, -inf for blocked), convert it with "
             "`mask == 0`; if it is a 0/1 float mask, use `mask > 0.5`."
+        )
+    if dtype != "bool" and "int" not in dtype:
+        raise ValueError(
+            f"`{name}` must be boolean (True = may attend / real token) or "
+            f"integer (0 = blocked / padding). Received a mask of dtype {dtype}."
         )
     ranks = (expected_rank,) if isinstance(expected_rank, int) else expected_rank
     rank = len(mask.shape)
@@ -154,6 +204,18 @@ def check_mask(mask, name, expected_rank, expected_shape=None):
                     "(batch, [heads,] queries, keys) for these inputs. "
                     "Build the mask from the same batch it is used with."
                 )
+    leading = [("batch", 0, batch_size, "the batch size of the inputs")]
+    if rank == 4:
+        leading.append(("heads", 1, num_heads, "the layer's num_heads"))
+    for label, axis, want, meaning in leading:
+        got = mask.shape[axis]
+        if want is not None and got is not None and got not in (1, want):
+            raise ValueError(
+                f"`{name}` has shape {tuple(mask.shape)}: its {label} axis "
+                f"(axis {axis}) has size {got}, expected {want} ({meaning}) or "
+                f"1 (shared). The layout is (batch, queries, keys) or (batch, "
+                "heads, queries, keys)."
+            )
     if dtype != "bool":
         mask = ops.not_equal(mask, 0)
     return mask

@@ -114,10 +114,13 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             positive ints; on a `memory_flange` that is negative or of
             another rank than `block_size`; on inputs of the wrong rank for
             the block (rank 3 for 1D, 4 for 2D), of unknown image size, or of
-            another width than the one the layer was built with; on float
-            masks or masks of the wrong rank or shape; on a `cache` with 2D
-            blocks or without `use_causal_mask=True`; on a `cache_index`
-            outside the cache.
+            another width than the one the layer was built with; on empty
+            batches or sequences; on masks that are not boolean/integer or
+            of the wrong rank or shape; on a `cache` with 2D blocks, without
+            `use_causal_mask=True` or of another batch size; on a
+            `cache_index` that is not an integer scalar or lies outside the
+            cache. A `block_size` longer than the sequence is valid (one
+            block: full attention, causal or not).
 
     Example:
     >>> layer = LocalBlockAttention(num_heads=2, key_dim=8, block_size=4,

@@ -48,8 +48,11 @@ class MultiHeadAttention(AttentionBase):
 
     Raises:
         ValueError: on invalid constructor arguments; inputs that are not
-            rank 3; empty batches; masks that are float or of the wrong rank
-            or shape; a cache of the wrong shape; neither `value` nor `cache`.
+            rank 3; empty batches or sequences; `query`, `value`, `key` (or
+            `cache`) with different batch sizes, or `key` and `value` of
+            different lengths; masks that are not boolean/integer or of the
+            wrong rank or shape; a cache of the wrong shape; neither
+            `value` nor `cache`.
 
     Example:
     >>> layer = MultiHeadAttention(num_heads=2, key_dim=8)
@@ -98,6 +101,24 @@ class MultiHeadAttention(AttentionBase):
                 f"MultiHeadAttention received an empty batch ({name}.shape="
                 f"{shape}). Pass at least one example."
             )
+        if shape[1] == 0:
+            raise ValueError(
+                f"MultiHeadAttention received an empty sequence ({name}.shape="
+                f"{shape}). Pass at least one position."
+            )
+
+    @staticmethod
+    def _check_same(dimension, axis, named_shapes, hint):
+        """Raises unless the known sizes of `axis` agree across the named
+        shapes (None entries are skipped)."""
+        known = [(n, tuple(sh)) for n, sh in named_shapes if sh is not None]
+        sizes = {sh[axis] for _, sh in known if sh[axis] is not None}
+        if len(sizes) > 1:
+            shapes = ", ".join(f"{n}.shape={sh}" for n, sh in known)
+            raise ValueError(
+                f"MultiHeadAttention needs the same {dimension} for "
+                f"{' and '.join(n for n, _ in known)}. Received: {shapes}. {hint}"
+            )
 
     def compute_cache(self, value, key=None):
         """Projects a memory sequence once into keys and values.
@@ -118,6 +139,11 @@ class MultiHeadAttention(AttentionBase):
             )
         self._check_rank("value", tuple(value.shape))
         self._check_rank("key", tuple(key.shape))
+        for dimension, axis in (("batch size", 0), ("length", 1)):
+            self._check_same(
+                dimension, axis, [("key", key.shape), ("value", value.shape)],
+                "`key` and `value` must describe the same positions.",
+            )
         batch_size, length = ops.shape(value)[0], ops.shape(value)[1]
         key = ops.reshape(self.key_dense(key), (batch_size, length, self.num_heads, self.key_dim))
         value = ops.reshape(
@@ -143,8 +169,10 @@ class MultiHeadAttention(AttentionBase):
                     "MultiHeadAttention needs `value` (the sequence to attend "
                     "to) or a `cache` from `compute_cache`. Received neither."
                 )
+            memory_name, memory_shape = "value", value.shape
             cache = self.compute_cache(value, key)
         else:
+            memory_name, memory_shape = "cache", cache.shape
             expected = (self.num_heads, self.key_dim + self._value_dim)
             if len(cache.shape) != 4 or tuple(cache.shape[2:]) != expected:
                 raise ValueError(
@@ -152,6 +180,11 @@ class MultiHeadAttention(AttentionBase):
                     f"{expected[1]}) as returned by `compute_cache`. "
                     f"Received: cache.shape={tuple(cache.shape)}."
                 )
+        self._check_same(
+            "batch size", 0, [("query", query.shape), (memory_name, memory_shape)],
+            "Each query sequence attends to the memory of its own example: "
+            "pass one memory per query sequence.",
+        )
         if value_padding_mask is None and value is not None:
             value_padding_mask = attention_ops.get_implicit_mask(value)
         static_key_length = cache.shape[1]
@@ -159,7 +192,8 @@ class MultiHeadAttention(AttentionBase):
             value_padding_mask, "value_padding_mask", 2, (query.shape[0], static_key_length)
         )
         attention_mask = attention_ops.check_mask(
-            attention_mask, "attention_mask", (3, 4), (query.shape[1], static_key_length)
+            attention_mask, "attention_mask", (3, 4), (query.shape[1], static_key_length),
+            batch_size=query.shape[0], num_heads=self.num_heads,
         )
         batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
         projected_query = ops.reshape(

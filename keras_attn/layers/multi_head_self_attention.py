@@ -69,8 +69,14 @@ class MultiHeadSelfAttention(AttentionBase):
     Raises:
         ValueError: on invalid constructor arguments; on inputs that are not
             rank 3 or whose width differs from the one the layer was built
-            with; on empty batches; on float masks or masks of the wrong rank
-            or shape; on a `cache_index` outside the cache.
+            with; on empty batches or sequences; on masks that are not
+            boolean/integer (float masks included) or of the wrong rank or
+            shape (an `attention_mask`'s batch and head axes must be B or
+            H, or 1); on a `cache` of another batch size than the inputs;
+            on a `cache_index` that is not an integer scalar, or (when known
+            at call time, i.e. eagerly or as a Python int) lies outside the
+            cache. Inside a compiled graph a traced `cache_index` is not
+            checked: keep it within `[0, max_length - T]`.
 
     Example:
     >>> layer = MultiHeadSelfAttention(num_heads=2, key_dim=8)
@@ -134,6 +140,12 @@ class MultiHeadSelfAttention(AttentionBase):
             raise ValueError(
                 f"{name} received an empty batch (inputs.shape="
                 f"{tuple(shape)}). Pass at least one example."
+            )
+        if 0 in tuple(shape[1:-1]):
+            raise ValueError(
+                f"{name} received an empty sequence (inputs.shape="
+                f"{tuple(shape)}): there is no position to attend from. "
+                "Pass at least one position (e.g. a start token)."
             )
 
     # ------------------------------------------------------------------ cache
@@ -209,6 +221,7 @@ class MultiHeadSelfAttention(AttentionBase):
         attention_mask = attention_ops.check_mask(
             attention_mask, "attention_mask", (3, 4),
             (static_length, static_key_length),
+            batch_size=inputs.shape[0], num_heads=self.num_heads,
         )
 
         # One matmul for all projections, laid out per head as [q | k | v]
@@ -264,8 +277,18 @@ class MultiHeadSelfAttention(AttentionBase):
                 f"{expected[1]}) as returned by `init_cache`. Received: "
                 f"cache.shape={tuple(cache.shape)}."
             )
+        if cache.shape[0] is not None and inputs.shape[0] is not None and (
+            cache.shape[0] != inputs.shape[0]
+        ):
+            raise ValueError(
+                f"`cache` holds {cache.shape[0]} sequences but the inputs have "
+                f"batch size {inputs.shape[0]} (inputs.shape={tuple(inputs.shape)}, "
+                f"cache.shape={tuple(cache.shape)}). Create the cache with "
+                f"`init_cache(batch_size={inputs.shape[0]}, max_length)`."
+            )
         if cache_index is None:
             cache_index = 0
+        attention_ops.check_index(cache_index, "cache_index")
         index = attention_ops.static_int(cache_index)
         max_length = cache.shape[1]
         length = inputs.shape[1]

@@ -98,8 +98,10 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             `heads_share_relative_embedding` is not a bool; otherwise as
             `MultiHeadSelfAttention` (invalid sizes or dropout; inputs not
             rank 3 or of a width other than the one built for; empty
-            batches; float masks or masks of the wrong rank or shape;
-            `cache_index` outside the cache).
+            batches or sequences; masks that are not boolean/integer or of
+            the wrong rank or shape; a `cache` of another batch size; a
+            `cache_index` that is not an integer scalar or lies outside the
+            cache).
 
     Example:
     >>> layer = RelativeGlobalAttention(num_heads=2, key_dim=8, max_relative_position=16)

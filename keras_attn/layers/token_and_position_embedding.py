@@ -15,10 +15,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
     the Keras implicit mask (True = real token) is attached to the output, so
     the attention layers downstream mask it without being told.
 
-    Positions beyond a learned table are refused when the length is known
-    (a `ValueError`); inside a compiled graph with a traced `start_index`
-    they are clamped to the last row instead of gathering out of range.
-    Sinusoidal positions work at any length.
+    Positions beyond a learned table are refused when the length and
+    `start_index` are known when the layer is called (eagerly, or traced
+    with a static length: a `ValueError`). When either is known only at
+    run time (a traced `start_index`, or a `None` length inside a compiled
+    graph) positions past the table are clamped to its last row (and
+    negative ones to row 0) instead of gathering out of range. Sinusoidal
+    positions work at any length.
 
     Args:
         vocabulary_size: number of token ids (positive int).
@@ -43,8 +46,9 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         `mask_zero=True`.
 
     Raises:
-        ValueError: on invalid arguments; inputs that are not (B, T); a known
-            `start_index + T` beyond a learned table.
+        ValueError: on invalid arguments; inputs that are not (B, T); a
+            `start_index` that is not an integer scalar, or a known one that
+            is negative; a known `start_index + T` beyond a learned table.
 
     Example:
     >>> embed = TokenAndPositionEmbedding(1000, 32, sequence_length=64, mask_zero=True)
@@ -123,7 +127,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 f"length). Received: inputs.shape={shape}."
             )
         length = ops.shape(inputs)[1]
+        attention_ops.check_index(start_index, "start_index")
         known_start = attention_ops.static_int(start_index)
+        if known_start is not None and known_start < 0:
+            raise ValueError(
+                "`start_index` is the absolute position of inputs[:, 0] and "
+                f"must be non-negative. Received: start_index={known_start}."
+            )
         if (
             self.position == "learned"
             and shape[1] is not None
@@ -144,7 +154,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             )
         if self.position_embedding is not None:
             positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
-            positions = ops.minimum(positions, self.sequence_length - 1)
+            positions = ops.clip(positions, 0, self.sequence_length - 1)
             position_vectors = self.position_embedding(positions)
         else:
             position_vectors = ops.cast(

@@ -30,9 +30,10 @@ class TransformerBlock(keras.layers.Layer):
 
     Raises:
         ValueError: if `intermediate_dim` is not positive, neither `num_heads`
-            nor `self_attention` is given, `dropout` is outside [0, 1), or
-            the model width is not divisible by `num_heads` when `key_dim` is
-            left to its default.
+            nor `self_attention` is given, `dropout` is outside [0, 1), the
+            model width is not divisible by `num_heads` when `key_dim` is
+            left to its default, or the `self_attention` layer's
+            `output_dim` differs from the model width.
     """
 
     def __init__(
@@ -64,7 +65,13 @@ class TransformerBlock(keras.layers.Layer):
             attention_ops.check_positive_int(self, "key_dim", key_dim)
         attention_ops.check_rate(self, "dropout", dropout)
         if isinstance(self_attention, dict):
-            self_attention = keras.layers.deserialize(self_attention)
+            # Without its build config the nested layer is built by `build`,
+            # inside this block's name scope, as when the block was first
+            # made: its variables keep their paths ("<block>/<layer>/..."),
+            # instead of blocks of one model sharing "self_attention/...".
+            self_attention = keras.layers.deserialize(
+                {k: v for k, v in self_attention.items() if k != "build_config"}
+            )
         if self_attention is not None and not hasattr(self_attention, "init_cache"):
             raise ValueError(
                 "`self_attention` must be a keras_attn self-attention layer "
@@ -144,6 +151,16 @@ class TransformerBlock(keras.layers.Layer):
             )
         else:
             self._self_attention_layer = self.self_attention
+            output_dim = getattr(self.self_attention, "output_dim", None)
+            if output_dim is not None and output_dim != hidden_dim:
+                raise ValueError(
+                    f"{type(self).__name__}: the residual connection adds the "
+                    "self-attention output to the block's input, so their "
+                    f"widths must agree. Received a self_attention with "
+                    f"output_dim={output_dim} for inputs with {hidden_dim} "
+                    f"features (shape {sequence_shape}). Use output_dim=None "
+                    f"(the input width) or {hidden_dim}."
+                )
         # After `load_model` a nested layer arrives built: building it again
         # would create a second set of weights.
         if not self._self_attention_layer.built:

@@ -1,0 +1,280 @@
+"""Issue 6: bad input gets a clear ValueError (what was received, what was
+expected, how to fix it) from every attention layer and block — never a
+deep backend error, an assert, or a silent wrong answer.
+
+A `block_size` longer than the sequence is valid, not an error: the
+LocalBlockAttention docstring defines it as one block (full attention);
+`test_block_covering_the_sequence_is_full_attention` in
+tests/layers/test_local_block_attention.py checks it against the dense layer.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.layers import (
+    LocalBlockAttention,
+    MultiHeadAttention,
+    MultiHeadSelfAttention,
+    PixelEmbedding,
+    RelativeGlobalAttention,
+    TokenAndPositionEmbedding,
+    TransformerDecoder,
+    TransformerEncoder,
+)
+from keras_attn.models import translation_transformer
+from tests.reliability import attention_kinds as kinds
+
+KINDS = kinds.SELF_ATTENTION_KINDS
+X = np.random.default_rng(5).standard_normal((2, 5, 8)).astype("float32")
+ONES = np.ones((2, 5), bool)
+
+# (call kwargs, message pattern): the same for every self-attention layer.
+SELF_ATTENTION_CALL_ERRORS = {
+    "padding_mask_rank_1": (
+        {"padding_mask": np.ones((5,), bool)},
+        r"`padding_mask` must have rank 2 with shape \(2, 5\)\. Received: padding_mask\.shape=\(5,\)",
+    ),
+    "padding_mask_rank_3": (
+        {"padding_mask": np.ones((2, 5, 1), bool)},
+        r"`padding_mask` must have rank 2.*Received: padding_mask\.shape=\(2, 5, 1\)",
+    ),
+    "padding_mask_length": (
+        {"padding_mask": np.ones((2, 4), bool)},
+        r"`padding_mask` has shape \(2, 4\), which does not match the expected shape \(2, 5\)",
+    ),
+    "padding_mask_batch": (
+        {"padding_mask": np.ones((3, 5), bool)},
+        r"`padding_mask` has shape \(3, 5\), which does not match the expected shape \(2, 5\)",
+    ),
+    "padding_mask_float": (
+        {"padding_mask": np.ones((2, 5), "float32")},
+        r"`padding_mask` must be boolean.*Received a mask of dtype float32.*`mask == 0`",
+    ),
+    "padding_mask_strings": (
+        {"padding_mask": np.full((2, 5), "yes")},
+        r"`padding_mask` must be boolean .* or integer .*Received a mask of dtype",
+    ),
+    "attention_mask_rank_2": (
+        {"attention_mask": np.ones((5, 5), bool)},
+        r"`attention_mask` must have rank 3 or 4.*Received: attention_mask\.shape=\(5, 5\)",
+    ),
+    "attention_mask_float": (
+        {"attention_mask": tf.ones((2, 5, 5))},
+        r"`attention_mask` must be boolean.*float32.*`mask > 0\.5`",
+    ),
+    "attention_mask_keys": (
+        {"attention_mask": np.ones((2, 5, 6), bool)},
+        r"`attention_mask` has shape \(2, 5, 6\), which does not match",
+    ),
+    "attention_mask_batch": (
+        {"attention_mask": np.ones((3, 5, 5), bool)},
+        r"`attention_mask` has shape \(3, 5, 5\): its batch axis \(axis 0\) has size 3, "
+        r"expected 2 \(the batch size of the inputs\) or 1",
+    ),
+    "attention_mask_heads": (
+        {"attention_mask": np.ones((2, 3, 5, 5), bool)},
+        r"`attention_mask` has shape \(2, 3, 5, 5\): its heads axis \(axis 1\) has size 3, "
+        r"expected 2 \(the layer's num_heads\) or 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", sorted(SELF_ATTENTION_CALL_ERRORS))
+def test_self_attention_mask_errors(kind, case):
+    kwargs, message = SELF_ATTENTION_CALL_ERRORS[case]
+    layer = kinds.self_attention(kind)
+    with pytest.raises(ValueError, match=message):
+        layer(X, **kwargs)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shared_masks_of_batch_or_heads_one_are_accepted(kind):
+    layer = kinds.self_attention(kind)
+    mask = np.random.default_rng(0).random((5, 5)) > 0.3
+    full = layer(X, attention_mask=np.broadcast_to(mask, (2, 2, 5, 5)))
+    for shared in (mask[None], mask[None, None], np.broadcast_to(mask, (2, 1, 5, 5))):
+        np.testing.assert_allclose(np.asarray(layer(X, attention_mask=shared)), np.asarray(full), atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_self_attention_input_errors(kind):
+    layer = kinds.self_attention(kind)
+    name = type(layer).__name__
+    with pytest.raises(ValueError, match=rf"{name}.*expects inputs of .*Received inputs of rank 2 with shape \(5, 8\)"):
+        layer(X[0])
+    with pytest.raises(ValueError, match=r"Received inputs of rank 5 with shape \(2, 5, 1, 1, 8\)"):
+        layer(X[:, :, None, None])
+    with pytest.raises(ValueError, match=r"empty batch \(inputs\.shape=\(0, 5, 8\)\)\. Pass at least one example"):
+        layer(X[:0])
+    with pytest.raises(ValueError, match=r"empty sequence \(inputs\.shape=\(2, 0, 8\)\).*at least one position"):
+        layer(X[:, :0])
+    layer(X)
+    with pytest.raises(ValueError, match="was built for inputs with 8 features.*Use a new layer"):
+        layer(X[..., :6])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "index",
+    [6, -1, np.int64(6), tf.constant(6), keras.ops.convert_to_tensor(6, "int32")],
+    ids=["int", "negative", "numpy", "tf_tensor", "keras_tensor"],
+)
+def test_cache_index_outside_the_cache(kind, index):
+    layer = kinds.self_attention(kind)
+    cache = layer.init_cache(2, 6)
+    position = int(index)
+    with pytest.raises(
+        ValueError,
+        match=rf"`cache_index` \+ input length must fit in the cache\. Received: "
+        rf"cache_index={position}, input length 1, cache length 6\. Allocate a longer cache",
+    ):
+        layer(X[:, :1], cache=cache, cache_index=index, use_causal_mask=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cache_errors(kind):
+    layer = kinds.self_attention(kind)
+    cache = layer.init_cache(2, 6)
+    step = {"use_causal_mask": True}
+    for index, received in ((1.5, r"1\.5 \(float\)"), (np.array([1]), r"dtype int64 and shape \(1,\)"),
+                            (tf.constant(1.0), r"dtype float32"), (True, r"True \(bool\)")):
+        with pytest.raises(ValueError, match=rf"`cache_index` must be an integer scalar.*{received}"):
+            layer(X[:, :1], cache=cache, cache_index=index, **step)
+    with pytest.raises(ValueError, match=r"`cache` holds 3 sequences but the inputs have batch size 2.*init_cache\(batch_size=2"):
+        layer(X[:, :1], cache=layer.init_cache(3, 6), cache_index=0, **step)
+    with pytest.raises(ValueError, match=r"`cache` must have shape \(batch, max_length, 2, 8\) as returned by `init_cache`"):
+        layer(X[:, :1], cache=cache[..., :5], cache_index=0, **step)
+    with pytest.raises(ValueError, match=r"`batch_size` must be positive\. Received: batch_size=0"):
+        layer.init_cache(0, 6)
+    with pytest.raises(ValueError, match=r"`max_length` must be positive\. Received: max_length=-2"):
+        layer.init_cache(2, -2)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: MultiHeadSelfAttention(num_heads=2, key_dim=0), r"key_dim` must be a positive integer\. Received: key_dim=0"),
+        (lambda: MultiHeadSelfAttention(num_heads=2, key_dim=2.5), r"Received: key_dim=2\.5"),
+        (lambda: MultiHeadAttention(num_heads=2, key_dim=-4), r"Received: key_dim=-4"),
+        (lambda: LocalBlockAttention(2, 4, block_size=0), r"`block_size` must be positive\. Received: block_size=0\."),
+        (lambda: LocalBlockAttention(2, 4, block_size=(0, 3)), r"`block_size` must be positive\. Received: block_size=\(0, 3\)"),
+        (lambda: LocalBlockAttention(2, 4, block_size=4, memory_flange=-1), r"`memory_flange` must be non-negative"),
+        (lambda: RelativeGlobalAttention(2, 4, max_relative_position=0), r"`max_relative_position` must be a positive integer\. Received: max_relative_position=0"),
+        (lambda: RelativeGlobalAttention(2, 4, max_relative_position=3, value_dim=0), r"value_dim` must be a positive integer"),
+        (lambda: MultiHeadSelfAttention(num_heads=2, key_dim=4, dropout=-0.1), r"`dropout` must be a number in \[0, 1\)"),
+    ],
+)
+def test_constructor_errors(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_2d_local_attention_errors():
+    layer = LocalBlockAttention(2, 4, block_size=(2, 2), memory_flange=(1, 1))
+    image = np.ones((2, 3, 4, 8), "float32")
+    with pytest.raises(ValueError, match=r"block_size=\(2, 2\) expects inputs of rank 4 .*Received inputs of rank 3"):
+        layer(X)
+    with pytest.raises(ValueError, match=r"empty sequence \(inputs\.shape=\(2, 0, 4, 8\)\)"):
+        layer(image[:, :0])
+    with pytest.raises(ValueError, match=r"`padding_mask` has shape \(2, 4, 3\), which does not match the expected shape \(2, 3, 4\)"):
+        layer(image, padding_mask=np.ones((2, 4, 3), bool))
+    with pytest.raises(ValueError, match=r"`attention_mask` has shape \(2, 3, 12, 12\): its heads axis"):
+        layer(image, attention_mask=np.ones((2, 3, 12, 12), bool))
+
+
+def test_cross_attention_errors():
+    layer = MultiHeadAttention(num_heads=2, key_dim=4)
+    query, value = X[:, :4], np.ones((2, 7, 6), "float32")
+    with pytest.raises(ValueError, match=r"expects `query` of shape \(batch, length, features\).*Received: query\.shape=\(4, 8\)"):
+        layer(query[0], value)
+    with pytest.raises(ValueError, match=r"expects `value` of shape.*Received: value\.shape=\(2, 1, 7, 6\)"):
+        layer(query, value[:, None])
+    with pytest.raises(ValueError, match=r"empty sequence \(value\.shape=\(2, 0, 6\)\)"):
+        layer(query, value[:, :0])
+    with pytest.raises(ValueError, match=r"needs the same length for key and value\. Received: key\.shape=\(2, 3, 6\), value\.shape=\(2, 7, 6\)"):
+        layer(query, value, key=value[:, :3])
+    with pytest.raises(ValueError, match=r"needs the same batch size for query and value\. Received: query\.shape=\(2, 4, 8\), value\.shape=\(1, 7, 6\)\..*one memory per query"):
+        layer(query, value[:1])
+    layer(query, value)
+    with pytest.raises(ValueError, match=r"same batch size for query and cache.*cache\.shape=\(1, 7, 2, 8\)"):
+        layer(query, cache=layer.compute_cache(value[:1]))
+    with pytest.raises(ValueError, match=r"`attention_mask` has shape \(3, 4, 7\): its batch axis"):
+        layer(query, value, attention_mask=np.ones((3, 4, 7), bool))
+    with pytest.raises(ValueError, match=r"`attention_mask` has shape \(2, 3, 4, 7\): its heads axis"):
+        layer(query, value, attention_mask=np.ones((2, 3, 4, 7), bool))
+    with pytest.raises(ValueError, match=r"`value_padding_mask` must be boolean.*dtype float"):
+        layer(query, value, value_padding_mask=np.ones((2, 7)))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_block_errors(kind):
+    with pytest.raises(ValueError, match=r"model width 8 is not divisible by num_heads=3.*Pass `key_dim` explicitly"):
+        TransformerEncoder(intermediate_dim=8, num_heads=3)(X)
+    with pytest.raises(ValueError, match=r"model width 8 is not divisible by num_heads=3"):
+        TransformerDecoder(intermediate_dim=8, num_heads=3)(X, X)
+    wide = kinds.self_attention(kind, output_dim=6)
+    with pytest.raises(ValueError, match=r"widths must agree\. Received a self_attention with output_dim=6 for inputs with 8 features"):
+        TransformerEncoder(intermediate_dim=8, self_attention=wide)(X)
+    encoder = kinds.encoder(kind)
+    with pytest.raises(ValueError, match=r"expects inputs of shape \(batch, length, features\).*\(5, 8\)"):
+        encoder(X[0])
+    with pytest.raises(ValueError, match=r"`padding_mask` must be boolean.*float32"):
+        encoder(X, padding_mask=np.ones((2, 5), "float32"))
+    with pytest.raises(ValueError, match=r"empty batch"):
+        encoder(X[:0])
+    decoder = kinds.decoder(kind)
+    memory = np.ones((2, 7, 6), "float32")
+    with pytest.raises(ValueError, match=r"`encoder_padding_mask` has shape \(2, 6\), which does not match the expected shape \(2, 7\)"):
+        decoder(X, memory, encoder_padding_mask=np.ones((2, 6), bool))
+    with pytest.raises(ValueError, match=r"`decoder_padding_mask` must be boolean.*float32"):
+        decoder(X, memory, decoder_padding_mask=np.ones((2, 5), "float32"))
+    with pytest.raises(ValueError, match=r"same batch size for query and value"):
+        decoder(X, memory[:1])
+    cache = decoder.init_cache(2, 4)
+    with pytest.raises(ValueError, match=r"cache_index=4, input length 1, cache length 4"):
+        decoder(X[:, :1], memory, self_attention_cache=cache, cache_index=4)
+    with pytest.raises(ValueError, match=r"`cache_index` must be an integer scalar"):
+        decoder(X[:, :1], memory, self_attention_cache=cache, cache_index=0.0)
+
+
+# ------------------------------------------- learned position tables
+def test_sequence_longer_than_a_learned_position_table():
+    layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
+    ids = np.ones((1, 6), "int32")
+    fix = r"Truncate the sequence to `sequence_length` tokens or build the layer with a larger"
+    with pytest.raises(ValueError, match=rf"Positions 0\.\.5 do not fit the learned position table of 4 rows\. {fix}"):
+        layer(ids)
+    # A static length inside a compiled graph fails when traced.
+    with pytest.raises(ValueError, match="Positions 0..5 do not fit"):
+        tf.function(layer, jit_compile=True)(ids)
+    with pytest.raises(ValueError, match=r"`start_index` .* must be non-negative\. Received: start_index=-1"):
+        layer(ids[:, :2], start_index=-1)
+    with pytest.raises(ValueError, match=r"`start_index` must be an integer scalar.*2\.0"):
+        layer(ids[:, :2], start_index=2.0)
+    # A length known only at run time (a `None` dimension, XLA included):
+    # positions past the table are clamped to its last row, never gathered
+    # out of range.
+    tokens = np.asarray(layer.token_embedding.embeddings)[1]
+    positions = np.asarray(layer.position_embedding.embeddings)
+    want = tokens + positions[[0, 1, 2, 3, 3, 3]]
+    for jit in (False, True):
+        run = tf.function(
+            layer, jit_compile=jit, input_signature=[tf.TensorSpec((None, None), tf.int32)]
+        )
+        np.testing.assert_allclose(np.asarray(run(ids))[0], want, atol=1e-6)
+    # And through a model builder with learned positions.
+    model = translation_transformer(11, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8,
+                                    position="learned", max_length=4)
+    with pytest.raises(ValueError, match="Positions 0..5 do not fit"):
+        model({"encoder_tokens": ids, "decoder_tokens": ids[:, :3]})
+
+
+def test_image_longer_than_the_pixel_positions():
+    layer = PixelEmbedding(5, 8, image_size=(2, 2), channels=1, position="learned")
+    with pytest.raises(ValueError, match=r"Positions 0\.\.5 lie outside"):
+        layer(np.ones((1, 6), "int32"))
+    run = tf.function(layer, jit_compile=True, input_signature=[tf.TensorSpec((None, None), tf.int32)])
+    assert np.isfinite(np.asarray(run(np.ones((1, 9), "int32")))).all()
