@@ -207,7 +207,8 @@ def load_performances(midi_dir, cache_dir=None, stretches=music.AUGMENTATION_STR
 
 
 # -------------------------------------------------------------- pipelines
-def training_dataset(pieces, sequence_length, batch_size, seed, step=1, transpose=False):
+def training_dataset(pieces, sequence_length, batch_size, seed, step=1, transpose=False,
+                     skip_batches=0):
     """Endless batches of random windows, as (inputs, targets) int32 (B, L).
 
     Args:
@@ -220,6 +221,9 @@ def training_dataset(pieces, sequence_length, batch_size, seed, step=1, transpos
         step: window starts are multiples of `step`.
         transpose: draw a transposition in -3..3 semitones per example
             (performance events only).
+        skip_batches: start the stream after this many batches (a resumed
+            run: the number of steps already trained), without computing
+            them.
 
     Returns:
         `tf.data.Dataset` of `(inputs, targets)`, inputs `[START, w_0 ..
@@ -255,6 +259,8 @@ def training_dataset(pieces, sequence_length, batch_size, seed, step=1, transpos
 
     return (
         tf.data.Dataset.random(seed=seed)
+        # Four draws per example: skipping them skips the examples exactly.
+        .skip(4 * batch_size * skip_batches)
         .batch(4)
         .map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .batch(batch_size, drop_remainder=True)

@@ -17,7 +17,13 @@ measured on non-overlapping validation windows of each length in
 relative attention should hold up at 2L, absolute positions should not.
 
 Interrupt it at any time and run the same command again: training resumes
-from the last completed epoch (keras.callbacks.BackupAndRestore).
+from the last completed epoch and ends with the weights an uninterrupted run
+would have (training_utils.ExactBackupAndRestore; the window stream skips the
+batches already trained on).
+
+Several GPUs, machines or a TPU: --strategy mirrored | multi_worker | tpu
+(see the top-level README, "Training on several devices or machines");
+--batch_size is the global batch.
 
 Outputs in --output_dir (default runs/music_<task>_<attention>):
 config.json, model.keras (best validation loss), backup/, logs/
@@ -39,7 +45,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import music_data  # noqa: E402
+import training_utils  # noqa: E402  (--strategy, exact resume)
 
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
 from keras_attn.metrics import MaskedSparseCategoricalAccuracy  # noqa: E402
@@ -89,6 +97,7 @@ def parse_args(argv=None):
     parser.add_argument("--skip_export", action="store_true")
     parser.add_argument("--verbose", type=int, default=1, help="1 = progress bar, 2 = one line per epoch")
     parser.add_argument("--seed", type=int, default=1)
+    training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     step = music_data.step_size(args.task)
     if args.sequence_length % step:
@@ -180,24 +189,33 @@ def build_model(args):
     return model
 
 
-def train(args, train_pieces, valid_pieces):
+def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
+    """Trains under `strategy` (default: one device); `callbacks` are added
+    to fit's. Returns the best checkpoint."""
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        model = build_model(args)
+    backup = training_utils.ExactBackupAndRestore(os.path.join(args.output_dir, "backup"))
+    # The window stream is the same in every process: a resumed run skips
+    # the batches already trained on and sees what an uninterrupted one would.
+    start_step = backup.restore(model)
     step = music_data.step_size(args.task)
     train_data = music_data.training_dataset(
         train_pieces, args.sequence_length, args.batch_size, seed=args.seed, step=step,
-        transpose=args.task == "performance",
+        transpose=args.task == "performance", skip_batches=start_step,
     )
     inputs, targets = music_data.evaluation_windows(valid_pieces, args.sequence_length, step)
     if args.max_eval_windows:
         inputs, targets = inputs[: args.max_eval_windows], targets[: args.max_eval_windows]
-    import tensorflow as tf
-
     val_data = tf.data.Dataset.from_tensor_slices((inputs, targets)).batch(args.eval_batch_size)
-    model = build_model(args)
     print(f"Model ({args.attention}): {model.count_params():,} parameters, {args.num_layers} layers, "
           f"D={args.hidden_dim}, H={args.num_heads}, d_ff={args.intermediate_dim}; "
           f"windows of L={args.sequence_length}, batches of {args.batch_size}")
     callbacks = [
-        keras.callbacks.BackupAndRestore(os.path.join(args.output_dir, "backup")),
+        backup,
+        *callbacks,
         TokenThroughput(args.batch_size * args.sequence_length),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
@@ -210,8 +228,8 @@ def train(args, train_pieces, valid_pieces):
     if args.minutes:
         callbacks.append(TimeBudget(args.minutes, os.path.join(args.output_dir, "train_seconds.txt")))
     start = time.time()
-    model.fit(train_data, validation_data=val_data, epochs=args.epochs,
-              steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=args.verbose)
+    training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
+                       steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=args.verbose)
     print(f"Training took {(time.time() - start) / 60:.1f} min (this run)")
     with open(os.path.join(args.output_dir, DONE_MARKER), "w") as f:
         f.write("training finished; run with --skip_training to evaluate/export again\n")
@@ -311,6 +329,10 @@ def plot_training_curves(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    # First: a multi-worker strategy must exist before any TensorFlow op.
+    strategy = training_utils.make_strategy(args.strategy, tpu=args.tpu)
+    chief = training_utils.is_chief(strategy)
+    args.output_dir = training_utils.worker_output_dir(strategy, args.output_dir)
     keras.utils.set_random_seed(args.seed)
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "config.json"), "w") as f:
@@ -323,7 +345,9 @@ def main(argv=None):
     if args.skip_training:
         model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
     else:
-        model = train(args, train_pieces, valid_pieces)
+        model = train(args, train_pieces, valid_pieces, strategy)
+        if not chief:
+            return  # the chief evaluates, plots and exports
         plot_training_curves(args)
     results = {
         "task": args.task,

@@ -21,7 +21,13 @@ super resolver as a SavedModel `export_dir/<version>/` (`serving_default`:
 uint8 8x8x3 -> uint8 32x32x3).
 
 Interrupt it at any time and run the same command again: training resumes
-from the last completed epoch (`keras.callbacks.BackupAndRestore`).
+from the last completed epoch and ends with the weights an uninterrupted run
+would have (`training_utils.ExactBackupAndRestore`; the image stream skips
+the batches already trained on).
+
+Several GPUs, machines or a TPU: `--strategy mirrored | multi_worker | tpu`
+(see the top-level README, "Training on several devices or machines");
+`--batch_size` is the global batch.
 
 Outputs in --output_dir (default runs/<mode>): model.keras, backup/,
 logs/ (TensorBoard), history.csv, training_curves.png, samples.png,
@@ -40,7 +46,9 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import evaluate  # noqa: E402  (the example's sampling, PSNR/SSIM and grids)
+import training_utils  # noqa: E402  (--strategy, exact resume)
 
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
 from keras_attn.metrics import BitsPerDimension  # noqa: E402
@@ -107,6 +115,7 @@ def parse_args(argv=None):
                              "epochs, counting on from those in history.csv")
     parser.add_argument("--skip_export", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
+    training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     if args.image_dir and args.mode == "class_conditional":
         parser.error("--image_dir gives unlabelled pictures: use --mode super_resolution or unconditional")
@@ -161,6 +170,20 @@ def dataset(args, pictures, labels, shuffle=False, repeat=False):
     )
 
 
+def training_stream(args, pictures, labels, start_step=0):
+    """Endless global batches of `dataset(args, ...)`'s elements, each pass
+    over the pictures shuffled with its own seed, starting `start_step`
+    batches in (skipping whole passes without computing them)."""
+    elements = dataset(args, pictures, labels).unbatch()
+    count = len(pictures)
+    first_pass, offset = divmod(start_step * args.batch_size, count)
+    stream = training_utils.shuffled_passes(
+        lambda seed: elements.shuffle(count, seed=seed, reshuffle_each_iteration=False),
+        args.seed, first_pass=first_pass,
+    )
+    return stream.skip(offset).batch(args.batch_size).prefetch(4)
+
+
 def build_model(args):
     sizes = dict(
         num_layers=args.num_layers, hidden_dim=args.hidden_dim, num_heads=args.num_heads,
@@ -198,17 +221,28 @@ def epochs_logged(args):
         return max(0, sum(1 for _ in f) - 1)
 
 
-def train(args, data):
+def train(args, data, strategy=None, callbacks=()):
+    """Trains under `strategy` (default: one device); `callbacks` are added
+    to fit's. Returns the best checkpoint and the minutes spent."""
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
     train_images, train_labels, validation_images, validation_labels = data
     initial_epoch = 0
-    if args.continue_training:
-        model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
-        initial_epoch = epochs_logged(args)
-        print(f"Continuing {os.path.join(args.output_dir, 'model.keras')} from epoch {initial_epoch}")
-    else:
-        model = build_model(args)
+    with strategy.scope():
+        if args.continue_training:
+            model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
+            initial_epoch = epochs_logged(args)
+            print(f"Continuing {os.path.join(args.output_dir, 'model.keras')} from epoch {initial_epoch}")
+        else:
+            model = build_model(args)
+    backup = training_utils.ExactBackupAndRestore(os.path.join(args.output_dir, "backup"))
+    # The stream of training batches is the same in every process: starting
+    # it after the batches already trained on (a resumed or continued run)
+    # makes the run see the batches an uninterrupted one would.
+    start_step = backup.restore(model)
     monitor = slice(0, args.monitor_images)
-    train_data = dataset(args, train_images, train_labels, shuffle=True, repeat=True)
+    train_data = training_stream(args, train_images, train_labels, start_step)
     monitor_data = dataset(
         args, validation_images[monitor],
         None if validation_labels is None else validation_labels[monitor],
@@ -217,7 +251,8 @@ def train(args, data):
           f"{len(validation_images):,} validation images; {args.steps_per_epoch} batches of "
           f"{args.batch_size} per epoch")
     callbacks = [
-        keras.callbacks.BackupAndRestore(os.path.join(args.output_dir, "backup")),
+        backup,
+        *callbacks,
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
         keras.callbacks.ModelCheckpoint(
@@ -228,9 +263,9 @@ def train(args, data):
     if args.minutes:
         callbacks.append(TimeBudget(args.minutes))
     start = time.time()
-    model.fit(
-        train_data, validation_data=monitor_data, epochs=initial_epoch + args.epochs,
-        initial_epoch=initial_epoch, steps_per_epoch=args.steps_per_epoch,
+    training_utils.fit(
+        model, strategy, train_data, validation_data=monitor_data,
+        epochs=initial_epoch + args.epochs, initial_epoch=initial_epoch, steps_per_epoch=args.steps_per_epoch,
         callbacks=callbacks, verbose=1,
     )
     minutes = (time.time() - start) / 60
@@ -272,6 +307,10 @@ def plot_training_curves(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    # First: a multi-worker strategy must exist before any TensorFlow op.
+    strategy = training_utils.make_strategy(args.strategy, tpu=args.tpu)
+    chief = training_utils.is_chief(strategy)
+    args.output_dir = training_utils.worker_output_dir(strategy, args.output_dir)
     keras.utils.set_random_seed(args.seed)
     os.makedirs(args.output_dir, exist_ok=True)
     data = load_data(args)
@@ -279,7 +318,9 @@ def main(argv=None):
     if args.skip_training:
         model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
     else:
-        model, minutes = train(args, data)
+        model, minutes = train(args, data, strategy)
+        if not chief:
+            return  # the chief evaluates, plots and exports
         plot_training_curves(args)
     metrics = {
         "mode": args.mode,

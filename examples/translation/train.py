@@ -11,7 +11,14 @@ training curves, and write a SavedModel `export_dir/<version>/` whose
 `serving_default` maps strings to translated strings.
 
 Interrupt it at any time and run the same command again: training resumes
-from the last completed epoch (`keras.callbacks.BackupAndRestore`).
+from the last completed epoch and ends with the weights an uninterrupted run
+would have (`training_utils.ExactBackupAndRestore`; the batch stream, one
+reshuffled pass over the pairs after another, starts after the batches
+already trained on).
+
+Several GPUs, machines or a TPU: `--strategy mirrored | multi_worker | tpu`
+(see the top-level README, "Training on several devices or machines");
+`--tokens_per_batch` is per global batch.
 
 Outputs in --output_dir (default runs/translation_<source>_<target>):
 tokenizer.model, model.keras, logs/ (TensorBoard), history.csv,
@@ -30,6 +37,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import training_utils  # noqa: E402  (--strategy, exact resume)
 from multi30k import DEFAULT_DATA_DIR, load_multi30k  # noqa: E402
 
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
@@ -50,8 +59,12 @@ def parse_args(argv=None):
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop training after this many minutes (checked after each batch)")
     parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--steps_per_epoch", type=int, default=None,
+                        help="batches per epoch (default: one pass over the training pairs)")
     parser.add_argument("--train_size", type=int, default=None,
                         help="use only the first N training pairs (quick runs)")
+    parser.add_argument("--val_size", type=int, default=None,
+                        help="use only the first N validation pairs (quick runs)")
     parser.add_argument("--vocabulary_size", type=int, default=8000)
     parser.add_argument("--num_layers", type=int, default=3)
     parser.add_argument("--hidden_dim", type=int, default=256)
@@ -74,7 +87,9 @@ def parse_args(argv=None):
                         help="SavedModel version folder (default: one above the newest in --export_dir)")
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
     parser.add_argument("--skip_export", action="store_true")
+    parser.add_argument("--verbose", type=int, default=1, help="as in keras fit")
     parser.add_argument("--seed", type=int, default=1)
+    training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     if args.source == args.target:
         parser.error("--source and --target must differ")
@@ -159,24 +174,55 @@ def build_model(args, vocabulary_size):
     return model
 
 
-def train(args, tokenizer, train_pairs, val_pairs):
+def load_pairs(args):
+    """(train_pairs, val_pairs), each (source sentences, target sentences)."""
+    train_pairs = load_multi30k(args.data_dir, "train", args.source, args.target)
+    if args.train_size:
+        train_pairs = tuple(side[: args.train_size] for side in train_pairs)
+    val_pairs = load_multi30k(args.data_dir, "val", args.source, args.target)
+    if args.val_size:
+        val_pairs = tuple(side[: args.val_size] for side in val_pairs)
+    return train_pairs, val_pairs
+
+
+def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
+    """Trains under `strategy` (default: one device); `callbacks` are added
+    to fit's. Returns the best checkpoint."""
+    import tensorflow as tf
+
     from keras_attn.preprocessing.text import make_translation_dataset
 
-    def dataset(pairs, shuffle):
+    strategy = strategy or tf.distribute.get_strategy()
+
+    def dataset(pairs, shuffle, seed=args.seed):
         return make_translation_dataset(
             pairs[0], pairs[1], tokenizer, tokenizer,
             tokens_per_batch=args.tokens_per_batch, max_length=args.max_length,
-            shuffle=shuffle, seed=args.seed,
+            shuffle=shuffle, seed=seed,
         )
 
-    train_data, val_data = dataset(train_pairs, True), dataset(val_pairs, False)
     counts = [int(np.count_nonzero(t)) for _, t in dataset(train_pairs, False)]
     target_tokens = sum(counts)
-    model = build_model(args, tokenizer.vocabulary_size)
+    with strategy.scope():
+        model = build_model(args, tokenizer.vocabulary_size)
+    backup = training_utils.ExactBackupAndRestore(os.path.join(args.output_dir, "backup"))
+    start_step = backup.restore(model)
+    # One endless stream, the same in every process: pass after pass over
+    # the pairs, each shuffled with its own seed (a pass has len(counts)
+    # batches whatever the order: bucket sizes do not depend on it). A
+    # resumed run starts after the batches already trained on, so it sees
+    # the batches an uninterrupted run would.
+    first_pass, offset = divmod(start_step, len(counts))
+    train_data = training_utils.shuffled_passes(
+        lambda seed: dataset(train_pairs, True, seed), args.seed, first_pass=first_pass
+    ).skip(offset)
+    val_data = dataset(val_pairs, False)
+    steps_per_epoch = args.steps_per_epoch or len(counts)
     print(f"Model: {model.count_params():,} parameters; {len(train_pairs[0]):,} training pairs, "
           f"{target_tokens:,} target tokens per epoch")
     callbacks = [
-        keras.callbacks.BackupAndRestore(os.path.join(args.output_dir, "backup")),
+        backup,
+        *callbacks,
         TokenThroughput(target_tokens, len(counts)),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
@@ -187,7 +233,8 @@ def train(args, tokenizer, train_pairs, val_pairs):
     if args.minutes:
         callbacks.append(TimeBudget(args.minutes))
     start = time.time()
-    model.fit(train_data, validation_data=val_data, epochs=args.epochs, callbacks=callbacks, verbose=1)
+    training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
+                       steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=args.verbose)
     print(f"Training took {(time.time() - start) / 60:.1f} min")
     if not os.path.exists(os.path.join(args.output_dir, "model.keras")):
         model.save(os.path.join(args.output_dir, "model.keras"))  # stopped before any epoch ended
@@ -232,17 +279,20 @@ def plot_training_curves(args):
 
 def main(argv=None):
     args = parse_args(argv)
+    # First: a multi-worker strategy must exist before any TensorFlow op.
+    strategy = training_utils.make_strategy(args.strategy, tpu=args.tpu)
+    chief = training_utils.is_chief(strategy)
+    args.output_dir = training_utils.worker_output_dir(strategy, args.output_dir)
     keras.utils.set_random_seed(args.seed)
     os.makedirs(args.output_dir, exist_ok=True)
-    train_pairs = load_multi30k(args.data_dir, "train", args.source, args.target)
-    if args.train_size:
-        train_pairs = tuple(side[: args.train_size] for side in train_pairs)
-    val_pairs = load_multi30k(args.data_dir, "val", args.source, args.target)
+    train_pairs, val_pairs = load_pairs(args)
     tokenizer = load_or_train_tokenizer(args, *train_pairs)
     if args.skip_training:
         model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
     else:
-        model = train(args, tokenizer, train_pairs, val_pairs)
+        model = train(args, tokenizer, train_pairs, val_pairs, strategy)
+        if not chief:
+            return  # the chief evaluates, plots and exports
         plot_training_curves(args)
 
     import evaluate  # the example's decoding, BLEU and attention plot

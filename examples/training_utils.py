@@ -1,0 +1,254 @@
+"""What the training examples share: the `--strategy` flag (one GPU, several
+GPUs, several machines, a TPU) and a backup that resumes a killed run
+exactly.
+
+Each example's train.py does
+
+    strategy = training_utils.make_strategy(args.strategy, tpu=args.tpu)
+    with strategy.scope():
+        model = build_model(args)            # model, optimizer, loss, metrics
+    backup = training_utils.ExactBackupAndRestore(backup_dir)
+    start_step = backup.restore(model)       # 0 on a fresh run
+    training_utils.fit(model, strategy, stream_after(start_step),
+                       steps_per_epoch=..., callbacks=[backup, ...])
+
+where the stream is an endless, seeded `tf.data` pipeline of global
+batches, the same in every process and from every iterator
+(`shuffled_passes`): starting it after the `optimizer.iterations` batches
+already trained on puts a resumed run on exactly the batch an uninterrupted
+run would see next.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+
+STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+
+
+def add_strategy_arguments(parser):
+    """Adds `--strategy` and `--tpu` to an argparse parser."""
+    parser.add_argument(
+        "--strategy", default="default", choices=STRATEGIES,
+        help="default: one device; mirrored: every local GPU (or every logical CPU device); "
+             "multi_worker: the machines of $TF_CONFIG, each with its local GPUs; "
+             "tpu: the TPU named by --tpu. Batch sizes are global (split over the replicas).",
+    )
+    parser.add_argument(
+        "--tpu", default=None,
+        help="TPU name or grpc:// address for --strategy tpu (default: the local TPU VM, '')",
+    )
+
+
+def make_strategy(name, tpu=None):
+    """The `tf.distribute.Strategy` of a `--strategy` value.
+
+    Args:
+        name: one of `STRATEGIES`.
+            - "default": the default strategy (one device: the first GPU,
+              else the CPU).
+            - "mirrored": `MirroredStrategy` over every local GPU; without
+              GPUs, over every logical CPU device (one, unless the program
+              split the CPU with `tf.config.set_logical_device_configuration`).
+            - "multi_worker": `MultiWorkerMirroredStrategy`; the cluster and
+              this process's place in it come from the `TF_CONFIG`
+              environment variable. Must be created before any other
+              TensorFlow op runs.
+            - "tpu": `TPUStrategy` on the TPU found by `TPUClusterResolver`.
+        tpu: TPU name or address for "tpu" (None: the local TPU VM).
+
+    Returns:
+        A `tf.distribute.Strategy`; build and compile the model in its
+        `scope()`. Its `num_replicas_in_sync` replicas share each global
+        batch.
+
+    Raises:
+        ValueError: for an unknown name, or "multi_worker" without
+            `TF_CONFIG`.
+    """
+    import tensorflow as tf
+
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([d.name for d in devices])
+    if name == "multi_worker":
+        if "TF_CONFIG" not in os.environ:
+            raise ValueError(
+                "`--strategy multi_worker` reads the cluster from the TF_CONFIG environment "
+                "variable, which is not set. Set it on every machine, e.g. TF_CONFIG="
+                '\'{"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+                '"task": {"type": "worker", "index": 0}}\' (index 1 on the second machine).'
+            )
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ValueError(f"`strategy` must be one of {STRATEGIES}. Received: strategy={name!r}.")
+
+
+def is_chief(strategy):
+    """True unless this process is a non-chief worker of a multi-worker run
+    (worker 0 is the chief): only the chief writes the run's files."""
+    return bool(strategy.extended.should_checkpoint)
+
+
+def worker_output_dir(strategy, output_dir):
+    """`output_dir` for the chief, `output_dir/workers/<type>_<index>` for the
+    other workers of a multi-worker run (each keeps its own backup there and
+    writes nothing the chief writes)."""
+    if is_chief(strategy):
+        return output_dir
+    resolver = strategy.cluster_resolver
+    return os.path.join(output_dir, "workers", f"{resolver.task_type}_{resolver.task_id}")
+
+
+def shuffled_passes(make_pass, seed, first_pass=0):
+    """An endless `tf.data` stream of passes over a data set, pass `p`
+    shuffled with its own seed: `make_pass(seed * 1_000_003 + p)`.
+
+    Why not `shuffle(..., reshuffle_each_iteration=True).repeat()`: there,
+    the order of a pass depends on how many iterators the dataset made
+    before (`fit` under a distribution strategy makes one to build the
+    model, so its run would see other batches than a one-device run). Here
+    every iterator gives the same stream, and a resumed run can start at
+    any pass without computing the ones before.
+
+    Args:
+        make_pass: function of a scalar int64 seed tensor returning a
+            `tf.data.Dataset` of one shuffled pass.
+        seed: int base seed.
+        first_pass: index of the first pass of the stream.
+
+    Returns:
+        A `tf.data.Dataset`.
+    """
+    import tensorflow as tf
+
+    return tf.data.Dataset.counter(start=first_pass).flat_map(
+        lambda p: make_pass(tf.cast(seed, tf.int64) * 1_000_003 + p)
+    )
+
+
+def fit(model, strategy, train_data, **kwargs):
+    """`model.fit(train_data, **kwargs)` under `strategy`.
+
+    With `MultiWorkerMirroredStrategy`, Keras 3.15's `fit` fails twice
+    (keras-team/keras#20585, open), and this works around both:
+    - before the first step, `_maybe_symbolic_build` calls `strategy.reduce`
+      on the nested input batch, which that strategy rejects ("Attempt to
+      convert a value (PerReplica ...)"). Here every variable `fit` would
+      create lazily (the optimizer's, the loss's, the metrics') is created
+      first, in the strategy's cross-replica scope, from one row of a
+      batch; then `fit` takes the strategy from the enclosing
+      `strategy.scope()` instead of from the model, which skips that step
+      (it would only build what is built already).
+    - each step's logs (scalars) go through `strategy.reduce("MEAN", v,
+      axis=0)`, which fails on a scalar ("Invalid reduction dimension 0").
+      Here the model's `train_step` and `test_step` return each log as a
+      vector of one element, which that reduction turns back into the
+      scalar averaged over the replicas.
+    Other strategies take the normal path.
+
+    Returns:
+        The `History` of `model.fit`.
+    """
+    import tensorflow as tf
+
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        x, y = next(iter(train_data.take(1)))
+        x, y = tf.nest.map_structure(lambda t: t[:1], (x, y))
+        with strategy.scope():
+            if not model.optimizer.built:
+                model.optimizer.build(model.trainable_variables)
+            y_pred = model(x, training=False)
+            model.compute_loss(x, y, y_pred)
+            model.compute_metrics(x, y, y_pred)
+            model.reset_metrics()
+        model._distribute_strategy = None  # private; see above
+        for name in ("train_step", "test_step"):
+            setattr(model, name, _logs_as_vectors(getattr(model, name)))
+    with strategy.scope():
+        return model.fit(train_data, **kwargs)
+
+
+def _logs_as_vectors(step):
+    def wrapped(data):
+        return {name: keras.ops.reshape(value, (1,)) for name, value in step(data).items()}
+
+    return wrapped
+
+
+def seed_generator_states(model):
+    """The Keras `SeedGenerator` state variables of `model` (dropout)."""
+    return [v for v in model.variables if v.path.endswith("seed_generator_state")]
+
+
+class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore` that also backs up the dropout
+    random state, so that a run killed at any point and started again ends
+    with the same weights as a run never interrupted.
+
+    Keras 3.15's callback writes the weights, the optimizer state (its
+    `iterations` included) and the epoch; on restart it restores them and
+    `fit` starts at the beginning of the next epoch (with `save_freq=N` it
+    also records the batch, but restarts at the beginning of that epoch all
+    the same, so the batches already trained on would be trained on again).
+    It does not write the state of the `SeedGenerator`s that draw dropout
+    masks, so a resumed run would draw the masks of its first steps again.
+    This class saves those states too (`seed_generator_states.json` in
+    `backup_dir`), and `restore` lets the caller restore before `fit` to learn
+    the step to start the data at.
+
+    Args:
+        backup_dir: as in `keras.callbacks.BackupAndRestore`.
+        **kwargs: passed on; keep the default `save_freq="epoch"` (see above).
+    """
+
+    def __init__(self, backup_dir, **kwargs):
+        super().__init__(backup_dir, **kwargs)
+        self._seeds_path = os.path.join(backup_dir, "seed_generator_states.json")
+
+    def restore(self, model):
+        """Loads the backup into `model` (compiled, built) if there is one.
+
+        Returns:
+            int, `model.optimizer.iterations` after the restore: the number
+            of global batches already trained on (0 for a fresh run).
+        """
+        self.set_model(model)
+        self._load_model()
+        return int(model.optimizer.iterations.numpy())
+
+    def _load_model(self):
+        super()._load_model()
+        if not os.path.exists(self._seeds_path):
+            return
+        with open(self._seeds_path) as f:
+            saved = json.load(f)
+        variables = seed_generator_states(self.model)
+        iterations = int(self.model.optimizer.iterations.numpy())
+        if saved["iterations"] != iterations or len(saved["states"]) != len(variables):
+            # Killed between writing the weights and the states: the
+            # weights are right, only the dropout masks will differ.
+            print(f"{self._seeds_path} is from step {saved['iterations']}, the weights from "
+                  f"step {iterations}: dropout masks will not repeat the interrupted run's.")
+            return
+        for variable, value in zip(variables, saved["states"]):
+            variable.assign(np.asarray(value, variable.dtype))
+
+    def _save_model(self):
+        super()._save_model()
+        saved = {
+            "iterations": int(self.model.optimizer.iterations.numpy()),
+            # In the order of `model.variables` (their paths are not unique).
+            "states": [np.asarray(v.numpy()).tolist() for v in seed_generator_states(self.model)],
+        }
+        with open(self._seeds_path + ".tmp", "w") as f:
+            json.dump(saved, f)
+        os.replace(self._seeds_path + ".tmp", self._seeds_path)
