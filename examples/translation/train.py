@@ -217,6 +217,11 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
         lambda seed: dataset(train_pairs, True, seed), args.seed, first_pass=first_pass
     ).skip(offset)
     val_data = dataset(val_pairs, False)
+    # Bucketing hides the number of batches from Keras, which would then warn
+    # that the input "ran out of data" at the end of every validation pass.
+    val_data = val_data.apply(
+        tf.data.experimental.assert_cardinality(sum(1 for _ in val_data))
+    )
     steps_per_epoch = args.steps_per_epoch or len(counts)
     print(f"Model: {model.count_params():,} parameters; {len(train_pairs[0]):,} training pairs, "
           f"{target_tokens:,} target tokens per epoch")
