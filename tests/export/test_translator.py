@@ -65,8 +65,15 @@ def test_versioned_layout_and_signatures(translator, tmp_path):
 def test_odd_inputs_do_not_crash_the_graph(translator):
     _, _, path, _ = translator
     serving = tf.saved_model.load(path).signatures["serving_default"]
-    out = serving(text=tf.constant([b"\xff\xfe kaputt", "Hund " * 500]))["translation"].numpy()
-    assert out.shape == (2,)
+    model, tokenizer, _, _ = translator
+    odd = [b"\xff\xfe kaputt", ("Hund " * 500).encode()]
+    out = serving(text=tf.constant(odd))["translation"].numpy()
+    # Invalid UTF-8 is read with replacement characters and a long input is
+    # cut to its first max_length - 1 pieces, exactly as in Python.
+    _, expected = _expected(model, tokenizer, odd)
+    assert list(out) == list(expected)
+    _, shorter = _expected(model, tokenizer, [("Hund " * 20).encode()])
+    assert out[1] == shorter[0]  # everything past the first pieces is ignored
 
 
 @pytest.mark.slow
