@@ -24,6 +24,10 @@ class MaskedSparseCategoricalAccuracy(keras.metrics.Mean):
 
     Returns:
         `result()`: scalar accuracy in [0, 1].
+
+    Raises:
+        ValueError: in `update_state`, if `y_pred` is not `y_true`'s shape
+            plus a class axis (static shapes known at call time).
     """
 
     def __init__(self, ignore_class=0, name="accuracy", dtype=None):
@@ -31,6 +35,7 @@ class MaskedSparseCategoricalAccuracy(keras.metrics.Mean):
         self.ignore_class = ignore_class
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        _check_shapes(type(self).__name__, y_true, y_pred)
         y_true = ops.cast(y_true, "int32")
         correct = ops.cast(
             ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32"
@@ -64,6 +69,10 @@ class BitsPerDimension(keras.metrics.Mean):
     Returns:
         `result()`: scalar bits per dimension.
 
+    Raises:
+        ValueError: in `update_state`, if `y_pred` is not `y_true`'s shape
+            plus a class axis (static shapes known at call time).
+
     Reference:
         Parmar et al. 2018, "Image Transformer", section 5 (bits/dim).
     """
@@ -74,6 +83,7 @@ class BitsPerDimension(keras.metrics.Mean):
         self.ignore_class = ignore_class
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        _check_shapes(type(self).__name__, y_true, y_pred)
         y_true = ops.cast(y_true, "int32")
         nats = keras.losses.sparse_categorical_crossentropy(
             y_true, ops.cast(y_pred, "float32"), from_logits=self.from_logits
@@ -88,6 +98,21 @@ class BitsPerDimension(keras.metrics.Mean):
             "from_logits": self.from_logits,
             "ignore_class": self.ignore_class,
         }
+
+
+def _check_shapes(owner, y_true, y_pred):
+    """Raises a ValueError unless y_pred is (*y_true.shape, classes)."""
+    true_shape, pred_shape = tuple(y_true.shape), tuple(y_pred.shape)
+    compatible = len(pred_shape) == len(true_shape) + 1 and all(
+        a is None or b is None or a == b for a, b in zip(true_shape, pred_shape[:-1])
+    )
+    if not compatible:
+        raise ValueError(
+            f"{owner} expects integer targets y_true of shape (B, T) and "
+            f"predictions y_pred of shape (B, T, classes). Received: "
+            f"y_true.shape={true_shape}, y_pred.shape={pred_shape}. Pass class "
+            "ids, not one-hot targets, and logits with the class axis last."
+        )
 
 
 def _token_weights(y_true, ignore_class, sample_weight):

@@ -27,3 +27,12 @@ def test_bits_per_dimension_of_a_uniform_model_is_eight():
     metric.update_state(np.array([[5]]), logits)
     p = 0.5 / probs.sum()
     assert float(metric.result()) == pytest.approx(-math.log2(p), rel=1e-4)
+
+
+@pytest.mark.parametrize("metric", [MaskedSparseCategoricalAccuracy, BitsPerDimension])
+def test_mismatched_shapes_raise_a_clear_error(metric):
+    y_true = np.zeros((2, 5), "int32")
+    with pytest.raises(ValueError, match=r"y_true.shape=\(2, 5\), y_pred.shape=\(2, 5\)"):
+        metric().update_state(y_true, np.zeros((2, 5), "float32"))  # no class axis
+    with pytest.raises(ValueError, match=r"y_pred.shape=\(2, 4, 7\)"):
+        metric().update_state(y_true, np.zeros((2, 4, 7), "float32"))  # wrong length

@@ -52,6 +52,11 @@ def write_archive(path, trackables, endpoints):
 
     Returns:
         `path`.
+
+    Raises:
+        Nothing of its own: errors of `keras.export.ExportArchive` (tracking,
+        tracing an endpoint, writing the files) propagate unchanged. Check
+        `path` first with `versioned_export_path`.
     """
     import keras
 

@@ -159,10 +159,15 @@ def export_super_resolver(
             non-positive `default_temperature`.
 
     Example:
+    >>> from keras_attn.models import super_resolution_transformer
+    >>> model = super_resolution_transformer(num_layers=1, num_encoder_layers=1,
+    ...                                      hidden_dim=16, num_heads=2,
+    ...                                      intermediate_dim=32)
     >>> path = export_super_resolver(model, "/tmp/super_resolver", version=1)
     >>> served = tf.saved_model.load(path)
-    >>> served.signatures["serving_default"](image=low_res_uint8)["image"].shape
-    TensorShape([B, 32, 32, 3])
+    >>> low_res = tf.zeros((2, 8, 8, 3), tf.uint8)
+    >>> tuple(served.signatures["serving_default"](image=low_res)["image"].shape)
+    (2, 32, 32, 3)
 
     Reference:
         Parmar et al. 2018, "Image Transformer", section 5.2; TF Serving's

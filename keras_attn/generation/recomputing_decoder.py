@@ -29,6 +29,8 @@ class RecomputingDecoder:
         ValueError: if the token input cannot be found.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.generation import RecomputingDecoder, greedy_search
     >>> from keras_attn.models import translation_transformer
     >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
     ...                                 num_heads=2, intermediate_dim=32)

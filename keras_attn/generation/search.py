@@ -91,6 +91,9 @@ def length_penalty(length, alpha):
     Returns:
         float32 tensor of the shape of `length`.
 
+    Raises:
+        Nothing of its own: `length` and `alpha` are not validated.
+
     Reference:
         Wu et al. 2016, "Google's Neural Machine Translation System",
         section 7, equation 14.

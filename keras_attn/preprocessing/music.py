@@ -312,6 +312,9 @@ def velocity_to_bin(velocity):
     Returns:
         int or int array in 0..31: `(velocity - 1) // 4`.
 
+    Raises:
+        Nothing: out-of-range velocities are clipped to 1..127.
+
     Reference:
         Oore et al. 2018, section 6.1 (32 velocity bins).
     """
@@ -329,10 +332,21 @@ def bin_to_velocity(velocity_bin):
     Returns:
         int or int array in 1..125.
 
+    Raises:
+        ValueError: if a bin lies outside 0..31 (it would decode to an
+            invalid MIDI velocity).
+
     Reference:
         Oore et al. 2018, section 6.1.
     """
-    velocities = np.asarray(velocity_bin) * VELOCITY_BIN_WIDTH + 1
+    bins = np.asarray(velocity_bin)
+    if bins.size and (bins.min() < 0 or bins.max() > NUM_VELOCITY_BINS - 1):
+        raise ValueError(
+            f"Velocity bins are 0..{NUM_VELOCITY_BINS - 1}. Received bins from "
+            f"{bins.min()} to {bins.max()}: decode event ids with the "
+            "vocabulary that encoded them."
+        )
+    velocities = bins * VELOCITY_BIN_WIDTH + 1
     return int(velocities) if velocities.ndim == 0 else velocities
 
 

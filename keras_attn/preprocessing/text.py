@@ -344,7 +344,10 @@ def padding_fraction(dataset, max_batches=None):
         max_batches: optional int, only look at the first batches.
 
     Returns:
-        Python float in [0, 1).
+        Python float in [0, 1) (0.0 for an empty dataset).
+
+    Raises:
+        Nothing of its own: errors of iterating `dataset` propagate.
     """
     padded = 0
     total = 0

@@ -491,3 +491,15 @@ def test_chorale_to_midi_round_trip_on_real_chorales(jsb, tmp_path):
     assert [(n.pitch, n.start, n.end) for n in score.instruments[0].notes] == [
         (60, 0.0, 0.5), (62, 0.5, 0.75)
     ]
+
+
+def test_velocity_bins_round_trip_and_reject_bins_outside_the_vocabulary():
+    from keras_attn.preprocessing.music import bin_to_velocity, velocity_to_bin
+
+    assert [bin_to_velocity(b) for b in (0, 1, 31)] == [1, 5, 125]
+    for velocity in (1, 4, 5, 64, 127):
+        assert velocity_to_bin(bin_to_velocity(velocity_to_bin(velocity))) == velocity_to_bin(velocity)
+    with pytest.raises(ValueError, match="0..31. Received bins from 32 to 32"):
+        bin_to_velocity(32)
+    with pytest.raises(ValueError, match="from -1 to 3"):
+        bin_to_velocity([3, -1])
