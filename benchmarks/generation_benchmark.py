@@ -1,225 +1,216 @@
-"""Generation speed: cached greedy decoding vs full recomputation vs keras-hub.
+"""Generation speed: cached greedy decoding, keras_attn vs keras-hub.
 
-Decoder-only language model (TokenAndPositionEmbedding with learned
-positions, TransformerDecoder blocks, logits), untrained: speed does not
-depend on the weights or on the tokens. The prompt is a fixed primer of 16
-token ids (1..16); every run generates exactly N tokens (no end token).
+Decoder-only language model, untrained (speed does not depend on the
+weights or the tokens): token + learned position embedding, --num-layers
+(default 6) post-norm TransformerDecoder blocks of width 512, 8 heads,
+d_ff 2048, and a Dense to the --vocabulary-size (512) logits; batch 1;
+prompt = the 16 token ids 1..16; greedy, no end token.
 
-Measured, per self-attention type available in keras_attn.layers:
+- keras_attn: `TokenAndPositionEmbedding`, `TransformerDecoder` with
+  `MultiHeadSelfAttention` (or, with --attention, LocalBlockAttention /
+  RelativeGlobalAttention), decoded through `CachedDecoder` / `greedy_search`.
+- keras-hub: the same stack built from keras_hub.layers
+  (TokenAndPositionEmbedding, TransformerDecoder over its
+  CachedMultiHeadAttention, Dense), prompt prefilled through the caches as
+  keras-hub's CausalLM does, decoded by `keras_hub.samplers.GreedySampler`.
 
-* cached greedy decoding (`greedy_search` through `CachedDecoder`, one XLA
-  program: `tf.function(jit_compile=True, autograph=False)`), tokens per
-  second for N = 128, 512, 2048 (cache size 16 + N). Each program is run
-  once to compile, then timed on a second run;
-* full recomputation: the model's forward pass over the whole prefix for
-  each new token. Its cost per token is measured at prefix lengths
-  16 + {128, 512, 2048} (graph mode, dynamic length, as a naive loop runs
-  it) and summed over the N positions with the quadratic through those
-  three points (the forward cost is a + b·p + c·p²). At N = 128 the real
-  loop (`greedy_search` through `RecomputingDecoder`) is also timed, to
-  check the estimate;
-* per-token cost at an early (16) and a late (2000) position: one cached
-  step compiled alone (XLA) over a cache of 2064 positions, median of
-  interleaved repetitions. A standalone call also copies the caches in and
-  out, so its absolute time is above the in-loop cost; what matters is
-  early vs late.
+Everything runs as one XLA program (`tf.function(jit_compile=True)`).
+Measured (shared code in `harness.py`):
 
-keras-hub: `keras_hub.samplers.GreedySampler` driving the equivalent
-keras-hub stack (TokenAndPositionEmbedding, TransformerDecoder with its
-CachedMultiHeadAttention, Dense), prompt prefilled through the caches as
-keras-hub's CausalLM does, XLA-compiled the same way; skipped if keras-hub
-is not installed (it is in the `benchmarks` extra).
+1. Per-token cost, by position: one XLA program running 16 greedy decoding
+   steps (argmax fed back, the caches updated in place) from an early
+   position (16) and from a late one (L - 16) of a cache of L = 16 + N
+   slots, N = 128, 512, 2048; keras_attn and keras-hub interleaved, median
+   of --repeats. Every step attends over the whole fixed-size cache (the
+   loop compiles once), so the cost per token depends on L, not on the
+   position: early ~ late is the "flat in position" check. Tokens/s of
+   generating N tokens = 1 / (per-token cost at L = 16 + N, mean of early
+   and late).
+2. End-to-end check at N = 128 (and 512 when the budget allows): the full
+   `greedy_search` vs `GreedySampler.__call__` programs (prefill + N
+   steps), interleaved, median of 3; tokens/s = N / time.
 
-Run: python benchmarks/generation_benchmark.py [--num-layers 6]
-Writes benchmarks/results/generation.json and prints markdown tables.
+Why not end-to-end at every N: a full 2048-token run with 6 layers takes
+about a minute per call for keras-hub on 2 cores, and the harness needs a
+warm-up plus at least 3 timed calls per side: ~8 minutes, over the 5-minute
+budget of a script. The 16-step programs measure the same steps
+(same cache size, same positions) in a fraction of the time.
+
+Run: `python benchmarks/generation_benchmark.py [--quick] [--num-layers 6]
+[--attention MultiHeadSelfAttention ...] [--repeats 5] [--budget 280]`.
+Prints markdown tables and writes benchmarks/results/generation.json.
 """
 
 import argparse
-import json
 import os
-import platform
-import statistics
-import time
+import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-tf.get_logger().setLevel("ERROR")  # one tf.function per length is on purpose
-from keras import ops  # noqa: E402
-
-import keras_attn.layers as attn  # noqa: E402
-from keras_attn.generation import CachedDecoder, RecomputingDecoder, greedy_search  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 
 PROMPT_LENGTH = 16
 LENGTHS = (128, 512, 2048)
-EARLY, LATE = 16, 2000
+STEPS = 16  # decoding steps per timed program of the per-token measurement
+KINDS = ("MultiHeadSelfAttention", "LocalBlockAttention", "RelativeGlobalAttention")
 
 
 def self_attention(kind, args, index):
+    import keras_attn.layers as attn
+
     common = dict(num_heads=args.num_heads, key_dim=args.hidden_dim // args.num_heads,
                   name=f"self_attention_{index}")
     if kind == "MultiHeadSelfAttention":
         return attn.MultiHeadSelfAttention(**common)
     if kind == "LocalBlockAttention":
-        return attn.LocalBlockAttention(block_size=args.block_size, memory_flange=args.block_size,
-                                        **common)
+        return attn.LocalBlockAttention(block_size=args.block_size, memory_flange=args.block_size, **common)
     return attn.RelativeGlobalAttention(max_relative_position=args.max_relative_position, **common)
 
 
-def build_model(kind, args, max_length):
+def build_keras_attn(kind, args, max_length):
+    """Functional decoder-only LM (tokens -> logits)."""
+    import keras
+
+    import keras_attn.layers as attn
+
     tokens = keras.Input((None,), dtype="int32", name="tokens")
-    x = attn.TokenAndPositionEmbedding(
-        args.vocabulary_size, args.hidden_dim, sequence_length=max_length, mask_zero=True,
-        name="embedding",
-    )(tokens)
+    x = attn.TokenAndPositionEmbedding(args.vocabulary_size, args.hidden_dim, sequence_length=max_length,
+                                       mask_zero=True, name="embedding")(tokens)
     for i in range(args.num_layers):
-        x = attn.TransformerDecoder(
-            args.intermediate_dim, self_attention=self_attention(kind, args, i),
-            name=f"decoder_layer_{i}",
-        )(x)
+        x = attn.TransformerDecoder(args.intermediate_dim, self_attention=self_attention(kind, args, i),
+                                    name=f"decoder_layer_{i}")(x)
     logits = keras.layers.Dense(args.vocabulary_size, name="logits")(x)
     return keras.Model(tokens, logits)
 
 
-def prompt_tokens(batch_size):
-    return tf.constant(np.tile(np.arange(1, PROMPT_LENGTH + 1, dtype="int32"), (batch_size, 1)))
+class KerasHubLM:
+    """The same stack from keras_hub.layers, run through its caches."""
 
+    def __init__(self, args, max_length):
+        import keras
+        import keras_hub
+        from keras import ops
 
-def time_call(fn, *args):
-    start = time.perf_counter()
-    out = fn(*args)
-    keras.tree.map_structure(lambda x: np.asarray(x), out)
-    return time.perf_counter() - start
+        self.args, self.max_length = args, max_length
+        # No implicit mask, as keras-hub's CausalLM backbones: with a cache,
+        # keras-hub's decoder would compare it with the cache length.
+        self.embedding = keras_hub.layers.TokenAndPositionEmbedding(args.vocabulary_size, max_length,
+                                                                    args.hidden_dim)
+        self.decoders = [keras_hub.layers.TransformerDecoder(args.intermediate_dim, args.num_heads)
+                         for _ in range(args.num_layers)]
+        self.dense = keras.layers.Dense(args.vocabulary_size)
+        x = self.embedding(ops.ones((1, 2), "int32"))
+        for layer in self.decoders:
+            x = layer(x)
+        self.dense(x)
+        self.num_params = (self.embedding.count_params() + self.dense.count_params()
+                           + sum(layer.count_params() for layer in self.decoders))
+        self.version = keras_hub.__version__
 
+    def empty_cache(self, batch):
+        from keras import ops
 
-def compiled_twice(fn, *args):
-    """(first call = compile + run, second call) in seconds."""
-    first = time_call(fn, *args)
-    return first, time_call(fn, *args)
+        head_dim = self.args.hidden_dim // self.args.num_heads
+        return ops.zeros((batch, self.args.num_layers, 2, self.max_length, self.args.num_heads, head_dim),
+                         "float32")
 
+    def __call__(self, tokens, cache, index):
+        from keras import ops
 
-def bench_cached(model, n, batch_size):
-    function = tf.function(
-        lambda prompt: greedy_search(model, prompt, PROMPT_LENGTH + n),
-        jit_compile=True, autograph=False,
-    )
-    first, run = compiled_twice(function, prompt_tokens(batch_size))
-    return {"compile_and_first_run_s": first, "run_s": run, "tokens_per_s": n * batch_size / run}
-
-
-def bench_step_positions(model, batch_size, repeats):
-    """Median time of one cached step at an early and a late position."""
-    decoder = CachedDecoder(model)
-    cache_length = PROMPT_LENGTH + max(LENGTHS)
-    state = decoder.initial_state(batch_size, cache_length)
-    step = tf.function(lambda token, index, state: decoder(token, index, state),
-                       jit_compile=True, autograph=False)
-    token = tf.ones((batch_size, 1), "int32")
-    positions = {"early": tf.constant(EARLY), "late": tf.constant(LATE)}
-    for index in positions.values():
-        time_call(step, token, index, state)
-    times = {name: [] for name in positions}
-    for _ in range(repeats):
-        for name, index in positions.items():  # interleaved: same machine noise
-            times[name].append(time_call(step, token, index, state))
-    return {f"{name}_ms": 1000 * statistics.median(t) for name, t in times.items()}
-
-
-def bench_recompute(model, batch_size, measure_loop):
-    forward = tf.function(
-        lambda tokens: model(tokens, training=False),
-        input_signature=[tf.TensorSpec((batch_size, None), tf.int32)], autograph=False,
-    )
-    lengths = [PROMPT_LENGTH + n for n in LENGTHS]
-    time_call(forward, tf.ones((batch_size, PROMPT_LENGTH), "int32"))  # trace
-    forward_s = {}
-    for length in lengths:
-        tokens = tf.ones((batch_size, length), "int32")
-        time_call(forward, tokens)
-        forward_s[length] = min(time_call(forward, tokens) for _ in range(2))
-    # cost(p) = a + b p + c p^2 through the three points; a new token at
-    # position p costs a forward over p + 1 positions.
-    coefficients = np.polyfit(lengths, [forward_s[p] for p in lengths], 2)
-    result = {"forward_ms": {str(p): 1000 * s for p, s in forward_s.items()}}
-    for n in LENGTHS:
-        positions = np.arange(PROMPT_LENGTH, PROMPT_LENGTH + n) + 1
-        total = float(np.polyval(coefficients, positions).sum())
-        result[f"estimated_tokens_per_s_{n}"] = n * batch_size / total
-    if measure_loop:
-        n = LENGTHS[0]
-        loop = tf.function(
-            lambda prompt: greedy_search(RecomputingDecoder(model), prompt, PROMPT_LENGTH + n),
-            autograph=False,
-        )
-        first, run = compiled_twice(loop, prompt_tokens(batch_size))
-        result[f"measured_tokens_per_s_{n}"] = n * batch_size / run
-    return result
-
-
-def bench_keras_hub(args, n, batch_size):
-    import keras_hub
-
-    max_length = PROMPT_LENGTH + n
-    head_dim = args.hidden_dim // args.num_heads
-    # No implicit mask, as keras-hub's CausalLM backbones: with a cache,
-    # keras-hub's decoder would compare it with the cache length.
-    embedding = keras_hub.layers.TokenAndPositionEmbedding(
-        args.vocabulary_size, max_length, args.hidden_dim
-    )
-    decoders = [
-        keras_hub.layers.TransformerDecoder(args.intermediate_dim, args.num_heads)
-        for _ in range(args.num_layers)
-    ]
-    dense = keras.layers.Dense(args.vocabulary_size)
-    x = embedding(ops.ones((1, 2), "int32"))
-    for layer in decoders:
-        x = layer(x)
-    dense(x)
-    num_params = (embedding.count_params() + dense.count_params()
-                  + sum(layer.count_params() for layer in decoders))
-    sampler = keras_hub.samplers.GreedySampler()
-
-    def run_stack(tokens, cache, index):
-        x = embedding(tokens, start_index=index)
+        x = self.embedding(tokens, start_index=index)
         caches = []
-        for i, layer in enumerate(decoders):
+        for i, layer in enumerate(self.decoders):
             x, layer_cache = layer(x, self_attention_cache=cache[:, i],
                                    self_attention_cache_update_index=index)
             caches.append(layer_cache)
-        return dense(x), ops.stack(caches, axis=1)
+        return self.dense(x), ops.stack(caches, axis=1)
 
-    def generate(prompt):
-        batch = ops.shape(prompt)[0]
-        cache = ops.zeros(
-            (batch, args.num_layers, 2, max_length, args.num_heads, head_dim), "float32"
-        )
-        _, cache = run_stack(prompt, cache, 0)  # prefill, as CausalLM._build_cache
-        padded = ops.pad(prompt, [[0, 0], [0, n]])
-        mask = ops.arange(max_length)[None, :] < PROMPT_LENGTH
-        mask = ops.broadcast_to(mask, ops.shape(padded))
 
-        def next_fn(tokens, cache, index):
-            token = ops.slice(tokens, [0, index - 1], [batch, 1])
-            logits, cache = run_stack(token, cache, index - 1)
-            return logits[:, 0], None, cache
+def prompt_tokens(tf, batch_size):
+    import numpy as np
 
-        return sampler(next_fn, padded, cache=cache, index=PROMPT_LENGTH, mask=mask)
+    return tf.constant(np.tile(np.arange(1, PROMPT_LENGTH + 1, dtype="int32"), (batch_size, 1)))
 
-    function = tf.function(generate, jit_compile=True, autograph=False)
-    first, run = compiled_twice(function, prompt_tokens(batch_size))
-    return {"compile_and_first_run_s": first, "run_s": run,
-            "tokens_per_s": n * batch_size / run, "num_params": num_params,
-            "version": keras_hub.__version__}
+
+def step_programs(tf, model, hub, batch_size, max_length):
+    """Compiled programs running STEPS greedy steps from a given position
+    (the state is prefilled with the prompt first, outside the timing)."""
+    from keras import ops
+
+    from keras_attn.generation import CachedDecoder
+
+    decoder = CachedDecoder(model)
+    prompt = prompt_tokens(tf, batch_size)
+
+    def ours_prefill(prompt):
+        state = decoder.initial_state(batch_size, max_length)
+        logits, state = decoder(prompt, 0, state, logits_index=PROMPT_LENGTH - 1)
+        return ops.cast(ops.argmax(logits[:, -1], axis=-1), "int32")[:, None], state
+
+    def ours_steps(token, start, state):
+        def body(i, token, state):
+            logits, state = decoder(token, start + i, state)
+            return i + 1, ops.cast(ops.argmax(logits[:, -1], axis=-1), "int32")[:, None], state
+
+        _, token, state = ops.while_loop(lambda i, t, s: i < STEPS, body, (0, token, state))
+        return token
+
+    def hub_prefill(prompt):
+        logits, cache = hub(prompt, hub.empty_cache(batch_size), 0)
+        return ops.cast(ops.argmax(logits[:, -1], axis=-1), "int32")[:, None], cache
+
+    def hub_steps(token, start, cache):
+        def body(i, token, cache):
+            logits, cache = hub(token, cache, start + i)
+            return i + 1, ops.cast(ops.argmax(logits[:, -1], axis=-1), "int32")[:, None], cache
+
+        _, token, cache = ops.while_loop(lambda i, t, c: i < STEPS, body, (0, token, cache))
+        return token
+
+    programs = {}
+    for name, prefill, steps in (("keras_attn", ours_prefill, ours_steps), ("keras_hub", hub_prefill, hub_steps)):
+        if name == "keras_hub" and hub is None:
+            continue
+        token, state = harness.compile_function(prefill, jit_compile=True)(prompt)
+        run = harness.compile_function(steps, jit_compile=True)
+        programs[name] = (run, token, state)
+    return programs
+
+
+def full_programs(tf, model, hub, batch_size, n):
+    """Compiled end-to-end generation of n tokens after the prompt."""
+    from keras import ops
+
+    from keras_attn.generation import greedy_search
+
+    max_length = PROMPT_LENGTH + n
+    programs = {"keras_attn": harness.compile_function(
+        lambda prompt: greedy_search(model, prompt, max_length), jit_compile=True)}
+    if hub is not None:
+        import keras_hub
+
+        sampler = keras_hub.samplers.GreedySampler()
+
+        def generate(prompt):
+            batch = ops.shape(prompt)[0]
+            _, cache = hub(prompt, hub.empty_cache(batch), 0)  # prefill, as CausalLM._build_cache
+            padded = ops.pad(prompt, [[0, 0], [0, n]])
+            mask = ops.broadcast_to(ops.arange(max_length)[None, :] < PROMPT_LENGTH, ops.shape(padded))
+
+            def next_fn(tokens, cache, index):
+                token = ops.slice(tokens, [0, index - 1], [batch, 1])
+                logits, cache = hub(token, cache, index - 1)
+                return logits[:, 0], None, cache
+
+            return sampler(next_fn, padded, cache=cache, index=PROMPT_LENGTH, mask=mask)
+
+        programs["keras_hub"] = harness.compile_function(generate, jit_compile=True)
+    prompt = prompt_tokens(tf, batch_size)
+    return {name: (lambda p=p: p(prompt)) for name, p in programs.items()}
 
 
 def main():
-    global LENGTHS, LATE
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--num-layers", type=int, default=2)
+    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser.add_argument("--num-layers", type=int, default=6)
     parser.add_argument("--hidden-dim", type=int, default=512)
     parser.add_argument("--num-heads", type=int, default=8)
     parser.add_argument("--intermediate-dim", type=int, default=2048)
@@ -227,92 +218,134 @@ def main():
     parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--max-relative-position", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--step-repeats", type=int, default=15)
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS),
-                        help="numbers of generated tokens (three, for the quadratic fit)")
+                        help="numbers of generated tokens")
+    parser.add_argument("--attention", nargs="+", default=["MultiHeadSelfAttention"], choices=KINDS,
+                        help="self-attention types of the keras_attn model (the first is compared with "
+                             "keras-hub end to end)")
     parser.add_argument("--skip-keras-hub", action="store_true")
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results",
-                                                         "generation.json"))
     args = parser.parse_args()
-    LENGTHS = tuple(args.lengths)
-    LATE = min(LATE, PROMPT_LENGTH + max(LENGTHS) - 1)
-    started = time.perf_counter()
-    kinds = [k for k in ("MultiHeadSelfAttention", "LocalBlockAttention", "RelativeGlobalAttention")
-             if k in attn.__all__]
-    results = {
-        "config": {**vars(args), "prompt_length": PROMPT_LENGTH, "lengths": LENGTHS,
-                   "early_position": EARLY, "late_position": LATE},
-        "environment": {"tensorflow": tf.__version__, "keras": keras.__version__,
-                        "cpus": os.cpu_count(), "platform": platform.platform(),
-                        "load_average_at_start": os.getloadavg()},
-        "attention": {},
-    }
-    for kind in kinds:
-        keras.utils.set_random_seed(0)
-        entry = {}
-        for n in LENGTHS:
-            model = build_model(kind, args, PROMPT_LENGTH + n)
-            entry[f"cached_{n}"] = bench_cached(model, n, args.batch_size)
-            print(f"{kind} cached N={n}: {entry[f'cached_{n}']['tokens_per_s']:.1f} tok/s", flush=True)
-        entry["num_params"] = model.count_params()
-        entry["step_positions"] = bench_step_positions(model, args.batch_size, args.step_repeats)
-        entry["recompute"] = bench_recompute(model, args.batch_size, measure_loop=True)
-        print(f"{kind} steps {entry['step_positions']} recompute {entry['recompute']}", flush=True)
-        results["attention"][kind] = entry
-    if not args.skip_keras_hub:
+    lengths = sorted(args.lengths)
+    if args.quick:
+        lengths, args.num_layers = [128], 2
+        args.repeats = min(args.repeats, 2)
+    budget = harness.Budget(args.budget)
+    env_start = harness.environment()
+    tf = harness.setup_tensorflow()
+    import keras
+
+    use_hub = not args.skip_keras_hub
+    if use_hub:
         try:
             import keras_hub  # noqa: F401
         except ImportError:
-            results["keras_hub"] = "not installed"
-        else:
-            results["keras_hub"] = {}
-            for n in LENGTHS:
-                keras.utils.set_random_seed(0)
-                results["keras_hub"][str(n)] = bench_keras_hub(args, n, args.batch_size)
-                print(f"keras-hub N={n}: {results['keras_hub'][str(n)]['tokens_per_s']:.1f} tok/s",
-                      flush=True)
-    results["environment"]["load_average_at_end"] = os.getloadavg()
-    results["total_s"] = time.perf_counter() - started
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(results, f, indent=2)
-    print_tables(results)
+            use_hub = False
+    roofline = [harness.matmul_roofline()]
 
+    # 1. Per-token cost by position, per cache size.
+    per_token, params = {}, {}
+    for kind_index, kind in enumerate(args.attention):
+        for n in lengths:
+            max_length = PROMPT_LENGTH + n
+            keras.utils.set_random_seed(0)
+            model = build_keras_attn(kind, args, max_length)
+            params[kind] = model.count_params()
+            hub = KerasHubLM(args, max_length) if use_hub and kind_index == 0 else None
+            if hub is not None:
+                params["keras_hub"] = hub.num_params
+            programs = step_programs(tf, model, hub, args.batch_size, max_length)
+            positions = {"early": PROMPT_LENGTH, "late": max_length - STEPS}
+            candidates = {}
+            for name, (run, token, state) in programs.items():
+                for where, start in positions.items():
+                    index = tf.constant(start, "int32")
+                    candidates[(name, where)] = (lambda run=run, token=token, index=index, state=state:
+                                                 run(token, index, state))
+            records = harness.time_interleaved(candidates, repeats=args.repeats, budget=budget)
+            for (name, where), record in records.items():
+                key = kind if name == "keras_attn" else "keras_hub"
+                per_token.setdefault((key, n), {})[where] = {
+                    "ms_per_token": 1e3 * record["median_s"] / STEPS,
+                    "cpu_ms_per_token": 1e3 * record["cpu_median_s"] / STEPS,
+                    "first_call_s": record["first_s"], "repeats_done": record["repeats_done"]}
+            for key in {kind} | ({"keras_hub"} if hub is not None else set()):
+                entry = per_token[(key, n)]
+                entry["tokens_per_s"] = 2e3 / (entry["early"]["ms_per_token"] + entry["late"]["ms_per_token"])
+            print(f"{kind} L={max_length}: " + ", ".join(
+                f"{k} {v['early']['ms_per_token']:.1f}/{v['late']['ms_per_token']:.1f} ms"
+                for (k, m), v in per_token.items() if m == n) + f" ({budget.elapsed():.0f} s)",
+                file=sys.stderr, flush=True)
 
-def print_tables(results):
-    config = results["config"]
-    keras_hub_results = results.get("keras_hub")
-    print(f"\nDecoder-only LM: {config['num_layers']} layers, d {config['hidden_dim']}, "
-          f"{config['num_heads']} heads, d_ff {config['intermediate_dim']}, "
-          f"V {config['vocabulary_size']}, batch {config['batch_size']}, prompt "
-          f"{PROMPT_LENGTH} tokens, greedy, tokens/s (higher is better).\n")
-    print("| attention | params | N | cached (XLA) | full recompute | speedup | keras-hub GreedySampler |")
-    print("|---|---|---|---|---|---|---|")
-    for kind, entry in results["attention"].items():
-        for n in LENGTHS:
-            cached = entry[f"cached_{n}"]["tokens_per_s"]
-            recompute = entry["recompute"][f"estimated_tokens_per_s_{n}"]
-            measured = entry["recompute"].get(f"measured_tokens_per_s_{n}")
-            text = f"{recompute:.1f} (est.)" + (f", {measured:.1f} measured" if measured else "")
-            hub = ""
-            if kind == "MultiHeadSelfAttention" and isinstance(keras_hub_results, dict):
-                hub = f"{keras_hub_results[str(n)]['tokens_per_s']:.1f}"
-            print(f"| {kind} | {entry['num_params']:,} | {n} | {cached:.1f} | {text} | "
-                  f"{cached / recompute:.1f}x | {hub} |")
-    print(f"\nPer-token cost by position (cache of {PROMPT_LENGTH + max(LENGTHS)}): one cached "
-          "step compiled alone (median, ms; includes copying the caches in and out) and "
-          "one full forward over the prefix (ms).\n")
-    print(f"| attention | cached step @{EARLY} | cached step @{LATE} | "
-          + " | ".join(f"forward @{PROMPT_LENGTH + n}" for n in LENGTHS) + " |")
-    print("|---|---|---|" + "---|" * len(LENGTHS))
-    for kind, entry in results["attention"].items():
-        steps, forward = entry["step_positions"], entry["recompute"]["forward_ms"]
-        print(f"| {kind} | {steps['early_ms']:.1f} | {steps['late_ms']:.1f} | "
-              + " | ".join(f"{forward[str(PROMPT_LENGTH + n)]:.0f}" for n in LENGTHS) + " |")
-    env = results["environment"]
-    print(f"\nTotal {results['total_s']:.0f} s; load average at start {env['load_average_at_start'][0]:.1f}, "
-          f"at end {env['load_average_at_end'][0]:.1f} on {env['cpus']} CPUs (shared machine: "
-          "numbers are noisy).")
+    # 2. End to end, first attention type vs keras-hub, while the budget lasts.
+    end_to_end = {}
+    kind = args.attention[0]
+    for n in lengths:
+        # Warm-up + 3 calls per side at the measured per-token rates, plus
+        # about 30 s of XLA compilation.
+        rates = [per_token[key]["tokens_per_s"] for key in ((kind, n), ("keras_hub", n)) if key in per_token]
+        predicted = 30.0 + sum(4 * n / rate for rate in rates)
+        if not budget.fits(predicted):
+            end_to_end[n] = {"skipped": f"skipped (out of budget: ~{predicted:.0f} s predicted, "
+                                        f"{max(0.0, budget.left()):.0f} s left)"}
+            continue
+        keras.utils.set_random_seed(0)
+        model = build_keras_attn(kind, args, PROMPT_LENGTH + n)
+        hub = KerasHubLM(args, PROMPT_LENGTH + n) if use_hub else None
+        records = harness.time_interleaved(full_programs(tf, model, hub, args.batch_size, n),
+                                           repeats=min(args.repeats, 3), budget=budget)
+        for record in records.values():
+            record["tokens_per_s"] = n * args.batch_size / record["median_s"]
+        end_to_end[n] = records
+        print(f"end to end N={n}: " + ", ".join(f"{k} {r['tokens_per_s']:.1f} tok/s" for k, r in records.items())
+              + f" ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
+    roofline.append(harness.matmul_roofline())
+    env_end = harness.environment()
+
+    rows = []
+    for n in lengths:
+        for key in list(args.attention) + (["keras_hub"] if use_hub else []):
+            entry = per_token.get((key, n))
+            if not entry:
+                continue
+            hub_entry = per_token.get(("keras_hub", n))
+            ratio = (f"{entry['tokens_per_s'] / hub_entry['tokens_per_s']:.2f}x"
+                     if hub_entry and key != "keras_hub" else "-")
+            full = end_to_end.get(n, {})
+            side = "keras_hub" if key == "keras_hub" else ("keras_attn" if key == kind else None)
+            measured = full.get(side) if side and "skipped" not in full else None
+            flat = entry["late"]["ms_per_token"] / entry["early"]["ms_per_token"]
+            rows.append([n, PROMPT_LENGTH + n, key, f"{params.get(key, 0):,}",
+                         f"{entry['early']['ms_per_token']:.1f}", f"{entry['late']['ms_per_token']:.1f}",
+                         f"{flat:.2f}", f"{entry['tokens_per_s']:.1f}", ratio,
+                         f"{measured['tokens_per_s']:.1f}" if measured else full.get("skipped", "-")])
+    lines = [
+        f"Cached greedy decoding, decoder-only LM: {args.num_layers} layers, d {args.hidden_dim}, "
+        f"{args.num_heads} heads, d_ff {args.intermediate_dim}, vocabulary {args.vocabulary_size}, batch "
+        f"{args.batch_size}, prompt {PROMPT_LENGTH} tokens, one XLA program per measurement. Per-token cost: "
+        f"{STEPS}-step programs from the first (early) and last (late) positions of a cache of L = prompt + N "
+        f"slots, median of {args.repeats} interleaved calls; tokens/s = 1 / mean per-token cost. End to end: "
+        "the whole generation (prefill + N steps), median of 3 interleaved calls. Goal: keras_attn tokens/s "
+        ">= keras-hub's, late / early ~ 1.",
+        "",
+        harness.markdown_table(
+            ["N", "cache L", "model", "params", "ms/token early", "ms/token late", "late / early",
+             "tokens/s", "vs keras-hub", "end-to-end tokens/s"], rows),
+        "",
+        f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
+    ]
+    print("\n".join(lines))
+    harness.write_results(harness.output_path(args, "generation"), {
+        "config": {**{k: v for k, v in vars(args).items() if k not in ("output", "memory_worker")},
+                   "lengths": lengths, "prompt_length": PROMPT_LENGTH, "steps_per_program": STEPS},
+        "environment": {"start": env_start, "end": env_end},
+        "matmul_roofline": roofline,
+        "parameters": params,
+        "per_token": [{"model": k, "generated_tokens": n, "cache_length": PROMPT_LENGTH + n, **v}
+                      for (k, n), v in per_token.items()],
+        "end_to_end": {str(n): v for n, v in end_to_end.items()},
+        "table": "\n".join(lines),
+        "total_s": budget.elapsed(),
+    })
 
 
 if __name__ == "__main__":

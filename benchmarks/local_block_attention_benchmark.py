@@ -1,72 +1,59 @@
 """Speed and memory of LocalBlockAttention against dense attention.
 
-Compares causal self-attention at d_model 256 (8 heads, key_dim 32),
-batch size 1, T = 1024 ... 16384:
+Causal self-attention at d_model 256 (8 heads, key_dim 32), batch size 1,
+T = 1024 ... 16384:
 
 - `local`: keras_attn's LocalBlockAttention, 1D, block_size 256 and
   memory_flange 256 (each query sees the previous block and its own block
   up to itself, at most 512 keys; the paper's 1D setting of a 256-long
   query block in a 512-long memory block);
 - `dense`: keras.layers.MultiHeadAttention(num_heads=8, key_dim=32) with
-  `use_causal_mask=True`, the dense (T, T) anchor.
+  `use_causal_mask=True`, the dense (T, T) anchor (a band mask would cost
+  the same: dense attention computes every (query, key) pair either way).
 
-Measured:
-1. Forward + backward time (gradients of the inputs and of every weight),
-   under tf.function without and with jit_compile: one warm-up call, then
-   REPEATS calls per layer interleaved (local, dense, local, dense, ...) in
-   one process so that the noise of the shared machine falls on both; the
-   median is reported.
-2. Peak memory: in a fresh subprocess per configuration (layer, T;
-   tf.function without XLA), the rise of the resident-set high-water mark
-   (`resource.getrusage(...).ru_maxrss`) over one forward + backward call,
-   the function being traced beforehand so that only execution counts.
-   Two such processes run at a time (each reads its own high-water mark).
+Measured (shared code in `harness.py`):
+1. Peak memory of one forward + backward call (no XLA), in a fresh process
+   per configuration (ru_maxrss rise, function traced beforehand), two
+   processes at a time.
+2. Forward + backward time (gradients of the inputs and of every weight),
+   tf.function without and then with jit_compile, both layers interleaved
+   (warm-up, then local dense local dense ..., median of --repeats), with
+   the achieved GFLOP/s next to the float32 matmul roofline of this run
+   (FLOPs actually executed: dense computes all T x T pairs, local its
+   512-key windows).
 
-Grappler's constant folding is switched off in every process: keras'
-MultiHeadAttention builds its causal mask from static shapes, and folding
-that (T, T) constant made its first call take 26 s at T = 4096 here, which
-would eat the time budget without changing the steady-state numbers.
+Goals (issue 7): time grows linearly with T; >= 5x faster and >= 10x less
+memory than dense at T = 8192.
 
-The whole run is kept under BUDGET_S seconds (default 280 s, for "under 5
-minutes on 2 cores"). It measures, in order of importance, the timings
-without XLA, the peak memory, then the timings with XLA. Before each
-configuration its cost is predicted from the previous length (time x4 per
-doubling of T for dense, x2 for local; dense memory from the size of its
-(H, T, T) buffers) and it is reported as "skipped (out of budget)" when it
-would not fit in the time left or in three quarters of the free memory;
-every subprocess also runs under a timeout, so the script never hangs.
+The run is kept under --budget seconds (default 280): configurations whose
+predicted time (x2 per doubling of T for local, x4 for dense) or memory
+(dense: about four (H, T, T) float32 buffers) does not fit are reported as
+"skipped (out of budget)" and not run.
 
-Run: `python benchmarks/local_block_attention_benchmark.py [--budget 280]
-[--lengths 1024 2048 ...] [--repeats 5]`. Prints a markdown table and writes
-`benchmarks/results/local_block_attention.json`. The inputs are random
-activations: speed and memory do not depend on the values.
+Run: `python benchmarks/local_block_attention_benchmark.py [--quick]
+[--lengths 1024 2048 ...] [--repeats 5] [--budget 280]`. Prints a markdown
+table and writes benchmarks/results/local_block_attention.json. The inputs
+are random activations: speed and memory do not depend on the values.
 """
 
 import argparse
 import json
+import math
 import os
-import platform
-import statistics
-import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 
 MODEL_DIM, NUM_HEADS, KEY_DIM, BATCH = 256, 8, 32, 1
 BLOCK_SIZE, MEMORY_FLANGE = 256, 256
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
-REPEATS = 5
-BUDGET_S = 280
 LAYERS = ("local", "dense")
-MODES = ("graph", "xla")
-# Time kept back for the memory subprocesses while the timing runs.
-MEMORY_RESERVE_S = 80
-RESULTS = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "results", "local_block_attention.json"
-)
 GROWTH = {"local": 2.0, "dense": 4.0}  # cost factor per doubling of T
+MEMORY_BUDGET_S = 90  # of the total budget, for the memory processes
 
 
-def _available_memory_bytes():
+def _available_bytes():
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -77,341 +64,180 @@ def _available_memory_bytes():
     return None
 
 
-def _dense_bytes_estimate(length):
+def dense_bytes(length):
     # About four live (H, T, T) float32 buffers in dense forward + backward
     # (4 x 537 MB measured as 2.1 GiB at T = 4096).
     return 4 * BATCH * NUM_HEADS * length * length * 4
 
 
-# ---------------------------------------------------------------- workers
-def _setup_tensorflow():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    import tensorflow as tf
-
-    tf.config.optimizer.set_experimental_options({"constant_folding": False})
-    return tf
+def memory_skip_reason(layer, length):
+    free = _available_bytes()
+    if layer == "dense" and free is not None and dense_bytes(length) > 0.75 * free:
+        return (f"skipped (out of budget: ~{dense_bytes(length) / 2 ** 30:.0f} GiB estimated, "
+                f"{free / 2 ** 30:.0f} GiB free)")
+    return None
 
 
-def _make_step(tf, name, jit_compile):
-    """Returns (step, layer): step(x) runs forward + backward and returns a
-    scalar that depends on every gradient (so that all of them are made)."""
+def make_step(tf, name, jit_compile):
     import keras
 
     from keras_attn.layers import LocalBlockAttention
 
     if name == "local":
-        layer = LocalBlockAttention(
-            num_heads=NUM_HEADS, key_dim=KEY_DIM, block_size=BLOCK_SIZE,
-            memory_flange=MEMORY_FLANGE, name="local",
-        )
-        call = lambda x: layer(x, use_causal_mask=True)  # noqa: E731
+        layer = LocalBlockAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM, block_size=BLOCK_SIZE,
+                                    memory_flange=MEMORY_FLANGE, name="local")
+        layer.build((None, None, MODEL_DIM))
+        forward = lambda x: layer(x, use_causal_mask=True)  # noqa: E731
     else:
         layer = keras.layers.MultiHeadAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM, name="dense")
-        call = lambda x: layer(x, x, use_causal_mask=True)  # noqa: E731
-    call(tf.zeros((BATCH, 8, MODEL_DIM)))  # build
-
-    @tf.function(jit_compile=jit_compile)
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            loss = tf.reduce_sum(tf.square(call(x)))
-        grads = tape.gradient(loss, [x] + layer.trainable_weights)
-        return tf.add_n([tf.reduce_sum(g) for g in grads])
-
-    return step
+        layer.build((None, None, MODEL_DIM), (None, None, MODEL_DIM))
+        forward = lambda x: layer(x, x, use_causal_mask=True)  # noqa: E731
+    return harness.forward_backward_step(forward, layer.trainable_weights, jit_compile)
 
 
-def _inputs(tf, length):
+def inputs(tf, length):
     return tf.random.stateless_normal((BATCH, length, MODEL_DIM), seed=(1, length))
 
 
-def _timed(step, x):
-    start = time.perf_counter()
-    step(x).numpy()
-    return time.perf_counter() - start
+def executed_flops(name, length):
+    keys = min(length, BLOCK_SIZE + MEMORY_FLANGE) if name == "local" else length
+    return harness.attention_flops(BATCH, length, MODEL_DIM, NUM_HEADS, KEY_DIM, key_length=keys,
+                                   backward=True)
 
 
-def worker_time(lengths, modes, repeats, deadline):
-    """Timing of both layers, both modes; prints one JSON line per result."""
-    tf = _setup_tensorflow()
-    measured = {}  # (layer, mode) -> (length, first_s, median_s)
-    free = _available_memory_bytes()
-
-    def emit(record):
-        print(json.dumps(record), flush=True)
-
-    def predicted_cost(layer, mode, length):
-        previous = measured.get((layer, mode))
-        if previous is None:
-            return 0.0
-        _, first, median = previous
-        factor = GROWTH[layer] ** max(0.0, _log2(length / previous[0]))
-        # The first call is tracing/compilation (about constant) plus a run.
-        return max(0.0, first - median) + (1 + repeats) * factor * median
-
-    for mode in modes:
-        for length in lengths:
-            x = _inputs(tf, length)
-            active = []
-            for layer in LAYERS:
-                record = {"kind": "time", "mode": mode, "length": length, "layer": layer}
-                left = deadline - time.time()
-                cost = predicted_cost(layer, mode, length)
-                if layer == "dense":
-                    # The local runs still due at this length are kept back.
-                    reserve = repeats * (measured.get(("local", mode)) or (0, 0, 0))[2] * 2
-                    if free is not None and _dense_bytes_estimate(length) > 0.75 * free:
-                        record["skipped"] = (
-                            f"skipped (out of budget: ~{_dense_bytes_estimate(length) / 2**30:.0f} GiB "
-                            f"estimated, {free / 2**30:.0f} GiB free)"
-                        )
-                    elif cost > left - reserve:
-                        record["skipped"] = (
-                            f"skipped (out of budget: ~{cost:.0f} s predicted, "
-                            f"{max(0.0, left - reserve):.0f} s left)"
-                        )
-                elif cost > left:
-                    record["skipped"] = f"skipped (out of budget: ~{cost:.0f} s predicted, {left:.0f} s left)"
-                if "skipped" in record:
-                    emit(record)
-                    continue
-                step = _make_step(tf, layer, jit_compile=mode == "xla")
-                record["first_s"] = _timed(step, x)  # tracing (+ XLA compile) and one run
-                active.append((layer, step, record))
-            runs = {layer: [] for layer, _, _ in active}
-            for _ in range(repeats):
-                for layer, step, _ in active:
-                    runs[layer].append(_timed(step, x))
-            for layer, _, record in active:
-                record["runs_s"] = runs[layer]
-                record["median_s"] = statistics.median(runs[layer])
-                measured[(layer, mode)] = (length, record["first_s"], record["median_s"])
-                emit(record)
-
-
-def worker_memory(layer, length):
-    """Peak memory of one forward + backward call, in a fresh process."""
-    import gc
-    import resource
-
-    tf = _setup_tensorflow()
-    step = _make_step(tf, layer, jit_compile=False)
-    x = _inputs(tf, length)
-    step.get_concrete_function(x)  # trace now: only execution is measured
-    gc.collect()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    seconds = _timed(step, x)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_mib": (after - before) / 1024.0, "seconds": seconds}), flush=True)
-
-
-def _log2(value):
-    import math
-
-    return math.log2(value)
-
-
-# ----------------------------------------------------------------- parent
-def _run_worker(arguments, timeout):
-    """Runs this script as a worker; returns (JSON records, note)."""
-    command = [sys.executable, os.path.abspath(__file__)] + arguments
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        stdout, stderr = process.communicate(timeout=max(1.0, timeout))
-        note = None if process.returncode == 0 else f"exit {process.returncode}: {stderr.strip()[-300:]}"
-    except subprocess.TimeoutExpired:
-        process.kill()
-        stdout, _ = process.communicate()
-        note = "skipped (out of budget: timed out)"
-    records = []
-    for line in stdout.splitlines():
-        if line.startswith("{"):
-            records.append(json.loads(line))
-    return records, note
-
-
-def _fmt_time(record):
-    if record is None:
-        return "skipped (out of budget)"
-    if "skipped" in record:
-        return record["skipped"]
-    return f"{record['median_s']:.3f}"
-
-
-def _ratio(a, b):
-    if a is None or b is None or "median_s" not in a or "median_s" not in b:
-        return "-"
-    return f"{b['median_s'] / a['median_s']:.1f}x"
-
-
-def _measure_memory(lengths, timing, deadline):
-    """Peak memory per (layer, length), each in a fresh process; two
-    processes at a time (each reads only its own high-water mark), the
-    most telling configurations first, skipping what would not fit."""
-    free = _available_memory_bytes()
-    middle = [t for t in lengths if t <= 8192][-1:] or lengths[:1]
-    order = [(layer, t) for t in middle for layer in LAYERS]
-    order += [(layer, t) for t in lengths for layer in LAYERS if t not in middle]
-    memory, running, overhead = {}, [], [15.0]
-
-    def expected_seconds(layer, length):
-        graph = timing.get((layer, "graph", length)) or {}
-        return overhead[0] + graph.get("first_s", 10.0)
-
-    def collect(job):
-        (layer, length), process, began = job
-        stdout, stderr = process.communicate()
-        records = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-        if records:
-            memory[(layer, length)] = records[0]
-            overhead[0] = max(5.0, time.time() - began - records[0]["seconds"])
-        else:
-            memory[(layer, length)] = {"skipped": f"failed: {stderr.strip()[-200:]}"}
-
-    while order or running:
-        for job in list(running):
-            if job[1].poll() is not None:
-                running.remove(job)
-                collect(job)
-            elif time.time() > deadline:
-                job[1].kill()
-                job[1].communicate()
-                running.remove(job)
-                memory[job[0]] = {"skipped": "skipped (out of budget: timed out)"}
-        if order and len(running) < 2:
-            layer, length = order.pop(0)
-            estimate = _dense_bytes_estimate(length) if layer == "dense" else 0
-            left = deadline - time.time()
-            if free is not None and estimate > 0.75 * free:
-                memory[(layer, length)] = {
-                    "skipped": f"skipped (out of budget: ~{estimate / 2**30:.0f} GiB estimated, "
-                               f"{free / 2**30:.0f} GiB free)"
-                }
-            elif expected_seconds(layer, length) > left:
-                memory[(layer, length)] = {
-                    "skipped": f"skipped (out of budget: ~{expected_seconds(layer, length):.0f} s "
-                               f"predicted, {max(0.0, left):.0f} s left)"
-                }
-            else:
-                command = [sys.executable, os.path.abspath(__file__), "--worker", "memory",
-                           "--layer", layer, "--lengths", str(length)]
-                process = subprocess.Popen(
-                    command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-                )
-                running.append(((layer, length), process, time.time()))
-            continue
-        time.sleep(0.2)
-    return memory
+def memory_worker(config):
+    tf = harness.setup_tensorflow()
+    step = make_step(tf, config["layer"], jit_compile=False)
+    x = inputs(tf, config["length"])
+    harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
-    parser.add_argument("--repeats", type=int, default=REPEATS)
-    parser.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for the whole run")
-    parser.add_argument("--output", default=RESULTS)
-    parser.add_argument("--worker", choices=("time", "memory"), help=argparse.SUPPRESS)
-    parser.add_argument("--modes", nargs="+", default=list(MODES), help=argparse.SUPPRESS)
-    parser.add_argument("--layer", help=argparse.SUPPRESS)
-    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
+    if args.memory_worker:
+        return memory_worker(json.loads(args.memory_worker))
     lengths = sorted(args.lengths)
-    if args.worker == "time":
-        return worker_time(lengths, args.modes, args.repeats, args.deadline)
-    if args.worker == "memory":
-        return worker_memory(args.layer, lengths[0])
+    if args.quick:
+        lengths = [1024]
+        args.repeats = min(args.repeats, 2)
+    budget = harness.Budget(args.budget)
+    env_start = harness.environment()
+    tf = harness.setup_tensorflow()
 
-    start = time.time()
-    deadline = start + args.budget
-    load_before = os.getloadavg()
+    # 1. Peak memory, the most telling length first.
+    memory = {}
+    if not args.skip_memory:
+        middle = [t for t in lengths if t <= 8192][-1:] or lengths[:1]
+        order = [(layer, t) for t in middle for layer in LAYERS]
+        order += [(layer, t) for t in lengths for layer in LAYERS if t not in middle]
+        runnable = []
+        for layer, length in order:
+            reason = memory_skip_reason(layer, length)
+            if reason:
+                memory[(layer, length)] = {"skipped": reason}
+            else:
+                runnable.append({"layer": layer, "length": length})
+        memory_budget = harness.Budget(min(MEMORY_BUDGET_S, 0.35 * budget.left()))
+        records = harness.measure_memory_many(__file__, runnable, budget=memory_budget, timeout=90)
+        memory.update({(c["layer"], c["length"]): r for c, r in zip(runnable, records)})
+        print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
 
-    def run_timing(mode, until):
-        records, note = _run_worker(
-            ["--worker", "time", "--modes", mode, "--deadline", str(until),
-             "--repeats", str(args.repeats), "--lengths"] + [str(t) for t in lengths],
-            timeout=until - time.time() + 20,
-        )
-        if note:
-            print(f"timing worker ({mode}): {note}", file=sys.stderr)
-        return {(r["layer"], r["mode"], r["length"]): r for r in records}
+    # 2. Timing, without XLA then with.
+    roofline = [harness.matmul_roofline()]
+    last = {}  # (layer, jit) -> (length, seconds of warm-up + repeats)
+    skipped = {}
 
-    # In order of importance, as the budget may not cover everything:
-    # 1. timing without XLA, 2. peak memory, 3. timing with XLA.
-    timing = run_timing("graph", deadline - MEMORY_RESERVE_S)
-    memory = _measure_memory(lengths, timing, deadline)
-    if deadline - time.time() > 20:  # else not even the process start fits
-        timing.update(run_timing("xla", deadline))
+    def predicted(layer, jit, length):
+        if (layer, jit) not in last:
+            return 0.0
+        previous_length, seconds = last[(layer, jit)]
+        return seconds * GROWTH[layer] ** max(0.0, math.log2(length / previous_length))
 
-    # 3. Report.
+    def candidates(config):
+        length, jit = config
+        x = inputs(tf, length)
+        chosen = {}
+        for layer in LAYERS:
+            reason = memory_skip_reason(layer, length)
+            cost = predicted(layer, jit, length)
+            others = sum(predicted(o, jit, length) for o in LAYERS if o != layer)
+            if reason is None and cost + others > budget.left():
+                reason = (f"skipped (out of budget: ~{cost:.0f} s predicted, "
+                          f"{max(0.0, budget.left() - others):.0f} s left)")
+            if reason:
+                skipped[(layer, length, jit)] = {"skipped": reason}
+                continue
+            step = make_step(tf, layer, jit)
+            chosen[layer] = lambda step=step: step(x)
+        return chosen
+
+    def on_result(config, records):
+        length, jit = config
+        for layer, record in records.items():
+            record["gflops"] = executed_flops(layer, length) / record["median_s"] / 1e9
+            last[(layer, jit)] = (length, record["first_s"] + sum(record["runs_s"]))
+
+    configs = [(t, jit) for jit in (False, True) for t in lengths]
+    compared = harness.compare(configs, candidates, args.repeats, budget, group=lambda c: c[1], growth=None,
+                               log=lambda c: f"T={c[0]} jit={c[1]}", on_result=on_result)
+    timing = {}
+    for (length, jit), records in compared.items():
+        for layer in LAYERS:
+            timing[(layer, length, jit)] = records.get(layer) or skipped.get((layer, length, jit))
+    roofline.append(harness.matmul_roofline())
+    env_end = harness.environment()
+    peak = max(r["gflops"] for r in roofline)
+
+    def speedup(a, b):
+        return (f"{b['median_s'] / a['median_s']:.1f}x" if a and b and "median_s" in a and "median_s" in b
+                else "-")
+
+    def mem(record):
+        return f"{record['peak_mib']:.0f}" if record and "peak_mib" in record else (
+            (record or {}).get("skipped", "not measured"))
+
+    gf = (lambda r: f"{r['gflops']:.0f} ({100 * r['gflops'] / peak:.0f}%)" if r and "gflops" in r else "-")
+    rows = []
+    for length in lengths:
+        lg, dg = timing.get(("local", length, False)), timing.get(("dense", length, False))
+        lx, dx = timing.get(("local", length, True)), timing.get(("dense", length, True))
+        lm, dm = memory.get(("local", length)), memory.get(("dense", length))
+        memory_ratio = (f"{dm['peak_mib'] / lm['peak_mib']:.1f}x"
+                        if lm and dm and "peak_mib" in lm and "peak_mib" in dm and lm["peak_mib"] > 0 else "-")
+        rows.append([length, harness.fmt_ms(lg), harness.fmt_ms(dg), speedup(lg, dg),
+                     harness.fmt_ms(lx), harness.fmt_ms(dx), speedup(lx, dx), gf(lg), gf(dg),
+                     mem(lm), mem(dm), memory_ratio])
     lines = [
         f"LocalBlockAttention (block_size={BLOCK_SIZE}, memory_flange={MEMORY_FLANGE}, causal) vs "
         f"keras.layers.MultiHeadAttention (causal), d_model={MODEL_DIM}, heads={NUM_HEADS}, "
-        f"key_dim={KEY_DIM}, batch={BATCH}; forward+backward, median of {args.repeats} "
-        "(seconds); peak = ru_maxrss rise over one call, no XLA (MiB).",
+        f"key_dim={KEY_DIM}, batch={BATCH}; forward+backward, median of {args.repeats} interleaved calls (ms); "
+        f"GFLOP/s without XLA (% of the {peak:.0f} GFLOP/s matmul roofline of this run); peak = ru_maxrss "
+        "rise over one call in a fresh process, no XLA (MiB). Goals: >= 5x faster, >= 10x less memory "
+        "at T = 8192.",
         "",
-        "| T | local (s) | dense (s) | speed-up | local XLA (s) | dense XLA (s) | speed-up XLA "
-        "| local peak (MiB) | dense peak (MiB) | memory ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    rows = []
-    for length in lengths:
-        local_g, dense_g = timing.get(("local", "graph", length)), timing.get(("dense", "graph", length))
-        local_x, dense_x = timing.get(("local", "xla", length)), timing.get(("dense", "xla", length))
-        local_m, dense_m = memory.get(("local", length), {}), memory.get(("dense", length), {})
-
-        def mem(record):
-            return f"{record['peak_mib']:.0f}" if "peak_mib" in record else record.get("skipped", "skipped (out of budget)")
-
-        memory_ratio = (
-            f"{dense_m['peak_mib'] / local_m['peak_mib']:.1f}x"
-            if "peak_mib" in local_m and "peak_mib" in dense_m and local_m["peak_mib"] > 0 else "-"
-        )
-        lines.append(
-            f"| {length} | {_fmt_time(local_g)} | {_fmt_time(dense_g)} | {_ratio(local_g, dense_g)} "
-            f"| {_fmt_time(local_x)} | {_fmt_time(dense_x)} | {_ratio(local_x, dense_x)} "
-            f"| {mem(local_m)} | {mem(dense_m)} | {memory_ratio} |"
-        )
-        rows.append({
-            "length": length,
-            "time": {f"{layer}_{mode}": timing.get((layer, mode, length))
-                     for layer in LAYERS for mode in MODES},
-            "memory": {"local": local_m, "dense": dense_m},
-        })
-    elapsed = time.time() - start
-    load_after = os.getloadavg()
-    lines += [
+        harness.markdown_table(
+            ["T", "local ms", "dense ms", "speed-up", "local XLA ms", "dense XLA ms", "speed-up XLA",
+             "local GFLOP/s", "dense GFLOP/s", "local peak MiB", "dense peak MiB", "memory ratio"], rows),
         "",
-        f"Total {elapsed:.0f} s; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after "
-        f"on {os.cpu_count()} CPUs (a shared machine: timings are noisy; compare within a row).",
+        f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
     print("\n".join(lines))
-
-    from importlib.metadata import version
-
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(
-            {
-                "config": {
-                    "model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
-                    "batch_size": BATCH, "block_size": BLOCK_SIZE, "memory_flange": MEMORY_FLANGE,
-                    "causal": True, "repeats": args.repeats, "budget_s": args.budget,
-                    "grappler_constant_folding": False,
-                },
-                "environment": {
-                    "platform": platform.platform(), "python": platform.python_version(),
-                    "tensorflow": version("tensorflow"), "keras": version("keras"),
-                    "cpus": os.cpu_count(), "load_average_before": load_before,
-                    "load_average_after": load_after, "elapsed_s": elapsed,
-                },
-                "results": rows,
-                "table": "\n".join(lines),
-            },
-            f,
-            indent=1,
-        )
-    print(f"\nwrote {os.path.relpath(args.output)}")
+    harness.write_results(harness.output_path(args, "local_block_attention"), {
+        "config": {"model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM, "batch_size": BATCH,
+                   "block_size": BLOCK_SIZE, "memory_flange": MEMORY_FLANGE, "causal": True,
+                   "repeats": args.repeats, "budget_s": args.budget, "quick": args.quick,
+                   "grappler_constant_folding": False},
+        "environment": {"start": env_start, "end": env_end},
+        "matmul_roofline": roofline,
+        "timing": [{"layer": n, "length": t, "jit_compile": j, **(r or {"skipped": "not run"})}
+                   for (n, t, j), r in timing.items()],
+        "peak_memory": [{"layer": n, "length": t, "jit_compile": False, **r} for (n, t), r in memory.items()],
+        "table": "\n".join(lines),
+        "total_s": budget.elapsed(),
+    })
 
 
 if __name__ == "__main__":

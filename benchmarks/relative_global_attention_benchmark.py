@@ -18,103 +18,100 @@ and batch size 1:
 Both relative versions use one table for all heads (as Shaw et al.; the
 per-head gather would be 8x larger still) and max_relative_position = T.
 
-Measured:
-1. Peak memory: in a fresh subprocess per configuration (implementation,
-   T, no-XLA tf.function), the rise of the resident-set high-water mark
-   (`resource.getrusage(...).ru_maxrss`) over one forward + backward call,
-   the function being traced beforehand. Run first, while this process is
-   small: Linux hands a child the parent's ru_maxrss at fork, which would
-   hide the child's own peak.
-2. Forward + backward (gradients of all weights) time, tf.function with and
-   without jit_compile, median of REPEATS calls after one warm-up call;
-   implementations and modes interleaved in one process, so that the noise
-   of the machine falls on all of them alike. Wall time and the process's
-   CPU time (all threads, user + system) are both recorded: on a shared
-   machine the CPU time is the steadier comparison.
+Measured (shared code in `harness.py`):
+1. Peak memory: in a fresh process per configuration (implementation, T,
+   no-XLA tf.function), the rise of ru_maxrss over one forward + backward
+   call, the function traced beforehand; two processes at a time.
+2. Forward + backward (gradients of the inputs and all weights) time,
+   tf.function without and with jit_compile, all implementations
+   interleaved (warm-up, then A B C D A B C D ..., median of --repeats);
+   wall and process CPU time (on a shared machine the CPU time is the
+   steadier comparison), and the achieved GFLOP/s of the keras MHA and
+   skew calls next to the float32 matmul roofline of this run.
 3. Cached sampling: time per token of a jit-compiled one-token decoding step
-   at positions ~128, 512 and 2047 of a 2048-slot cache, for the skew layer
-   and for MultiHeadSelfAttention (the same cache, no relative term).
+   at positions ~128, 512 and 2040 of a 2048-slot cache, for the skew layer
+   and for MultiHeadSelfAttention (the same cache, no relative term),
+   interleaved.
 
-Run: `python benchmarks/relative_global_attention_benchmark.py` (about 190 s
-of CPU time: 3-4 minutes on 2 idle cores, more on a loaded machine). Prints
-markdown tables and writes `benchmarks/results/relative_global_attention.json`.
-The inputs are random activations: speed and memory do not depend on values.
+Goals (issue 7): skew <= 1.3x keras MHA time; >= 10x less memory than the
+gather version at T = 2048.
+
+Run: `python benchmarks/relative_global_attention_benchmark.py [--quick]
+[--repeats 5] [--budget 280]`. Prints markdown tables and writes
+`benchmarks/results/relative_global_attention.json`. The inputs are random
+activations: speed and memory do not depend on values.
 """
 
+import argparse
 import json
 import os
-import platform
-import resource
-import statistics
-import subprocess
 import sys
-import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from keras import ops  # noqa: E402
-
-from keras_attn.layers import MultiHeadSelfAttention, RelativeGlobalAttention  # noqa: E402
-from keras_attn.layers import attention_ops  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 
 NUM_HEADS, KEY_DIM, MODEL_DIM, BATCH = 8, 64, 512, 1
 LENGTHS = (256, 512, 1024, 2048)
 IMPLEMENTATIONS = ("skew", "gather", "keras_mha")  # timed and measured
 TIMED = IMPLEMENTATIONS + ("mhsa",)
-REPEATS = 5
 DECODE_POSITIONS = (128, 512, 2040)
 DECODE_CACHE_LENGTH = 2048
 DECODE_STEPS = 8
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "relative_global_attention.json")
+NAMES = {"skew": "skew", "gather": "gather", "keras_mha": "keras MHA", "mhsa": "MHSA"}
 
 
-class ShawGatherAttention(MultiHeadSelfAttention):
-    """Relative attention the naive way (Shaw et al. 2018): gathers the
-    (T, S, K) tensor of clipped relative embeddings. Benchmark anchor only."""
+def _layers():
+    import keras
+    from keras import ops
 
-    def __init__(self, num_heads, key_dim, max_relative_position, **kwargs):
-        super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
-        self.max_relative_position = max_relative_position
+    from keras_attn.layers import MultiHeadSelfAttention, RelativeGlobalAttention, attention_ops
 
-    def _build_attention_core(self, inputs_shape):
-        self.relative_embeddings = self.add_weight(
-            name="relative_embeddings",
-            shape=(2 * self.max_relative_position - 1, self.key_dim),
-            initializer=keras.initializers.RandomNormal(stddev=self.key_dim ** -0.5),
-        )
+    class ShawGatherAttention(MultiHeadSelfAttention):
+        """Relative attention the naive way (Shaw et al. 2018): gathers the
+        (T, S, K) tensor of clipped relative embeddings. Benchmark anchor only."""
 
-    def _attend(self, query, key, value, padding_mask, attention_mask, use_causal_mask,
-                query_offset, valid_key_length, cached, spatial_shape,
-                return_attention_scores, training):
-        query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
-        limit = self.max_relative_position - 1
-        distances = ops.arange(key_length)[None, :] - (
-            ops.arange(query_length)[:, None] + ops.cast(query_offset, "int32")
-        )
-        rows = ops.clip(distances, -limit, limit) + limit
-        relative = ops.take(self.relative_embeddings, rows, axis=0)  # (T, S, K)
-        extra = ops.einsum("bthk,tsk->bhts", query, relative)
-        mask = attention_ops.merge_masks(
-            ops.shape(query)[0], query_length, key_length,
-            key_padding_mask=padding_mask, attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask, query_offset=query_offset,
-            valid_key_length=valid_key_length,
-        )
-        return attention_ops.scaled_dot_product_attention(
-            query, key, value, mask, may_have_empty_rows=False, extra_logits=extra,
-        )
+        def __init__(self, num_heads, key_dim, max_relative_position, **kwargs):
+            super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
+            self.max_relative_position = max_relative_position
+
+        def _build_attention_core(self, inputs_shape):
+            self.relative_embeddings = self.add_weight(
+                name="relative_embeddings",
+                shape=(2 * self.max_relative_position - 1, self.key_dim),
+                initializer=keras.initializers.RandomNormal(stddev=self.key_dim ** -0.5),
+            )
+
+        def _attend(self, query, key, value, padding_mask, attention_mask, use_causal_mask,
+                    query_offset, valid_key_length, cached, spatial_shape,
+                    return_attention_scores, training):
+            query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
+            limit = self.max_relative_position - 1
+            distances = ops.arange(key_length)[None, :] - (
+                ops.arange(query_length)[:, None] + ops.cast(query_offset, "int32")
+            )
+            rows = ops.clip(distances, -limit, limit) + limit
+            relative = ops.take(self.relative_embeddings, rows, axis=0)  # (T, S, K)
+            extra = ops.einsum("bthk,tsk->bhts", query, relative)
+            mask = attention_ops.merge_masks(
+                ops.shape(query)[0], query_length, key_length,
+                key_padding_mask=padding_mask, attention_mask=attention_mask,
+                use_causal_mask=use_causal_mask, query_offset=query_offset,
+                valid_key_length=valid_key_length,
+            )
+            return attention_ops.scaled_dot_product_attention(
+                query, key, value, mask, may_have_empty_rows=False, extra_logits=extra,
+            )
+
+    return MultiHeadSelfAttention, RelativeGlobalAttention, ShawGatherAttention
 
 
 def make_layer(name, length):
+    import keras
+
+    MultiHeadSelfAttention, RelativeGlobalAttention, ShawGatherAttention = _layers()
     if name == "skew":
-        return RelativeGlobalAttention(
-            NUM_HEADS, KEY_DIM, max_relative_position=length,
-            heads_share_relative_embedding=True,
-        )
+        return RelativeGlobalAttention(NUM_HEADS, KEY_DIM, max_relative_position=length,
+                                       heads_share_relative_embedding=True)
     if name == "gather":
         return ShawGatherAttention(NUM_HEADS, KEY_DIM, max_relative_position=length)
     if name == "keras_mha":
@@ -124,255 +121,170 @@ def make_layer(name, length):
     raise ValueError(f"Unknown implementation {name!r}; expected one of {TIMED}.")
 
 
-def make_train_step(name, length, jit_compile):
-    """Builds the layer and a tf.function computing loss and all gradients."""
+def make_step(name, length, jit_compile):
     layer = make_layer(name, length)
     shape = (BATCH, length, MODEL_DIM)
     if name == "keras_mha":
         layer.build(shape, shape)
-
-        def forward(x):
-            return layer(x, x, use_causal_mask=True)
+        forward = lambda x: layer(x, x, use_causal_mask=True)  # noqa: E731
     else:
         layer.build(shape)
-
-        def forward(x):
-            return layer(x, use_causal_mask=True)
-
-    @tf.function(jit_compile=jit_compile)
-    def step(x):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(forward(x)))
-        return loss, tape.gradient(loss, layer.trainable_weights)
-
-    activations = tf.constant(
-        np.random.default_rng(0).standard_normal(shape).astype("float32")
-    )
-    return step, activations
+        forward = lambda x: layer(x, use_causal_mask=True)  # noqa: E731
+    return harness.forward_backward_step(forward, layer.trainable_weights, jit_compile)
 
 
-def run_step(step, activations):
-    loss, grads = step(activations)
-    # Pull one scalar to the host: the call has finished when it arrives.
-    float(loss) + float(tf.reduce_sum(grads[0]))
+def inputs(tf, length):
+    return tf.random.stateless_normal((BATCH, length, MODEL_DIM), seed=(3, length))
 
 
-def time_forward_backward():
-    timings = {}
-    for length in LENGTHS:
-        steps = {}
-        for name in TIMED:
-            for jit in (False, True):
-                step, activations = make_train_step(name, length, jit)
-                start = time.perf_counter()
-                run_step(step, activations)  # warm-up: trace, compile, fold constants
-                first = time.perf_counter() - start
-                steps[(name, jit)] = (step, activations)
-                timings[(name, jit, length)] = {
-                    "first_call_s": first, "samples_s": [], "cpu_samples_s": []
-                }
-        for _ in range(REPEATS):
-            for key, (step, activations) in steps.items():
-                start, cpu_start = time.perf_counter(), time.process_time()
-                run_step(step, activations)
-                record = timings[key + (length,)]
-                record["samples_s"].append(time.perf_counter() - start)
-                record["cpu_samples_s"].append(time.process_time() - cpu_start)
-        print(f"  timed T={length}", file=sys.stderr, flush=True)
-    for record in timings.values():
-        record["median_s"] = statistics.median(record["samples_s"])
-        record["cpu_median_s"] = statistics.median(record["cpu_samples_s"])
-    return timings
+def memory_worker(config):
+    tf = harness.setup_tensorflow()
+    step = make_step(config["implementation"], config["length"], jit_compile=False)
+    x = inputs(tf, config["length"])
+    harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
 
 
-def peak_memory_child(name, length):
-    """Runs in a fresh process: RSS high-water rise over one call (MiB)."""
-    step, activations = make_train_step(name, length, jit_compile=False)
-    step.get_concrete_function(activations)  # trace before measuring
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    run_step(step, activations)
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    # ru_maxrss is in KiB on Linux. If the high-water mark was inherited
-    # from the parent (above this process's own RSS), the rise is hidden.
-    inherited = before > 1.1 * _resident_kib()
-    print(json.dumps({"peak_rise_mib": (after - before) / 1024.0, "maxrss_inherited": inherited}))
-
-
-def _resident_kib():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return float("inf")
-
-
-def measure_memory():
-    memory = {}
-    for length in LENGTHS:
-        for name in IMPLEMENTATIONS:
-            result = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--memory", name, str(length)],
-                capture_output=True, text=True, check=True,
-            )
-            record = json.loads(result.stdout.strip().splitlines()[-1])
-            if record["maxrss_inherited"]:
-                print(f"  warning: {name} T={length}: maxrss inherited from the parent", file=sys.stderr)
-            memory[(name, length)] = record["peak_rise_mib"]
-        print(f"  memory T={length}", file=sys.stderr, flush=True)
-    return memory
-
-
-def time_cached_sampling():
+def time_cached_sampling(tf, repeats):
     """Wall and CPU ms per token of a compiled one-token step at several
-    positions."""
-    results = {}
+    positions, layers and positions interleaved."""
+    MultiHeadSelfAttention, RelativeGlobalAttention, _ = _layers()
     shape = (BATCH, 1, MODEL_DIM)
-    token = tf.constant(np.random.default_rng(1).standard_normal(shape).astype("float32"))
+    token = tf.random.stateless_normal(shape, seed=(4, 1))
     layers = {
-        "skew": RelativeGlobalAttention(
-            NUM_HEADS, KEY_DIM, max_relative_position=DECODE_CACHE_LENGTH,
-            heads_share_relative_embedding=True,
-        ),
+        "skew": RelativeGlobalAttention(NUM_HEADS, KEY_DIM, max_relative_position=DECODE_CACHE_LENGTH,
+                                        heads_share_relative_embedding=True),
         "multi_head_self_attention": MultiHeadSelfAttention(NUM_HEADS, KEY_DIM),
     }
+    candidates = {}
     for name, layer in layers.items():
         layer.build(shape)
 
-        @tf.function(jit_compile=True)
         def step(x, cache, index, layer=layer):
             return layer(x, cache=cache, cache_index=index, use_causal_mask=True)
 
-        cache = layer.init_cache(BATCH, DECODE_CACHE_LENGTH)
-        step(token, cache, tf.constant(0))  # compile once
+        step = harness.compile_function(step, jit_compile=True)
+        state = {"cache": layer.init_cache(BATCH, DECODE_CACHE_LENGTH)}
         for position in DECODE_POSITIONS:
-            samples, cpu_samples = [], []
-            for _ in range(3):
-                start, cpu_start = time.perf_counter(), time.process_time()
+            def run(step=step, state=state, position=position):
                 for i in range(DECODE_STEPS):
-                    y, cache = step(token, cache, tf.constant(position + i))
-                float(tf.reduce_sum(y))
-                samples.append((time.perf_counter() - start) / DECODE_STEPS * 1e3)
-                cpu_samples.append((time.process_time() - cpu_start) / DECODE_STEPS * 1e3)
-            results[(name, position)] = {
-                "ms": statistics.median(samples), "cpu_ms": statistics.median(cpu_samples)
-            }
-        assert step.experimental_get_tracing_count() == 1
-    return results
+                    y, state["cache"] = step(token, state["cache"], tf.constant(position + i))
+                return y
+            candidates[(name, position)] = run
+    records = harness.time_interleaved(candidates, repeats=repeats)
+    return {key: {"ms": 1e3 * r["median_s"] / DECODE_STEPS, "cpu_ms": 1e3 * r["cpu_median_s"] / DECODE_STEPS}
+            for key, r in records.items()}
 
 
 def main():
-    started = time.perf_counter()
-    print("peak memory (one subprocess per configuration) ...", file=sys.stderr, flush=True)
-    memory = measure_memory()
-    print("timing forward+backward ...", file=sys.stderr, flush=True)
-    timings = time_forward_backward()
-    print("cached sampling ...", file=sys.stderr, flush=True)
-    sampling = time_cached_sampling()
-    total = time.perf_counter() - started
+    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser.add_argument("--skip-memory", action="store_true")
+    args = parser.parse_args()
+    if args.memory_worker:
+        return memory_worker(json.loads(args.memory_worker))
+    lengths = LENGTHS
+    if args.quick:
+        lengths = (256,)
+        args.repeats = min(args.repeats, 2)
+    budget = harness.Budget(args.budget)
+    env_start = harness.environment()
+    tf = harness.setup_tensorflow()
 
-    names = {"skew": "skew", "gather": "gather", "keras_mha": "keras MHA", "mhsa": "MHSA"}
+    memory = {}
+    if not args.skip_memory:
+        configs = [{"implementation": n, "length": t} for t in lengths for n in IMPLEMENTATIONS]
+        records = harness.measure_memory_many(__file__, configs, budget=budget)
+        memory = {(c["implementation"], c["length"]): r for c, r in zip(configs, records)}
+        print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
+
+    roofline = [harness.matmul_roofline()]
+    # Cached sampling is measured before the long timings, so that the
+    # budget, if short, cuts the largest T instead.
+    sampling = time_cached_sampling(tf, 3 if not args.quick else 1)
+    print(f"cached sampling done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
+
+    def candidates(config):
+        length, jit = config
+        x = inputs(tf, length)
+        steps = {name: make_step(name, length, jit) for name in TIMED}
+        return {name: (lambda s=s: s(x)) for name, s in steps.items()}
+
+    configs = [(t, jit) for t in lengths for jit in (False, True)]
+    compared = harness.compare(configs, candidates, args.repeats, budget, group=lambda c: c[1],
+                               log=lambda c: f"T={c[0]} jit={c[1]}")
+    roofline.append(harness.matmul_roofline())
+    env_end = harness.environment()
+    peak = max(r["gflops"] for r in roofline)
+
+    def ms(record, key="median_s"):
+        return f"{1e3 * record[key]:.0f}" if record and key in record else "skipped (out of budget)"
+
+    def ratio(a, b, key="median_s"):
+        return f"{a[key] / b[key]:.2f}" if a and b and key in a and key in b else "-"
+
+    rows = []
+    for length, jit in configs:
+        records = compared.get((length, jit), {})
+        skew, mha = records.get("skew"), records.get("keras_mha")
+        gflops = "-"
+        if skew and mha and "median_s" in skew and "median_s" in mha:
+            flops = harness.attention_flops(BATCH, length, MODEL_DIM, NUM_HEADS, KEY_DIM, backward=True)
+            gflops = (f"{flops / skew['median_s'] / 1e9:.0f} / {flops / mha['median_s'] / 1e9:.0f} "
+                      f"({100 * flops / mha['median_s'] / 1e9 / peak:.0f}%)")
+        rows.append([length, "yes" if jit else "no"] + [ms(records.get(n)) for n in TIMED]
+                    + [ratio(skew, mha)] + [ms(records.get(n), "cpu_median_s") for n in TIMED]
+                    + [ratio(skew, mha, "cpu_median_s"), gflops])
     lines = [
-        f"RelativeGlobalAttention benchmark: causal, batch {BATCH}, {NUM_HEADS} heads, "
-        f"key_dim {KEY_DIM}, d_model {MODEL_DIM}. Forward+backward, median of {REPEATS} "
-        "after warm-up: wall ms and process CPU ms (all threads). MHSA = keras_attn "
-        "MultiHeadSelfAttention (the skew layer's base, no relative term).",
+        f"RelativeGlobalAttention benchmark: causal, batch {BATCH}, {NUM_HEADS} heads, key_dim {KEY_DIM}, "
+        f"d_model {MODEL_DIM}. Forward+backward, median of {args.repeats} interleaved calls after a warm-up: "
+        "wall ms and process CPU ms. MHSA = keras_attn MultiHeadSelfAttention (the skew layer's base, no "
+        f"relative term). GFLOP/s (projections + QK + PV, the relative term not counted): skew / keras MHA "
+        f"(keras MHA as % of the {peak:.0f} GFLOP/s matmul roofline of this run). Goal: skew / keras MHA <= 1.3.",
         "",
-        "| T | XLA | " + " | ".join(f"{names[n]} ms" for n in TIMED)
-        + " | skew/keras MHA wall | " + " | ".join(f"{names[n]} CPU ms" for n in TIMED)
-        + " | skew/keras MHA CPU |",
-        "|---" * (4 + 2 * len(TIMED)) + "|",
+        harness.markdown_table(
+            ["T", "XLA"] + [f"{NAMES[n]} ms" for n in TIMED] + ["skew / keras MHA (wall)"]
+            + [f"{NAMES[n]} CPU ms" for n in TIMED] + ["skew / keras MHA (CPU)", "GFLOP/s skew / keras MHA"],
+            rows),
     ]
-    for length in LENGTHS:
-        for jit in (False, True):
-            wall = {n: timings[(n, jit, length)]["median_s"] * 1e3 for n in TIMED}
-            cpu = {n: timings[(n, jit, length)]["cpu_median_s"] * 1e3 for n in TIMED}
-            lines.append(
-                f"| {length} | {'yes' if jit else 'no'} | "
-                + " | ".join(f"{wall[n]:.0f}" for n in TIMED)
-                + f" | {wall['skew'] / wall['keras_mha']:.2f} | "
-                + " | ".join(f"{cpu[n]:.0f}" for n in TIMED)
-                + f" | {cpu['skew'] / cpu['keras_mha']:.2f} |"
-            )
-    lines += [
-        "",
-        "Peak memory of one forward+backward call (no XLA): rise of ru_maxrss in a fresh process (MiB).",
-        "",
-        "| T | " + " | ".join(names[n] for n in IMPLEMENTATIONS)
-        + " | gather/skew | skew - keras MHA | gather - keras MHA |",
-        "|---" * (len(IMPLEMENTATIONS) + 4) + "|",
-    ]
-    for length in LENGTHS:
-        mem = {n: memory[(n, length)] for n in IMPLEMENTATIONS}
-        lines.append(
-            f"| {length} | " + " | ".join(f"{mem[n]:.0f}" for n in IMPLEMENTATIONS)
-            + f" | {mem['gather'] / max(mem['skew'], 1.0):.1f}"
-            + f" | {mem['skew'] - mem['keras_mha']:+.0f} | {mem['gather'] - mem['keras_mha']:+.0f} |"
-        )
-    lines += [
-        "",
-        f"Cached sampling, one token per jit-compiled step, {DECODE_CACHE_LENGTH}-slot cache "
-        "(wall ms / CPU ms per token):",
-        "",
-        "| layer | " + " | ".join(f"position {p}" for p in DECODE_POSITIONS) + " |",
-        "|---|" + "---|" * len(DECODE_POSITIONS),
-    ]
-    for name in ("skew", "multi_head_self_attention"):
-        lines.append(
-            f"| {name} | "
-            + " | ".join(
-                f"{sampling[(name, p)]['ms']:.1f} / {sampling[(name, p)]['cpu_ms']:.1f}"
-                for p in DECODE_POSITIONS
-            )
-            + " |"
-        )
-    load = os.getloadavg()
-    lines += [
-        "",
-        f"Total {total:.0f} s. Load average at the end {load[0]:.1f} on {os.cpu_count()} cores "
-        "(a shared machine: other processes add noise; compare only numbers of this run).",
-    ]
+    if memory:
+        mem_rows = []
+        for length in lengths:
+            mem = {n: memory.get((n, length), {}) for n in IMPLEMENTATIONS}
+            value = {n: mem[n].get("peak_mib") for n in IMPLEMENTATIONS}
+            fmt = {n: (f"{value[n]:.0f}" if value[n] is not None else mem[n].get("skipped", "-"))
+                   for n in IMPLEMENTATIONS}
+            ok = all(v is not None for v in value.values())
+            mem_rows.append([length] + [fmt[n] for n in IMPLEMENTATIONS] + (
+                [f"{value['gather'] / max(value['skew'], 1.0):.1f}", f"{value['skew'] - value['keras_mha']:+.0f}",
+                 f"{value['gather'] - value['keras_mha']:+.0f}"] if ok else ["-", "-", "-"]))
+        lines += ["", "Peak memory of one forward+backward call (no XLA): rise of ru_maxrss in a fresh "
+                  "process (MiB). Goal: gather / skew >= 10 at T = 2048.", "",
+                  harness.markdown_table(["T"] + [NAMES[n] for n in IMPLEMENTATIONS]
+                                         + ["gather / skew", "skew - keras MHA", "gather - keras MHA"], mem_rows)]
+    lines += ["", f"Cached sampling, one token per jit-compiled step, {DECODE_CACHE_LENGTH}-slot cache "
+              "(wall ms / CPU ms per token):", "",
+              harness.markdown_table(
+                  ["layer"] + [f"position {p}" for p in DECODE_POSITIONS],
+                  [[name] + [f"{sampling[(name, p)]['ms']:.2f} / {sampling[(name, p)]['cpu_ms']:.2f}"
+                             for p in DECODE_POSITIONS] for name in ("skew", "multi_head_self_attention")]),
+              "", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}."]
     print("\n".join(lines))
-
-    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
-    with open(RESULTS, "w") as f:
-        json.dump(
-            {
-                "config": {
-                    "batch_size": BATCH, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
-                    "model_dim": MODEL_DIM, "lengths": LENGTHS, "repeats": REPEATS,
-                    "causal": True, "heads_share_relative_embedding": True,
-                    "max_relative_position": "T",
-                },
-                "environment": {
-                    "tensorflow": tf.__version__, "keras": keras.__version__,
-                    "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                    "load_average_end": load,
-                },
-                "forward_backward": [
-                    {"implementation": n, "jit_compile": j, "length": t, **record}
-                    for (n, j, t), record in timings.items()
-                ],
-                "peak_memory_mib": [
-                    {"implementation": n, "length": t, "jit_compile": False, "peak_rise_mib": v}
-                    for (n, t), v in memory.items()
-                ],
-                "cached_sampling_per_token": [
-                    {"layer": n, "position": p, "cache_length": DECODE_CACHE_LENGTH, **v}
-                    for (n, p), v in sampling.items()
-                ],
-                "total_seconds": total,
-            },
-            f,
-            indent=1,
-        )
-    print(f"wrote {RESULTS}", file=sys.stderr)
+    harness.write_results(harness.output_path(args, "relative_global_attention"), {
+        "config": {"batch_size": BATCH, "num_heads": NUM_HEADS, "key_dim": KEY_DIM, "model_dim": MODEL_DIM,
+                   "lengths": lengths, "repeats": args.repeats, "causal": True,
+                   "heads_share_relative_embedding": True, "max_relative_position": "T",
+                   "quick": args.quick, "budget_s": args.budget},
+        "environment": {"start": env_start, "end": env_end},
+        "matmul_roofline": roofline,
+        "forward_backward": [{"implementation": n, "jit_compile": j, "length": t, **r}
+                             for (t, j), records in compared.items() for n, r in records.items()],
+        "peak_memory_mib": [{"implementation": n, "length": t, "jit_compile": False, **r}
+                            for (n, t), r in memory.items()],
+        "cached_sampling_per_token": [{"layer": n, "position": p, "cache_length": DECODE_CACHE_LENGTH, **v}
+                                      for (n, p), v in sampling.items()],
+        "table": "\n".join(lines),
+        "total_s": budget.elapsed(),
+    })
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--memory":
-        peak_memory_child(sys.argv[2], int(sys.argv[3]))
-    else:
-        main()
+    main()

@@ -230,15 +230,21 @@ class MultiHeadSelfAttention(AttentionBase):
             self.query_key_value_dense(inputs),
             (batch_size, query_length, self.num_heads, 2 * self.key_dim + self._value_dim),
         )
-        query = qkv[..., : self.key_dim]
-        key_value = qkv[..., self.key_dim:]
-        if cache is not None:
+        if cache is None:
+            # `split`, not three slices: the gradient of a split is one
+            # concatenation, while each slice's gradient is a zero-padded
+            # copy of the whole (B, T, H, 2K + V) tensor, summed after
+            # (measured 1.2-1.3x slower fwd+bwd without XLA at T = 256-512).
+            query, key, value = ops.split(
+                qkv, [self.key_dim, 2 * self.key_dim], axis=-1
+            )
+        else:
+            query, key_value = ops.split(qkv, [self.key_dim], axis=-1)
             cache = ops.slice_update(
                 cache, (0, query_offset, 0, 0), ops.cast(key_value, cache.dtype)
             )
             key_value = ops.cast(cache, query.dtype)
-        key = key_value[..., : self.key_dim]
-        value = key_value[..., self.key_dim:]
+            key, value = ops.split(key_value, [self.key_dim], axis=-1)
 
         outputs, scores = self._attend(
             query,
