@@ -88,7 +88,8 @@ SIGNATURES = {
     "super_resolver": {
         "serving_default": Signature(inputs={"image": _IMAGE}, outputs={"image": _IMAGE}),
         "sample_with_options": Signature(
-            inputs={"image": _IMAGE, "temperature": Spec("float32", ()), "seed": Spec("int64", ())},
+            inputs={"image": _IMAGE, "temperature": Spec("float32", ()), "seed": Spec("int64", ()),
+                    "top_k": Spec("int32", ()), "top_p": Spec("float32", ())},
             outputs={"image": _IMAGE},
         ),
     },
@@ -183,24 +184,36 @@ def translator_inputs(sentences):
     return make_inputs("translator", text=list(sentences))
 
 
-def super_resolver_inputs(images, temperature=None, seed=None):
+def super_resolver_inputs(images, temperature=None, seed=None, top_k=None, top_p=None):
     """Inputs of the super resolver, and the signature that takes them.
 
     Args:
         images: (B, h, w, 3) uint8 low-resolution RGB images (h, w as exported).
-        temperature: optional float > 0; with `seed`, picks `sample_with_options`.
+        temperature: optional float > 0; any of the options picks
+            `sample_with_options` (defaults: temperature 1.0, seed 0, top_k 0,
+            top_p 1.0).
         seed: optional int; the same seed and images give the same output.
+        top_k: optional int >= 0: sample among the k most likely intensities
+            (0 = all).
+        top_p: optional float in (0, 1]: nucleus sampling (1 = no filter).
 
     Returns:
         `(signature_name, inputs)`.
     """
-    if temperature is None and seed is None:
+    if temperature is None and seed is None and top_k is None and top_p is None:
         return DEFAULT_SIGNATURE, make_inputs("super_resolver", image=images)
     temperature = 1.0 if temperature is None else temperature
     if not temperature > 0:
         raise ValueError(f"`temperature` must be > 0. Received: temperature={temperature!r}.")
+    top_k = 0 if top_k is None else top_k
+    if not top_k >= 0:
+        raise ValueError(f"`top_k` must be >= 0 (0 = all intensities). Received: top_k={top_k!r}.")
+    top_p = 1.0 if top_p is None else top_p
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"`top_p` must be in (0, 1] (1 = no filter). Received: top_p={top_p!r}.")
     inputs = make_inputs("super_resolver", "sample_with_options", image=images,
-                         temperature=temperature, seed=0 if seed is None else seed)
+                         temperature=temperature, seed=0 if seed is None else seed,
+                         top_k=top_k, top_p=top_p)
     return "sample_with_options", inputs
 
 
@@ -613,9 +626,9 @@ def translate_tokens(sentences, codec, model="translator_tokens", signature_name
     return ["" if b else t for b, t in zip(blank, texts)]
 
 
-def super_resolve(images, temperature=None, seed=None, **connection):
+def super_resolve(images, temperature=None, seed=None, top_k=None, top_p=None, **connection):
     """(B, H, W, 3) uint8 images sampled by the served `super_resolver`."""
-    signature_name, inputs = super_resolver_inputs(images, temperature, seed)
+    signature_name, inputs = super_resolver_inputs(images, temperature, seed, top_k, top_p)
     return predict("super_resolver", inputs, signature_name, **connection)["image"]
 
 
@@ -669,6 +682,8 @@ def main(argv=None):
     images.add_argument("--low-resolution", type=int, default=8, help="the model's input size")
     images.add_argument("--temperature", type=float)
     images.add_argument("--seed", type=int)
+    images.add_argument("--top-k", type=int, help="sample among the k most likely intensities")
+    images.add_argument("--top-p", type=float, help="nucleus mass in (0, 1]")
 
     music = commands.add_parser("generate-music", help="continue a primer of event ids")
     music.add_argument("--primer", default=str(MUSIC_START_ID),
@@ -699,7 +714,7 @@ def main(argv=None):
             from PIL import Image
 
             result = super_resolve(_load_images(args.images, args.low_resolution),
-                                   args.temperature, args.seed, **connection)
+                                   args.temperature, args.seed, args.top_k, args.top_p, **connection)
             for image, path in zip(result, args.output):
                 Image.fromarray(image).save(path)
                 print(f"wrote {path} {image.shape}")

@@ -39,6 +39,8 @@ def main(argv=None):
     parser.add_argument("--output_dir", default=os.path.join("runs", "super_resolved"))
     parser.add_argument("--temperature", type=float, default=0.9)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--top_k", type=int, default=0, help="0 = sample among all intensities")
+    parser.add_argument("--top_p", type=float, default=1.0, help="nucleus mass; 1 = no filter")
     args = parser.parse_args(argv)
 
     path = latest_version(args.export_dir)
@@ -47,7 +49,8 @@ def main(argv=None):
     low = images.downsample(originals, 4)
     sampled = served(
         image=tf.constant(low), temperature=tf.constant(args.temperature, tf.float32),
-        seed=tf.constant(args.seed, tf.int64),
+        seed=tf.constant(args.seed, tf.int64), top_k=tf.constant(args.top_k, tf.int32),
+        top_p=tf.constant(args.top_p, tf.float32),
     )["image"].numpy()
     bicubic = images.upsample_bicubic(low, 32)
     os.makedirs(args.output_dir, exist_ok=True)

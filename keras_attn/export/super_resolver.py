@@ -39,7 +39,7 @@ def image_sizes(model):
 
 
 def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_TEMPERATURE,
-                  decoder=None):
+                  decoder=None, top_k=None, top_p=None):
     """Samples high-resolution images given low-resolution ones, with the cache.
 
     Raster sequence of the low-resolution image -> encoder (run once) ->
@@ -57,13 +57,19 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
             model's distribution; lower is sharper).
         decoder: an optional `keras_attn.generation.CachedDecoder(model)` to
             reuse (planning the graph costs a little each call).
+        top_k: optional: sample among the k most likely intensities (a
+            positive int, or an int scalar tensor where 0 = no filter).
+        top_p: optional nucleus mass in (0, 1] (float or float scalar
+            tensor; 1 = no filter).
 
     Returns:
         (B, H, W, C) uint8 tensor.
 
     Raises:
         ValueError: if the images do not have the model's low-resolution
-            shape (h, w, C), or `temperature` is a non-positive number.
+            shape (h, w, C), `temperature` is a non-positive number, or a
+            Python `top_k` / `top_p` is out of range (see
+            `keras_attn.generation.sample`).
 
     Reference:
         Parmar et al. 2018, "Image Transformer", sections 4 (sampling) and
@@ -92,6 +98,8 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
         max_length=height * width * channels + 1,
         seed=seed,
         temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
         prompt_lengths=tf.ones([batch], tf.int32),
         inputs={"low_resolution": tokens},
     )
@@ -119,8 +127,9 @@ def export_super_resolver(
       (B, H, W, C), sampled at `default_temperature` with `default_seed`
       (the same input always gives the same output);
     - `sample_with_options`: `image` uint8 (B, h, w, C), `temperature`
-      float32 scalar (> 0), `seed` int64 scalar -> `image` uint8
-      (B, H, W, C).
+      float32 scalar (> 0), `seed` int64 scalar, `top_k` int32 scalar
+      (>= 0; 0 = all intensities), `top_p` float32 scalar (in (0, 1];
+      1 = no nucleus filter) -> `image` uint8 (B, H, W, C).
 
     Inputs of another size or channel count (grayscale (B, 8, 8, 1), RGBA
     (B, 8, 8, 4), (B, 16, 16, 3), ...) are refused with an error naming the
@@ -186,7 +195,9 @@ def export_super_resolver(
     path = versioned_export_path(export_dir, version, overwrite)
     decoder = CachedDecoder(model)
     sampler = tf.function(
-        lambda image, seed, temperature: super_resolve(model, image, seed, temperature, decoder),
+        lambda image, seed, temperature, top_k=None, top_p=None: super_resolve(
+            model, image, seed, temperature, decoder, top_k=top_k, top_p=top_p
+        ),
         jit_compile=jit_compile, autograph=False,
     )
     image_spec = tf.TensorSpec((None, h, w, c), tf.uint8, name="image")
@@ -208,15 +219,27 @@ def export_super_resolver(
         image_spec,
         tf.TensorSpec((), tf.float32, name="temperature"),
         tf.TensorSpec((), tf.int64, name="seed"),
+        tf.TensorSpec((), tf.int32, name="top_k"),
+        tf.TensorSpec((), tf.float32, name="top_p"),
     ])
-    def serve_with_options(image, temperature, seed):
+    def serve_with_options(image, temperature, seed, top_k, top_p):
         image = checked(image)
-        check = tf.debugging.assert_positive(
-            temperature, message="`temperature` must be > 0 (1.0 samples the model's distribution)"
-        )
-        with tf.control_dependencies([check]):
+        checks = [
+            tf.debugging.assert_positive(
+                temperature,
+                message="`temperature` must be > 0 (1.0 samples the model's distribution)",
+            ),
+            tf.debugging.assert_non_negative(
+                top_k, message="`top_k` must be >= 0 (0 = sample among all 256 intensities)"
+            ),
+            tf.debugging.assert_positive(top_p, message="`top_p` must be in (0, 1] (1 = no nucleus filter)"),
+            tf.debugging.assert_less_equal(
+                top_p, 1.0, message="`top_p` must be in (0, 1] (1 = no nucleus filter)"
+            ),
+        ]
+        with tf.control_dependencies(checks):
             temperature = tf.identity(temperature)
-        return {"image": sampler(image, seed, temperature)}
+        return {"image": sampler(image, seed, temperature, top_k, top_p)}
 
     return write_archive(
         path, [model], {"serving_default": serve, "sample_with_options": serve_with_options}

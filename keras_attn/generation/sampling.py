@@ -3,6 +3,7 @@ stateless counter-based random generator that takes its seed as a tensor."""
 
 import numbers
 
+import keras
 from keras import ops
 
 from keras_attn.generation import decoding
@@ -42,7 +43,8 @@ def sample(
         seed: an int, or an int tensor of shape (2,) or () (a graph input).
         temperature: positive float (or float scalar tensor); < 1 sharpens,
             > 1 flattens the distribution.
-        top_k: optional positive int: keep the k most likely tokens.
+        top_k: optional positive int: keep the k most likely tokens; or an
+            int scalar tensor (a graph input) where 0 keeps every token.
         top_p: optional float in (0, 1] (or a float scalar tensor): keep the
             smallest set of most likely tokens whose probability reaches p.
         end_token_id: a row stops after generating it; None = never stop.
@@ -54,8 +56,8 @@ def sample(
         (B, L) int32 tokens: prompt, samples (end token included), padding.
 
     Raises:
-        ValueError: on a non-positive `temperature`, a `top_k` that is not a
-            positive int, a `top_p` outside (0, 1], a seed of the wrong
+        ValueError: on a non-positive `temperature`, a Python `top_k` that
+            is not a positive int (or a tensor one that is not an int scalar), a `top_p` outside (0, 1], a seed of the wrong
             shape, or for the reasons of `greedy_search`.
 
     Example:
@@ -73,7 +75,7 @@ def sample(
         "Hierarchical Neural Story Generation", section 5.4 (top-k).
     """
     _check_positive_number("temperature", temperature)
-    if top_k is not None:
+    if top_k is not None and not _is_tensor(top_k):
         _check_positive_int("top_k", top_k)
     if top_p is not None:
         _check_probability(top_p)
@@ -100,14 +102,17 @@ def top_k_filter(logits, k):
 
     Args:
         logits: (..., V) float.
-        k: positive int (static). k >= V keeps everything.
+        k: positive int (static), or an int scalar tensor (a graph input,
+            e.g. of a SavedModel) where 0 means "no filter". k >= V keeps
+            everything.
 
     Returns:
         Logits of the same shape and dtype. Entries tied with the k-th
         largest are kept too.
 
     Raises:
-        ValueError: if `k` is not a positive int.
+        ValueError: if a Python `k` is not a positive int, or a tensor `k`
+            is not an integer scalar.
 
     Example:
     >>> top_k_filter(keras.ops.array([[1.0, 3.0, 2.0]]), 2)  # [[-inf, 3, 2]]
@@ -115,8 +120,18 @@ def top_k_filter(logits, k):
     Reference:
         Fan et al. 2018, "Hierarchical Neural Story Generation", section 5.4.
     """
-    _check_positive_int("k", k)
     vocabulary_size = logits.shape[-1]
+    if _is_tensor(k):
+        # A run-time k: the k-th largest from a full descending sort (static
+        # shapes, so it also compiles under XLA, unlike a top_k of size k).
+        _check_int_scalar("k", k)
+        k = ops.cast(k, "int32")
+        size = ops.shape(logits)[-1]
+        k = ops.where(ops.logical_or(k <= 0, k > size), size, k)
+        descending = ops.flip(ops.sort(logits, axis=-1), axis=-1)
+        threshold = ops.expand_dims(ops.take(descending, k - 1, axis=-1), -1)
+        return ops.where(ops.greater_equal(logits, threshold), logits, float("-inf"))
+    _check_positive_int("k", k)
     if vocabulary_size is not None and k >= vocabulary_size:
         return logits
     threshold = ops.top_k(logits, k)[0][..., -1:]
@@ -224,6 +239,19 @@ def gumbel_noise(key, position, shape):
     # 23 bits -> (0, 1): (2k + 1) / 2**24 is exact in float32 and < 1.
     uniform = (ops.cast(ops.right_shift(bits, 9), "float32") + 0.5) * (2.0 ** -23)
     return -ops.log(-ops.log(uniform))
+
+
+def _is_tensor(value):
+    return hasattr(value, "shape") and hasattr(value, "dtype")
+
+
+def _check_int_scalar(name, value):
+    dtype = keras.backend.standardize_dtype(value.dtype)
+    if "int" not in dtype or len(value.shape) != 0:
+        raise ValueError(
+            f"A tensor `{name}` must be an integer scalar. Received dtype {dtype}, "
+            f"shape {tuple(value.shape)}."
+        )
 
 
 def _check_positive_int(name, value):

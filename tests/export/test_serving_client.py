@@ -326,5 +326,6 @@ def test_super_resolver_over_rest_and_grpc():
     models = fake_tf_serving.Models({"super_resolver": {1: signatures}})
     request, got = grpc_round_trip("super_resolver", models, "super_resolver", inputs, name)
     assert {k: v.dtype for k, v in request.inputs.items()} == {
-        "image": types_pb2.DT_UINT8, "temperature": types_pb2.DT_FLOAT, "seed": types_pb2.DT_INT64}
+        "image": types_pb2.DT_UINT8, "temperature": types_pb2.DT_FLOAT, "seed": types_pb2.DT_INT64,
+        "top_k": types_pb2.DT_INT32, "top_p": types_pb2.DT_FLOAT}
     np.testing.assert_array_equal(got["image"], want)

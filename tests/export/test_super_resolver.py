@@ -46,6 +46,10 @@ def exported(model, tmp_path_factory):
 _REFERENCES = {}
 
 
+# sample_with_options inputs that switch the top-k and nucleus filters off.
+NO_FILTER = {"top_k": tf.constant(0), "top_p": tf.constant(1.0)}
+
+
 def _expected(model, low_resolution, seed, temperature):
     """`super_resolve` in-process, in one graph traced once per model."""
     if id(model) not in _REFERENCES:
@@ -73,16 +77,42 @@ def test_export_round_trip_in_process(model, exported, low_resolution):
 
     options = served.signatures["sample_with_options"]
     out = options(image=tf.constant(low_resolution), temperature=tf.constant(0.9),
-                  seed=tf.constant(5, tf.int64))["image"].numpy()
+                  seed=tf.constant(5, tf.int64), **NO_FILTER)["image"].numpy()
     want = _expected(model, low_resolution, 5, 0.9)
     np.testing.assert_array_equal(out, want)
     # One image alone gets what it gets in a batch (same seed).
     alone = options(image=tf.constant(low_resolution[:1]), temperature=tf.constant(0.9),
-                    seed=tf.constant(5, tf.int64))["image"].numpy()
+                    seed=tf.constant(5, tf.int64), **NO_FILTER)["image"].numpy()
     np.testing.assert_array_equal(alone[0], want[0])
     other = options(image=tf.constant(low_resolution), temperature=tf.constant(0.9),
-                    seed=tf.constant(6, tf.int64))["image"].numpy()
+                    seed=tf.constant(6, tf.int64), **NO_FILTER)["image"].numpy()
     assert not np.array_equal(other, want)
+
+
+def test_top_k_and_top_p_inputs_filter_like_the_engine(model, exported, low_resolution):
+    options = tf.saved_model.load(exported).signatures["sample_with_options"]
+
+    def served(seed, top_k, top_p):
+        return options(image=tf.constant(low_resolution), temperature=tf.constant(1.0),
+                       seed=tf.constant(seed, tf.int64), top_k=tf.constant(top_k),
+                       top_p=tf.constant(top_p))["image"].numpy()
+
+    # top_k = 1 leaves one intensity per step: the seed no longer matters.
+    greedy = served(1, 1, 1.0)
+    np.testing.assert_array_equal(served(2, 1, 1.0), greedy)
+    np.testing.assert_array_equal(
+        greedy, np.asarray(super_resolve(model, low_resolution, 1, 1.0, top_k=1))
+    )
+    # Tensor inputs filter exactly as the engine's Python arguments do.
+    np.testing.assert_array_equal(
+        served(3, 5, 0.8), np.asarray(super_resolve(model, low_resolution, 3, 1.0, top_k=5, top_p=0.8))
+    )
+    # The filters change the draws (else the inputs would be ignored).
+    assert not np.array_equal(served(3, 5, 0.8), served(3, 0, 1.0))
+    for top_k, top_p, message in ((-1, 1.0, "`top_k` must be >= 0"), (0, 0.0, "`top_p` must be in"),
+                                  (0, 1.5, "`top_p` must be in")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            served(1, top_k, top_p)
 
 
 def test_wrong_images_and_temperature_give_clear_errors(exported, low_resolution):
@@ -102,7 +132,7 @@ def test_wrong_images_and_temperature_give_clear_errors(exported, low_resolution
     with pytest.raises(tf.errors.InvalidArgumentError, match="`temperature` must be > 0"):
         served.signatures["sample_with_options"](
             image=tf.constant(low_resolution), temperature=tf.constant(0.0),
-            seed=tf.constant(1, tf.int64),
+            seed=tf.constant(1, tf.int64), **NO_FILTER,
         )
 
 
@@ -130,7 +160,8 @@ served = tf.saved_model.load(path)
 low = tf.constant(np.array(low, np.uint8))
 default = served.signatures["serving_default"](image=low)["image"].numpy()
 options = served.signatures["sample_with_options"](
-    image=low, temperature=tf.constant(0.9), seed=tf.constant(5, tf.int64)
+    image=low, temperature=tf.constant(0.9), seed=tf.constant(5, tf.int64),
+    top_k=tf.constant(0), top_p=tf.constant(1.0),
 )["image"].numpy()
 loaded = sorted(m for m, module in sys.modules.items()
                 if module is not None and m.split(".")[0] == "keras_attn")
@@ -181,7 +212,8 @@ def test_runs_under_the_session_loader(model, exported, low_resolution, tmp_path
     )
     result, outdir = _saved_model_cli(
         exported, "sample_with_options",
-        {"image": low_resolution, "temperature": np.float32(0.9), "seed": np.int64(5)},
+        {"image": low_resolution, "temperature": np.float32(0.9), "seed": np.int64(5),
+         "top_k": np.int32(0), "top_p": np.float32(1.0)},
         tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -210,12 +242,13 @@ def test_xla_compiled_export_equals_the_xla_sampler(model, low_resolution, tmp_p
     want = np.asarray(reference(tf.constant(low_resolution), tf.constant(5, tf.int64), tf.constant(0.9)))
     served = tf.saved_model.load(path)
     got = served.signatures["sample_with_options"](
-        image=tf.constant(low_resolution), temperature=tf.constant(0.9), seed=tf.constant(5, tf.int64)
+        image=tf.constant(low_resolution), temperature=tf.constant(0.9), seed=tf.constant(5, tf.int64), **NO_FILTER
     )["image"].numpy()
     np.testing.assert_array_equal(got, want)
     result, outdir = _saved_model_cli(
         path, "sample_with_options",
-        {"image": low_resolution, "temperature": np.float32(0.9), "seed": np.int64(5)}, tmp_path,
+        {"image": low_resolution, "temperature": np.float32(0.9), "seed": np.int64(5),
+         "top_k": np.int32(0), "top_p": np.float32(1.0)}, tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     np.testing.assert_array_equal(np.load(outdir / "image.npy"), want)

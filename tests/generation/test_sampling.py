@@ -142,3 +142,20 @@ def test_errors():
         sample(model, prompt, 5, seed=0, top_p=1.5)
     with pytest.raises(ValueError, match=r"seed` must be an int, or an int tensor of shape"):
         sample(model, prompt, 5, seed=tf.constant([1, 2, 3]))
+
+
+def test_top_k_filter_with_a_tensor_k_equals_the_static_one_and_zero_keeps_all():
+    import tensorflow as tf
+
+    from keras_attn.generation.sampling import top_k_filter
+
+    logits = np.random.RandomState(0).randn(3, 7).astype("float32")
+    compiled = tf.function(top_k_filter, jit_compile=True)
+    for k in (1, 2, 5, 7):
+        want = np.asarray(top_k_filter(logits, k))
+        assert np.isneginf(want).sum() == 3 * (7 - k)
+        np.testing.assert_array_equal(np.asarray(top_k_filter(logits, tf.constant(k))), want)
+        np.testing.assert_array_equal(np.asarray(compiled(logits, tf.constant(k))), want)
+    np.testing.assert_array_equal(np.asarray(top_k_filter(logits, tf.constant(0))), logits)
+    with pytest.raises(ValueError, match="integer scalar"):
+        top_k_filter(logits, tf.constant([2, 3]))
