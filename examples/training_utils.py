@@ -1,6 +1,6 @@
 """What the training examples share: the `--strategy` flag (one GPU, several
-GPUs, several machines, a TPU) and a backup that resumes a killed run
-exactly.
+GPUs, several machines, a TPU), a backup that resumes a killed run
+exactly, a wall-time budget, a throughput log and the training-curve plot.
 
 Each example's train.py does
 
@@ -19,8 +19,10 @@ already trained on puts a resumed run on exactly the batch an uninterrupted
 run would see next.
 """
 
+import csv
 import json
 import os
+import time
 
 import keras
 import numpy as np
@@ -252,3 +254,94 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         with open(self._seeds_path + ".tmp", "w") as f:
             json.dump(saved, f)
         os.replace(self._seeds_path + ".tmp", self._seeds_path)
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training once `minutes` of wall time have passed (checked after
+    every batch); the epoch then ends early, with its validation and
+    checkpoint, so a demo run takes the time it promises.
+
+    Args:
+        minutes: the budget (float, minutes).
+        path: optional file that keeps the time spent across interrupted
+            and resumed runs (written at each epoch end), so that compared
+            models get the same budget however often they were restarted.
+            Without it the budget counts this process only.
+    """
+
+    def __init__(self, minutes, path=None):
+        super().__init__()
+        self.seconds = minutes * 60.0
+        self.path = path
+        self.start = None
+
+    def on_train_begin(self, logs=None):
+        spent = 0.0
+        if self.path and os.path.exists(self.path):
+            with open(self.path) as f:
+                spent = float(f.read() or 0)
+        self.start = time.time() - spent
+
+    def on_train_batch_end(self, batch, logs=None):
+        if time.time() - self.start > self.seconds:
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.path:
+            with open(self.path, "w") as f:
+                f.write(str(time.time() - self.start))
+
+
+class TokenThroughput(keras.callbacks.Callback):
+    """Logs tokens per second of training under `key` at each epoch end (an
+    epoch cut short by a time budget counts the batches it ran).
+
+    Args:
+        tokens_per_step: tokens one training batch holds (what counts as a
+            token is the caller's: e.g. real target tokens, or every target
+            position).
+        key: the name of the figure in the epoch logs (history.csv,
+            TensorBoard).
+    """
+
+    def __init__(self, tokens_per_step, key="tokens_per_second"):
+        super().__init__()
+        self.tokens_per_step = tokens_per_step
+        self.key = key
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start, self.steps = time.time(), 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps += 1
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs[self.key] = self.tokens_per_step * self.steps / (time.time() - self.start)
+
+
+def plot_history(output_dir, draw):
+    """Draws `<output_dir>/history.csv` (the CSVLogger's file) into
+    `<output_dir>/training_curves.png`; does nothing without logged epochs.
+
+    Args:
+        output_dir: the run's folder.
+        draw: function `(pyplot, rows) -> figure`, where rows are the
+            CSV's rows as dicts of strings, oldest epoch first.
+    """
+    path = os.path.join(output_dir, "history.csv")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure = draw(plt, rows)
+    figure.tight_layout()
+    figure.savefig(os.path.join(output_dir, "training_curves.png"), dpi=120)
+    plt.close(figure)

@@ -111,50 +111,6 @@ def parse_args(argv=None):
     return args
 
 
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training once `minutes` of wall time have passed (checked after
-    every batch, counted over resumed runs too), so the budget is the same
-    for every model compared."""
-
-    def __init__(self, minutes, path):
-        super().__init__()
-        self.seconds = minutes * 60.0
-        self.path = path  # time already spent by interrupted runs
-
-    def on_train_begin(self, logs=None):
-        spent = 0.0
-        if os.path.exists(self.path):
-            with open(self.path) as f:
-                spent = float(f.read() or 0)
-        self.start = time.time() - spent
-
-    def on_train_batch_end(self, batch, logs=None):
-        if time.time() - self.start > self.seconds:
-            self.model.stop_training = True
-
-    def on_epoch_end(self, epoch, logs=None):
-        with open(self.path, "w") as f:
-            f.write(str(time.time() - self.start))
-
-
-class TokenThroughput(keras.callbacks.Callback):
-    """Logs training tokens per second (target positions, padding included)."""
-
-    def __init__(self, tokens_per_step):
-        super().__init__()
-        self.tokens_per_step = tokens_per_step
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.start, self.steps = time.time(), 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.steps += 1
-
-    def on_epoch_end(self, epoch, logs=None):
-        if logs is not None:
-            logs["tokens_per_second"] = self.tokens_per_step * self.steps / (time.time() - self.start)
-
-
 def load_data(args):
     """Training pieces (with variants) and validation pieces of the task."""
     if args.task == "jsb":
@@ -216,7 +172,7 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
     callbacks = [
         backup,
         *callbacks,
-        TokenThroughput(args.batch_size * args.sequence_length),
+        training_utils.TokenThroughput(args.batch_size * args.sequence_length),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
         keras.callbacks.ModelCheckpoint(
@@ -226,7 +182,9 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
         ),
     ]
     if args.minutes:
-        callbacks.append(TimeBudget(args.minutes, os.path.join(args.output_dir, "train_seconds.txt")))
+        callbacks.append(
+            training_utils.TimeBudget(args.minutes, os.path.join(args.output_dir, "train_seconds.txt"))
+        )
     start = time.time()
     training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
                        steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=args.verbose)
@@ -298,33 +256,21 @@ def evaluate(args, model, valid_pieces):
 
 
 def plot_training_curves(args):
-    import csv
+    def draw(plt, rows):
+        steps = [(int(r["epoch"]) + 1) * args.steps_per_epoch for r in rows]
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+        for key, axis, label in (("loss", axes[0], "NLL per token (nats)"), ("accuracy", axes[1], "accuracy")):
+            axis.plot(steps, [float(r[key]) for r in rows], label="train")
+            if f"val_{key}" in rows[0]:
+                axis.plot(steps, [float(r[f"val_{key}"]) for r in rows],
+                          label=f"validation (L={args.sequence_length})")
+            axis.set_xlabel("training step")
+            axis.set_ylabel(label)
+            axis.set_title(f"{args.task}, {args.attention} attention")
+            axis.legend()
+        return fig
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = os.path.join(args.output_dir, "history.csv")
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        return
-    steps = [(int(r["epoch"]) + 1) * args.steps_per_epoch for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    for key, axis, label in (("loss", axes[0], "NLL per token (nats)"), ("accuracy", axes[1], "accuracy")):
-        axis.plot(steps, [float(r[key]) for r in rows], label="train")
-        if f"val_{key}" in rows[0]:
-            axis.plot(steps, [float(r[f"val_{key}"]) for r in rows], label=f"validation (L={args.sequence_length})")
-        axis.set_xlabel("training step")
-        axis.set_ylabel(label)
-        axis.set_title(f"{args.task}, {args.attention} attention")
-        axis.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.output_dir, "training_curves.png"), dpi=120)
-    plt.close(fig)
+    training_utils.plot_history(args.output_dir, draw)
 
 
 def main(argv=None):

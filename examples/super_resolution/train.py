@@ -43,7 +43,6 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras  # noqa: E402
-import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -124,24 +123,6 @@ def parse_args(argv=None):
     if args.epochs is None:
         args.epochs = 1000 if args.minutes else 10
     return args
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training once `minutes` of wall time have passed (checked after
-    every batch); the epoch then ends early, with its validation and
-    checkpoint, so a demo run takes the time it promises."""
-
-    def __init__(self, minutes):
-        super().__init__()
-        self.seconds = minutes * 60.0
-        self.start = None
-
-    def on_train_begin(self, logs=None):
-        self.start = time.time()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if time.time() - self.start > self.seconds:
-            self.model.stop_training = True
 
 
 def load_data(args):
@@ -261,7 +242,7 @@ def train(args, data, strategy=None, callbacks=()):
         ),
     ]
     if args.minutes:
-        callbacks.append(TimeBudget(args.minutes))
+        callbacks.append(training_utils.TimeBudget(args.minutes))
     start = time.time()
     training_utils.fit(
         model, strategy, train_data, validation_data=monitor_data,
@@ -276,33 +257,20 @@ def train(args, data, strategy=None, callbacks=()):
 
 
 def plot_training_curves(args):
-    import csv
+    def draw(plt, rows):
+        images_seen = [(i + 1) * args.steps_per_epoch * args.batch_size for i in range(len(rows))]
+        fig, axis = plt.subplots(figsize=(6, 3.5))
+        axis.plot(images_seen, [float(r["bits_per_dim"]) for r in rows], label="train")
+        if "val_bits_per_dim" in rows[0]:
+            axis.plot(images_seen, [float(r["val_bits_per_dim"]) for r in rows],
+                      label=f"validation ({args.monitor_images} images)")
+        axis.set_xlabel("training images seen")
+        axis.set_ylabel("bits / dim")
+        axis.set_title(f"Image Transformer, {args.mode.replace('_', ' ')}")
+        axis.legend()
+        return fig
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = os.path.join(args.output_dir, "history.csv")
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        return
-    images_seen = [(i + 1) * args.steps_per_epoch * args.batch_size for i in range(len(rows))]
-    fig, axis = plt.subplots(figsize=(6, 3.5))
-    axis.plot(images_seen, [float(r["bits_per_dim"]) for r in rows], label="train")
-    if "val_bits_per_dim" in rows[0]:
-        axis.plot(images_seen, [float(r["val_bits_per_dim"]) for r in rows],
-                  label=f"validation ({args.monitor_images} images)")
-    axis.set_xlabel("training images seen")
-    axis.set_ylabel("bits / dim")
-    axis.set_title(f"Image Transformer, {args.mode.replace('_', ' ')}")
-    axis.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.output_dir, "training_curves.png"), dpi=120)
-    plt.close(fig)
+    training_utils.plot_history(args.output_dir, draw)
 
 
 def main(argv=None):

@@ -26,7 +26,6 @@ training_curves.png, attention.png, bleu.json, translations.txt.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -96,43 +95,6 @@ def parse_args(argv=None):
     args.output_dir = args.output_dir or os.path.join("runs", f"translation_{args.source}_{args.target}")
     args.export_dir = args.export_dir or os.path.join(args.output_dir, "export")
     return args
-
-
-class TimeBudget(keras.callbacks.Callback):
-    """Stops training once `minutes` of wall time have passed (checked after
-    every batch), so a demo run takes the time it promises."""
-
-    def __init__(self, minutes):
-        super().__init__()
-        self.seconds = minutes * 60.0
-        self.start = None
-
-    def on_train_begin(self, logs=None):
-        self.start = time.time()
-
-    def on_train_batch_end(self, batch, logs=None):
-        if time.time() - self.start > self.seconds:
-            self.model.stop_training = True
-
-
-class TokenThroughput(keras.callbacks.Callback):
-    """Logs target tokens per second of training (real tokens, padding
-    excluded; an epoch cut short by the time budget counts its share)."""
-
-    def __init__(self, tokens_per_epoch, batches_per_epoch):
-        super().__init__()
-        self.tokens_per_batch = tokens_per_epoch / batches_per_epoch
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.start, self.batches = time.time(), 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.batches += 1
-
-    def on_epoch_end(self, epoch, logs=None):
-        if logs is not None:
-            elapsed = time.time() - self.start
-            logs["target_tokens_per_second"] = self.batches * self.tokens_per_batch / elapsed
 
 
 def load_or_train_tokenizer(args, train_source, train_target):
@@ -228,7 +190,7 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
     callbacks = [
         backup,
         *callbacks,
-        TokenThroughput(target_tokens, len(counts)),
+        training_utils.TokenThroughput(target_tokens / len(counts), "target_tokens_per_second"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
         keras.callbacks.ModelCheckpoint(
@@ -236,7 +198,7 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
         ),
     ]
     if args.minutes:
-        callbacks.append(TimeBudget(args.minutes))
+        callbacks.append(training_utils.TimeBudget(args.minutes))
     start = time.time()
     training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
                        steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=args.verbose)
@@ -254,32 +216,19 @@ def next_version(export_dir):
 
 
 def plot_training_curves(args):
-    import csv
+    def draw(plt, rows):
+        epochs = range(1, len(rows) + 1)
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+        for key, axis in (("loss", axes[0]), ("accuracy", axes[1])):
+            axis.plot(epochs, [float(r[key]) for r in rows], label="train")
+            if f"val_{key}" in rows[0]:
+                axis.plot(epochs, [float(r[f"val_{key}"]) for r in rows], label="validation")
+            axis.set_xlabel("epoch")
+            axis.set_title(f"{key} ({args.source}→{args.target})")
+            axis.legend()
+        return fig
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = os.path.join(args.output_dir, "history.csv")
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        return
-    epochs = range(1, len(rows) + 1)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    for key, axis in (("loss", axes[0]), ("accuracy", axes[1])):
-        axis.plot(epochs, [float(r[key]) for r in rows], label="train")
-        if f"val_{key}" in rows[0]:
-            axis.plot(epochs, [float(r[f"val_{key}"]) for r in rows], label="validation")
-        axis.set_xlabel("epoch")
-        axis.set_title(f"{key} ({args.source}→{args.target})")
-        axis.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(args.output_dir, "training_curves.png"), dpi=120)
-    plt.close(fig)
+    training_utils.plot_history(args.output_dir, draw)
 
 
 def main(argv=None):
