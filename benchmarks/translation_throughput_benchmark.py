@@ -49,7 +49,7 @@ def main():
         args.steps, args.warmup_steps = 4, 2
     budget = harness.Budget(args.budget)
     env_start = harness.environment()
-    tf = harness.setup_tensorflow()
+    harness.setup_tensorflow()
     import keras
     import numpy as np
 

@@ -197,11 +197,9 @@ class MultiHeadSelfAttention(AttentionBase):
         static_length = inputs.shape[1]
 
         if cache is not None:
-            query_offset, key_length, static_key_length = self._check_cache(
-                cache, cache_index, inputs
-            )
+            query_offset, static_key_length = self._check_cache(cache, cache_index, inputs)
         else:
-            query_offset, key_length, static_key_length = 0, query_length, static_length
+            query_offset, static_key_length = 0, static_length
 
         if padding_mask is None and cache is None:
             padding_mask = attention_ops.get_implicit_mask(original_inputs)
@@ -275,7 +273,7 @@ class MultiHeadSelfAttention(AttentionBase):
         return results[0] if len(results) == 1 else results
 
     def _check_cache(self, cache, cache_index, inputs):
-        """Validates the cache and index; returns (offset, S, static S)."""
+        """Validates the cache and index; returns (offset, static cache length)."""
         expected = (self.num_heads, self.key_dim + self._value_dim)
         if len(cache.shape) != 4 or tuple(cache.shape[2:]) != expected:
             raise ValueError(
@@ -306,7 +304,7 @@ class MultiHeadSelfAttention(AttentionBase):
                     f"cache length {max_length}. Allocate a longer cache with "
                     f"`init_cache(batch_size, max_length>={index + length})`."
                 )
-        return ops.cast(cache_index, "int32"), ops.shape(cache)[1], max_length
+        return ops.cast(cache_index, "int32"), max_length
 
     def _attend(
         self,

@@ -1,8 +1,6 @@
 import keras
 from keras import ops
 
-from keras_attn.layers import attention_ops
-
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class SinusoidalPositionEncoding(keras.layers.Layer):

@@ -1,5 +1,4 @@
 import keras
-from keras import ops
 
 from keras_attn.layers import attention_ops
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention

@@ -14,7 +14,6 @@ the distribution of `x_t` given `x_0 .. x_{t-1}` and the conditioning).
 import keras
 
 from keras_attn.layers import LocalBlockAttention
-from keras_attn.layers import MultiHeadSelfAttention
 from keras_attn.layers import PixelEmbedding
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
