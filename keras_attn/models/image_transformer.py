@@ -17,6 +17,7 @@ from keras_attn.layers import LocalBlockAttention
 from keras_attn.layers import PixelEmbedding
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
+from keras_attn.models.checks import check_heads_divide, check_sizes
 
 NUM_INTENSITIES = 256
 START_TOKEN = 256
@@ -112,10 +113,10 @@ def image_transformer(
         positions), 3.2 (local 1D self-attention), 4 (inference), 5.1
         (unconditional and class-conditional CIFAR-10 generation).
     """
-    _check_sizes(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+    check_sizes(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
                  intermediate_dim=intermediate_dim, channels=channels)
     if num_classes is not None:
-        _check_sizes(num_classes=num_classes)
+        check_sizes(num_classes=num_classes)
     height, width = _image_size(image_size)
     _check_width(hidden_dim, num_heads, position, dropout)
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
@@ -224,7 +225,7 @@ def super_resolution_transformer(
         Parmar et al. 2018, "Image Transformer": sections 3.1-3.2 (encoder
         and decoder), 5.2 (4x super resolution, 8x8 -> 32x32).
     """
-    _check_sizes(num_encoder_layers=num_encoder_layers, num_layers=num_layers,
+    check_sizes(num_encoder_layers=num_encoder_layers, num_layers=num_layers,
                  hidden_dim=hidden_dim, num_heads=num_heads,
                  intermediate_dim=intermediate_dim, channels=channels)
     low_height, low_width = _image_size(low_resolution_size, "low_resolution_size")
@@ -291,12 +292,6 @@ def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate
     return keras.layers.Dense(NUM_INTENSITIES, dtype="float32", name="logits")(x)
 
 
-def _check_sizes(**sizes):
-    for arg, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}.")
-
-
 def _image_size(size, arg="image_size"):
     if isinstance(size, int) and not isinstance(size, bool):
         size = (size, size)
@@ -312,11 +307,7 @@ def _image_size(size, arg="image_size"):
 
 
 def _check_width(hidden_dim, num_heads, position, dropout):
-    if hidden_dim % num_heads:
-        raise ValueError(
-            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-            f"({num_heads}): each head gets hidden_dim // num_heads features."
-        )
+    check_heads_divide(hidden_dim, num_heads)
     if position == "sinusoidal" and hidden_dim % 4:
         raise ValueError(
             "Sinusoidal 2D positions need `hidden_dim` divisible by 4 (half for "
@@ -329,7 +320,7 @@ def _check_width(hidden_dim, num_heads, position, dropout):
 def _local_window(block_size, memory_flange, row_length):
     block_size = row_length if block_size is None else block_size
     memory_flange = block_size if memory_flange is None else memory_flange
-    _check_sizes(block_size=block_size)
+    check_sizes(block_size=block_size)
     if isinstance(memory_flange, bool) or not isinstance(memory_flange, int) or memory_flange < 0:
         raise ValueError(
             "`memory_flange` must be a non-negative integer. Received: "

@@ -6,6 +6,7 @@ import math
 import keras
 
 from keras_attn.layers import RelativeGlobalAttention, TokenAndPositionEmbedding, TransformerDecoder
+from keras_attn.models.checks import check_heads_divide, check_sizes
 
 ATTENTION_TYPES = ("relative", "absolute")
 
@@ -100,26 +101,20 @@ def music_transformer(
         (performances, generation beyond the training length).
         Vaswani et al. 2017, section 3.5 (sinusoidal positions).
     """
-    for arg, value in (
-        ("vocabulary_size", vocabulary_size),
-        ("num_layers", num_layers),
-        ("hidden_dim", hidden_dim),
-        ("num_heads", num_heads),
-        ("intermediate_dim", intermediate_dim),
-        ("max_relative_position", max_relative_position),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}.")
+    check_sizes(
+        vocabulary_size=vocabulary_size,
+        num_layers=num_layers,
+        hidden_dim=hidden_dim,
+        num_heads=num_heads,
+        intermediate_dim=intermediate_dim,
+        max_relative_position=max_relative_position,
+    )
     if attention not in ATTENTION_TYPES:
         raise ValueError(
             '`attention` must be "relative" (the Music Transformer) or "absolute" '
             f"(the baseline with sinusoidal positions). Received: attention={attention!r}."
         )
-    if hidden_dim % num_heads:
-        raise ValueError(
-            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-            f"({num_heads}): each head gets hidden_dim // num_heads features."
-        )
+    check_heads_divide(hidden_dim, num_heads)
     if attention == "absolute" and hidden_dim % 2:
         raise ValueError(
             f"Sinusoidal positions need an even `hidden_dim`. Received: hidden_dim={hidden_dim}."

@@ -3,6 +3,7 @@
 import keras
 
 from keras_attn.layers import TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
+from keras_attn.models.checks import check_heads_divide, check_sizes
 
 
 def translation_transformer(
@@ -74,14 +75,8 @@ def translation_transformer(
         Vaswani et al. 2017, "Attention Is All You Need", sections 3 and 5.
     """
     decoder_vocabulary_size = decoder_vocabulary_size or encoder_vocabulary_size
-    for arg, value in (("num_layers", num_layers), ("hidden_dim", hidden_dim), ("num_heads", num_heads)):
-        if not isinstance(value, int) or value <= 0:
-            raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}.")
-    if hidden_dim % num_heads:
-        raise ValueError(
-            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-            f"({num_heads}): each head gets hidden_dim // num_heads features."
-        )
+    check_sizes(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads)
+    check_heads_divide(hidden_dim, num_heads)
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
 
