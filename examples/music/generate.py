@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import music_data  # noqa: E402
 
 from keras_attn.generation import CachedDecoder, sample  # noqa: E402
+from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS  # noqa: E402
 from keras_attn.preprocessing import music  # noqa: E402
 
 
@@ -96,16 +97,16 @@ def make_primers(args):
 
 
 def to_midi(task, tokens):
-    """A pretty_midi object for one generated row (specials dropped)."""
+    """A `symusic.Score` for one generated row (specials dropped)."""
     if task == "jsb":
         end = np.flatnonzero(tokens == music.JSB_END_ID)
         body = tokens[: end[0]] if end.size else tokens
         body = body[body >= music.JSB_REST_ID]
         body = body[: len(body) - len(body) % music.JSB_NUM_VOICES]
         if not body.size:
-            import pretty_midi
+            import symusic
 
-            return pretty_midi.PrettyMIDI()
+            return symusic.Score()
         return music.chorale_to_midi(music.tokens_to_chorale(body))
     return music.events_to_midi(tokens)
 
@@ -119,13 +120,27 @@ def primer_seconds(task, primer_row):
     return float(np.sum(shifts - music.TIME_SHIFT_OFFSET + 1)) / music.STEPS_PER_SECOND
 
 
+def piano_roll(midi, fs):
+    """(128, frames) array: each note's velocity over its frames, summed over
+    tracks, at `fs` frames per second (like pretty_midi's `get_piano_roll`)."""
+    in_seconds = midi.to("second")
+    roll = np.zeros((music.NUM_PITCHES, int(np.ceil(in_seconds.end() * fs)) + 1))
+    for track in in_seconds.tracks:
+        notes = track.notes.numpy()
+        starts = (notes["time"] * fs).astype(int)
+        ends = ((notes["time"] + notes["duration"]) * fs).astype(int)
+        for pitch, start, end, velocity in zip(notes["pitch"], starts, ends, notes["velocity"]):
+            roll[pitch, start:end] += velocity
+    return roll
+
+
 def plot_piano_roll(midi, path, title, primer_end=0.0, fs=50):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    roll = midi.get_piano_roll(fs=fs)
+    roll = piano_roll(midi, fs)
     pitches = np.flatnonzero(roll.sum(axis=1))
     low, high = (pitches.min(), pitches.max()) if pitches.size else (0, 127)
     fig, axis = plt.subplots(figsize=(12, 3.5))
@@ -180,7 +195,9 @@ def main(argv=None):
     if primers.shape[1] >= args.length:
         raise SystemExit(f"--length ({args.length}) must exceed the primer ({primers.shape[1]} events).")
     lengths = (primers != 0).sum(axis=1)
-    kwargs = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    # Padding and the start token are never sampled (MUSIC_SUPPRESSED_TOKEN_IDS).
+    kwargs = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                  suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS)
 
     def generate(prompt, seed):
         return sample(model, prompt, args.length, seed=seed, end_token_id=music.END_ID, **kwargs)
@@ -212,7 +229,7 @@ def main(argv=None):
     for i, row in enumerate(tokens):
         midi = to_midi(args.task, row)
         base = os.path.join(out_dir, f"{args.name}_{i}")
-        midi.write(base + ".mid")
+        midi.dump_midi(base + ".mid")
         ended = bool((row[lengths[i]:] == music.END_ID).any())
         title = (f"{args.task}, {args.config['attention']} attention, {args.name} sample {i}: "
                  f"{lengths[i] - 1} primer + {len(row) - lengths[i]} sampled events"

@@ -11,7 +11,8 @@ Two tasks of the Music Transformer paper (Huang et al. 2018):
 * `performance`: MIDI performances as performance events (note-on, note-off,
   10 ms time shifts, velocity bins; `music.midi_to_events`), vocabulary
   `music.VOCABULARY_SIZE` (391). Any folder of .mid files; POP909 by
-  default where it exists, else the six POP909 songs shipped in
+  default where the project's shared data folder holds it
+  (`shared_data_dir()`), else the six POP909 songs shipped in
   `examples/music/data/pop909/` (enough for the demo to run, not to learn).
   Files are split deterministically by a hash of their name (1 in 10 to
   validation), so the split stays the same when files are added.
@@ -50,9 +51,10 @@ import numpy as np
 from keras_attn.preprocessing import music
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 SHIPPED_DATA_DIR = os.path.join(HERE, "data")
 SHIPPED_MIDI_DIR = os.path.join(SHIPPED_DATA_DIR, "pop909")
-SHARED_POP909_DIR = "/work/shared/data/pop909/POP909"
+DATA_ENV_VAR = "KERAS_ATTN_DATA"
 TASKS = ("jsb", "performance")
 VALIDATION_BUCKETS = 10  # 1 file in 10 goes to validation
 
@@ -86,9 +88,23 @@ def load_jsb(data_dir=None, split="train"):
     ]
 
 
+def shared_data_dir():
+    """The project's shared data folder (full data sets, not in the repository).
+
+    Returns:
+        `$KERAS_ATTN_DATA` if set, else `../shared/data` relative to the
+        repository root (beside the checkout), normalized.
+    """
+    return os.path.normpath(
+        os.environ.get(DATA_ENV_VAR) or os.path.join(REPO_ROOT, "..", "shared", "data")
+    )
+
+
 def default_midi_dir():
-    """POP909 where this machine has it, else the six shipped songs."""
-    return SHARED_POP909_DIR if os.path.isdir(SHARED_POP909_DIR) else SHIPPED_MIDI_DIR
+    """POP909 (`pop909/POP909` in `shared_data_dir()`) where it exists, else
+    the six shipped songs."""
+    pop909 = os.path.join(shared_data_dir(), "pop909", "POP909")
+    return pop909 if os.path.isdir(pop909) else SHIPPED_MIDI_DIR
 
 
 def find_midi_files(midi_dir):

@@ -65,7 +65,8 @@ def parse_args(argv=None):
                         help="JSB Chorales folder (default: $JSB_CHORALES_DIR or the shipped copy)")
     parser.add_argument("--midi_dir", default=os.environ.get("MIDI_DIR"),
                         help="folder of .mid files for --task performance (default: $MIDI_DIR, "
-                             "else POP909 in /work/shared/data if present, else the 6 shipped songs)")
+                             "else pop909/POP909 in the shared data folder ($KERAS_ATTN_DATA or "
+                             "../shared/data beside the repository) if present, else the 6 shipped songs)")
     parser.add_argument("--output_dir", default=None)
     parser.add_argument("--cache_dir", default=None,
                         help="where encoded MIDI events are cached (default runs/music_cache)")

@@ -1,14 +1,22 @@
 """Tests for keras_attn.preprocessing.music on the real samples shipped in examples/music/data."""
 
+import glob
 import os
 
 import numpy as np
-import pretty_midi
 import pytest
+import symusic
 
 from keras_attn.preprocessing import music
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "music", "data")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+DATA = os.path.join(ROOT, "examples", "music", "data")
+# Events of every shipped MIDI file computed by the pretty_midi-based encoder
+# (keras_attn at commit 95ef2e5, pretty_midi 0.2.11) before the move to
+# symusic: keys "<file stem>/sustain" (`midi_to_events(path)`),
+# "<stem>/no_sustain" (`sustain=False`) and "<stem>/stretch_<factor>"
+# (`time_stretch` of the sustained events by 0.95, 0.975, 1.025, 1.05).
+PRETTY_MIDI_EVENTS = os.path.join(os.path.dirname(__file__), "data", "music_events_pretty_midi.npz")
 POP909 = sorted(
     os.path.join(DATA, "pop909", name)
     for name in os.listdir(os.path.join(DATA, "pop909"))
@@ -25,18 +33,59 @@ def shift(steps):
     return music.TIME_SHIFT_OFFSET + steps - 1
 
 
-def score_with(*instruments):
-    score = pretty_midi.PrettyMIDI()
-    score.instruments.extend(instruments)
+# 1000 ticks per quarter note at the default 120 quarters per minute: a tick
+# is 0.5 ms, so every time used below is a whole number of ticks.
+TICKS_PER_SECOND = 2000
+
+
+def score_with(*tracks):
+    score = symusic.Score(1000)
+    for track in tracks:
+        score.tracks.append(track)
     return score
 
 
 def instrument(notes, pedal=(), is_drum=False):
-    """notes: (pitch, velocity, start, end); pedal: (time, value) of CC64."""
-    inst = pretty_midi.Instrument(program=0, is_drum=is_drum)
-    inst.notes = [pretty_midi.Note(v, p, s, e) for p, v, s, e in notes]
-    inst.control_changes = [pretty_midi.ControlChange(64, v, t) for t, v in pedal]
-    return inst
+    """notes: (pitch, velocity, start, end) in seconds; pedal: (time, value) of CC64."""
+    track = symusic.Track(program=0, is_drum=is_drum)
+    for pitch, velocity, start, end in notes:
+        onset = round(start * TICKS_PER_SECOND)
+        track.notes.append(symusic.Note(onset, round(end * TICKS_PER_SECOND) - onset, pitch, velocity))
+    for time, value in pedal:
+        track.controls.append(symusic.ControlChange(round(time * TICKS_PER_SECOND), 64, value))
+    return track
+
+
+def seconds(score, ticks):
+    """Ticks of a file in seconds: a naive walk over its tempo changes, in
+    whole microseconds x ticks (exact integers) until the final division."""
+    tempos = sorted((t.time, t.mspq) for t in score.tempos)
+    result = []
+    for tick in np.asarray(ticks).tolist():
+        total, previous, microseconds_per_quarter = 0, 0, 500000  # 120 per minute
+        for time, value in tempos:
+            if time >= tick:
+                break
+            total += (time - previous) * microseconds_per_quarter
+            previous, microseconds_per_quarter = time, value
+        total += (tick - previous) * microseconds_per_quarter
+        result.append(total / 1e6 / score.ticks_per_quarter)
+    return np.array(result)
+
+
+def written_notes(score):
+    """(pitch, velocity, start ms, end ms) of the one track `events_to_midi` writes."""
+    assert score.ticks_per_quarter == 500 and score.tempos[0].mspq == 500000  # 1 tick = 1 ms
+    (track,) = score.tracks
+    return [(n.pitch, n.velocity, n.time, n.time + n.duration) for n in track.notes]
+
+
+def assert_notes_close(notes, expected):
+    """notes: `Note`s; expected: (pitch, start, end) in seconds."""
+    assert [n.pitch for n in notes] == [pitch for pitch, _, _ in expected]
+    np.testing.assert_allclose(
+        [(n.start, n.end) for n in notes], [(s, e) for _, s, e in expected], atol=1e-9
+    )
 
 
 def by_onset(notes):
@@ -93,8 +142,8 @@ def test_chord_order_leading_silence_and_shared_velocity():
 
 def test_notes_shorter_than_a_step_get_one_step_on_their_side():
     notes = [
-        pretty_midi.Note(80, 60, 0.996, 0.9999),  # rounds to [1.0, 1.0]: early half
-        pretty_midi.Note(80, 62, 2.001, 2.003),  # rounds to [2.0, 2.0]: late half
+        music.Note(80, 60, 0.996, 0.9999),  # rounds to [1.0, 1.0]: early half
+        music.Note(80, 62, 2.001, 2.003),  # rounds to [2.0, 2.0]: late half
     ]
     decoded = music.events_to_notes(music.notes_to_events(notes))
     assert [(n.pitch, n.start, n.end) for n in decoded] == [(60, 0.99, 1.0), (62, 2.0, 2.01)]
@@ -112,12 +161,12 @@ def test_sustain_pedal_extends_notes_and_restrike_ends_them():
     ]
     pedal = [(0.2, 127), (0.4, 100), (1.0, 0)]  # 100 >= 64: still down
     score = score_with(instrument(notes, pedal))
-    with_pedal = [(n.pitch, n.start, n.end) for n in music.midi_to_notes(score)]
-    assert with_pedal == [
+    assert_notes_close(music.midi_to_notes(score), [
         (60, 0.0, 1.0), (62, 0.1, 0.15), (64, 0.5, 0.8), (64, 0.8, 1.0), (67, 0.9, 1.2)
-    ]
-    without = [(n.pitch, n.start, n.end) for n in music.midi_to_notes(score, sustain=False)]
-    assert without == [(p, s, e) for p, _, s, e in notes]
+    ])
+    assert_notes_close(
+        music.midi_to_notes(score, sustain=False), [(p, s, e) for p, _, s, e in notes]
+    )
 
 
 def test_instruments_are_merged_and_drums_ignored():
@@ -127,19 +176,18 @@ def test_instruments_are_merged_and_drums_ignored():
     notes = music.midi_to_notes(score_with(melody, piano, drums))
     # The doubled 72 (onsets in one 10 ms step) becomes one note: earliest
     # start, latest end, loudest velocity.
-    assert [(n.pitch, n.velocity, n.start, n.end) for n in notes] == [
-        (48, 70, 2.0, 3.0), (72, 90, 2.0, 2.3)
-    ]
+    assert [n.velocity for n in notes] == [70, 90]
+    assert_notes_close(notes, [(48, 2.0, 3.0), (72, 2.0, 2.3)])
 
 
 def test_sustain_matches_a_naive_event_loop_on_a_real_piano_track():
-    # Reference: walk pedal/note events in time order, as a player would.
-    source = pretty_midi.PrettyMIDI(POP909[0])
-    track = next(i for i in source.instruments if i.name == "PIANO")
-    pedal_events = [c for c in track.control_changes if c.number == 64]
+    # Reference: walk pedal/note events in time order (ticks), as a player would.
+    source = symusic.Score(POP909[0])
+    track = next(t for t in source.tracks if t.name == "PIANO")
+    pedal_events = [c for c in track.controls if c.number == 64]
     assert len(pedal_events) > 50
     timeline = [(c.time, 0, c.value >= 64, None) for c in pedal_events]
-    timeline += [(n.start, 1, True, k) for k, n in enumerate(track.notes)]
+    timeline += [(n.time, 1, True, k) for k, n in enumerate(track.notes)]
     timeline += [(n.end, 2, False, k) for k, n in enumerate(track.notes)]
     timeline.sort(key=lambda e: (e[0], e[1]))
     ends = {k: n.end for k, n in enumerate(track.notes)}
@@ -164,12 +212,95 @@ def test_sustain_matches_a_naive_event_loop_on_a_real_piano_track():
                 held_by_pedal.add(k)
             else:
                 sounding.pop(track.notes[k].pitch)
-    expected = sorted((n.start, n.pitch, ends[k]) for k, n in enumerate(track.notes))
-    got = [(n.start, n.pitch, n.end) for n in music.midi_to_notes(score_with(track))]
+    expected = np.array(sorted((n.time, n.pitch, ends[k]) for k, n in enumerate(track.notes)), float)
+    expected[:, 0], expected[:, 2] = seconds(source, expected[:, 0]), seconds(source, expected[:, 2])
+    piano_only = symusic.Score(source.ticks_per_quarter)
+    piano_only.tempos = source.tempos
+    piano_only.tracks.append(track)
+    got = [(n.start, n.pitch, n.end) for n in music.midi_to_notes(piano_only)]
     assert len(got) == len(expected) == len(track.notes)
-    np.testing.assert_allclose(np.array(got), np.array(expected), atol=1e-9)
-    # The pedal matters on this track: many notes sound longer.
-    assert sum(e > n.end + 0.05 for e, n in zip(ends.values(), track.notes)) > 100
+    np.testing.assert_allclose(np.array(got), expected, atol=1e-9)
+    # The pedal matters on this track: many notes sound longer (0.05 s).
+    longer = seconds(source, [ends[k] - n.end for k, n in enumerate(track.notes)]) > 0.05
+    assert longer.sum() > 100
+
+
+# --- The same events as the pretty_midi-based encoder ----------------------
+def shipped_midi_files():
+    """Every MIDI file shipped in the project (examples and tests)."""
+    found = []
+    for folder in ("examples", "tests"):
+        for pattern in ("*.mid", "*.midi"):
+            found += glob.glob(os.path.join(ROOT, folder, "**", pattern), recursive=True)
+    return sorted(found)
+
+
+def test_the_reference_events_cover_every_shipped_midi_file():
+    stems = {key.split("/")[0] for key in np.load(PRETTY_MIDI_EVENTS).files}
+    shipped = {os.path.splitext(os.path.basename(path))[0] for path in shipped_midi_files()}
+    assert shipped == stems == {"001", "002", "003", "004", "005", "006"}
+
+
+@pytest.mark.parametrize("path", shipped_midi_files(), ids=os.path.basename)
+def test_events_are_those_of_the_pretty_midi_encoder(path):
+    # Exact equality of every event id: parsing, the tempo map (seconds in
+    # float64), the sustain pedal, the overlap rules and 10 ms rounding all
+    # show up here; so does the re-encoding done by the time stretches.
+    reference = np.load(PRETTY_MIDI_EVENTS)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    events = music.midi_to_events(path)
+    assert len(events) > 3000
+    np.testing.assert_array_equal(events, reference[f"{stem}/sustain"])
+    np.testing.assert_array_equal(
+        music.midi_to_events(path, sustain=False), reference[f"{stem}/no_sustain"]
+    )
+    for factor in (0.95, 0.975, 1.025, 1.05):
+        np.testing.assert_array_equal(
+            music.time_stretch(events, factor), reference[f"{stem}/stretch_{factor}"]
+        )
+
+
+def tempo_event(microseconds_per_quarter, delta=0):
+    return bytes([delta, 0xFF, 0x51, 0x03]) + microseconds_per_quarter.to_bytes(3, "big")
+
+
+def test_tempo_changes_turn_ticks_into_seconds(tmp_path):
+    # 96 ticks per quarter note. Tick 0: 0.5 s per quarter (a repeated tempo
+    # changes nothing); tick 96 (0.5 s): 0.25 s per quarter; tick 192
+    # (0.75 s): 1 s per quarter.
+    tempo_track = (tempo_event(500000) + tempo_event(500000, 48) + tempo_event(250000, 48)
+                   + tempo_event(1000000, 96) + b"\x00\xff\x2f\x00")
+    # Notes at ticks 48-96 (0.25-0.5 s), 144-168 (0.625-0.6875 s), 192-240 (0.75-1.25 s).
+    notes_track = (b"\x30\x90\x3c\x40" b"\x30\x80\x3c\x40" b"\x30\x90\x3e\x40"
+                   b"\x18\x80\x3e\x40" b"\x18\x90\x40\x40" b"\x30\x80\x40\x40" b"\x00\xff\x2f\x00")
+    path = tmp_path / "tempi.mid"
+    path.write_bytes(midi_bytes(1, [tempo_track, notes_track]))
+    assert_notes_close(music.midi_to_notes(path), [
+        (60, 0.25, 0.5), (62, 0.625, 0.6875), (64, 0.75, 1.25)
+    ])
+
+
+def test_a_key_struck_again_before_its_note_off_pairs_note_offs_in_order(tmp_path):
+    # 60 on at 0 and again at 0.5 s, offs at 1.0 and 1.5 s (96 ticks = 0.5 s).
+    # The first note ends where the key is struck again; the second keeps the
+    # later note-off (pretty_midi ended both at the first note-off, 1.0 s).
+    track = (b"\x00\x90\x3c\x40" b"\x60\x90\x3c\x50" b"\x60\x80\x3c\x40"
+             b"\x60\x80\x3c\x40" b"\x00\xff\x2f\x00")
+    path = tmp_path / "restrike.mid"
+    path.write_bytes(midi_bytes(1, [track]))
+    notes = music.midi_to_notes(path)
+    assert [n.velocity for n in notes] == [64, 80]
+    assert_notes_close(notes, [(60, 0.0, 0.5), (60, 0.5, 1.5)])
+
+
+def test_load_midi_reads_scores_in_any_time_unit():
+    score = symusic.Score(POP909[0])
+    in_seconds = score.to("second")
+    loaded = music.load_midi(in_seconds)
+    assert isinstance(loaded.ttype, symusic.core.Tick)
+    assert music.load_midi(score) is score
+    # Converting seconds back to ticks is exact to the tick on this file.
+    np.testing.assert_array_equal(music.midi_to_events(loaded), music.midi_to_events(score))
 
 
 # --- Round trips on real POP909 files -------------------------------------
@@ -180,10 +311,13 @@ def test_pop909_round_trip_within_10ms_and_same_velocity_bin(path, tmp_path):
     assert events.min() >= 3 and events.max() < music.VOCABULARY_SIZE
     # Through a file, as a user would do.
     written = tmp_path / "round_trip.mid"
-    music.events_to_midi(events).write(str(written))
-    decoded = pretty_midi.PrettyMIDI(str(written))
-    assert len(decoded.instruments) == 1 and decoded.instruments[0].program == 0
-    decoded = decoded.instruments[0].notes
+    music.events_to_midi(events).dump_midi(written)
+    score = symusic.Score(written)
+    assert len(score.tracks) == 1 and score.tracks[0].program == 0
+    decoded = [
+        music.Note(velocity, pitch, start / 1000, end / 1000)
+        for pitch, velocity, start, end in written_notes(score)
+    ]
 
     def key(n):
         return (n.pitch, n.start)
@@ -201,17 +335,23 @@ def test_pop909_round_trip_within_10ms_and_same_velocity_bin(path, tmp_path):
         music.velocity_to_bin(np.array([n.velocity for n in decoded])),
         music.velocity_to_bin(np.array([n.velocity for n in reference])),
     )
-    # Decoded times are whole 10 ms steps; encoding them again is exact.
+    # Decoded times are whole 10 ms steps; encoding them again is exact, and
+    # so is reading the written file again.
     np.testing.assert_array_equal(music.notes_to_events(decoded), events)
+    np.testing.assert_array_equal(music.midi_to_events(written), events)
 
 
 def test_round_trip_without_sustain_keeps_the_files_own_offsets():
-    source = pretty_midi.PrettyMIDI(POP909[1])
+    source = symusic.Score(POP909[1])
     raw = sorted(
-        (n for i in source.instruments for n in i.notes), key=lambda n: (n.pitch, n.start)
+        (
+            music.Note(n.velocity, n.pitch, *seconds(source, [n.time, n.end]).tolist())
+            for track in source.tracks for n in track.notes
+        ),
+        key=lambda n: (n.pitch, n.start),
     )
     decoded = sorted(
-        music.events_to_midi(music.midi_to_events(source, sustain=False)).instruments[0].notes,
+        music.events_to_notes(music.midi_to_events(source, sustain=False)),
         key=lambda n: (n.pitch, n.start),
     )
     # Doubled melody notes are merged; every other note keeps its own offset.
@@ -230,16 +370,23 @@ def test_events_to_midi_skips_specials_and_unmatched_events():
         shift(5), OFF + 60, ON + 62, shift(3),  # 62 still sounding at END
         music.END_ID, ON + 70, shift(50),  # after END: ignored
     ]
-    score = music.events_to_midi(np.array(events))
-    got = [(n.pitch, n.velocity, n.start, n.end) for n in score.instruments[0].notes]
-    assert got == [(60, 41, 0.0, 0.1), (60, 41, 0.1, 0.15), (62, 41, 0.15, 0.18)]
+    expected = [(60, 41, 0.0, 0.1), (60, 41, 0.1, 0.15), (62, 41, 0.15, 0.18)]
+    notes = music.events_to_notes(np.array(events))
+    assert [(n.pitch, n.velocity, n.start, n.end) for n in notes] == expected
+    # Written in milliseconds (ticks).
+    assert written_notes(music.events_to_midi(np.array(events))) == [
+        (60, 41, 0, 100), (60, 41, 100, 150), (62, 41, 150, 180)
+    ]
     # A note-on before any VELOCITY uses the default velocity; a dangling
     # last note lasts one step.
-    score = music.events_to_midi([ON + 50])
-    assert [(n.pitch, n.velocity, n.start, n.end) for n in score.instruments[0].notes] == [
-        (50, 64, 0.0, 0.01)
-    ]
-    assert music.events_to_midi([]).instruments[0].notes == []
+    assert written_notes(music.events_to_midi([ON + 50])) == [(50, 64, 0, 10)]
+    assert written_notes(music.events_to_midi([])) == []
+    # Another resolution and tempo: times rounded to their ticks (10 ms = 4.8 ticks).
+    score = music.events_to_midi([VEL + 10, ON + 60, shift(1), OFF + 60, shift(2), ON + 61],
+                                 resolution=480, tempo=60.0, program=5)
+    assert score.ticks_per_quarter == 480 and score.tempos[0].mspq == 1000000
+    assert score.tracks[0].program == 5 and score.tracks[0].name == "Piano"
+    assert [(n.pitch, n.time, n.duration) for n in score.tracks[0].notes] == [(60, 0, 5), (61, 14, 5)]
 
 
 def test_events_to_midi_rejects_ids_outside_the_vocabulary():
@@ -276,7 +423,7 @@ def test_transpose_real_file_and_back():
 
 def test_transpose_out_of_range_drops_or_raises():
     events = music.notes_to_events(
-        [pretty_midi.Note(80, 60, 0.0, 0.5), pretty_midi.Note(80, 126, 0.2, 0.4)],
+        [music.Note(80, 60, 0.0, 0.5), music.Note(80, 126, 0.2, 0.4)],
         add_start_end=True,
     )
     dropped = music.transpose(events, 3)
@@ -286,7 +433,7 @@ def test_transpose_out_of_range_drops_or_raises():
     with pytest.raises(ValueError, match=r"pitches from 63 to 129.*out_of_range=\"drop\""):
         music.transpose(events, 3, out_of_range="error")
     with pytest.raises(ValueError, match=r"leaves no note"):
-        music.transpose(music.notes_to_events([pretty_midi.Note(80, 126, 0, 1)]), 5)
+        music.transpose(music.notes_to_events([music.Note(80, 126, 0, 1)]), 5)
     with pytest.raises(ValueError, match=r"out_of_range"):
         music.transpose(events, 1, out_of_range="clip")
     with pytest.raises(ValueError, match=r"whole number"):
@@ -294,7 +441,7 @@ def test_transpose_out_of_range_drops_or_raises():
 
 
 def test_time_stretch_hand_computed():
-    notes = [pretty_midi.Note(80, 60, 0.2, 1.0), pretty_midi.Note(80, 64, 1.0, 2.4)]
+    notes = [music.Note(80, 60, 0.2, 1.0), music.Note(80, 64, 1.0, 2.4)]
     events = music.notes_to_events(notes, add_start_end=True)
     stretched = music.time_stretch(events, 0.95)
     assert stretched[0] == music.START_ID and stretched[-1] == music.END_ID
@@ -379,7 +526,7 @@ def test_error_corrupt_midi_file(tmp_path):
 
 
 def test_error_type_2_file(tmp_path):
-    # pretty_midi would read it silently as simultaneous tracks.
+    # A parser would read it silently as simultaneous tracks.
     path = tmp_path / "patterns.mid"
     path.write_bytes(midi_bytes(2, [ONE_NOTE_TRACK, ONE_NOTE_TRACK]))
     with pytest.raises(ValueError, match=r"type-2 MIDI file"):
@@ -388,7 +535,7 @@ def test_error_type_2_file(tmp_path):
 
 def test_error_no_notes(tmp_path):
     path = tmp_path / "silent.mid"
-    score_with(pretty_midi.Instrument(program=0)).write(str(path))
+    score_with(symusic.Track(program=0)).dump_midi(path)
     with pytest.raises(ValueError, match=r"no such notes.*contains a \(piano\) part"):
         music.midi_to_events(path)
     drums_only = score_with(instrument([(36, 100, 0.0, 0.1)], is_drum=True))
@@ -475,22 +622,23 @@ def test_chorale_to_midi_round_trip_on_real_chorales(jsb, tmp_path):
     for index, grid in enumerate(chorales):
         score = music.chorale_to_midi(grid, tempo=120.0)
         if index == 0:  # once through a written file
-            score.write(str(tmp_path / "chorale.mid"))
-            score = pretty_midi.PrettyMIDI(str(tmp_path / "chorale.mid"))
-        assert [i.name for i in score.instruments] == ["Soprano", "Alto", "Tenor", "Bass"]
-        for voice, inst in enumerate(score.instruments):
+            score.dump_midi(tmp_path / "chorale.mid")
+            score = symusic.Score(tmp_path / "chorale.mid")
+        assert [t.name for t in score.tracks] == ["Soprano", "Alto", "Tenor", "Bass"]
+        assert score.ticks_per_quarter == 480  # a 16th note is 120 ticks
+        for voice, track in enumerate(score.tracks):
             # Held repeats are one note each: as many notes as runs of a pitch.
-            assert len(inst.notes) == runs(grid[:, voice])
+            assert len(track.notes) == runs(grid[:, voice])
             line = np.full(len(grid), -1)
-            for note in inst.notes:
-                first, last = round(note.start / 0.125), round(note.end / 0.125)
-                assert abs(note.start - first * 0.125) < 1e-6
-                line[first:last] = note.pitch
+            for note in track.notes:
+                assert note.time % 120 == 0 and note.duration % 120 == 0
+                line[note.time // 120:note.end // 120] = note.pitch
             np.testing.assert_array_equal(line, grid[:, voice])
+    # A 16th note lasts 0.25 s at 60 quarters per minute, in the written file too.
     score = music.chorale_to_midi([[60, -1, -1, -1], [60, -1, -1, -1], [62, -1, -1, -1]], tempo=60)
-    assert [(n.pitch, n.start, n.end) for n in score.instruments[0].notes] == [
-        (60, 0.0, 0.5), (62, 0.5, 0.75)
-    ]
+    score.dump_midi(tmp_path / "slow.mid")
+    soprano = symusic.Score(tmp_path / "slow.mid").to("second").tracks[0]
+    assert [(n.pitch, n.time, n.end) for n in soprano.notes] == [(60, 0.0, 0.5), (62, 0.5, 0.75)]
 
 
 def test_velocity_bins_round_trip_and_reject_bins_outside_the_vocabulary():
