@@ -392,8 +392,10 @@ def environment():
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average": list(os.getloadavg()),
-        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith(("MALLOC", "GLIBC", "TF_"))
-                       and k != "TF_CPP_MIN_LOG_LEVEL"},
+        # Allocator and TensorFlow runtime settings that change timings; named
+        # one by one (a bare "TF_" prefix also catches other tools' settings).
+        "malloc_env": {k: v for k, v in os.environ.items()
+                       if k.startswith(("MALLOC", "GLIBC", "TF_ENABLE_", "TF_NUM_", "TF_XLA_"))},
     }
     try:
         with open("/proc/cpuinfo") as f:

@@ -129,7 +129,9 @@ def main():
     ]
     print("\n".join(lines))
     harness.write_results(harness.output_path(args, "translation_throughput"), {
-        "config": {**{k: v for k, v in vars(example_args).items() if isinstance(v, (int, float, str, bool))},
+        # Paths relative to the repository: results are shared between machines.
+        "config": {**{k: os.path.relpath(v, harness.PROJECT_ROOT) if k == "data_dir" else v
+                      for k, v in vars(example_args).items() if isinstance(v, (int, float, str, bool))},
                    "timed_steps": args.steps, "warmup_steps": args.warmup_steps, "quick": args.quick},
         "environment": {"start": env_start, "end": env_end},
         "result": result,
