@@ -175,6 +175,9 @@ def fit(model, strategy, train_data, **kwargs):
         model._distribute_strategy = None  # private; see above
         for name in ("train_step", "test_step"):
             setattr(model, name, _logs_as_vectors(getattr(model, name)))
+    # The examples' tf.data pipelines shuffle (seeded, resumable); fit's own
+    # `shuffle=True` default does nothing for a dataset and only warns.
+    kwargs.setdefault("shuffle", False)
     with strategy.scope():
         return model.fit(train_data, **kwargs)
 
@@ -261,19 +264,31 @@ class TimeBudget(keras.callbacks.Callback):
     every batch); the epoch then ends early, with its validation and
     checkpoint, so a demo run takes the time it promises.
 
+    With `progress=True` it also draws the run's progress against the
+    budget, in Keras' progress-bar style: one bar whose length is the
+    budget (elapsed / budget seconds, the time left as its ETA) with the
+    running training metrics, and one line per finished epoch with the
+    steps so far and its validation metrics. Call `fit` with `verbose=0` then:
+    Keras' own bar counts epochs of a fixed number of steps and would
+    promise an ETA past the budget.
+
     Args:
         minutes: the budget (float, minutes).
         path: optional file that keeps the time spent across interrupted
             and resumed runs (written at each epoch end), so that compared
             models get the same budget however often they were restarted.
             Without it the budget counts this process only.
+        progress: draw the progress bar described above.
     """
 
-    def __init__(self, minutes, path=None):
+    def __init__(self, minutes, path=None, progress=False):
         super().__init__()
         self.seconds = minutes * 60.0
         self.path = path
+        self.progress = progress
         self.start = None
+        self.steps = 0
+        self._bar = None
 
     def on_train_begin(self, logs=None):
         spent = 0.0
@@ -281,15 +296,51 @@ class TimeBudget(keras.callbacks.Callback):
             with open(self.path) as f:
                 spent = float(f.read() or 0)
         self.start = time.time() - spent
+        if self.progress:
+            print(f"Training for {self.seconds / 60:g} min (the bar is the time budget):")
+            self._bar = _BudgetBar(int(round(self.seconds)))
 
     def on_train_batch_end(self, batch, logs=None):
-        if time.time() - self.start > self.seconds:
+        elapsed = time.time() - self.start
+        self.steps += 1
+        if self._bar is not None:
+            values = [(k, float(v)) for k, v in (logs or {}).items() if np.ndim(v) == 0]
+            self._bar.update(min(int(elapsed), self._bar.target - 1), values)
+        if elapsed > self.seconds:
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
         if self.path:
             with open(self.path, "w") as f:
                 f.write(str(time.time() - self.start))
+        if self._bar is not None and logs:
+            shown = " - ".join(
+                f"{k}: {float(v):.4g}" for k, v in logs.items() if k.startswith("val_")
+            )
+            print(f"\n  epoch {epoch + 1} done at {(time.time() - self.start) / 60:.1f} min, "
+                  f"{self.steps} steps" + (f" - {shown}" if shown else ""), flush=True)
+
+    def on_train_end(self, logs=None):
+        if self._bar is not None:
+            self._bar.update(self._bar.target, finalize=True)
+
+
+class _BudgetBar(keras.utils.Progbar):
+    """A `keras.utils.Progbar` over seconds of budget: the metric values it
+    shows are the latest ones, not averages over seconds, and it shows no
+    "s/step" rate (its unit is a second)."""
+
+    def __init__(self, seconds):
+        super().__init__(seconds, stateful_metrics=None, unit_name="s")
+        self.stateful_metrics = _Everything()
+
+    def _format_time(self, time_per_unit, unit_name):
+        return ""
+
+
+class _Everything:
+    def __contains__(self, item):
+        return True
 
 
 class TokenThroughput(keras.callbacks.Callback):

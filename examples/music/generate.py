@@ -24,12 +24,13 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import music_data  # noqa: E402
 
 from keras_attn.generation import CachedDecoder, sample  # noqa: E402
@@ -53,6 +54,8 @@ def parse_args(argv=None):
     parser.add_argument("--top_k", type=int, default=None)
     parser.add_argument("--top_p", type=float, default=None)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--jit_compile", type=int, default=1)
     parser.add_argument("--name", default=None, help="file name prefix (default: from --primer)")
     parser.add_argument("--timing_steps", type=int, default=50,

@@ -39,13 +39,13 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import music_data  # noqa: E402
 import training_utils  # noqa: E402  (--strategy, exact resume)
 
@@ -96,7 +96,11 @@ def parse_args(argv=None):
                         help="longest sequence the SavedModel generates (default 2 L)")
     parser.add_argument("--skip_training", action="store_true", help="evaluate <output_dir>/model.keras")
     parser.add_argument("--skip_export", action="store_true")
-    parser.add_argument("--verbose", type=int, default=1, help="1 = progress bar, 2 = one line per epoch")
+    parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
+                        help="0 = silent, 1 = progress bar (against the --minutes budget when "
+                             "given), 2 = one line per epoch")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--seed", type=int, default=1)
     training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
@@ -182,13 +186,16 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
             initial_value_threshold=best_validation_loss(args),
         ),
     ]
+    verbose = args.progress
     if args.minutes:
-        callbacks.append(
-            training_utils.TimeBudget(args.minutes, os.path.join(args.output_dir, "train_seconds.txt"))
-        )
+        budget_bar = args.progress == 1
+        callbacks.append(training_utils.TimeBudget(
+            args.minutes, os.path.join(args.output_dir, "train_seconds.txt"), progress=budget_bar
+        ))
+        verbose = 0 if budget_bar else verbose
     start = time.time()
     training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
-                       steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=args.verbose)
+                       steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=verbose)
     print(f"Training took {(time.time() - start) / 60:.1f} min (this run)")
     with open(os.path.join(args.output_dir, DONE_MARKER), "w") as f:
         f.write("training finished; run with --skip_training to evaluate/export again\n")

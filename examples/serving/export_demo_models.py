@@ -24,7 +24,8 @@ import argparse
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRANSLATION = os.path.join(HERE, "..", "translation")
@@ -115,6 +116,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", default="/tmp/tf_serving_models")
     parser.add_argument("--version", type=int, default=1)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing version folders")
     parser.add_argument("--skip", nargs="*", default=[], choices=["translator", "super_resolver",
                                                                  "music_generator"])

@@ -13,8 +13,10 @@ the 32x32 picture) and prints PSNR/SSIM of sample and bicubic against it.
 
 import argparse
 import os
+import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -38,6 +40,8 @@ def main(argv=None):
     parser.add_argument("--image_dir", required=True, help="folder of pictures")
     parser.add_argument("--output_dir", default=os.path.join("runs", "super_resolved"))
     parser.add_argument("--temperature", type=float, default=0.9)
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--top_k", type=int, default=0, help="0 = sample among all intensities")
     parser.add_argument("--top_p", type=float, default=1.0, help="nucleus mass; 1 = no filter")

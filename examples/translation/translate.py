@@ -12,7 +12,8 @@ import argparse
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
 import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  (registers the SentencePiece ops)
@@ -44,6 +45,8 @@ def main(argv=None):
     parser.add_argument("sentences", nargs="*")
     parser.add_argument("--source", default="de", choices=["de", "en"],
                         help="language of the default sentences")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up logs (hidden by default)")
     args = parser.parse_args(argv)
     path = newest_version(args.export_dir)
     serve = tf.saved_model.load(path).signatures["serving_default"]

@@ -8,11 +8,13 @@ import sys
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.requires_tensorflow
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "music")
 TINY = ["--num_layers", "1", "--hidden_dim", "32", "--num_heads", "2", "--intermediate_dim", "64",
         "--batch_size", "4", "--sequence_length", "32", "--epochs", "2", "--steps_per_epoch", "10",
-        "--warmup_steps", "10", "--verbose", "2"]
+        "--warmup_steps", "10", "--progress", "2"]
 
 
 def _run(script, *args):

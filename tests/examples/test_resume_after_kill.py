@@ -19,6 +19,8 @@ import pytest
 
 from tests.examples.training_driver import KILLED_EXIT_CODE
 
+pytestmark = pytest.mark.requires_tensorflow
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DRIVER = os.path.join(ROOT, "tests", "examples", "training_driver.py")
 
@@ -34,13 +36,13 @@ TINY = {
         "--epochs", "3", "--steps_per_epoch", "4", "--num_layers", "1", "--hidden_dim", "16",
         "--num_heads", "2", "--intermediate_dim", "32", "--batch_size", "4",
         "--sequence_length", "32", "--max_eval_windows", "8", "--warmup_steps", "4",
-        "--jit_compile", "0", "--verbose", "0",
+        "--jit_compile", "0", "--progress", "0",
     ],
     "translation": [
         "--epochs", "3", "--steps_per_epoch", "4", "--train_size", "256", "--vocabulary_size", "500",
         "--num_layers", "1", "--hidden_dim", "16", "--num_heads", "2", "--intermediate_dim", "32",
         "--tokens_per_batch", "256", "--max_length", "24", "--warmup_steps", "4",
-        "--val_size", "32", "--verbose", "0",
+        "--val_size", "32", "--progress", "0",
     ],
 }
 
