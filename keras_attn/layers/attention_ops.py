@@ -326,13 +326,29 @@ def masked_softmax(logits, mask=None, axis=-1, may_have_empty_rows=True):
     """
     logits = ops.cast(logits, "float32")
     if mask is None:
-        return ops.softmax(logits, axis=axis)
+        return _softmax(logits, axis)
     logits = ops.where(mask, logits, MASKED_LOGIT)
-    probs = ops.softmax(logits, axis=axis)
+    probs = _softmax(logits, axis)
     if may_have_empty_rows:
         row_has_key = ops.any(mask, axis=axis, keepdims=True)
         probs = ops.where(row_has_key, probs, 0.0)
     return probs
+
+
+def _softmax(logits, axis):
+    """`ops.softmax`, without its warning on an axis of size 1.
+
+    Keras warns ("Did you mean to use a sigmoid?") when the softmax axis
+    has size 1, which is a mistake in a classifier head but normal here:
+    a single key (a 1-token prompt or source, a one-slot cache, a local
+    window of one position). The textbook formula gives the same result
+    (1 per row, NaN for a NaN logit) and the same zero gradient, without
+    the warning; longer axes keep the backend's fused softmax.
+    """
+    if logits.shape[axis] != 1:
+        return ops.softmax(logits, axis=axis)
+    exponentials = ops.exp(logits - ops.max(logits, axis=axis, keepdims=True))
+    return exponentials / ops.sum(exponentials, axis=axis, keepdims=True)
 
 
 def scaled_dot_product_attention(
