@@ -66,7 +66,8 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     The relative embeddings are initialised from N(0, key_dim ** -0.5), as in
-    tensor2tensor.
+    tensor2tensor. Under mixed precision they are read in float32 (not
+    autocast), so the relative logits, like the content logits, are float32.
 
     Call arguments:
         inputs: (B, T, D) float tensor.
@@ -143,10 +144,16 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         if not self.heads_share_relative_embedding:
             shape = (self.num_heads,) + shape
         # Row r is the embedding of the distance r - (M - 1) (key minus query).
+        # Not autocast: the relative logits are made in float32, as the
+        # content logits are; a table read in float16 under mixed precision
+        # would round them by up to 2^-11 of their size (~1e-2 at logits of
+        # 30), which moves near-tied attention weights by ~1e-3, several
+        # times what the other layers show.
         self.relative_embeddings = self.add_weight(
             name="relative_embeddings",
             shape=shape,
             initializer=keras.initializers.RandomNormal(stddev=self.key_dim ** -0.5),
+            autocast=False,
         )
 
     def _relative_logits(self, query, key_length, query_offset, causal):
