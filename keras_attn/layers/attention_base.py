@@ -3,6 +3,23 @@ import keras
 from keras_attn.layers import attention_ops
 
 
+def clone_initializer(initializer):
+    """A fresh copy of `initializer` for one sublayer, as
+    `keras.layers.MultiHeadAttention` makes.
+
+    An initializer object repeats its draw: an unseeded one fixes its seed
+    when it is made (so does the one `keras.initializers.get("glorot_uniform")`
+    returns), and one object shared by several sublayers would give them
+    identical kernels (query = key = value projections). A copy made from
+    the config of an unseeded initializer draws a seed of its own; a
+    seeded one keeps its seed, as the user asked. A plain function (which
+    `keras.initializers.get` accepts) is returned as it is.
+    """
+    if not isinstance(initializer, keras.initializers.Initializer):
+        return initializer
+    return initializer.__class__.from_config(initializer.get_config())
+
+
 class AttentionBase(keras.layers.Layer):
     """Constructor arguments, config and sublayer factories shared by every
     attention layer of the library (not exported: use a concrete layer).
@@ -16,8 +33,9 @@ class AttentionBase(keras.layers.Layer):
         dropout: dropout rate on the attention probabilities, in [0, 1).
         use_bias: whether the projections have biases.
         output_dim: width of the output; defaults to the input width.
-        kernel_initializer: initializer of the projection kernels.
-        bias_initializer: initializer of the projection biases.
+        kernel_initializer: initializer of the projection kernels; each
+            projection gets its own copy (see `clone_initializer`).
+        bias_initializer: initializer of the projection biases (copied too).
         seed: int seed of the attention dropout.
         **kwargs: base `keras.layers.Layer` arguments.
 
@@ -64,8 +82,8 @@ class AttentionBase(keras.layers.Layer):
         return keras.layers.Dense(
             units,
             use_bias=self.use_bias,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
             name=name,
         )

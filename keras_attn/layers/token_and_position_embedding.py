@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import attention_ops
+from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.sinusoidal_position_encoding import sinusoids
 
 
@@ -99,7 +100,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size,
             embedding_dim,
-            embeddings_initializer=self.embeddings_initializer,
+            embeddings_initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.dtype_policy,
             name="token_embedding",
         )
@@ -108,7 +109,7 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             self.position_embedding = keras.layers.Embedding(
                 sequence_length,
                 embedding_dim,
-                embeddings_initializer=self.embeddings_initializer,
+                embeddings_initializer=clone_initializer(self.embeddings_initializer),
                 dtype=self.dtype_policy,
                 name="position_embedding",
             )

@@ -1,6 +1,7 @@
 import keras
 
 from keras_attn.layers import attention_ops
+from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 
 
@@ -23,7 +24,8 @@ class TransformerBlock(keras.layers.Layer):
         self_attention: optional self-attention layer with the library's call
             contract (`MultiHeadSelfAttention`, `LocalBlockAttention`,
             `RelativeGlobalAttention`); default a `MultiHeadSelfAttention`.
-        kernel_initializer, bias_initializer: of the dense sublayers.
+        kernel_initializer, bias_initializer: of the dense sublayers, copied
+            for each (an initializer object repeats its draw).
         seed: int seed of the dropout layers.
         **kwargs: base `keras.layers.Layer` arguments.
 
@@ -95,8 +97,8 @@ class TransformerBlock(keras.layers.Layer):
         return keras.layers.Dense(
             units,
             activation=activation,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
             name=name,
         )
@@ -198,6 +200,18 @@ class TransformerBlock(keras.layers.Layer):
         return self._residual(
             x, self._feedforward_norm, self._feedforward_dropout, sublayer, training
         )[0]
+
+    @staticmethod
+    def _positions(shape):
+        """T, the number of positions of a sequence (B, T, D) or of an image
+        (B, height, width, D) (height * width, raster order): the query axis
+        of the attention scores. None when not static."""
+        length = 1
+        for size in tuple(shape)[1:-1]:
+            if size is None:
+                return None
+            length *= size
+        return length
 
     def compute_mask(self, inputs, previous_mask=None):
         return previous_mask

@@ -1,4 +1,5 @@
 import keras
+from keras import ops
 
 from keras_attn.layers import attention_ops
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -17,6 +18,9 @@ class TransformerDecoder(TransformerBlock):
     resolution). The cross-attention sublayer is built when the block is
     first called with an `encoder_sequence`, and is masked with the encoder's
     padding mask. Both attentions have caches for token-by-token decoding.
+    With a 2D `LocalBlockAttention` it decodes images (B, height, width, D),
+    as `TransformerEncoder` encodes them; cross-attention then reads the
+    image's pixels as a sequence of height * width queries (raster order).
 
     Args:
         intermediate_dim: d_ff, width of the feed-forward hidden layer.
@@ -35,13 +39,15 @@ class TransformerDecoder(TransformerBlock):
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        decoder_sequence: (B, T, D) float tensor.
+        decoder_sequence: (B, T, D) float tensor; with a 2D
+            `LocalBlockAttention`, an image (B, height, width, D), whose
+            T = height * width pixels (raster order) index the scores.
         encoder_sequence: (B, S, De) float tensor, or None (decoder-only, or
             when `cross_attention_cache` is given).
         decoder_padding_mask: (B, T) bool, True = real token (without a
-            cache); with a self-attention cache, (B, max_length) over the
-            whole cached sequence. Defaults to the implicit mask of
-            `decoder_sequence` when no cache is used.
+            cache); (B, height, width) for an image; with a self-attention
+            cache, (B, max_length) over the whole cached sequence. Defaults
+            to the implicit mask of `decoder_sequence` when no cache is used.
         encoder_padding_mask: (B, S) bool, True = real source token. Defaults
             to the implicit mask of `encoder_sequence`.
         use_causal_mask: True (default) = position t sees positions <= t.
@@ -59,7 +65,8 @@ class TransformerDecoder(TransformerBlock):
         training: Python bool; enables dropout.
 
     Returns:
-        `outputs` (B, T, D) without a self-attention cache; with one,
+        `outputs`, of the shape of `decoder_sequence` ((B, T, D) or
+        (B, height, width, D)), without a self-attention cache; with one,
         `(outputs, self_attention_cache)`, plus `cross_attention_cache` as a
         third item when the block has cross-attention. With
         `return_attention_scores=True` the scores dict is appended last.
@@ -87,6 +94,11 @@ class TransformerDecoder(TransformerBlock):
         self._cross_attention_layer = None
         if encoder_sequence_shape is not None:
             decoder_sequence_shape = tuple(decoder_sequence_shape)
+            # The queries of an image are its pixels, in raster order.
+            query_shape = (
+                decoder_sequence_shape[0], self._positions(decoder_sequence_shape),
+                self._hidden_dim,
+            )
             num_heads, key_dim = self._attention_sizes(self._hidden_dim)
             self._cross_attention_layer = MultiHeadAttention(
                 num_heads=num_heads,
@@ -98,9 +110,7 @@ class TransformerDecoder(TransformerBlock):
                 dtype=self.dtype_policy,
                 name="cross_attention",
             )
-            self._cross_attention_layer.build(
-                decoder_sequence_shape, tuple(encoder_sequence_shape)
-            )
+            self._cross_attention_layer.build(query_shape, tuple(encoder_sequence_shape))
             self._cross_attention_norm = self._layer_norm("cross_attention_norm")
             self._cross_attention_norm.build(decoder_sequence_shape)
             self._cross_attention_dropout = self._dropout("cross_attention_dropout", 4)
@@ -166,10 +176,15 @@ class TransformerDecoder(TransformerBlock):
                 encoder_padding_mask, "encoder_padding_mask", 2,
                 (decoder_sequence.shape[0], memory.shape[1]),
             )
+        # Without a cache the mask has the layout of the positions:
+        # (B, T), or (B, height, width) for an image.
+        positions_shape = (
+            (self_attention_cache.shape[1],) if cached
+            else tuple(decoder_sequence.shape[1:-1])
+        )
         decoder_padding_mask = attention_ops.check_mask(
-            decoder_padding_mask, "decoder_padding_mask", 2,
-            (decoder_sequence.shape[0],
-             self_attention_cache.shape[1] if cached else decoder_sequence.shape[1]),
+            decoder_padding_mask, "decoder_padding_mask", 1 + len(positions_shape),
+            (decoder_sequence.shape[0],) + positions_shape,
         )
 
         def self_attention(x):
@@ -200,7 +215,11 @@ class TransformerDecoder(TransformerBlock):
                 )
 
             def cross_attention(x):
-                return self._cross_attention_layer(
+                # An image's pixels are the queries, in raster order.
+                image_shape = tuple(x.shape[1:]) if len(x.shape) > 3 else None
+                if image_shape is not None:
+                    x = ops.reshape(x, (ops.shape(x)[0], -1, x.shape[-1]))
+                result = self._cross_attention_layer(
                     x,
                     encoder_sequence,
                     value_padding_mask=encoder_padding_mask,
@@ -208,6 +227,10 @@ class TransformerDecoder(TransformerBlock):
                     return_attention_scores=return_attention_scores,
                     training=training,
                 )
+                if image_shape is None:
+                    return result
+                outputs, *scores = result if return_attention_scores else (result,)
+                return (ops.reshape(outputs, (ops.shape(x)[0],) + image_shape), *scores)
 
             x, *cross_scores = self._residual(
                 x, self._cross_attention_norm, self._cross_attention_dropout,
@@ -245,7 +268,7 @@ class TransformerDecoder(TransformerBlock):
         def spec(shape, dtype=None):
             return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)
 
-        batch, length = decoder_sequence.shape[0], decoder_sequence.shape[1]
+        batch, length = decoder_sequence.shape[0], self._positions(decoder_sequence.shape)
         results = (spec(decoder_sequence.shape),)
         with_cross = encoder_sequence is not None or cross_attention_cache is not None
         memory_length = None

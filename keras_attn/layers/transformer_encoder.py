@@ -29,21 +29,24 @@ class TransformerEncoder(TransformerBlock):
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        inputs: (B, T, D) float tensor.
-        padding_mask: (B, T) bool, True = real token. Defaults to the Keras
-            implicit mask of `inputs`.
+        inputs: (B, T, D) float tensor; with a 2D `LocalBlockAttention`, an
+            image (B, height, width, D), whose T = height * width positions
+            (raster order) index the attention masks and scores.
+        padding_mask: (B, T) bool, True = real token; (B, height, width) for
+            an image. Defaults to the Keras implicit mask of `inputs`.
         attention_mask: (B, T, T) or (B, H, T, T) bool, True = may attend.
         return_attention_scores: if True, also return the self-attention
             probabilities (B, H, T, T).
         training: Python bool; enables dropout.
 
     Returns:
-        (B, T, D) tensor, carrying the input's implicit mask; with
-        `return_attention_scores=True`, `(outputs, scores)`.
+        A tensor of the shape of `inputs`, carrying the input's implicit
+        mask; with `return_attention_scores=True`, `(outputs, scores)`.
 
     Raises:
-        ValueError: on invalid arguments (see `TransformerBlock`), inputs not
-            of rank 3, masks of the wrong dtype/rank/shape.
+        ValueError: on invalid arguments (see `TransformerBlock`), inputs of
+            a rank the self-attention does not take, masks of the wrong
+            dtype/rank/shape.
 
     Example:
     >>> encoder = TransformerEncoder(intermediate_dim=64, num_heads=2)
@@ -87,7 +90,7 @@ class TransformerEncoder(TransformerBlock):
         outputs = keras.KerasTensor(inputs.shape, self.compute_dtype)
         if not return_attention_scores:
             return outputs
-        batch, length = inputs.shape[0], inputs.shape[1]
+        batch, length = inputs.shape[0], self._positions(inputs.shape)
         num_heads = self._self_attention_layer.num_heads
         return outputs, keras.KerasTensor((batch, num_heads, length, length), self.compute_dtype)
 

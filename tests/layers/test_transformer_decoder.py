@@ -5,7 +5,14 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.layers import MultiHeadSelfAttention, TransformerDecoder, TransformerEncoder
+from keras_attn.layers import (
+    LocalBlockAttention,
+    MultiHeadSelfAttention,
+    TransformerDecoder,
+    TransformerEncoder,
+)
+from tests import references
+from tests.reliability import attention_kinds as kinds
 from tests.test_case import run_layer_test
 
 RNG = np.random.default_rng(3)
@@ -143,3 +150,102 @@ def test_attention_scores_of_both_attentions():
     assert (cross[..., 3:] == 0).all()
     np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)
     assert (self_scores[0, :, np.triu_indices(4, 1)[0], np.triu_indices(4, 1)[1]] == 0).all()
+
+
+# Issue 12, case 1: a 2D LocalBlockAttention decodes images (B, height, width,
+# D) with image-shaped padding masks, as the encoder does, and cross-attends
+# from the image's pixels (raster order) to a flat encoder sequence.
+IMAGE_PADDING = np.ones((2, 4, 6), bool)
+IMAGE_PADDING[0, 3, 2:] = False  # the last pixels of example 0
+IMAGE_PADDING[1, :, 5] = False  # the last column of example 1
+SOURCE_PADDING = np.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], bool)
+
+
+def _image_decoder():
+    return TransformerDecoder(
+        intermediate_dim=16,
+        self_attention=LocalBlockAttention(2, 4, block_size=(2, 2), memory_flange=(1, 1)),
+    )
+
+
+def _image_decoder_reference(decoder, image, source):
+    """Reference outputs (B, height, width, D): the block over the pixels
+    flattened in raster order, with the 2D block-raster causal window."""
+    batch, height, width, dim = image.shape
+    heads = decoder._self_attention_layer.num_heads
+    window = references.local_block_mask((height, width), (2, 2), (1, 1), causal=True)
+    self_mask = IMAGE_PADDING.reshape(batch, 1, 1, -1) & window[None, None]
+    self_mask = np.broadcast_to(self_mask, (batch, heads) + window.shape)
+    cross_mask = np.broadcast_to(
+        SOURCE_PADDING[:, None, None, :], (batch, heads, height * width, source.shape[1])
+    )
+    flat = kinds.decoder_block(
+        decoder, image.reshape(batch, -1, dim), self_mask, source, cross_mask
+    )
+    return flat.reshape(image.shape)
+
+
+def test_image_decoder_with_2d_local_attention_matches_reference():
+    decoder = _image_decoder()
+    image, source = RNG.standard_normal((2, 4, 6, 8)), RNG.standard_normal((2, 5, 8))
+    image, source = image.astype("float32"), source.astype("float32")
+    outputs, scores = decoder(
+        image, source, decoder_padding_mask=IMAGE_PADDING,
+        encoder_padding_mask=SOURCE_PADDING, return_attention_scores=True,
+    )
+    np.testing.assert_allclose(
+        outputs, _image_decoder_reference(decoder, image, source), atol=1e-5
+    )
+    # Scores over the pixels in raster order; no weight on padding.
+    self_scores = np.asarray(scores["self_attention"])
+    cross_scores = np.asarray(scores["cross_attention"])
+    assert self_scores.shape == (2, 2, 24, 24) and cross_scores.shape == (2, 2, 24, 5)
+    padding = np.broadcast_to(IMAGE_PADDING.reshape(2, 1, 1, 24), self_scores.shape)
+    assert (self_scores[~padding] == 0).all()
+    assert (cross_scores[1, ..., 2:] == 0).all()
+    np.testing.assert_allclose(cross_scores.sum(-1), 1.0, atol=1e-5)
+
+
+def test_image_decoder_reads_the_implicit_image_mask():
+    # keras.layers.Masking gives the image an implicit (B, height, width)
+    # mask (pixels that are all zeros are padding): in a functional model the
+    # block uses it, and equals the block given the mask explicitly.
+    image, source = RNG.standard_normal((2, 4, 6, 8)), RNG.standard_normal((2, 5, 8))
+    image = np.where(IMAGE_PADDING[..., None], image, 0.0).astype("float32")
+    source = source.astype("float32")
+    decoder = _image_decoder()
+    image_in, source_in = keras.Input((4, 6, 8)), keras.Input((5, 8))
+    outputs, scores = decoder(
+        keras.layers.Masking()(image_in), source_in, return_attention_scores=True
+    )
+    assert tuple(outputs.shape) == (None, 4, 6, 8)
+    assert tuple(scores["self_attention"].shape) == (None, 2, 24, 24)
+    assert tuple(scores["cross_attention"].shape) == (None, 2, 24, 5)
+    model = keras.Model([image_in, source_in], outputs)
+    explicit = decoder(image, source, decoder_padding_mask=IMAGE_PADDING)
+    np.testing.assert_allclose(model([image, source]), explicit, atol=1e-5)
+    unmasked = decoder(image, source)
+    assert not np.allclose(explicit, unmasked, atol=1e-3)
+
+
+def test_image_decoder_mask_errors():
+    decoder = _image_decoder()
+    image = RNG.standard_normal((2, 4, 6, 8)).astype("float32")
+    with pytest.raises(
+        ValueError, match=r"`decoder_padding_mask` must have rank 3 with shape \(2, 4, 6\)"
+    ):
+        decoder(image, decoder_padding_mask=IMAGE_PADDING[:, :, 0])
+    with pytest.raises(ValueError, match=r"`decoder_padding_mask` has shape \(2, 6, 4\)"):
+        decoder(image, decoder_padding_mask=np.ones((2, 6, 4), bool))
+
+
+def test_image_decoder_lifecycle():
+    run_layer_test(
+        TransformerDecoder,
+        {
+            "intermediate_dim": 16,
+            "self_attention": LocalBlockAttention(2, 4, block_size=(2, 2), memory_flange=(1, 1)),
+        },
+        RNG.standard_normal((2, 4, 6, 8)).astype("float32"),
+        expected_output_shape=(2, 4, 6, 8),
+    )

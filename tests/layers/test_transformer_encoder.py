@@ -1,7 +1,8 @@
+import keras
 import numpy as np
 import pytest
 
-from keras_attn.layers import MultiHeadSelfAttention, TransformerEncoder
+from keras_attn.layers import LocalBlockAttention, MultiHeadSelfAttention, TransformerEncoder
 from tests import references
 from tests.test_case import run_layer_test
 
@@ -55,3 +56,22 @@ def test_errors():
         TransformerEncoder(intermediate_dim=0, num_heads=2)
     with pytest.raises(ValueError, match="self_attention` must be a keras_attn self-attention layer"):
         TransformerEncoder(intermediate_dim=8, self_attention="dense")
+
+
+def test_image_scores_in_a_functional_model():
+    # With a 2D LocalBlockAttention the scores are over the height * width
+    # pixels: the symbolic shape says so, as the eager values have it.
+    block = TransformerEncoder(
+        intermediate_dim=16,
+        self_attention=LocalBlockAttention(2, 4, block_size=(2, 2), memory_flange=(1, 1)),
+    )
+    inputs = keras.Input((3, 4, 8))
+    outputs, scores = block(inputs, return_attention_scores=True)
+    assert tuple(scores.shape) == (None, 2, 12, 12)
+    image = RNG.standard_normal((2, 3, 4, 8)).astype("float32")
+    want, want_scores = block(image, return_attention_scores=True)
+    got, got_scores = keras.Model(inputs, [outputs, scores])(image)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_allclose(got_scores, want_scores, atol=1e-6)
+    window = references.local_block_mask((3, 4), (2, 2), (1, 1), causal=False)
+    assert (np.asarray(got_scores)[:, :, ~window] == 0).all()
