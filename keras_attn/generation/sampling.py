@@ -3,9 +3,9 @@ stateless counter-based random generator that takes its seed as a tensor."""
 
 import numbers
 
-import keras
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.generation import decoding
 
 
@@ -21,13 +21,15 @@ def sample(
     pad_token_id=0,
     prompt_lengths=None,
     inputs=None,
+    suppressed_token_ids=None,
 ):
     """Generates by sampling each next token from the model's distribution.
 
-    At each step the logits are divided by `temperature`, filtered to the
-    `top_k` most likely tokens and/or to the nucleus of mass `top_p`, and a
-    token is drawn from the softmax of what is left (Gumbel-max: the argmax
-    of the filtered logits plus Gumbel noise).
+    At each step the `suppressed_token_ids` get probability zero, the
+    logits are divided by `temperature`, filtered to the `top_k` most likely
+    tokens and/or to the nucleus of mass `top_p`, and a token is drawn from
+    the softmax of what is left (Gumbel-max: the argmax of the filtered
+    logits plus Gumbel noise).
 
     The noise is a pure function of `(seed, position, row, token id)`, made
     with a counter-based hash in `keras.ops` (no random state): the same
@@ -41,24 +43,34 @@ def sample(
         prompt: (B, P) int, right-padded (see `greedy_search`).
         max_length: L, static int >= P (prompt included).
         seed: an int, or an int tensor of shape (2,) or () (a graph input).
-        temperature: positive float (or float scalar tensor); < 1 sharpens,
-            > 1 flattens the distribution.
+        temperature: finite number > 0, or a number scalar tensor; < 1
+            sharpens, > 1 flattens the distribution.
         top_k: optional positive int: keep the k most likely tokens; or an
-            int scalar tensor (a graph input) where 0 keeps every token.
-        top_p: optional float in (0, 1] (or a float scalar tensor): keep the
+            int scalar tensor (a graph input) >= 0, where 0 keeps every
+            token.
+        top_p: optional number in (0, 1] (or a scalar tensor): keep the
             smallest set of most likely tokens whose probability reaches p.
         end_token_id: a row stops after generating it; None = never stop.
         pad_token_id: padding id, written after the end token.
         prompt_lengths: (B,) int; defaults to the non-pad count per row.
         inputs: the model's other inputs by name (e.g. `encoder_tokens`).
+        suppressed_token_ids: ids never sampled (see `greedy_search`), e.g.
+            `keras_attn.models.MUSIC_SUPPRESSED_TOKEN_IDS`.
 
     Returns:
         (B, L) int32 tokens: prompt, samples (end token included), padding.
 
     Raises:
-        ValueError: on a non-positive `temperature`, a Python `top_k` that
-            is not a positive int (or a tensor one that is not an int scalar), a `top_p` outside (0, 1], a seed of the wrong
-            shape, or for the reasons of `greedy_search`.
+        ValueError: on a `temperature` that is not a finite number > 0, a
+            Python `top_k` that is not a positive int, a tensor `top_k` that
+            is not an int scalar or is negative, a `top_p` outside (0, 1], a
+            seed of the wrong shape, or for the reasons of `greedy_search`.
+            Values known at call time (Python numbers, eager tensors) are
+            checked at once; traced ones (graph inputs) inside the graph,
+            with the same message: TensorFlow raises `InvalidArgumentError`
+            when the graph runs (XLA has no assertion: under
+            `jit_compile=True` a traced value is not checked), JAX a
+            `JaxRuntimeError` wrapping the ValueError.
 
     Example:
     >>> from keras_attn.models import translation_transformer
@@ -74,11 +86,7 @@ def sample(
         Degeneration", section 3.1 (nucleus sampling); Fan et al. 2018,
         "Hierarchical Neural Story Generation", section 5.4 (top-k).
     """
-    _check_positive_number("temperature", temperature)
-    if top_k is not None and not _is_tensor(top_k):
-        _check_positive_int("top_k", top_k)
-    if top_p is not None:
-        _check_probability(top_p)
+    temperature, top_k, top_p = checks.check_sampling_arguments(temperature, top_k, top_p)
     decoding.check_token_id("end_token_id", end_token_id)
     decoding.check_token_id("pad_token_id", pad_token_id)
     key = _seed_key(seed)
@@ -93,7 +101,8 @@ def sample(
         return ops.argmax(logits + noise, axis=-1)
 
     return decoding.token_loop(
-        model, prompt, max_length, choose, end_token_id, pad_token_id, prompt_lengths, inputs
+        model, prompt, max_length, choose, end_token_id, pad_token_id, prompt_lengths, inputs,
+        suppressed_token_ids,
     )
 
 
@@ -112,7 +121,8 @@ def top_k_filter(logits, k):
 
     Raises:
         ValueError: if a Python `k` is not a positive int, or a tensor `k`
-            is not an integer scalar.
+            is not an integer scalar or, known now, is negative (the
+            messages of `sample`'s `top_k`).
 
     Example:
     >>> top_k_filter(keras.ops.array([[1.0, 3.0, 2.0]]), 2)  # [[-inf, 3, 2]]
@@ -124,14 +134,14 @@ def top_k_filter(logits, k):
     if _is_tensor(k):
         # A run-time k: the k-th largest from a full descending sort (static
         # shapes, so it also compiles under XLA, unlike a top_k of size k).
-        _check_int_scalar("k", k)
+        checks.check_top_k(k, in_graph=False)
         k = ops.cast(k, "int32")
         size = ops.shape(logits)[-1]
         k = ops.where(ops.logical_or(k <= 0, k > size), size, k)
         descending = ops.flip(ops.sort(logits, axis=-1), axis=-1)
         threshold = ops.expand_dims(ops.take(descending, k - 1, axis=-1), -1)
         return ops.where(ops.greater_equal(logits, threshold), logits, float("-inf"))
-    _check_positive_int("k", k)
+    checks.check_top_k(k)
     if vocabulary_size is not None and k >= vocabulary_size:
         return logits
     threshold = ops.top_k(logits, k)[0][..., -1:]
@@ -164,7 +174,7 @@ def top_p_filter(logits, p):
         Holtzman et al. 2019, "The Curious Case of Neural Text
         Degeneration", section 3.1, equation 2.
     """
-    _check_probability(p)
+    checks.check_top_p(p, in_graph=False)
     if isinstance(p, numbers.Real) and p >= 1.0:
         return logits
     vocabulary_size = logits.shape[-1]
@@ -243,30 +253,3 @@ def gumbel_noise(key, position, shape):
 
 def _is_tensor(value):
     return hasattr(value, "shape") and hasattr(value, "dtype")
-
-
-def _check_int_scalar(name, value):
-    dtype = keras.backend.standardize_dtype(value.dtype)
-    if "int" not in dtype or len(value.shape) != 0:
-        raise ValueError(
-            f"A tensor `{name}` must be an integer scalar. Received dtype {dtype}, "
-            f"shape {tuple(value.shape)}."
-        )
-
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive int. Received: {name}={value!r}.")
-
-
-def _check_positive_number(name, value):
-    known = value if isinstance(value, numbers.Real) else None
-    if isinstance(value, bool) or (known is not None and not known > 0):
-        raise ValueError(f"`{name}` must be > 0. Received: {name}={value!r}.")
-
-
-def _check_probability(p):
-    if isinstance(p, bool) or (isinstance(p, numbers.Real) and not 0.0 < p <= 1.0):
-        raise ValueError(
-            f"`top_p` must be in (0, 1] (the nucleus mass). Received: top_p={p!r}."
-        )

@@ -1,11 +1,14 @@
+import re
+
+import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from keras import ops
 
 from keras_attn.generation import (
     RecomputingDecoder, greedy_search, sample, top_k_filter, top_p_filter,
 )
+from keras_attn import checks
 from tests.generation import tiny_models
 
 NEG_INF = -np.inf
@@ -134,16 +137,17 @@ def test_seeded_sampling_translation_cached_equals_recomputing():
 def test_errors():
     model = tiny_models.language_model(num_layers=1)
     prompt = np.array([[1, 2]], "int32")
-    with pytest.raises(ValueError, match="temperature` must be > 0"):
+    with pytest.raises(ValueError, match="temperature` must be a finite number > 0"):
         sample(model, prompt, 5, seed=0, temperature=0.0)
     with pytest.raises(ValueError, match="top_k` must be a positive int"):
         sample(model, prompt, 5, seed=0, top_k=0)
     with pytest.raises(ValueError, match=r"top_p` must be in \(0, 1\]"):
         sample(model, prompt, 5, seed=0, top_p=1.5)
     with pytest.raises(ValueError, match=r"seed` must be an int, or an int tensor of shape"):
-        sample(model, prompt, 5, seed=tf.constant([1, 2, 3]))
+        sample(model, prompt, 5, seed=ops.convert_to_tensor([1, 2, 3]))
 
 
+@pytest.mark.requires_tensorflow
 def test_top_k_filter_with_a_tensor_k_equals_the_static_one_and_zero_keeps_all():
     import tensorflow as tf
 
@@ -159,3 +163,88 @@ def test_top_k_filter_with_a_tensor_k_equals_the_static_one_and_zero_keeps_all()
     np.testing.assert_array_equal(np.asarray(top_k_filter(logits, tf.constant(0))), logits)
     with pytest.raises(ValueError, match="integer scalar"):
         top_k_filter(logits, tf.constant([2, 3]))
+
+
+# Each bad control as a Python value and as a tensor, with the start of the
+# message both checks give.
+_TEMPERATURE = re.escape(checks.TEMPERATURE_REQUIREMENT)
+_TOP_P = re.escape(checks.TOP_P_REQUIREMENT)
+_TENSOR_TOP_K = re.escape(checks.TENSOR_TOP_K_REQUIREMENT)
+_BAD_CONTROLS = [
+    ("temperature", 0.0, _TEMPERATURE),
+    ("temperature", -1.0, _TEMPERATURE),
+    ("temperature", float("inf"), _TEMPERATURE),
+    ("temperature", float("nan"), _TEMPERATURE),
+    ("top_p", 0.0, _TOP_P),
+    ("top_p", 2.0, _TOP_P),
+    ("top_k", -3, _TENSOR_TOP_K),
+]
+
+
+@pytest.mark.requires_tensorflow
+@pytest.mark.parametrize("name, value, message", _BAD_CONTROLS)
+def test_tensor_controls_are_checked_eagerly_and_in_the_graph(name, value, message):
+    import tensorflow as tf
+
+    model = tiny_models.language_model(num_layers=1)
+    prompt = np.array([[1, 2]], "int32")
+    dtype = tf.int32 if name == "top_k" else tf.float32
+    # Eager tensors: converted and checked at once (they used to pass and
+    # return garbage such as [1, 5, 6, 0, 0, ...]).
+    with pytest.raises(ValueError, match=message + " Received: " + name + "="):
+        sample(model, prompt, 5, seed=0, **{name: tf.constant(value, dtype)})
+    if name != "top_k":  # a Python top_k has its own rule (positive), below
+        with pytest.raises(ValueError, match=message):
+            sample(model, prompt, 5, seed=0, **{name: value})
+    # Traced (a graph input): the same message, from an in-graph assertion.
+    traced = tf.function(lambda v: sample(model, prompt, 5, seed=0, **{name: v}))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        traced(tf.constant(value, dtype))
+
+
+def test_python_controls_out_of_range_and_wrong_tensors_are_refused():
+    model = tiny_models.language_model(num_layers=1)
+    prompt = np.array([[1, 2]], "int32")
+    for top_k in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match=re.escape(checks.TOP_K_REQUIREMENT)):
+            sample(model, prompt, 5, seed=0, top_k=top_k)
+    with pytest.raises(ValueError, match="A tensor `temperature` must be a number scalar"):
+        sample(model, prompt, 5, seed=0, temperature=ops.convert_to_tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="A tensor `top_k` must be an integer scalar"):
+        sample(model, prompt, 5, seed=0, top_k=ops.convert_to_tensor(2.0))
+    with pytest.raises(ValueError, match=_TEMPERATURE):
+        sample(model, prompt, 5, seed=0, temperature=True)
+
+
+@pytest.mark.requires_tensorflow
+def test_valid_tensor_controls_sample_as_their_python_values():
+    import tensorflow as tf
+
+    model = tiny_models.language_model(num_layers=1)
+    prompt = np.array([[3, 4, 5], [7, 1, 9]], "int32")
+    python = np.asarray(sample(model, prompt, 10, seed=8, temperature=1.7, top_k=5, top_p=0.9))
+    tensors = dict(temperature=tf.constant(1.7), top_k=tf.constant(5), top_p=tf.constant(0.9))
+    eager = np.asarray(sample(model, prompt, 10, seed=8, **tensors))
+    traced = tf.function(lambda t, k, p: sample(model, prompt, 10, seed=8, temperature=t, top_k=k,
+                                                top_p=p))
+    np.testing.assert_array_equal(eager, python)
+    np.testing.assert_array_equal(np.asarray(traced(*tensors.values())), python)
+    # A tensor top_k of 0 is no filter, the same as None.
+    no_filter = np.asarray(sample(model, prompt, 10, seed=8, temperature=1.7))
+    np.testing.assert_array_equal(
+        np.asarray(sample(model, prompt, 10, seed=8, temperature=1.7, top_k=tf.constant(0))),
+        no_filter)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the JAX in-graph check")
+def test_traced_controls_are_checked_under_jax_jit():
+    import jax
+
+    model = tiny_models.language_model(num_layers=1)
+    prompt = np.array([[1, 2]], "int32")
+    generate = jax.jit(lambda t: sample(model, prompt, 5, seed=0, temperature=t))
+    with pytest.raises(Exception, match=_TEMPERATURE) as error:
+        generate(jax.numpy.array(0.0))
+    assert "ValueError" in str(error.value)
+    np.testing.assert_array_equal(np.asarray(generate(jax.numpy.array(1.3))),
+                                  np.asarray(sample(model, prompt, 5, seed=0, temperature=1.3)))

@@ -1,7 +1,7 @@
 import pytest
 
+from keras_attn.checks import check_heads_divide, check_sizes
 from keras_attn.models import music_transformer, translation_transformer
-from keras_attn.models.checks import check_heads_divide, check_sizes
 
 
 def test_check_sizes_names_the_first_bad_argument_and_refuses_bools():

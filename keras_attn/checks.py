@@ -1,0 +1,355 @@
+"""The one home of argument checks: the model builders', the generation
+functions' and the exporters' (each raises a ValueError that names the
+argument, what was received and what is expected, and how to fix it), and
+the in-graph check for values only known when a graph runs.
+
+It imports nothing from keras_attn, so every layer of the library (layers,
+models, generation, export) can use it.
+"""
+
+import numbers
+
+import keras
+import numpy as np
+
+
+def check_sizes(**sizes):
+    """Raises a ValueError unless every keyword value is a positive int.
+
+    Args:
+        **sizes: argument name -> value received (bools are refused).
+
+    Raises:
+        ValueError: naming the first argument that is not a positive int.
+    """
+    for arg, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}.")
+
+
+def check_heads_divide(hidden_dim, num_heads):
+    """Raises a ValueError unless `num_heads` divides `hidden_dim` (D = H x
+    key_dim, as in Vaswani et al. 2017, section 3.2.2).
+
+    Args:
+        hidden_dim: D, the model width (positive int).
+        num_heads: H (positive int).
+
+    Raises:
+        ValueError: if `hidden_dim % num_heads != 0`.
+    """
+    if hidden_dim % num_heads:
+        raise ValueError(
+            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
+            f"({num_heads}): each head gets hidden_dim // num_heads features."
+        )
+
+
+# ------------------------------------------------------- sampling controls
+# `sample` and the exporters built on it share these checks and messages.
+# A value known now (Python number, NumPy scalar, eager tensor) is checked
+# in Python and raises a ValueError; a traced one (a graph input under
+# `tf.function`, a JAX tracer) is checked inside the graph and fails at run
+# time with the same message. (No quote marks in these messages: TensorFlow
+# escapes them in an assertion's text.)
+
+TEMPERATURE_REQUIREMENT = (
+    "`temperature` must be a finite number > 0 (1 = sample the predicted "
+    "distribution as is, < 1 sharpens it, > 1 flattens it)."
+)
+TOP_K_REQUIREMENT = (
+    "`top_k` must be a positive int (the number of most likely tokens kept), "
+    "or None for no top-k filter."
+)
+TENSOR_TOP_K_REQUIREMENT = (
+    "`top_k` must be >= 0 when given as a tensor (k most likely tokens kept; "
+    "0 = no top-k filter)."
+)
+TOP_P_REQUIREMENT = (
+    "`top_p` must be in (0, 1] (the nucleus mass kept; 1 = no nucleus filter)."
+)
+
+
+def known_value(value):
+    """Returns `value` as a NumPy array when it is known now, else `None`.
+
+    Python numbers, NumPy values and eager tensors are known; traced tensors
+    (inside `tf.function`, a JAX trace) are not.
+
+    Args:
+        value: a Python/NumPy number or a backend tensor.
+
+    Returns:
+        `np.ndarray` or `None`.
+    """
+    if isinstance(value, (numbers.Number, np.generic, np.ndarray)):
+        return np.asarray(value)
+    try:
+        return np.asarray(keras.ops.convert_to_numpy(value))
+    except Exception:  # each backend refuses symbolic values its own way
+        return None
+
+
+def check_scalar(name, value, is_valid, requirement, dtype="float32", in_graph=True):
+    """Checks one scalar argument now when its value is known, else in the graph.
+
+    Args:
+        name: the argument's name.
+        value: a Python number or a scalar tensor, eager or traced.
+        is_valid: `is_valid(x) -> bool`, the condition, written with
+            Python operators only (`>`, `<=`, `&`, …) so that it holds for a
+            NumPy value and for a backend tensor alike.
+        requirement: the message's first sentence: what is expected and how
+            to fix it. The message is `"{requirement} Received: {name}=…"`.
+        dtype: `value` is cast to it before `is_valid`.
+        in_graph: check a traced value inside the graph (False: only values
+            known now are checked, e.g. in a function a caller has checked).
+
+    Returns:
+        `value`; a traced value comes back as a tensor that depends on the
+        in-graph check (see `check_in_graph`): use the returned value.
+
+    Raises:
+        ValueError: if `value` is known now and not valid. A traced invalid
+            value fails when the graph runs (TensorFlow:
+            `InvalidArgumentError`; JAX: `JaxRuntimeError` wrapping the
+            ValueError), with the same message.
+    """
+    known = known_value(value)
+    if known is not None:
+        # NumPy, not keras.ops: inside a `tf.function` ops on a Python
+        # number would give a symbolic tensor.
+        if not np.all(is_valid(known.astype(dtype))):
+            shown = known.item() if known.ndim == 0 else known.tolist()
+            raise ValueError(f"{requirement} Received: {name}={shown!r}.")
+        return value
+    if not in_graph:
+        return value
+    condition = is_valid(keras.ops.cast(value, dtype))
+    return check_in_graph(condition, [f"{requirement} Received: {name}=", value, "."], value)
+
+
+def check_in_graph(condition, message, value):
+    """Makes a traced value fail at run time, with a message, where
+    `condition` is False.
+
+    `keras.ops` has no assertion, so this dispatches on the backend:
+    TensorFlow gets `tf.debugging.Assert`, which the returned value depends
+    on (so it runs in `tf.function`, in SavedModels and under TF Serving's
+    session loader; XLA has no assertion and drops it under
+    `jit_compile=True`); JAX gets a `jax.debug.callback` that raises a
+    ValueError (under `jax.jit` too; JAX reports it as a `JaxRuntimeError`
+    holding the message). Other backends have no traced values here.
+
+    Args:
+        condition: bool scalar tensor.
+        message: the message: a string, or a list of strings and scalar
+            tensors (their run-time values), joined in order.
+        value: the tensor to return.
+
+    Returns:
+        `value`, depending on the check where the backend needs that (use
+        it in place of the original).
+    """
+    pieces = [message] if isinstance(message, str) else list(message)
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        check = tf.debugging.Assert(condition, pieces, summarize=16)
+        with tf.control_dependencies([check]):
+            return tf.identity(value)
+    if backend == "jax":
+        import jax
+
+        tensors = [piece for piece in pieces if not isinstance(piece, str)]
+
+        def fail_unless(ok, *received):
+            if np.all(ok):
+                return
+            received = iter(received)
+            text = "".join(
+                piece if isinstance(piece, str) else repr(np.asarray(next(received)).tolist())
+                for piece in pieces
+            )
+            raise ValueError(text)
+
+        jax.debug.callback(fail_unless, condition, *tensors)
+    return value
+
+
+def _check_scalar_tensor(name, value, integer):
+    """Refuses tensors that are not scalars of a number dtype."""
+    if not (hasattr(value, "dtype") and hasattr(value, "shape")):
+        return
+    dtype = keras.backend.standardize_dtype(value.dtype)
+    number = "int" in dtype if integer else ("int" in dtype or "float" in dtype)
+    if not number or len(value.shape) != 0:
+        kind = "an integer scalar" if integer else "a number scalar"
+        raise ValueError(
+            f"A tensor `{name}` must be {kind} (rank 0). Received dtype {dtype}, "
+            f"shape {tuple(value.shape)}."
+        )
+
+
+def check_temperature(temperature, in_graph=True):
+    """Checks a sampling temperature (finite, > 0); see `check_scalar`.
+
+    Args:
+        temperature: Python number or number scalar tensor.
+        in_graph: check a traced value in the graph.
+
+    Returns:
+        `temperature` (traced: depending on its check).
+
+    Raises:
+        ValueError: on a bool, a non-scalar tensor, or a value known now
+            that is not a finite number > 0.
+    """
+    if isinstance(temperature, bool) or not (
+        isinstance(temperature, numbers.Real) or hasattr(temperature, "dtype")
+    ):
+        raise ValueError(f"{TEMPERATURE_REQUIREMENT} Received: temperature={temperature!r}.")
+    _check_scalar_tensor("temperature", temperature, integer=False)
+
+    def is_valid(t):
+        return (t > 0.0) & (t < float("inf"))  # NaN fails both
+
+    return check_scalar(
+        "temperature", temperature, is_valid, TEMPERATURE_REQUIREMENT, "float32", in_graph
+    )
+
+
+def check_top_k(top_k, in_graph=True):
+    """Checks a top-k: a positive Python int, or an int scalar tensor >= 0
+    (0 = no filter, the form a graph input takes).
+
+    Args:
+        top_k: int or int scalar tensor (not None).
+        in_graph: check a traced value in the graph.
+
+    Returns:
+        `top_k` (traced: depending on its check).
+
+    Raises:
+        ValueError: on a Python value that is not a positive int, a tensor
+            that is not an integer scalar, or a tensor known now below 0.
+    """
+    if not hasattr(top_k, "dtype") or isinstance(top_k, (numbers.Number, np.generic)):
+        if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k <= 0:
+            raise ValueError(f"{TOP_K_REQUIREMENT} Received: top_k={top_k!r}.")
+        return top_k
+    _check_scalar_tensor("top_k", top_k, integer=True)
+    return check_scalar(
+        "top_k", top_k, lambda k: k >= 0, TENSOR_TOP_K_REQUIREMENT, "int32", in_graph
+    )
+
+
+def check_top_p(top_p, in_graph=True):
+    """Checks a nucleus mass: a number or number scalar tensor in (0, 1].
+
+    Args:
+        top_p: float or float scalar tensor (not None).
+        in_graph: check a traced value in the graph.
+
+    Returns:
+        `top_p` (traced: depending on its check).
+
+    Raises:
+        ValueError: on a bool, a non-scalar tensor, or a value known now
+            outside (0, 1].
+    """
+    if isinstance(top_p, bool) or not (isinstance(top_p, numbers.Real) or hasattr(top_p, "dtype")):
+        raise ValueError(f"{TOP_P_REQUIREMENT} Received: top_p={top_p!r}.")
+    _check_scalar_tensor("top_p", top_p, integer=False)
+
+    def is_valid(p):
+        return (p > 0.0) & (p <= 1.0)  # NaN fails both
+
+    return check_scalar("top_p", top_p, is_valid, TOP_P_REQUIREMENT, "float32", in_graph)
+
+
+def check_sampling_arguments(temperature=1.0, top_k=None, top_p=None):
+    """Checks the controls of `keras_attn.generation.sample` at once.
+
+    Args:
+        temperature: finite number > 0 (Python or scalar tensor).
+        top_k: None, a positive int, or an int scalar tensor >= 0.
+        top_p: None, or a number (or scalar tensor) in (0, 1].
+
+    Returns:
+        `(temperature, top_k, top_p)`, traced ones depending on their
+        in-graph checks: use these.
+
+    Raises:
+        ValueError: on a value known now that is out of range, or a tensor
+            of the wrong dtype or rank (see `check_temperature`,
+            `check_top_k`, `check_top_p`).
+    """
+    temperature = check_temperature(temperature)
+    if top_k is not None:
+        top_k = check_top_k(top_k)
+    if top_p is not None:
+        top_p = check_top_p(top_p)
+    return temperature, top_k, top_p
+
+
+# ------------------------------------------------------------- token ids
+
+
+def check_suppressed_token_ids(suppressed_token_ids, end_token_id=None, vocabulary_size=None):
+    """Checks the ids a model must never generate (padding, start, …).
+
+    Args:
+        suppressed_token_ids: None or a sequence of non-negative Python ints.
+        end_token_id: the end id, if any: it cannot be suppressed (rows could
+            never end).
+        vocabulary_size: V when known: ids must lie in [0, V) and leave at
+            least one id to generate.
+
+    Returns:
+        A sorted tuple of distinct ints (empty for None).
+
+    Raises:
+        ValueError: on ids that are not non-negative ints, the end id among
+            them, ids outside the vocabulary, or every id suppressed.
+    """
+    if suppressed_token_ids is None:
+        return ()
+    if isinstance(suppressed_token_ids, (numbers.Number, str, bytes)) or not all(
+        isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0
+        for i in _iterate(suppressed_token_ids)
+    ):
+        raise ValueError(
+            "`suppressed_token_ids` must be a list of non-negative int token ids "
+            "(e.g. padding and start: the ids a model never generates), or None. "
+            f"Received: suppressed_token_ids={suppressed_token_ids!r}."
+        )
+    ids = tuple(sorted({int(i) for i in suppressed_token_ids}))
+    if end_token_id is not None and int(end_token_id) in ids:
+        raise ValueError(
+            "`end_token_id` cannot be suppressed: rows could never end. Remove it "
+            f"from `suppressed_token_ids`. Received: end_token_id={end_token_id}, "
+            f"suppressed_token_ids={suppressed_token_ids!r}."
+        )
+    if vocabulary_size is not None:
+        if ids and ids[-1] >= vocabulary_size:
+            raise ValueError(
+                "`suppressed_token_ids` must be ids of the model's vocabulary "
+                f"[0, {vocabulary_size}). Received: suppressed_token_ids="
+                f"{suppressed_token_ids!r}."
+            )
+        if len(ids) >= vocabulary_size:
+            raise ValueError(
+                "`suppressed_token_ids` leaves no token to generate: suppress fewer "
+                f"than the {vocabulary_size} ids of the vocabulary. Received: "
+                f"suppressed_token_ids={suppressed_token_ids!r}."
+            )
+    return ids
+
+
+def _iterate(values):
+    try:
+        return list(values)
+    except TypeError:
+        return [None]  # not iterable: refused by the caller's check
