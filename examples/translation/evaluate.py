@@ -44,11 +44,14 @@ def make_translate_fn(model, tokenizer, max_length, num_beams=4, length_penalty=
         tokens = tokens.to_tensor(default_value=0, shape=[None, max_length])
         start = tf.fill([tf.shape(tokens)[0], 1], tokenizer.start_id)
         inputs = {"encoder_tokens": tokens}
+        # Padding and the start id are never generated.
+        suppressed = (tokenizer.pad_id, tokenizer.start_id)
         if num_beams == 1:
-            return greedy_search(decoder, start, max_length, end_token_id=tokenizer.end_id, inputs=inputs)
+            return greedy_search(decoder, start, max_length, end_token_id=tokenizer.end_id,
+                                 inputs=inputs, suppressed_token_ids=suppressed)
         return beam_search(
             decoder, start, max_length, num_beams=num_beams, length_penalty_alpha=length_penalty,
-            end_token_id=tokenizer.end_id, inputs=inputs,
+            end_token_id=tokenizer.end_id, inputs=inputs, suppressed_token_ids=suppressed,
         )
 
     return translate

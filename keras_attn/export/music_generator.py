@@ -4,8 +4,10 @@ import numbers
 
 import tensorflow as tf
 
+from keras_attn import checks
 from keras_attn.export.archive import versioned_export_path, write_archive
 from keras_attn.generation import CachedDecoder, sample
+from keras_attn.models.music_transformer import MUSIC_SUPPRESSED_TOKEN_IDS
 
 # Event ids shared by the library's music vocabularies (performance events
 # and JSB Chorales, see `keras_attn.preprocessing.music`).
@@ -21,6 +23,7 @@ def export_music_generator(
     max_primer_length=None,
     end_token_id=_END_ID,
     overwrite=False,
+    suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS,
 ):
     """Writes a SavedModel that continues event sequences by sampling.
 
@@ -56,16 +59,19 @@ def export_music_generator(
       l_b non-zero events), then the sampled events, then 0-padding. A row
       gets `num_steps` new events, fewer if the model samples the end
       token (which is kept; padding follows); rows with a shorter primer end
-      with more padding.
+      with more padding. The suppressed ids (padding and start) are never
+      sampled, so every output is a valid `primer` for the next request.
 
     The loop runs at most until every row has its `num_steps` events: a
     short request does not pay for `max_length` steps (the prefill runs
     over the fixed primer width `max_primer_length`). Bad requests (an empty
     primer or an empty row, a primer wider than `max_primer_length`, ids
     outside the vocabulary, padding inside a row, `num_steps` negative or
-    past `max_length`, a non-positive temperature, a negative `top_k`, a
-    `top_p` outside (0, 1]) fail with an `InvalidArgumentError` whose
-    message says what was received and what is expected; the server keeps
+    past `max_length`, a temperature that is not a finite number > 0, a
+    negative `top_k`, a `top_p` outside (0, 1]) fail with an
+    `InvalidArgumentError` whose message says what was received and what
+    is expected (for the sampling controls, the message
+    `keras_attn.generation.sample` gives in Python); the server keeps
     running.
 
     Args:
@@ -82,7 +88,11 @@ def export_music_generator(
             `max_length`; default `max_length // 2`.
         end_token_id: the event id that ends a piece (2 in both of the
             library's music vocabularies); a row stops after sampling it.
-        overwrite: replace an existing version folder.
+        overwrite: replace an existing version folder, atomically (see
+            `keras_attn.export.write_archive`).
+        suppressed_token_ids: event ids never sampled; padding (0) is
+            always added to them. Default: the Music Transformer's
+            `MUSIC_SUPPRESSED_TOKEN_IDS` (padding, start).
 
     Returns:
         The path of the written version folder (str).
@@ -92,8 +102,10 @@ def export_music_generator(
             input and (B, T, V) logits (see `CachedDecoder`), if `version`,
             `max_length` or `max_primer_length` is not a positive int (or
             the primer does not leave room for one event), if
-            `end_token_id` is outside the vocabulary, or if the version
-            folder exists and `overwrite` is False.
+            `end_token_id` is outside the vocabulary, if
+            `suppressed_token_ids` are not ids of the vocabulary or hold the
+            end id, or if the version folder exists and `overwrite` is
+            False.
 
     Example:
     >>> from keras_attn.models import music_transformer
@@ -112,7 +124,9 @@ def export_music_generator(
         and continuing primers, with relative attention's cache).
     """
     path = versioned_export_path(export_dir, version, overwrite)
-    generate = _generation_function(model, max_length, max_primer_length, end_token_id)
+    generate = _generation_function(
+        model, max_length, max_primer_length, end_token_id, suppressed_token_ids
+    )
     signature = [
         tf.TensorSpec((None, None), tf.int32, name="primer"),
         tf.TensorSpec((), tf.int32, name="num_steps"),
@@ -131,7 +145,8 @@ def _check_int(name, value, low):
         raise ValueError(f"`{name}` must be an int >= {low}. Received: {name}={value!r}.")
 
 
-def _generation_function(model, max_length, max_primer_length, end_token_id):
+def _generation_function(model, max_length, max_primer_length, end_token_id,
+                         suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS):
     """The Python function behind the signature (trace it with tf.function)."""
     decoder = CachedDecoder(model)  # validates the model
     vocabulary_size = decoder.vocabulary_size
@@ -151,13 +166,17 @@ def _generation_function(model, max_length, max_primer_length, end_token_id):
             f"`end_token_id` must be an id of the model's vocabulary [0, "
             f"{vocabulary_size}). Received: end_token_id={end_token_id}."
         )
+    # Padding inside a row would break the output's layout: always suppressed.
+    suppressed = checks.check_suppressed_token_ids(
+        tuple(suppressed_token_ids or ()) + (_PAD_ID,), end_token_id, vocabulary_size
+    )
 
     def generate(primer, num_steps, temperature, top_k, top_p, seed):
-        checks = _check_request(
-            primer, num_steps, temperature, top_k, top_p,
-            vocabulary_size, max_length, max_primer_length,
+        # temperature, top_k and top_p are checked by `sample`, in the graph.
+        request_checks = _check_request(
+            primer, num_steps, vocabulary_size, max_length, max_primer_length
         )
-        with tf.control_dependencies(checks):
+        with tf.control_dependencies(request_checks):
             primer = tf.identity(primer)
         width = tf.shape(primer)[1]
         lengths = tf.reduce_sum(tf.cast(tf.not_equal(primer, _PAD_ID), tf.int32), axis=1)
@@ -165,11 +184,11 @@ def _generation_function(model, max_length, max_primer_length, end_token_id):
         padded = tf.pad(primer, [[0, 0], [0, max_primer_length - width]])
         padded = tf.ensure_shape(padded, (None, max_primer_length))
         limits = lengths + num_steps
-        stepper = _StepLimitedDecoder(decoder, limits, top_k, end_token_id)
+        stepper = _StepLimitedDecoder(decoder, limits, end_token_id)
         events = sample(
             stepper, padded, max_length, seed=seed, temperature=temperature,
-            top_p=top_p, end_token_id=end_token_id, pad_token_id=_PAD_ID,
-            prompt_lengths=lengths,
+            top_k=top_k, top_p=top_p, end_token_id=end_token_id, pad_token_id=_PAD_ID,
+            prompt_lengths=lengths, suppressed_token_ids=suppressed,
         )
         events = events[:, : width + num_steps]
         # The end token forced at each row's limit only stops the loop.
@@ -180,9 +199,9 @@ def _generation_function(model, max_length, max_primer_length, end_token_id):
     return generate
 
 
-def _check_request(primer, num_steps, temperature, top_k, top_p,
-                   vocabulary_size, max_length, max_primer_length):
-    """In-graph validation: `InvalidArgumentError`s with readable messages."""
+def _check_request(primer, num_steps, vocabulary_size, max_length, max_primer_length):
+    """In-graph validation of the primer and `num_steps`:
+    `InvalidArgumentError`s with readable messages."""
     shape = tf.shape(primer)
     real = tf.not_equal(primer, _PAD_ID)
     lengths = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)
@@ -196,7 +215,7 @@ def _check_request(primer, num_steps, temperature, top_k, top_p,
         tf.logical_and(tf.reduce_min(tf.concat([tf.reshape(primer, [-1]), [0]], 0)) >= 0,
                        tf.reduce_max(tf.concat([tf.reshape(primer, [-1]), [0]], 0)) < vocabulary_size),
     )
-    checks = [
+    conditions = [
         (tf.reduce_all(shape > 0),
          ["`primer` must hold at least one row of at least one event (e.g. the start "
           "token 1). Received shape:", shape]),
@@ -218,14 +237,8 @@ def _check_request(primer, num_steps, temperature, top_k, top_p,
         (shape[1] + num_steps <= max_length,
          [f"primer width + `num_steps` must be <= {max_length} (the exported "
           "max_length). Received width and num_steps:", shape[1], num_steps]),
-        (tf.logical_and(temperature > 0.0, tf.math.is_finite(temperature)),
-         ["`temperature` must be a finite number > 0. Received:", temperature]),
-        (top_k >= 0,
-         ["`top_k` must be >= 0 (0 = no top-k filter). Received:", top_k]),
-        (tf.logical_and(top_p > 0.0, top_p <= 1.0),
-         ["`top_p` must be in (0, 1] (1 = no nucleus filter). Received:", top_p]),
     ]
-    return [tf.debugging.Assert(condition, data, summarize=16) for condition, data in checks]
+    return [tf.debugging.Assert(condition, data, summarize=16) for condition, data in conditions]
 
 
 class _StepLimitedDecoder:
@@ -233,18 +246,15 @@ class _StepLimitedDecoder:
 
     The generation engine's decoder protocol (`initial_state`, `__call__`,
     `repeat_state`, `reorder_state`), delegating to a `CachedDecoder`; on
-    the way out the logits get a tensor `top_k` filter (the engine's
-    `top_k` must be a Python int; filtering before the temperature is the
-    same since dividing by a positive temperature keeps the order) and, for
-    every position at or past its row's limit (primer length + num_steps),
-    all the mass on the end token, so each row ends there and the loop
-    stops once every row has its events.
+    the way out, for every position at or past its row's limit (primer
+    length + num_steps), the logits put all the mass on the end token, so
+    each row ends there and the loop stops once every row has its events.
+    (Filters — suppressed ids, top-k, top-p — are the engine's, after this.)
     """
 
-    def __init__(self, decoder, limits, top_k, end_token_id):
+    def __init__(self, decoder, limits, end_token_id):
         self.decoder = decoder
         self.limits = limits
-        self.top_k = top_k
         self.end_token_id = end_token_id
 
     def initial_state(self, batch_size, max_length, inputs=None):
@@ -260,9 +270,6 @@ class _StepLimitedDecoder:
         logits, state = self.decoder(token_ids, cache_index, state, logits_index=logits_index)
         logits = tf.cast(logits, tf.float32)
         vocabulary_size = logits.shape[-1]
-        k = tf.where((self.top_k <= 0) | (self.top_k >= vocabulary_size), vocabulary_size, self.top_k)
-        kth = tf.math.top_k(logits, k).values[..., -1:]
-        logits = tf.where(logits >= kth, logits, float("-inf"))
         # logits[:, t] predicts the event at position start + t + 1.
         if logits_index is not None:
             predicted = tf.reshape(tf.cast(logits_index, tf.int32) + 1, (1,))

@@ -28,7 +28,7 @@ def export_translator(
     - `translate_tokens`: `encoder_tokens` (B, S) int32 source ids (0 =
       padding, each row ending with the end id as `encode_source` makes
       them) -> `tokens` (B, max_length) int32 target ids (start id first,
-      end id, then 0s).
+      end id, then 0s). Padding and the start id are never generated.
 
     A server built without tensorflow-text cannot load a graph that holds
     any TF Text op, whichever signature is called; for such servers export
@@ -57,7 +57,8 @@ def export_translator(
         source_tokenizer: optional separate source `SubwordTokenizer`.
         include_text_signature: False writes the token-id model only (no
             TF Text op in the graph).
-        overwrite: replace an existing version folder.
+        overwrite: replace an existing version folder, atomically (see
+            `keras_attn.export.write_archive`).
 
     Returns:
         The path of the version folder.
@@ -81,16 +82,21 @@ def export_translator(
     source_tokenizer = source_tokenizer or tokenizer
     decoder = CachedDecoder(model)
 
+    # Padding and the start id are never generated (see translation_transformer).
+    suppressed = (tokenizer.pad_id, tokenizer.start_id)
+
     def generate(encoder_tokens):
         start = tf.fill([tf.shape(encoder_tokens)[0], 1], tokenizer.start_id)
         inputs = {"encoder_tokens": encoder_tokens}
         if num_beams == 1:
             return greedy_search(
-                decoder, start, max_length, end_token_id=tokenizer.end_id, inputs=inputs
+                decoder, start, max_length, end_token_id=tokenizer.end_id, inputs=inputs,
+                suppressed_token_ids=suppressed,
             )
         return beam_search(
             decoder, start, max_length, num_beams=num_beams,
             length_penalty_alpha=length_penalty, end_token_id=tokenizer.end_id, inputs=inputs,
+            suppressed_token_ids=suppressed,
         )
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])

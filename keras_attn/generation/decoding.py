@@ -16,8 +16,10 @@ shift absolute positions and local-attention blocks per row.
 """
 
 import keras
+import numpy as np
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers import attention_ops
 
 
@@ -121,22 +123,25 @@ def prefill(decoder, tokens, width, start, max_length, inputs):
 
 
 def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
-               prompt_lengths, inputs):
+               prompt_lengths, inputs, suppressed_token_ids=None):
     """The loop of greedy search and sampling.
 
     Args:
         choose: `choose(logits (B, V) float32, position int32 scalar) ->
-            (B,) int` token chosen for `position`.
+            (B,) int` token chosen for `position`; the suppressed ids'
+            logits are already `-inf`.
         (others: see `greedy_search`.)
 
     Returns:
         (B, max_length) int32 tokens.
     """
     decoder = as_decoder(decoder)
+    suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
     tokens, _, prompt_mask, start, width = prepare_prompt(
         prompt, max_length, pad_token_id, prompt_lengths
     )
     logits, state = prefill(decoder, tokens, width, start, max_length, inputs)
+    suppress = suppressor(suppressed, logits.shape[-1])
     pad = ops.cast(pad_token_id, "int32")
     finished = ops.zeros_like(prompt_mask[:, 0])
 
@@ -146,7 +151,7 @@ def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
         )
 
     def body(index, tokens, finished, logits, state):
-        chosen = ops.cast(choose(logits, index), "int32")
+        chosen = ops.cast(choose(suppress(logits), index), "int32")
         forced = ops.take(prompt_mask, index, axis=1)
         next_token = ops.where(
             forced, ops.take(tokens, index, axis=1), ops.where(finished, pad, chosen)
@@ -162,6 +167,38 @@ def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
         cond, body, (start, tokens, finished, logits, state), maximum_iterations=max_length
     )
     return tokens
+
+
+def suppressor(suppressed, vocabulary_size):
+    """The function giving the suppressed ids probability zero.
+
+    Args:
+        suppressed: ids from `checks.check_suppressed_token_ids`.
+        vocabulary_size: V, static (the logits' last axis).
+
+    Returns:
+        `suppress(logits (..., V)) -> logits` with `-inf` at the suppressed
+        ids (the identity when there are none).
+
+    Raises:
+        ValueError: if the ids do not fit the vocabulary (see
+            `checks.check_suppressed_token_ids`).
+    """
+    if not suppressed:
+        return lambda logits: logits
+    checks.check_suppressed_token_ids(suppressed, vocabulary_size=vocabulary_size)
+
+    def suppress(logits):
+        if vocabulary_size is not None:
+            # A small (V,) constant: one `where` per step.
+            blocked = np.zeros((vocabulary_size,), bool)
+            blocked[list(suppressed)] = True
+        else:
+            ids = ops.arange(ops.shape(logits)[-1], dtype="int32")[:, None]
+            blocked = ops.any(ops.equal(ids, np.array(suppressed, "int32")[None, :]), axis=1)
+        return ops.where(blocked, float("-inf"), logits)
+
+    return suppress
 
 
 def check_token_id(name, value):

@@ -2,6 +2,7 @@
 
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.generation import decoding
 
 
@@ -13,6 +14,7 @@ def greedy_search(
     pad_token_id=0,
     prompt_lengths=None,
     inputs=None,
+    suppressed_token_ids=None,
 ):
     """Generates by taking the most likely next token at every step.
 
@@ -45,6 +47,12 @@ def greedy_search(
         inputs: the model's other inputs by name, e.g.
             `{"encoder_tokens": (B, S) int}` for a translation model; None for
             decoder-only models.
+        suppressed_token_ids: ids that are never generated (probability
+            zero at every step; the prompt may hold them), a list of Python
+            ints: the ids the model's builder states, e.g.
+            `keras_attn.models.MUSIC_SUPPRESSED_TOKEN_IDS` (padding, start)
+            or `(tokenizer.pad_id, tokenizer.start_id)` for translation.
+            None = every id may be generated.
 
     Returns:
         (B, L) int32 tokens: the prompt, the generated tokens (end token
@@ -53,7 +61,9 @@ def greedy_search(
     Raises:
         ValueError: if the model cannot be adapted (see `CachedDecoder`), the
             prompt is not (B, P) integers with static 1 <= P <= max_length,
-            `max_length` is not a positive int, or a token id is invalid.
+            `max_length` is not a positive int, a token id is invalid, or
+            `suppressed_token_ids` holds ids outside the vocabulary, the end
+            id, or every id.
 
     Example:
     >>> from keras_attn.models import translation_transformer
@@ -76,7 +86,8 @@ def greedy_search(
         return ops.argmax(logits, axis=-1)
 
     return decoding.token_loop(
-        model, prompt, max_length, choose, end_token_id, pad_token_id, prompt_lengths, inputs
+        model, prompt, max_length, choose, end_token_id, pad_token_id, prompt_lengths, inputs,
+        suppressed_token_ids,
     )
 
 
@@ -113,6 +124,7 @@ def beam_search(
     prompt_lengths=None,
     inputs=None,
     return_all_beams=False,
+    suppressed_token_ids=None,
 ):
     """Generates the most likely sequence found by beam search.
 
@@ -148,13 +160,16 @@ def beam_search(
         prompt_lengths: (B,) int; defaults to the non-pad count per row.
         inputs: the model's other inputs by name (e.g. `encoder_tokens`).
         return_all_beams: also return every final beam and its score.
+        suppressed_token_ids: ids never generated (see `greedy_search`): the
+            step distribution is renormalised over the other ids.
 
     Returns:
         (B, L) int32 best sequences (prompt included). With
         `return_all_beams=True`, `(best, beams, scores)`: beams (B, K, L)
         int32 sorted best first, scores (B, K) float32 log P / lp (`-inf`
         for beams that never held a distinct hypothesis, when fewer than K
-        exist).
+        exist; such beams are filler that holds `pad_token_id` where it
+        took no token, never a suppressed id).
 
     Raises:
         ValueError: if `num_beams` is not a positive int,
@@ -188,12 +203,14 @@ def beam_search(
         )
     decoding.check_token_id("end_token_id", end_token_id)
     decoding.check_token_id("pad_token_id", pad_token_id)
+    suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
     decoder = decoding.as_decoder(model)
     tokens, lengths, prompt_mask, start, width = decoding.prepare_prompt(
         prompt, max_length, pad_token_id, prompt_lengths
     )
     logits, state = decoding.prefill(decoder, tokens, width, start, max_length, inputs)
     vocabulary_size = logits.shape[-1]
+    suppress = decoding.suppressor(suppressed, vocabulary_size)
     beams = num_beams
     batch_size = ops.shape(tokens)[0]
     state = decoder.repeat_state(state, beams)
@@ -223,7 +240,7 @@ def beam_search(
 
     def body(index, sequences, log_probs, generated, finished, logits, state):
         step_log_probs = ops.reshape(
-            ops.log_softmax(logits, axis=-1), (batch_size, beams, vocabulary_size)
+            ops.log_softmax(suppress(logits), axis=-1), (batch_size, beams, vocabulary_size)
         )
         forced = ops.take(prompt_mask, index, axis=1)  # (B,)
         forced_token = ops.take(tokens, index, axis=1)
@@ -247,6 +264,13 @@ def beam_search(
         log_probs = ops.take_along_axis(
             ops.reshape(candidate_log_probs, (batch_size, beams * vocabulary_size)),
             flat_index, axis=1,
+        )
+        # A beam that holds no hypothesis (fewer than K exist) took a -inf
+        # candidate, maybe a suppressed id: it gets the prompt token or padding.
+        token = ops.where(
+            ops.equal(log_probs, neg_inf),
+            ops.where(forced[:, None], forced_token[:, None], pad),
+            token,
         )
         generated = ops.take_along_axis(candidate_length, beam, axis=1)
         finished = ops.take_along_axis(finished, beam, axis=1)

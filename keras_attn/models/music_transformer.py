@@ -6,9 +6,18 @@ import math
 import keras
 
 from keras_attn.layers import RelativeGlobalAttention, TokenAndPositionEmbedding, TransformerDecoder
-from keras_attn.models.checks import check_heads_divide, check_sizes
+from keras_attn.checks import check_heads_divide, check_sizes
+from keras_attn.preprocessing import music
 
 ATTENTION_TYPES = ("relative", "absolute")
+
+# The event ids a Music Transformer must never generate: padding (0) and the
+# start token (1), the same in both of the library's music vocabularies
+# (performance events and JSB Chorales, `keras_attn.preprocessing.music`).
+# A 0 inside a piece would read as the end of its row and a start token as
+# the start of another piece. Pass them to the generation functions as
+# `suppressed_token_ids`; `export_music_generator` does.
+MUSIC_SUPPRESSED_TOKEN_IDS = (music.PAD_ID, music.START_ID)
 
 
 def music_transformer(
@@ -46,7 +55,10 @@ def music_transformer(
     initialisation and would be used for longer sequences.
 
     Id 0 is padding: the embedding attaches an implicit mask (True = real
-    token), so padded positions are never attended to. The model works with
+    token), so padded positions are never attended to. Padding and the
+    start id (1) are never to be generated: pass
+    `suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS` to the generation
+    functions. The model works with
     `keras_attn.generation` (`sample`, `greedy_search`, `CachedDecoder`): the
     layers are those the cached decoder replays one position at a time,
     with the stable names `token_embedding` (and `embedding_scale`, relative)

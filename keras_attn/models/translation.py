@@ -3,7 +3,7 @@
 import keras
 
 from keras_attn.layers import TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
-from keras_attn.models.checks import check_heads_divide, check_sizes
+from keras_attn.checks import check_heads_divide, check_sizes
 
 
 def translation_transformer(
@@ -28,6 +28,11 @@ def translation_transformer(
     embeddings attach implicit masks, so padded source tokens are masked in
     the encoder's self-attention and in every decoder cross-attention, and
     padded target tokens in the decoder.
+
+    Padding and the target start id (the tokenizer's, e.g.
+    `SubwordTokenizer.start_id`) are never to be generated: decode with
+    `suppressed_token_ids=(tokenizer.pad_id, tokenizer.start_id)`, as
+    `keras_attn.export.export_translator` does.
 
     The defaults (3 layers, D 256, 8 heads, d_ff 512) train on a CPU in
     minutes on Multi30k. The paper's base model is

@@ -1,15 +1,21 @@
 import json
 import os
+import re
 import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from keras_attn import checks
 from keras_attn.export import export_music_generator
 from keras_attn.generation import sample
-from keras_attn.models import music_transformer
+from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS, music_transformer
 from tests.export.helpers import run_fresh_python
+
+pytestmark = pytest.mark.requires_tensorflow
 
 VOCABULARY = 40
 MAX_LENGTH = 16
@@ -38,7 +44,8 @@ def _expected(model, primer, num_steps, temperature=0.9, top_k=8, top_p=0.95, se
     """The engine's samples for the request, cut and padded as documented."""
     primer = np.asarray(primer, "int32")
     full = np.asarray(sample(model, primer, MAX_LENGTH, seed=seed, temperature=temperature,
-                             top_k=top_k or None, top_p=top_p, end_token_id=END))
+                             top_k=top_k or None, top_p=top_p, end_token_id=END,
+                             suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS))
     width = primer.shape[1] + num_steps
     limits = (primer != 0).sum(axis=1) + num_steps
     events = full[:, :width]
@@ -104,9 +111,11 @@ def test_signature_is_readable_by_clients(served):
     (dict(primer=[[1, 0, 5]]), "rows must be right-padded"),
     (dict(num_steps=-1), "`num_steps` must be >= 0"),
     (dict(num_steps=MAX_LENGTH), r"`num_steps` must be <= 16 \(the exported max_length\)"),
-    (dict(temperature=0.0), "`temperature` must be a finite number > 0"),
-    (dict(top_k=-2), "`top_k` must be >= 0"),
-    (dict(top_p=1.5), r"`top_p` must be in \(0, 1\]"),
+    # The sampling controls: the message `sample` gives in Python.
+    (dict(temperature=0.0), re.escape(checks.TEMPERATURE_REQUIREMENT)),
+    (dict(temperature=float("nan")), re.escape(checks.TEMPERATURE_REQUIREMENT)),
+    (dict(top_k=-2), re.escape(checks.TENSOR_TOP_K_REQUIREMENT)),
+    (dict(top_p=1.5), re.escape(checks.TOP_P_REQUIREMENT)),
 ])
 def test_bad_requests_get_clear_errors(served, change, message):
     generate = served
@@ -115,6 +124,45 @@ def test_bad_requests_get_clear_errors(served, change, message):
         generate(**_request(**request))
     # The model still serves afterwards.
     assert generate(**_request([[1, 7]], 3))["events"].shape == (1, 5)
+
+
+@pytest.fixture(scope="module")
+def eager_to_pad(tmp_path_factory):
+    """An exported untrained model that favours padding and start: without
+    suppression its events hold 0s inside rows (an invalid primer)."""
+    model = _model()
+    kernel, bias = model.get_layer("logits").get_weights()
+    bias[list(MUSIC_SUPPRESSED_TOKEN_IDS)] += 4.0
+    model.get_layer("logits").set_weights([kernel, bias])
+    path = export_music_generator(model, str(tmp_path_factory.mktemp("pad")), max_length=MAX_LENGTH,
+                                  max_primer_length=8)
+    return model, tf.saved_model.load(path).signatures["serving_default"]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**31 - 1), num_steps=st.integers(1, 5),
+       temperature=st.floats(0.5, 2.0), top_k=st.integers(0, VOCABULARY),
+       top_p=st.floats(0.1, 1.0), body=st.lists(st.integers(3, VOCABULARY - 1), max_size=2))
+def test_output_never_holds_a_suppressed_id_and_is_a_valid_primer(
+        eager_to_pad, seed, num_steps, temperature, top_k, top_p, body):
+    model, generate = eager_to_pad
+    primer = [[1] + body + [0] * (2 - len(body)), [1, 0, 0]]
+    request = dict(num_steps=num_steps, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    events = generate(**_request(primer, **request))["events"].numpy()
+    for row, prompt, length in zip(events, primer, (1 + len(body), 1)):
+        np.testing.assert_array_equal(row[:length], prompt[:length])
+        generated = row[length:]
+        ends = np.flatnonzero(generated == END)
+        cut = ends[0] + 1 if ends.size else num_steps
+        assert not np.isin(generated[:cut], MUSIC_SUPPRESSED_TOKEN_IDS).any(), row
+        assert (generated[cut:] == 0).all(), row  # after the end token or the steps: padding
+    # Fed back, the output is accepted (it used to be refused: "no 0
+    # between events") and each row is continued after its events.
+    again = generate(**_request(events, **dict(request, num_steps=1)))["events"].numpy()
+    for row, continued in zip(events, again):
+        length = int((row != 0).sum())
+        np.testing.assert_array_equal(continued[:length], row[:length])
+        assert continued[length] not in MUSIC_SUPPRESSED_TOKEN_IDS
 
 
 def test_export_errors(tmp_path):
@@ -127,6 +175,10 @@ def test_export_errors(tmp_path):
         export_music_generator(model, str(tmp_path), version=0)
     with pytest.raises(ValueError, match="`max_length` must be an int >= 2"):
         export_music_generator(model, str(tmp_path), max_length=1)
+    with pytest.raises(ValueError, match="`end_token_id` cannot be suppressed"):
+        export_music_generator(model, str(tmp_path), max_length=8, suppressed_token_ids=(1, END))
+    with pytest.raises(ValueError, match=r"must be ids of the model's vocabulary \[0, 40\)"):
+        export_music_generator(model, str(tmp_path), max_length=8, suppressed_token_ids=(1, 40))
     os.makedirs(tmp_path / "1")
     with pytest.raises(ValueError, match="already exists"):
         export_music_generator(model, str(tmp_path), max_length=8)

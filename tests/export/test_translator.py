@@ -11,6 +11,8 @@ from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
 from keras_attn.preprocessing.text import encode_source
 from tests.export.helpers import run_fresh_python, session_loader_code
 
+pytestmark = pytest.mark.requires_tensorflow
+
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "translation")
 SENTENCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee."]
 
@@ -38,7 +40,8 @@ def translator(tmp_path_factory):
 def _expected(model, tokenizer, sentences):
     tokens = encode_source(tokenizer, tf.constant(sentences), 10).to_tensor(shape=[None, 10])
     start = tf.fill([len(sentences), 1], tokenizer.start_id)
-    ids = greedy_search(model, start, 10, end_token_id=tokenizer.end_id, inputs={"encoder_tokens": tokens})
+    ids = greedy_search(model, start, 10, end_token_id=tokenizer.end_id, inputs={"encoder_tokens": tokens},
+                        suppressed_token_ids=(tokenizer.pad_id, tokenizer.start_id))
     return np.asarray(ids), tokenizer.detokenize(ids).numpy()
 
 
@@ -56,6 +59,13 @@ def test_versioned_layout_and_signatures(translator, tmp_path):
     token_ids = encode_source(tokenizer, tf.constant(SENTENCES), 10).to_tensor()
     got_ids = loaded.signatures["translate_tokens"](encoder_tokens=token_ids)["tokens"].numpy()
     np.testing.assert_array_equal(got_ids, ids)
+    # Padding and the start id are never generated: 0s only after the end id.
+    for row in got_ids:
+        generated = row[1:]
+        ends = np.flatnonzero(generated == tokenizer.end_id)
+        cut = ends[0] + 1 if ends.size else len(generated)
+        assert not np.isin(generated[:cut], (tokenizer.pad_id, tokenizer.start_id)).any(), row
+        assert (generated[cut:] == tokenizer.pad_id).all(), row
     with pytest.raises(ValueError, match="already exists"):
         export_translator(model, tokenizer, os.path.dirname(path), max_length=10)
     with pytest.raises(ValueError, match="positive integer"):

@@ -6,7 +6,7 @@ import pytest
 
 from keras_attn.generation import RecomputingDecoder, sample
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy
-from keras_attn.models import music_transformer
+from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS, music_transformer
 from keras_attn.preprocessing import music
 
 SHIPPED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "music", "data")
@@ -144,3 +144,9 @@ def test_errors():
         music_transformer(10, dropout=1.0)
     with pytest.raises(ValueError, match="Sinusoidal positions need an even `hidden_dim`"):
         music_transformer(10, hidden_dim=9, num_heads=3, attention="absolute")
+
+
+def test_suppressed_ids_are_padding_and_start_of_both_music_vocabularies():
+    assert MUSIC_SUPPRESSED_TOKEN_IDS == (music.PAD_ID, music.START_ID) == (0, 1)
+    assert MUSIC_SUPPRESSED_TOKEN_IDS == (music.JSB_PAD_ID, music.JSB_START_ID)
+    assert music.END_ID not in MUSIC_SUPPRESSED_TOKEN_IDS
