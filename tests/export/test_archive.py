@@ -1,0 +1,129 @@
+"""The version folder every exporter writes: replaced atomically on
+overwrite, left intact when an export fails."""
+
+import hashlib
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.export import archive, export_music_generator
+from keras_attn.models import music_transformer
+
+MAX_LENGTH = 8
+
+
+def _model(seed):
+    keras.utils.set_random_seed(seed)
+    return music_transformer(20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
+                             dropout=0.0, max_relative_position=4)
+
+
+def _export(model, base, **kwargs):
+    return export_music_generator(model, str(base), max_length=MAX_LENGTH, max_primer_length=2,
+                                  **kwargs)
+
+
+def _events(path):
+    generate = tf.saved_model.load(path).signatures["serving_default"]
+    request = dict(primer=tf.constant([[1, 5]]), num_steps=tf.constant(5),
+                   temperature=tf.constant(0.7), top_k=tf.constant(0), top_p=tf.constant(1.0),
+                   seed=tf.constant(3))
+    return generate(**request)["events"].numpy()
+
+
+def _snapshot(folder):
+    """Every file under `folder` (relative path -> sha256)."""
+    files = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            full = os.path.join(root, name)
+            with open(full, "rb") as f:
+                files[os.path.relpath(full, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return files
+
+
+@pytest.fixture(scope="module")
+def old_version(tmp_path_factory):
+    """Model A exported as version 1, plus the files a stale export leaves."""
+    base = tmp_path_factory.mktemp("base")
+    path = _export(_model(1), base)
+    os.makedirs(os.path.join(path, "assets"), exist_ok=True)
+    with open(os.path.join(path, "assets", "old_vocabulary.txt"), "w") as f:
+        f.write("from the old model\n")
+    with open(os.path.join(path, "stray.txt"), "w") as f:
+        f.write("left by hand\n")
+    return base, path
+
+
+def _copy_of(old_version, tmp_path):
+    import shutil
+
+    base, _ = old_version
+    shutil.copytree(base, tmp_path / "base")
+    return tmp_path / "base", str(tmp_path / "base" / "1")
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two_renames"])
+def test_overwrite_replaces_the_whole_version_folder(old_version, tmp_path, monkeypatch, exchange):
+    base, path = _copy_of(old_version, tmp_path)
+    old_events = _events(path)
+    if not exchange:  # systems without renameat2(RENAME_EXCHANGE)
+        monkeypatch.setattr(archive, "_exchange", lambda first, second: False)
+    new_model = _model(2)
+    assert _export(new_model, base, overwrite=True) == path
+    # Nothing of the old folder survives (it used to: assets/, stray.txt).
+    assert not os.path.exists(os.path.join(path, "stray.txt"))
+    assert not os.path.exists(os.path.join(path, "assets", "old_vocabulary.txt"))
+    assert sorted(os.listdir(base)) == ["1"]  # no temporary or old folder left
+    # The new model answers: a fresh export of it gives the same events, the
+    # old one other events.
+    reference = _export(new_model, tmp_path / "reference")
+    np.testing.assert_array_equal(_events(path), _events(reference))
+    assert (_events(path) != old_events).any()
+
+
+def test_a_failed_export_leaves_the_old_version_byte_identical(old_version, tmp_path, monkeypatch):
+    base, path = _copy_of(old_version, tmp_path)
+    before = _snapshot(path)
+    assert "saved_model.pb" in before and "stray.txt" in before
+    save = tf.saved_model.save  # what ExportArchive.write_out calls
+
+    def fail_midway(obj, export_dir, *args, **kwargs):
+        save(obj, export_dir, *args, **kwargs)  # the new files are written ...
+        raise OSError("No space left on device")  # ... then the disk fills
+
+    monkeypatch.setattr(tf.saved_model, "save", fail_midway)
+    with pytest.raises(OSError, match="No space left"):
+        _export(_model(2), base, overwrite=True)
+    assert _snapshot(path) == before
+    assert sorted(os.listdir(base)) == ["1"]
+
+
+def test_a_failed_final_rename_puts_the_old_version_back(old_version, tmp_path, monkeypatch):
+    base, path = _copy_of(old_version, tmp_path)
+    before = _snapshot(path)
+    monkeypatch.setattr(archive, "_exchange", lambda first, second: False)
+    rename = os.rename
+
+    def failing_rename(source, destination):
+        if os.path.basename(str(source)).startswith(".1.incomplete-"):
+            raise OSError("Device or resource busy")
+        rename(source, destination)
+
+    monkeypatch.setattr(archive.os, "rename", failing_rename)
+    with pytest.raises(OSError, match="busy"):
+        _export(_model(2), base, overwrite=True)
+    assert _snapshot(path) == before
+    assert sorted(os.listdir(base)) == ["1"]
+
+
+def test_a_new_version_appears_complete_and_keeps_the_umask_permissions(tmp_path):
+    base = tmp_path / "base"
+    path = _export(_model(1), base, version=4)
+    assert sorted(os.listdir(base)) == ["4"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == 0o777 & ~umask
