@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers import attention_ops
 from keras_attn.layers.attention_base import AttentionBase
 
@@ -73,10 +74,14 @@ class MultiHeadSelfAttention(AttentionBase):
             boolean/integer (float masks included) or of the wrong rank or
             shape (an `attention_mask`'s batch and head axes must be B or
             H, or 1); on a `cache` of another batch size than the inputs;
-            on a `cache_index` that is not an integer scalar, or (when known
-            at call time, i.e. eagerly or as a Python int) lies outside the
-            cache. Inside a compiled graph a traced `cache_index` is not
-            checked: keep it within `[0, max_length - T]`.
+            on a `cache_index` that is not an integer scalar, or lies
+            outside the cache: at once when it is known at call time
+            (eagerly, or a Python int); when traced, under TensorFlow, by an
+            in-graph check with the same message (`InvalidArgumentError`
+            when the graph runs; no measurable cost). Not checked when
+            traced under XLA (`jit_compile=True`: XLA has no assertion) or
+            JAX (a host callback per step made cached decoding 2.8x slower):
+            keep it within `[0, max_length - T]` there.
 
     Example:
     >>> layer = MultiHeadSelfAttention(num_heads=2, key_dim=8)
@@ -304,7 +309,19 @@ class MultiHeadSelfAttention(AttentionBase):
                     f"cache length {max_length}. Allocate a longer cache with "
                     f"`init_cache(batch_size, max_length>={index + length})`."
                 )
-        return ops.cast(cache_index, "int32"), max_length
+        offset = ops.cast(cache_index, "int32")
+        if index is None and max_length is not None and keras.backend.backend() == "tensorflow":
+            # Traced: the same message from an in-graph check (TensorFlow
+            # only; see Raises).
+            end = offset + ops.shape(inputs)[1]
+            fits = ops.logical_and(ops.greater_equal(offset, 0), ops.less_equal(end, max_length))
+            offset = checks.check_in_graph(fits, [
+                "`cache_index` + input length must fit in the cache. Received: cache_index=",
+                offset, ", input length ", ops.shape(inputs)[1],
+                f", cache length {max_length}. Allocate a longer cache with "
+                "`init_cache(batch_size, max_length>=", end, ")`.",
+            ], offset)
+        return offset, max_length
 
     def _attend(
         self,

@@ -1,0 +1,31 @@
+"""A traced `cache_index` past the cache end fails with the eager message
+(issue 12, "Also"), for every self-attention type (they share the check)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_attn.layers import LocalBlockAttention, MultiHeadSelfAttention, RelativeGlobalAttention
+
+MESSAGE = r"`cache_index` \+ input length must fit in the cache. Received: cache_index="
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MultiHeadSelfAttention(2, 4),
+    lambda: RelativeGlobalAttention(2, 4, max_relative_position=4),
+    lambda: LocalBlockAttention(2, 4, block_size=2, memory_flange=2),
+], ids=["mhsa", "relative", "local"])
+def test_traced_cache_index_past_the_end_fails_with_the_eager_message(make):
+    layer = make()
+    x = np.random.RandomState(0).rand(1, 2, 8).astype("float32")
+    cache = layer.init_cache(1, 6)
+    with pytest.raises(ValueError, match=MESSAGE + "5, input length 2, cache length 6"):
+        layer(x, cache=cache, cache_index=5, use_causal_mask=True)
+    step = tf.function(lambda i: layer(x, cache=cache, cache_index=i, use_causal_mask=True))
+    eager_out, eager_cache = layer(x, cache=cache, cache_index=4, use_causal_mask=True)
+    traced_out, traced_cache = step(tf.constant(4))  # the last index that fits
+    np.testing.assert_allclose(traced_out, eager_out, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(traced_cache, eager_cache, rtol=1e-6, atol=1e-6)
+    for index in (5, 9, -1):  # it used to return finite garbage
+        with pytest.raises(tf.errors.InvalidArgumentError, match=MESSAGE + r"\] \[" + str(index)):
+            step(tf.constant(index))
