@@ -5,7 +5,6 @@ from keras import ops
 
 from keras_attn.layers import attention_ops
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
-from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder import TransformerDecoder
 from keras_attn.layers.transformer_encoder import TransformerEncoder
@@ -61,8 +60,12 @@ class CachedDecoder:
     translation model) is run once per batch in `initial_state`. On the
     decoder path
 
-    * `TokenAndPositionEmbedding` and `SinusoidalPositionEncoding` get
-      `start_index=cache_index`;
+    * position-aware layers, those whose `call` takes a `start_index`
+      argument (`TokenAndPositionEmbedding`, `SinusoidalPositionEncoding`,
+      `PixelEmbedding`, `LowResolutionEmbedding`, or a layer of your own),
+      are replayed with all their recorded arguments and
+      `start_index=cache_index` (plus any Python int they were given);
+      their arguments that do not depend on the tokens are computed once;
     * every `TransformerDecoder` gets its self-attention cache and
       `cache_index`, and, with cross-attention, the encoder's projected
       keys/values (computed once) and the encoder padding mask (the Keras
@@ -299,7 +302,11 @@ class CachedDecoder:
             step.update(kind="self_attention", sequence=inputs, reads=[inputs])
             self._plan_padding_mask(step, name, bound["padding_mask"], "padding_mask")
             return step
-        if isinstance(op, (TokenAndPositionEmbedding, SinusoidalPositionEncoding)):
+        if _is_position_aware(op):
+            # The protocol: a `start_index` call argument (the absolute
+            # position of the first input position). Replayed with all its
+            # recorded arguments; tensors that do not depend on the tokens
+            # (e.g. a conditioning image) become memory, computed once.
             bound = _bind(op, node)
             start = attention_ops.static_int(bound["start_index"])
             if start is None:
@@ -307,8 +314,7 @@ class CachedDecoder:
                     f"CachedDecoder: {name} is called with a tensor `start_index`; "
                     "expected a Python int (the engine adds the cache index to it)."
                 )
-            step.update(kind="position", sequence=bound["inputs"], start_index=start,
-                        reads=[bound["inputs"]])
+            step.update(kind="position", start_index=start)
             return step
         if _is_positionwise(op):
             return step
@@ -316,8 +322,8 @@ class CachedDecoder:
             f"CachedDecoder: layer {name} is on the path from "
             f"`{self.token_input}` to the logits and is not known to act on "
             "each position on its own, so it cannot be replayed one token at a "
-            "time. Supported on the decoder path: TokenAndPositionEmbedding, "
-            "SinusoidalPositionEncoding, TransformerDecoder, causal "
+            "time. Supported on the decoder path: position-aware layers "
+            "(a `start_index` call argument), TransformerDecoder, causal "
             "self-attention layers, and position-wise layers (Dense, Embedding, "
             "Dropout, LayerNormalization on the last axis, activations, "
             "Add/Multiply/...). Decode such a model with `RecomputingDecoder`."
@@ -498,10 +504,12 @@ class CachedDecoder:
                 args, kwargs = step["node"].arguments.fill_in(lookup)
                 outputs = _call(op, args, kwargs)
             elif kind == "position":
-                outputs = op(
-                    values[id(step["sequence"])],
-                    start_index=ops.cast(cache_index, "int32") + step["start_index"],
+                args, kwargs = step["node"].arguments.fill_in(values)
+                bound = inspect.signature(op.call).bind(*args, **kwargs)
+                bound.arguments["start_index"] = (
+                    ops.cast(cache_index, "int32") + step["start_index"]
                 )
+                outputs = op(*bound.args, **bound.kwargs)
             elif kind == "self_attention":
                 padding_mask = self._update_mask(step, values, masks, cache_index)
                 outputs, caches[step["cache"]] = op(
@@ -642,6 +650,14 @@ def _refuse_given(name, bound, arguments):
                 "graph. The engine supplies caches itself and cannot replay "
                 f"a layer given `{arg}`; build the model without it."
             )
+
+
+def _is_position_aware(op):
+    """A layer whose `call` takes `start_index` (see `CachedDecoder`)."""
+    call = getattr(op, "call", None)
+    if not isinstance(op, keras.layers.Layer) or call is None:
+        return False
+    return "start_index" in inspect.signature(call).parameters
 
 
 def _is_positionwise(op):

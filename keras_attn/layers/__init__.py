@@ -1,6 +1,7 @@
 """Attention layers and Transformer blocks (keras.ops only)."""
 
 from keras_attn.layers.local_block_attention import LocalBlockAttention
+from keras_attn.layers.low_resolution_embedding import LowResolutionEmbedding
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_attn.layers.pixel_embedding import PixelEmbedding
@@ -13,6 +14,7 @@ from keras_attn.layers.transformer_encoder import TransformerEncoder
 
 __all__ = [
     "LocalBlockAttention",
+    "LowResolutionEmbedding",
     "MultiHeadAttention",
     "MultiHeadSelfAttention",
     "PixelEmbedding",

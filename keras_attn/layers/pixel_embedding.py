@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import attention_ops
+from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.pixel_position_encoding import PixelPositionEncoding
 from keras_attn.layers.pixel_position_encoding import _as_image_size
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
@@ -28,10 +29,10 @@ class PixelEmbedding(TokenAndPositionEmbedding):
     `vocabulary_size=257` for a decoder input (256 intensities and the start
     token 256) and 256 for an encoder input.
 
-    It is a `TokenAndPositionEmbedding` (token ids plus position, with a
-    `start_index` for cached decoding), so the generation engine's
-    `CachedDecoder` passes it the absolute position of each decoding step.
-    It never masks: intensity 0 is a real value.
+    Its call takes a `start_index` (the generation engine's protocol for
+    position-aware layers), so `CachedDecoder` passes it the absolute
+    position of each decoding step. It never masks: intensity 0 is a real
+    value.
 
     Args:
         vocabulary_size: ids per channel (positive int).
@@ -106,7 +107,7 @@ class PixelEmbedding(TokenAndPositionEmbedding):
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size * channels,
             embedding_dim,
-            embeddings_initializer=self.embeddings_initializer,
+            embeddings_initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.dtype_policy,
             name="token_embedding",
         )
@@ -116,7 +117,7 @@ class PixelEmbedding(TokenAndPositionEmbedding):
             position=position,
             max_wavelength=max_wavelength,
             coordinate_scale=coordinate_scale,
-            embeddings_initializer=self.embeddings_initializer,
+            embeddings_initializer=clone_initializer(self.embeddings_initializer),
             dtype=self.dtype_policy,
             name="position_encoding",
         )

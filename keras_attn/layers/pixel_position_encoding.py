@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import attention_ops
+from keras_attn.layers.attention_base import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -150,13 +151,13 @@ class PixelPositionEncoding(keras.layers.Layer):
             half = inputs_shape[-1] // 2
             height, width = self.image_size
             self._row_embedding = keras.layers.Embedding(
-                height, half, embeddings_initializer=self.embeddings_initializer,
+                height, half, embeddings_initializer=clone_initializer(self.embeddings_initializer),
                 dtype=self.dtype_policy, name="row_embedding",
             )
             self._row_embedding.build()
             self._column_channel_embedding = keras.layers.Embedding(
                 width * self.channels, half,
-                embeddings_initializer=self.embeddings_initializer,
+                embeddings_initializer=clone_initializer(self.embeddings_initializer),
                 dtype=self.dtype_policy, name="column_channel_embedding",
             )
             self._column_channel_embedding.build()

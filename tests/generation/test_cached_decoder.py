@@ -130,3 +130,37 @@ def test_errors_name_the_unexpected_layer():
         decoder.initial_state(2, 8, {"source": tiny_models.SOURCE})
     with pytest.raises(ValueError, match="max_length=20 does not fit the learned position table"):
         CachedDecoder(tiny_models.language_model(max_length=16)).initial_state(1, 20)
+
+
+class _ConditionedOffset(keras.layers.Layer):
+    """A user's own position-aware layer, unknown to keras_attn: follows the
+    engine's protocol (a `start_index` call argument) and reads a second,
+    token-independent input (a per-row condition)."""
+
+    def build(self, inputs_shape, condition_shape=None):
+        self.table = self.add_weight(shape=(32, inputs_shape[-1]), name="table")
+
+    def call(self, inputs, condition, start_index=0):
+        length = keras.ops.shape(inputs)[1]
+        positions = keras.ops.arange(length, dtype="int32") + keras.ops.cast(start_index, "int32")
+        rows = keras.ops.take(self.table, positions, axis=0)  # (T, D)
+        scale = keras.ops.cast(condition, inputs.dtype)[:, None, None]  # (B, 1, 1)
+        return inputs + rows[None] * scale
+
+
+def test_a_custom_position_aware_layer_decodes_with_the_cache():
+    tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+    condition = keras.Input((), dtype="float32", name="condition")
+    x = keras.layers.Embedding(tiny_models.VOCABULARY, 16, name="embedding")(tokens)
+    x = _ConditionedOffset(name="offset")(x, condition)
+    x = TransformerDecoder(intermediate_dim=32, num_heads=2, name="decoder_layer_0")(x)
+    model = keras.Model({"decoder_tokens": tokens, "condition": condition},
+                        keras.layers.Dense(tiny_models.VOCABULARY, name="logits")(x))
+    ids = RNG.integers(1, tiny_models.VOCABULARY, (2, 9)).astype("int32")
+    scale = np.array([0.5, 2.0], "float32")
+    full = np.asarray(model({"decoder_tokens": ids, "condition": scale}))
+    stepwise = _stepwise_logits(CachedDecoder(model), ids, prefill=3, inputs={"condition": scale})
+    np.testing.assert_allclose(stepwise, full, atol=1e-4)
+    # The condition reaches the logits: another one changes them.
+    other = np.asarray(model({"decoder_tokens": ids, "condition": scale * 0}))
+    assert np.abs(other - full).max() > 1e-3
