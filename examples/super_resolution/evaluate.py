@@ -13,7 +13,11 @@ from keras_attn.generation import CachedDecoder, sample
 from keras_attn.models.image_transformer import START_TOKEN
 from keras_attn.preprocessing import images
 
-TEMPERATURES = (1.0, 0.9)
+TEMPERATURES = (1.0, 0.9, 0.8)
+# Rows of the super-resolution table: (name, temperature, top_k); top_k = 1
+# is the per-pixel mode (argmax decoding).
+DECODINGS = tuple((f"sample_T{t}", t, 0) for t in TEMPERATURES) + (("mode", 1.0, 1),)
+MAX_PSNR = 100.0  # dB: what an exact match counts as (tf.image.psnr gives inf)
 
 
 def report(args, model, data, make_dataset):
@@ -43,65 +47,98 @@ def report(args, model, data, make_dataset):
 
 
 def _timed_sampler(model, inputs_name, jit_compile=True):
-    """A compiled sampling function taking (inputs, seed, temperature) as
-    tensors, so both temperatures share one XLA compilation."""
+    """A compiled sampling function taking (inputs, seed, temperature,
+    top_k) as tensors, so every decoding shares one XLA compilation."""
     decoder = CachedDecoder(model)
     if inputs_name == "low_resolution":
-        def run(condition, seed, temperature):
-            return super_resolve(model, condition, seed, temperature, decoder)
+        def run(condition, seed, temperature, top_k):
+            return super_resolve(model, condition, seed, temperature, decoder, top_k=top_k)
     else:
-        def run(condition, seed, temperature):
+        def run(condition, seed, temperature, top_k):
             batch = tf.shape(condition)[0]
             inputs = {"class_label": condition} if inputs_name == "class_label" else None
             tokens = sample(
                 decoder, tf.fill([batch, 1], START_TOKEN), max_length=32 * 32 * 3 + 1,
-                seed=seed, temperature=temperature, prompt_lengths=tf.ones([batch], tf.int32),
-                inputs=inputs,
+                seed=seed, temperature=temperature, top_k=top_k,
+                prompt_lengths=tf.ones([batch], tf.int32), inputs=inputs,
             )
             return tf.reshape(tf.cast(tf.convert_to_tensor(tokens)[:, 1:], tf.uint8), [batch, 32, 32, 3])
     return tf.function(run, jit_compile=jit_compile, autograph=False)
 
 
-def _sample_all(sampler, condition, seed):
-    """Samples at each temperature; the first call compiles, the timed
-    figure is the mean of the runs after it (the second run also compiled
-    nothing new)."""
+def _sample_all(sampler, condition, seed, decodings, batch_size):
+    """Samples every decoding of `decodings` for all of `condition`, in
+    batches of `batch_size`. Returns ({name: samples}, seconds of each
+    batch call in order); the first call compiles."""
     samples, seconds = {}, []
-    for i, temperature in enumerate(TEMPERATURES):
-        start = time.time()
-        out = sampler(condition, tf.constant(seed, tf.int64), tf.constant(temperature, tf.float32))
-        samples[temperature] = np.asarray(out)
-        seconds.append(time.time() - start)
+    for name, temperature, top_k in decodings:
+        parts = []
+        for begin in range(0, len(condition), batch_size):
+            start = time.time()
+            out = sampler(
+                tf.constant(condition[begin:begin + batch_size]), tf.constant(seed, tf.int64),
+                tf.constant(temperature, tf.float32), tf.constant(top_k, tf.int32),
+            )
+            parts.append(np.asarray(out))
+            seconds.append(time.time() - start)
+        samples[name] = np.concatenate(parts)
     return samples, seconds
+
+
+def psnr(candidates, references):
+    """Mean over the images of `tf.image.psnr` (dB, intensities 0..255); an
+    exact match counts as MAX_PSNR instead of infinity."""
+    values = tf.image.psnr(tf.convert_to_tensor(candidates), tf.convert_to_tensor(references),
+                           max_val=255)
+    return round(float(tf.reduce_mean(tf.minimum(values, MAX_PSNR))), 2)
+
+
+def ssim(candidates, references):
+    """Mean over the images of `tf.image.ssim` (intensities 0..255)."""
+    values = tf.image.ssim(tf.convert_to_tensor(candidates), tf.convert_to_tensor(references),
+                           max_val=255)
+    return round(float(tf.reduce_mean(values)), 4)
+
+
+def consistency_psnr(candidates, low_resolution, factor=4):
+    """PSNR between the candidates downsampled by the same box average that
+    made the input (`images.downsample`) and the input itself: a super
+    resolver must not contradict its input (Dahl et al. 2017, "Pixel
+    Recursive Super Resolution", section 5)."""
+    return psnr(images.downsample(candidates, factor), low_resolution)
 
 
 def super_resolution_samples(args, model, originals):
     low = images.downsample(originals, 4)
     bicubic = images.upsample_bicubic(low, 32)
     sampler = _timed_sampler(model, "low_resolution")
-    samples, seconds = _sample_all(sampler, tf.constant(low), args.seed)
-    batch = len(originals)
+    batch_size = min(args.sample_batch_size, len(originals))
+    samples, seconds = _sample_all(sampler, low, args.seed, DECODINGS, batch_size)
+    timed = seconds[1:] or seconds
     figures = {
-        "samples": batch,
+        "samples": len(originals),
+        "sampling_batch_size": batch_size,
         "sampling_seconds_first_call_with_compilation": round(seconds[0], 2),
-        "sampling_seconds_per_batch": round(seconds[1], 2),
-        "sampling_seconds_per_image": round(seconds[1] / batch, 3),
+        "sampling_seconds_per_batch": round(float(np.mean(timed)), 2),
+        "sampling_seconds_per_image": round(float(np.mean(timed)) / batch_size, 3),
     }
-    for name, candidate in [("bicubic", bicubic)] + [
-        (f"sample_T{t}", samples[t]) for t in TEMPERATURES
-    ]:
-        psnr, ssim = _psnr_ssim(candidate, originals)
-        figures[f"psnr_{name}"], figures[f"ssim_{name}"] = psnr, ssim
-        print(f"{name:>14}: PSNR {psnr:6.2f} dB  SSIM {ssim:.3f}")
+    print(f"{'':>14}  {'PSNR':>8}  {'SSIM':>6}  {'consistency (8x8 PSNR)':>22}   "
+          f"({len(originals)} validation images)")
+    for name, candidate in [("bicubic", bicubic)] + [(n, samples[n]) for n, _, _ in DECODINGS]:
+        figures[f"psnr_{name}"] = psnr(candidate, originals)
+        figures[f"ssim_{name}"] = ssim(candidate, originals)
+        figures[f"consistency_psnr_{name}"] = consistency_psnr(candidate, low)
+        print(f"{name:>14}  {figures[f'psnr_{name}']:6.2f} dB  {figures[f'ssim_{name}']:.3f}  "
+              f"{figures[f'consistency_psnr_{name}']:19.2f} dB")
     print(f"Sampling: {figures['sampling_seconds_per_image']:.2f} s per 32x32 image "
-          f"(batch of {batch}, cached, XLA; first call with compilation "
+          f"(batch of {batch_size}, cached, XLA; first call with compilation "
           f"{figures['sampling_seconds_first_call_with_compilation']:.0f} s)")
+    rows = slice(0, 8)
     columns = [
-        ("low resolution 8x8", np.repeat(np.repeat(low, 4, axis=1), 4, axis=2)),
-        ("bicubic", bicubic),
-        ("sample T=1.0", samples[1.0]),
-        ("sample T=0.9", samples[0.9]),
-        ("original", originals),
+        ("low resolution 8x8", np.repeat(np.repeat(low[rows], 4, axis=1), 4, axis=2)),
+        ("bicubic", bicubic[rows]),
+    ] + [(f"sample T={t}", samples[f"sample_T{t}"][rows]) for t in TEMPERATURES] + [
+        ("original", originals[rows]),
     ]
     path = os.path.join(args.output_dir, "samples.png")
     _grid(columns, path)
@@ -119,7 +156,9 @@ def generated_samples(args, model):
         labels = None
         sampler = _timed_sampler(model, None)
         condition = tf.zeros([args.num_samples], tf.int32)  # only its batch size is read
-    samples, seconds = _sample_all(sampler, condition, args.seed)
+    decodings = [(t, t, 0) for t in TEMPERATURES[:2]]
+    samples, seconds = _sample_all(sampler, np.asarray(condition), args.seed, decodings,
+                                   len(condition))
     batch = int(condition.shape[0])
     figures = {
         "samples": batch,
@@ -128,7 +167,7 @@ def generated_samples(args, model):
         "sampling_seconds_per_image": round(seconds[1] / batch, 3),
     }
     print(f"Sampling: {figures['sampling_seconds_per_image']:.2f} s per 32x32 image (batch of {batch})")
-    for temperature in TEMPERATURES:
+    for temperature, _, _ in decodings:
         pictures = samples[temperature]
         rows = len(names) if labels is not None else int(np.ceil(batch / 8))
         per_row = args.num_samples if labels is not None else 8
@@ -138,15 +177,6 @@ def generated_samples(args, model):
                 title=f"{args.mode.replace('_', ' ')}, temperature {temperature}")
         print(f"Saved {path}")
     return figures
-
-
-def _psnr_ssim(candidate, reference):
-    """Mean PSNR (dB) and SSIM over the images, on 0..255 intensities."""
-    a = tf.convert_to_tensor(candidate)
-    b = tf.convert_to_tensor(reference)
-    psnr = tf.image.psnr(a, b, max_val=255)
-    ssim = tf.image.ssim(a, b, max_val=255)
-    return round(float(tf.reduce_mean(psnr)), 2), round(float(tf.reduce_mean(ssim)), 4)
 
 
 def _grid(columns, path):

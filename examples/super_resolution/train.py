@@ -5,7 +5,7 @@ or class-conditional / unconditional image generation.
     python examples/super_resolution/train.py --minutes 5
     # the full 50,000 training images (45,000 train / 5,000 validation)
     python examples/super_resolution/train.py \\
-        --data ../shared/data/cifar10/cifar10_train_jpeg.npz --minutes 20
+        --data ../shared/data/cifar10/cifar10_train_jpeg.npz --minutes 60
     # your own pictures (centre-cropped, resized to 32x32)
     python examples/super_resolution/train.py --image_dir ~/Pictures --minutes 5
     # generation instead of super resolution
@@ -14,11 +14,13 @@ or class-conditional / unconditional image generation.
 Steps: load the images and split them (deterministic, `--validation_fraction`),
 train `keras_attn.models.super_resolution_transformer` (or
 `image_transformer` for generation) within the time budget, report
-validation bits/dim, sample with the decoder's cache at temperatures 1.0
-and 0.9 (seconds per 32x32 image, batched), compare the samples and bicubic
-upsampling with the originals (PSNR/SSIM), save PNG grids, and export the
-super resolver as a SavedModel `export_dir/<version>/` (`serving_default`:
-uint8 8x8x3 -> uint8 32x32x3).
+validation bits/dim, then on `--num_samples` validation images sample with
+the decoder's cache at temperatures 1.0, 0.9 and 0.8 and by the per-pixel
+mode (seconds per 32x32 image, batched), and score the samples and bicubic
+upsampling against the originals (PSNR/SSIM) and against the input
+(consistency: the sample downsampled back to 8x8 vs the 8x8 input); save
+PNG grids, and export the super resolver as a SavedModel
+`export_dir/<version>/` (`serving_default`: uint8 8x8x3 -> uint8 32x32x3).
 
 Interrupt it at any time and run the same command again: training resumes
 from the last completed epoch and ends with the weights an uninterrupted run
@@ -40,12 +42,12 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
 import keras  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import evaluate  # noqa: E402  (the example's sampling, PSNR/SSIM and grids)
 import training_utils  # noqa: E402  (--strategy, exact resume)
 
@@ -97,6 +99,11 @@ def parse_args(argv=None):
     parser.add_argument("--no_align_positions", dest="align_positions", action="store_false",
                         help="encode the 8x8 input at its own pixel coordinates instead of on "
                              "the 32x32 grid (super resolution)")
+    parser.add_argument("--low_resolution_embedding", default="nearest",
+                        choices=["nearest", "bicubic", "none"],
+                        help="add the embedding of the low-resolution intensity at each decoder "
+                             "position (the covering pixel, or bicubic upsampling) beside "
+                             "cross-attention; none = cross-attention only (super resolution)")
     parser.add_argument("--warmup_steps", type=int, default=50)
     parser.add_argument("--learning_rate_scale", type=float, default=0.2,
                         help="multiplier of the warmup / inverse-sqrt schedule "
@@ -105,9 +112,16 @@ def parse_args(argv=None):
                         help="validation images scored at the end of each epoch")
     parser.add_argument("--eval_images", type=int, default=500,
                         help="validation images for the final bits/dim (0 = all)")
-    parser.add_argument("--num_samples", type=int, default=8,
-                        help="validation images to super-resolve (or images per class / in "
-                             "total to generate), sampled in one batch")
+    parser.add_argument("--num_samples", type=int, default=32,
+                        help="validation images to super-resolve and score (the grid shows the "
+                             "first 8), or images per class / in total to generate")
+    parser.add_argument("--sample_batch_size", type=int, default=8,
+                        help="images sampled per batch (super resolution)")
+    parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
+                        help="0 = silent, 1 = progress bar (against the --minutes budget when "
+                             "given), 2 = one line per epoch")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
     parser.add_argument("--continue_training", action="store_true",
                         help="train <output_dir>/model.keras (with its optimizer state) for more "
@@ -174,7 +188,10 @@ def build_model(args):
     if args.mode == "super_resolution":
         model = super_resolution_transformer(
             low_resolution_size=8, image_size=32, num_encoder_layers=args.num_encoder_layers,
-            align_positions=args.align_positions, **sizes
+            align_positions=args.align_positions,
+            low_resolution_embedding=None if args.low_resolution_embedding == "none"
+            else args.low_resolution_embedding,
+            **sizes
         )
     else:
         num_classes = len(images.CIFAR10_CLASS_NAMES) if args.mode == "class_conditional" else None
@@ -241,13 +258,16 @@ def train(args, data, strategy=None, callbacks=()):
             mode="min", save_best_only=True,
         ),
     ]
+    verbose = args.progress
     if args.minutes:
-        callbacks.append(training_utils.TimeBudget(args.minutes))
+        budget_bar = args.progress == 1
+        callbacks.append(training_utils.TimeBudget(args.minutes, progress=budget_bar))
+        verbose = 0 if budget_bar else verbose
     start = time.time()
     training_utils.fit(
         model, strategy, train_data, validation_data=monitor_data,
         epochs=initial_epoch + args.epochs, initial_epoch=initial_epoch, steps_per_epoch=args.steps_per_epoch,
-        callbacks=callbacks, verbose=1,
+        callbacks=callbacks, verbose=verbose,
     )
     minutes = (time.time() - start) / 60
     print(f"Training took {minutes:.1f} min")
@@ -298,7 +318,8 @@ def main(argv=None):
         "parameters": int(model.count_params()),
         "model": {k: getattr(args, k) for k in (
             "num_layers", "num_encoder_layers", "hidden_dim", "num_heads", "intermediate_dim",
-            "block_size", "memory_flange", "dropout", "position", "align_positions")},
+            "block_size", "memory_flange", "dropout", "position", "align_positions",
+            "low_resolution_embedding")},
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }
