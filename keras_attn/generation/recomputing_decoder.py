@@ -11,13 +11,14 @@ class RecomputingDecoder:
     and a fallback for causal models `CachedDecoder` cannot adapt. It has
     the same protocol as `CachedDecoder`, so every generation function
     accepts it, but its "state" is just the token buffer (and the other
-    model inputs): each call runs the full model (encoder included) on
-    positions `0 .. cache_index + T - 1`. A step therefore costs a forward
-    pass over the prefix, and the whole generation grows quadratically
-    with the length.
+    model inputs): each call runs the full model (encoder included) on the
+    whole (B, max_length) buffer, the positions after `cache_index + T`
+    still unwritten (the model being causal, they change no logit read). A
+    step therefore costs a forward pass over `max_length` positions, and
+    the whole generation grows quadratically with the length.
 
-    The prefix has a dynamic length: use it eagerly or in `tf.function`
-    without `jit_compile` (XLA wants static shapes).
+    The buffer has a fixed shape, so it runs eagerly, in `tf.function`
+    (XLA included) and inside JAX's loops, which need fixed shapes.
 
     Args:
         model: a `keras.Model` mapping its inputs to next-token logits
@@ -96,9 +97,7 @@ class RecomputingDecoder:
             state["tokens"], (0, cache_index), ops.cast(token_ids, "int32")
         )
         length = ops.shape(token_ids)[1]
-        end = cache_index + length
-        prefix = ops.slice(tokens, (0, 0), (ops.shape(tokens)[0], end))
-        feed = dict(state["inputs"], **{self.token_input: prefix})
+        feed = dict(state["inputs"], **{self.token_input: tokens})
         structure = self.model.input
         if isinstance(structure, dict):
             model_inputs = feed
