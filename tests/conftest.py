@@ -1,4 +1,14 @@
-"""Shared test setup: one process, quiet TensorFlow, float32 by default."""
+"""Shared test setup: one process, quiet TensorFlow, float32 by default.
+
+The suite runs on the Keras backend named by KERAS_BACKEND (default
+tensorflow). Tests that need TensorFlow itself (SavedModel export, TF
+Serving, tf.data pipelines, tensorflow-text, tf.distribute, `tf.function`,
+the examples) carry the `requires_tensorflow` marker and are skipped on any
+other backend; the rest is backend-neutral and also runs on JAX:
+`KERAS_BACKEND=jax python -m pytest -m "not slow and not requires_tensorflow"`.
+Everything under tests/export and tests/examples gets the marker here too, so
+a new test there is never run on JAX by mistake.
+"""
 
 import os
 
@@ -7,6 +17,21 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+BACKEND = keras.backend.backend()
+TENSORFLOW_ONLY_FOLDERS = ("export", "examples")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    tests = os.path.dirname(os.path.abspath(__file__))
+    folders = tuple(os.path.join(tests, folder) + os.sep for folder in TENSORFLOW_ONLY_FOLDERS)
+    skip = pytest.mark.skip(reason=f"needs TensorFlow; KERAS_BACKEND={BACKEND}")
+    for item in items:
+        if str(item.path).startswith(folders):
+            item.add_marker(pytest.mark.requires_tensorflow)
+        if BACKEND != "tensorflow" and "requires_tensorflow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -1,11 +1,65 @@
 """The shared layer test: one function that runs a layer through everything
-a Keras user will do with it, checking values at each step."""
+a Keras user will do with it, checking values at each step; and `gradients`,
+the backend-neutral gradient used by the gradient checks."""
 
 import os
 import tempfile
 
 import keras
 import numpy as np
+
+
+def gradients(fn, inputs, variables):
+    """Gradients of `fn` on the current Keras backend: `tf.GradientTape` on
+    TensorFlow, `jax.grad` on JAX, so gradient checks (finite gradients on
+    fully masked rows, ...) run on every backend the suite runs on.
+
+    Args:
+        fn: `fn(*inputs)` returns `(loss, aux)`: a float scalar to
+            differentiate, and anything to hand back with the gradients
+            (the outputs, say).
+        inputs: float arrays, differentiated (others: close over them).
+        variables: a list of Keras variables, or a layer / model whose
+            trainable weights are differentiated. A layer that is not built
+            yet is built by one call of `fn` first (on JAX the weights must
+            exist before differentiating).
+
+    Returns:
+        `(aux, grads)`: grads are backend tensors, one per input, then one
+        per variable.
+    """
+    inputs = [keras.ops.convert_to_tensor(x) for x in inputs]
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            loss, aux = fn(*inputs)
+        if isinstance(variables, keras.layers.Layer):
+            variables = variables.trainable_weights
+        grads = tape.gradient(loss, inputs + list(variables))
+        # Dense, as on JAX (a gather's gradient comes as IndexedSlices).
+        return aux, [g if g is None else tf.convert_to_tensor(g) for g in grads]
+    if backend == "jax":
+        import jax
+
+        if isinstance(variables, keras.layers.Layer):
+            if not variables.built:
+                fn(*inputs)
+            variables = variables.trainable_weights
+        variables = list(variables)
+
+        def pure(input_values, variable_values):
+            # Reads of the variables inside `fn` see the traced values.
+            with keras.StatelessScope(state_mapping=list(zip(variables, variable_values))):
+                return fn(*input_values)
+
+        (_, aux), (input_grads, variable_grads) = jax.value_and_grad(
+            pure, argnums=(0, 1), has_aux=True
+        )(inputs, [v.value for v in variables])
+        return aux, list(input_grads) + list(variable_grads)
+    raise NotImplementedError(f"`gradients` has no implementation for the {backend!r} backend.")
 
 
 def run_layer_test(
@@ -30,7 +84,7 @@ def run_layer_test(
     7. Mixed precision (mixed_float16, mixed_bfloat16): finite outputs close
        to float32 with the same weights.
     8. SavedModel export (`model.export`) reloaded with `tf.saved_model.load`:
-       same values.
+       same values (on the TensorFlow backend only).
 
     Args:
         layer_cls: the layer class.
@@ -104,8 +158,8 @@ def run_layer_test(
                 scale = max(1.0, float(np.abs(model_out).max()))
                 np.testing.assert_allclose(out, model_out, atol=tolerance * scale, err_msg=policy)
 
-        # 8. SavedModel.
-        if run_saved_model:
+        # 8. SavedModel: TensorFlow's format, checked on TensorFlow only.
+        if run_saved_model and keras.backend.backend() == "tensorflow":
             import tensorflow as tf
 
             export_dir = os.path.join(tmp, "export")

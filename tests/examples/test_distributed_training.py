@@ -24,6 +24,8 @@ import pytest
 
 from tests.examples.test_resume_after_kill import DRIVER, ROOT, TINY, run_driver, weights
 
+pytestmark = pytest.mark.requires_tensorflow
+
 EXAMPLES = [
     "music",
     pytest.param("super_resolution", marks=pytest.mark.slow),

@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.requires_tensorflow
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 EXAMPLE = os.path.join(ROOT, "examples", "super_resolution")
 TINY = ["--steps_per_epoch", "3", "--monitor_images", "4", "--eval_images", "8",

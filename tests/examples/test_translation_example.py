@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.requires_tensorflow
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 EXAMPLE = os.path.join(ROOT, "examples", "translation")
 

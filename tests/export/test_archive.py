@@ -12,6 +12,8 @@ import tensorflow as tf
 from keras_attn.export import archive, export_music_generator
 from keras_attn.models import music_transformer
 
+pytestmark = pytest.mark.requires_tensorflow
+
 MAX_LENGTH = 8
 
 

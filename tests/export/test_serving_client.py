@@ -20,6 +20,8 @@ from tensorflow.core.framework import types_pb2
 from keras_attn.preprocessing.text import encode_source
 from tests.export import fake_tf_serving, serving_models
 
+pytestmark = pytest.mark.requires_tensorflow
+
 client = serving_models.example_module("client")
 demo = serving_models.example_module("export_demo_models")
 

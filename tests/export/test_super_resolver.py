@@ -13,6 +13,8 @@ from keras_attn.models import super_resolution_transformer
 from keras_attn.preprocessing import images
 from tests.export.helpers import run_fresh_python
 
+pytestmark = pytest.mark.requires_tensorflow
+
 SAMPLE = os.path.join(
     os.path.dirname(__file__), "..", "..", "examples", "super_resolution", "data",
     "cifar10_sample.npz",

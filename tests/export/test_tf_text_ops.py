@@ -20,6 +20,8 @@ from tensorflow.python.client import pywrap_tf_session as c_api
 
 from tests.export import serving_models
 
+pytestmark = pytest.mark.requires_tensorflow
+
 ALLOWLIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_serving_tf_text_ops.txt")
 SENTENCEPIECE_OPS = {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
 # Ops of the installed tensorflow-text that 2.12.1 lacks: the serving issue of tensorflow/serving

@@ -8,6 +8,8 @@ import tensorflow as tf
 from keras_attn.generation import beam_search, greedy_search, sample
 from tests.generation import tiny_models
 
+pytestmark = pytest.mark.requires_tensorflow
+
 
 def test_xla_compiled_strategies_equal_eager():
     model = tiny_models.sharpen(tiny_models.translation_model(num_layers=1), 2.0)

@@ -42,6 +42,7 @@ def test_sinusoidal_positions_work_past_any_table():
     assert np.isfinite(out).all()
 
 
+@pytest.mark.requires_tensorflow
 def test_positions_beyond_the_learned_table():
     layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
     with pytest.raises(ValueError, match=r"Positions 2..5 do not fit the learned position table of 4 rows"):

@@ -7,6 +7,8 @@ import tensorflow as tf
 
 from keras_attn.layers import LocalBlockAttention, MultiHeadSelfAttention, RelativeGlobalAttention
 
+pytestmark = pytest.mark.requires_tensorflow
+
 MESSAGE = r"`cache_index` \+ input length must fit in the cache. Received: cache_index="
 
 

@@ -3,7 +3,6 @@ import os
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_attn.generation import CachedDecoder, RecomputingDecoder, sample
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy
@@ -77,10 +76,13 @@ def test_no_future_leak_and_conditioning_reaches_every_position(cifar):
     assert np.asarray(unconditional(tokens)).shape == (2, 48, 256)
 
 
+@pytest.mark.requires_tensorflow  # in a tf.function: eager loops of 48 steps are slow
 @pytest.mark.parametrize(
     "kind", ["super_resolution", pytest.param("class_conditional", marks=pytest.mark.slow)]
 )
 def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
+    import tensorflow as tf
+
     high = _small_images(cifar, 4, 3)
     if kind == "super_resolution":
         model = _super_resolution()

@@ -149,6 +149,7 @@ def _empty(tmp_path):
     return str(empty)
 
 
+@pytest.mark.requires_tensorflow  # tf.data pipelines
 def test_datasets_pair_inputs_with_shifted_targets(sample_images):
     labels = np.arange(24) % 10
     inputs, targets = next(iter(images.super_resolution_dataset(sample_images, 5)))

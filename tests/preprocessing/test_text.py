@@ -12,6 +12,8 @@ import tensorflow as tf
 from keras_attn.preprocessing import text
 from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
 
+pytestmark = pytest.mark.requires_tensorflow
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -22,10 +22,10 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_attn.layers import LocalBlockAttention, MultiHeadAttention, MultiHeadSelfAttention
 from tests import references
+from tests.test_case import gradients
 from tests.reliability import attention_kinds as kinds
 
 KINDS = kinds.SELF_ATTENTION_KINDS
@@ -45,7 +45,7 @@ def _x(*shape):
 
 
 def _finite(values):
-    return all(np.isfinite(np.asarray(tf.convert_to_tensor(v), "float32")).all() for v in values)
+    return all(np.isfinite(np.asarray(v, "float32")).all() for v in values)
 
 
 def _check_empty_rows(scores, outputs, layer, empty, atol=1e-5):
@@ -73,15 +73,16 @@ def _check_empty_rows(scores, outputs, layer, empty, atol=1e-5):
 def test_fully_masked_rows_give_zeros_and_finite_gradients(kind, padding_name, causal, policy):
     padding = PADDINGS[padding_name]
     layer = kinds.self_attention(kind, dtype=policy)
-    x = tf.constant(_x(2, 5, 8))
-    probe = tf.constant(_x(2, 5, 8))
-    with tf.GradientTape() as tape:
-        tape.watch(x)
+    x = _x(2, 5, 8)
+    probe = _x(2, 5, 8)
+
+    def forward(x):
         out, scores = layer(
             x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
         )
-        loss = tf.reduce_sum(tf.cast(out, "float32") * probe)
-    grads = tape.gradient(loss, [x] + layer.trainable_weights)
+        return keras.ops.sum(keras.ops.cast(out, "float32") * probe), (out, scores)
+
+    (out, scores), grads = gradients(forward, [x], layer)
     assert _finite([out, scores]) and _finite(grads)
     mask = kinds.dense_mask(layer, 2, 5, padding, causal=causal)
     empty = kinds.empty_rows(mask)
@@ -126,12 +127,15 @@ def test_blocks_with_fully_masked_rows(kind, block_type):
         out, scores = block(x, decoder_padding_mask=padding_mask, return_attention_scores=True)
         return out, scores["self_attention"]
 
-    x = tf.constant(_x(2, 5, 8))
-    with tf.GradientTape() as tape:
-        tape.watch(x)
+    x = _x(2, 5, 8)
+    probe = _x(2, 5, 8)
+
+    def forward(x):
         out, scores = run(x, padding)
-        loss = tf.reduce_sum(out * tf.constant(_x(2, 5, 8)))
-    assert _finite([out, scores]) and _finite(tape.gradient(loss, [x] + block.trainable_weights))
+        return keras.ops.sum(out * probe), (out, scores)
+
+    (out, scores), grads = gradients(forward, [x], block)
+    assert _finite([out, scores]) and _finite(grads)
     layer = block._self_attention_layer
     mask = kinds.dense_mask(layer, 2, 5, padding, causal=block_type == "decoder")
     empty = kinds.empty_rows(mask)
@@ -156,13 +160,16 @@ def test_cross_attention_with_an_empty_memory():
     layer = MultiHeadAttention(
         num_heads=2, key_dim=4, bias_initializer=keras.initializers.RandomNormal(stddev=0.5, seed=5)
     )
-    query, value = tf.constant(_x(2, 4, 8)), tf.constant(_x(2, 7, 6))
+    query, value = _x(2, 4, 8), _x(2, 7, 6)
     padding = np.array([[1, 1, 1, 0, 0, 0, 0], [0] * 7], bool)
-    with tf.GradientTape() as tape:
-        tape.watch([query, value])
+    probe = _x(2, 4, 8)
+
+    def forward(query, value):
         out, scores = layer(query, value, value_padding_mask=padding, return_attention_scores=True)
-        loss = tf.reduce_sum(out * tf.constant(_x(2, 4, 8)))
-    assert _finite([out, scores]) and _finite(tape.gradient(loss, [query, value] + layer.trainable_weights))
+        return keras.ops.sum(out * probe), (out, scores)
+
+    (out, scores), grads = gradients(forward, [query, value], layer)
+    assert _finite([out, scores]) and _finite(grads)
     empty = np.array([[False] * 4, [True] * 4])
     _check_empty_rows(scores, out, layer, empty)
     garbage = np.asarray(value).copy()

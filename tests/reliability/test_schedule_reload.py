@@ -10,12 +10,14 @@ argument errors.
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from keras_attn.schedules import WarmupInverseSqrtSchedule
 
 
+@pytest.mark.requires_tensorflow
 def test_finite_and_positive_at_step_zero_in_a_compiled_graph():
+    import tensorflow as tf
+
     schedule = WarmupInverseSqrtSchedule(d_model=512, warmup_steps=4000)
     compiled = tf.function(schedule, jit_compile=True)
     for step in (tf.constant(0, tf.int64), tf.constant(0, tf.int32), np.int64(0), 0):
