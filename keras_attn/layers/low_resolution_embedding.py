@@ -1,4 +1,5 @@
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn.layers import attention_ops
@@ -161,12 +162,20 @@ class LowResolutionEmbedding(keras.layers.Layer):
 
     def _upsampled(self, low_resolution):
         """(B, h*w*C) low-resolution raster -> (B, H*W*C) int32 raster of
-        its bicubic upsampling."""
+        its bicubic upsampling.
+
+        Bicubic upsampling is linear: one (H, h) and one (W, w) matrix of
+        cubic-convolution weights, applied with an einsum. That equals
+        `tf.image.resize(..., "bicubic")` (tested), runs under XLA, where
+        TensorFlow's bicubic resize has no kernel, and is the same on
+        every backend.
+        """
         self._check_length(low_resolution)
         low_height, low_width = self.low_resolution_size
         image = ops.reshape(low_resolution, (-1, low_height, low_width, self.channels))
-        image = ops.image.resize(ops.cast(image, "float32"), self.image_size,
-                                 interpolation="bicubic", antialias=False)
+        rows = ops.convert_to_tensor(_bicubic_weights(low_height, self.image_size[0]), "float32")
+        columns = ops.convert_to_tensor(_bicubic_weights(low_width, self.image_size[1]), "float32")
+        image = ops.einsum("ih,bhwc,jw->bijc", rows, ops.cast(image, "float32"), columns)
         image = ops.cast(ops.clip(ops.round(image), 0, self.num_intensities - 1), "int32")
         return ops.reshape(image, (-1, self.num_positions))
 
@@ -207,3 +216,26 @@ class LowResolutionEmbedding(keras.layers.Layer):
             }
         )
         return config
+
+
+def _bicubic_weights(size_in, size_out):
+    """(size_out, size_in) weights of 1D bicubic upsampling: Keys' cubic
+    convolution (a = -0.5), half-pixel centres, taps outside the image
+    dropped and the rest renormalised (TensorFlow's `resize_bicubic` with
+    `half_pixel_centers=True`)."""
+
+    def cubic(x):
+        x = abs(x)
+        if x <= 1:
+            return 1.5 * x**3 - 2.5 * x**2 + 1
+        if x < 2:
+            return -0.5 * x**3 + 2.5 * x**2 - 4 * x + 2
+        return 0.0
+
+    weights = np.zeros((size_out, size_in))
+    for i in range(size_out):
+        x = (i + 0.5) * size_in / size_out - 0.5
+        taps = [j for j in range(int(np.floor(x)) - 1, int(np.floor(x)) + 3) if 0 <= j < size_in]
+        values = np.array([cubic(x - j) for j in taps])
+        weights[i, taps] = values / values.sum()
+    return weights

@@ -72,3 +72,15 @@ def test_errors():
     layer = LowResolutionEmbedding(8, image_size=8, low_resolution_size=2)
     with pytest.raises(ValueError, match=r"must be \(batch, 12\).*Received: low_resolution.shape=\(1, 10\)"):
         layer(np.zeros((1, 192), "int32"), np.zeros((1, 10), "int32"))
+
+
+@pytest.mark.requires_tensorflow
+def test_bicubic_runs_under_xla():
+    # TensorFlow's bicubic resize has no XLA kernel; the layer's linear form does.
+    import tensorflow as tf
+
+    layer = LowResolutionEmbedding(4, image_size=8, low_resolution_size=2, interpolation="bicubic")
+    low = _low_image(3, size=(2, 2))
+    eager = np.asarray(layer(np.zeros((2, 5), "int32"), low, start_index=7))
+    compiled = tf.function(lambda x, y: layer(x, y, start_index=7), jit_compile=True)
+    np.testing.assert_allclose(np.asarray(compiled(np.zeros((2, 5), "int32"), low)), eager, atol=1e-6)
