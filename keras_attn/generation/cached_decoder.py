@@ -314,7 +314,8 @@ class CachedDecoder:
                     f"CachedDecoder: {name} is called with a tensor `start_index`; "
                     "expected a Python int (the engine adds the cache index to it)."
                 )
-            step.update(kind="position", start_index=start)
+            step.update(kind="position", start_index=start,
+                        signature=inspect.signature(op.call))
             return step
         if _is_positionwise(op):
             return step
@@ -505,7 +506,7 @@ class CachedDecoder:
                 outputs = _call(op, args, kwargs)
             elif kind == "position":
                 args, kwargs = step["node"].arguments.fill_in(values)
-                bound = inspect.signature(op.call).bind(*args, **kwargs)
+                bound = step["signature"].bind(*args, **kwargs)
                 bound.arguments["start_index"] = (
                     ops.cast(cache_index, "int32") + step["start_index"]
                 )

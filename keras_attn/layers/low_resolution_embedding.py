@@ -122,6 +122,12 @@ class LowResolutionEmbedding(keras.layers.Layer):
         self.interpolation = interpolation
         self.scale_embeddings = scale_embeddings
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        # Fixed weights of the bicubic upsampling, made once (not state: they
+        # follow from the sizes).
+        self._bicubic_matrices = tuple(
+            _bicubic_weights(small, big).astype("float32")
+            for small, big in zip(self.low_resolution_size, self.image_size)
+        )
         self.embedding = keras.layers.Embedding(
             num_intensities * channels,
             embedding_dim,
@@ -173,8 +179,7 @@ class LowResolutionEmbedding(keras.layers.Layer):
         self._check_length(low_resolution)
         low_height, low_width = self.low_resolution_size
         image = ops.reshape(low_resolution, (-1, low_height, low_width, self.channels))
-        rows = ops.convert_to_tensor(_bicubic_weights(low_height, self.image_size[0]), "float32")
-        columns = ops.convert_to_tensor(_bicubic_weights(low_width, self.image_size[1]), "float32")
+        rows, columns = self._bicubic_matrices
         image = ops.einsum("ih,bhwc,jw->bijc", rows, ops.cast(image, "float32"), columns)
         image = ops.cast(ops.clip(ops.round(image), 0, self.num_intensities - 1), "int32")
         return ops.reshape(image, (-1, self.num_positions))
