@@ -210,14 +210,9 @@ def full_programs(tf, model, hub, batch_size, n):
 
 def main():
     parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
-    parser.add_argument("--num-layers", type=int, default=6)
-    parser.add_argument("--hidden-dim", type=int, default=512)
-    parser.add_argument("--num-heads", type=int, default=8)
-    parser.add_argument("--intermediate-dim", type=int, default=2048)
-    parser.add_argument("--vocabulary-size", type=int, default=512)
+    harness.add_language_model_arguments(parser)
     parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--max-relative-position", type=int, default=512)
-    parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS),
                         help="numbers of generated tokens")
     parser.add_argument("--attention", nargs="+", default=["MultiHeadSelfAttention"], choices=KINDS,

@@ -83,6 +83,19 @@ def add_common_arguments(parser, repeats=5, budget=280.0):
     return parser
 
 
+def add_language_model_arguments(parser):
+    """The decoder-only LM the generation benchmarks decode (default: 6
+    layers, d 512, 8 heads, d_ff 2048, 512 ids), the batch size and the
+    numbers of generated tokens (--lengths, default `lengths`)."""
+    parser.add_argument("--num-layers", type=int, default=6)
+    parser.add_argument("--hidden-dim", type=int, default=512)
+    parser.add_argument("--num-heads", type=int, default=8)
+    parser.add_argument("--intermediate-dim", type=int, default=2048)
+    parser.add_argument("--vocabulary-size", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=1)
+    return parser
+
+
 def output_path(args, name):
     """Where the results go: --output, else results/<name>.json, or None
     for a --quick run without --output (smoke runs overwrite nothing)."""

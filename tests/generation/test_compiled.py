@@ -40,11 +40,7 @@ def test_xla_decoder_only_every_attention_type(kind):
     prompt = np.array([[3, 4, 0, 0], [7, 1, 9, 2]], "int32")
 
     def run(prompt):
-        return (
-            greedy_search(model, prompt, 12, end_token_id=5),
-            beam_search(model, prompt, 12, num_beams=3, end_token_id=5),
-            sample(model, prompt, 12, seed=1, top_k=5),
-        )
+        return tiny_models.three_strategies(model, prompt)
 
     eager = run(prompt)
     compiled = tf.function(run, jit_compile=True)(tf.constant(prompt))

@@ -86,6 +86,18 @@ def sharpen(model, scale=4.0):
 SOURCE = np.array([[5, 6, 7, 8, 9, 2], [4, 11, 2, 0, 0, 0]], "int32")
 
 
+def three_strategies(model, prompt, max_length=12, end_token_id=5):
+    """Greedy, beam (3 beams) and seeded top-k sampling of `model` from
+    `prompt`: what the compiled-generation tests compare with eager runs."""
+    from keras_attn.generation import beam_search, greedy_search, sample
+
+    return (
+        greedy_search(model, prompt, max_length, end_token_id=end_token_id),
+        beam_search(model, prompt, max_length, num_beams=3, end_token_id=end_token_id),
+        sample(model, prompt, max_length, seed=1, top_k=5),
+    )
+
+
 def naive_greedy(model, prompt, max_length, end_token_id=None, inputs=None, token_input="tokens"):
     """Greedy decoding the textbook way: run the whole model on the prefix
     for every new token (NumPy loop, one row at a time)."""
