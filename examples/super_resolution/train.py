@@ -99,13 +99,20 @@ def parse_args(argv=None):
     parser.add_argument("--no_align_positions", dest="align_positions", action="store_false",
                         help="encode the 8x8 input at its own pixel coordinates instead of on "
                              "the 32x32 grid (super resolution)")
-    parser.add_argument("--low_resolution_embedding", default="nearest",
+    parser.add_argument("--low_resolution_embedding", default="bicubic",
                         choices=["nearest", "bicubic", "none"],
                         help="add the embedding of the low-resolution intensity at each decoder "
                              "position (the covering pixel, or bicubic upsampling) beside "
                              "cross-attention; none = cross-attention only (super resolution)")
+    parser.add_argument("--low_resolution_logit_bias", default="bicubic",
+                        choices=["bicubic", "nearest", "none"],
+                        help="add to the logits a learned prior over each intensity's offset "
+                             "from the low-resolution value there (super resolution)")
+    parser.add_argument("--low_resolution_prior_scale", type=float, default=16.0,
+                        help="the Laplace scale (intensity levels) that prior starts from; "
+                             "0 = start from zeros")
     parser.add_argument("--warmup_steps", type=int, default=50)
-    parser.add_argument("--learning_rate_scale", type=float, default=0.2,
+    parser.add_argument("--learning_rate_scale", type=float, default=0.4,
                         help="multiplier of the warmup / inverse-sqrt schedule "
                              "(peak = scale / sqrt(hidden_dim * warmup_steps))")
     parser.add_argument("--monitor_images", type=int, default=64,
@@ -191,6 +198,9 @@ def build_model(args):
             align_positions=args.align_positions,
             low_resolution_embedding=None if args.low_resolution_embedding == "none"
             else args.low_resolution_embedding,
+            low_resolution_logit_bias=None if args.low_resolution_logit_bias == "none"
+            else args.low_resolution_logit_bias,
+            low_resolution_prior_scale=args.low_resolution_prior_scale or None,
             **sizes
         )
     else:
@@ -319,7 +329,8 @@ def main(argv=None):
         "model": {k: getattr(args, k) for k in (
             "num_layers", "num_encoder_layers", "hidden_dim", "num_heads", "intermediate_dim",
             "block_size", "memory_flange", "dropout", "position", "align_positions",
-            "low_resolution_embedding")},
+            "low_resolution_embedding", "low_resolution_logit_bias",
+            "low_resolution_prior_scale")},
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }

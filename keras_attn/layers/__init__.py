@@ -2,6 +2,7 @@
 
 from keras_attn.layers.local_block_attention import LocalBlockAttention
 from keras_attn.layers.low_resolution_embedding import LowResolutionEmbedding
+from keras_attn.layers.low_resolution_logit_bias import LowResolutionLogitBias
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_attn.layers.pixel_embedding import PixelEmbedding
@@ -15,6 +16,7 @@ from keras_attn.layers.transformer_encoder import TransformerEncoder
 __all__ = [
     "LocalBlockAttention",
     "LowResolutionEmbedding",
+    "LowResolutionLogitBias",
     "MultiHeadAttention",
     "MultiHeadSelfAttention",
     "PixelEmbedding",

@@ -1,12 +1,9 @@
 import keras
-import numpy as np
 from keras import ops
 
 from keras_attn.layers import attention_ops
 from keras_attn.layers.attention_base import clone_initializer
-from keras_attn.layers.pixel_position_encoding import _as_image_size
-
-INTERPOLATIONS = ("nearest", "bicubic")
+from keras_attn.layers.low_resolution_raster import LowResolutionRaster
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -100,34 +97,17 @@ class LowResolutionEmbedding(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         attention_ops.check_positive_int(self, "embedding_dim", embedding_dim)
-        attention_ops.check_positive_int(self, "channels", channels)
-        attention_ops.check_positive_int(self, "num_intensities", num_intensities)
-        self.image_size = _as_image_size(self, image_size)
-        self.low_resolution_size = _as_image_size(self, low_resolution_size)
-        if any(big % small for big, small in zip(self.image_size, self.low_resolution_size)):
-            raise ValueError(
-                f"{type(self).__name__}: each side of `image_size` must be a multiple "
-                f"of the same side of `low_resolution_size`. Received: "
-                f"image_size={self.image_size}, low_resolution_size="
-                f"{self.low_resolution_size}."
-            )
-        if interpolation not in INTERPOLATIONS:
-            raise ValueError(
-                f"{type(self).__name__}: `interpolation` must be one of "
-                f"{INTERPOLATIONS}. Received: interpolation={interpolation!r}."
-            )
+        self.raster = LowResolutionRaster(
+            self, image_size, low_resolution_size, channels, num_intensities, interpolation
+        )
+        self.image_size = self.raster.image_size
+        self.low_resolution_size = self.raster.low_resolution_size
         self.embedding_dim = embedding_dim
         self.channels = channels
         self.num_intensities = num_intensities
         self.interpolation = interpolation
         self.scale_embeddings = scale_embeddings
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
-        # Fixed weights of the bicubic upsampling, made once (not state: they
-        # follow from the sizes).
-        self._bicubic_matrices = tuple(
-            _bicubic_weights(small, big).astype("float32")
-            for small, big in zip(self.low_resolution_size, self.image_size)
-        )
         self.embedding = keras.layers.Embedding(
             num_intensities * channels,
             embedding_dim,
@@ -140,61 +120,15 @@ class LowResolutionEmbedding(keras.layers.Layer):
     def num_positions(self):
         """Intensities of the high-resolution image (height * width *
         channels)."""
-        return self.image_size[0] * self.image_size[1] * self.channels
+        return self.raster.num_positions
 
     def build(self, inputs_shape=None, low_resolution_shape=None):
         self.embedding.build()
         self.built = True
 
-    def _check_length(self, low_resolution):
-        low_height, low_width = self.low_resolution_size
-        length = low_height * low_width * self.channels
-        if len(low_resolution.shape) != 2 or low_resolution.shape[-1] not in (None, length):
-            raise ValueError(
-                f"{type(self).__name__}: `low_resolution` must be (batch, {length}), the "
-                f"raster sequence of a {low_height}x{low_width}x{self.channels} image. "
-                f"Received: low_resolution.shape={tuple(low_resolution.shape)}."
-            )
-
-    def _covering(self, positions):
-        """High-resolution raster positions -> the raster index of the same
-        channel of the low-resolution pixel covering them."""
-        height, width = self.image_size
-        low_height, low_width = self.low_resolution_size
-        pixel, channel = positions // self.channels, positions % self.channels
-        row, column = pixel // width, pixel % width
-        low_pixel = (row // (height // low_height)) * low_width + column // (width // low_width)
-        return low_pixel * self.channels + channel
-
-    def _upsampled(self, low_resolution):
-        """(B, h*w*C) low-resolution raster -> (B, H*W*C) int32 raster of
-        its bicubic upsampling.
-
-        Bicubic upsampling is linear: one (H, h) and one (W, w) matrix of
-        cubic-convolution weights, applied with an einsum. That equals
-        `tf.image.resize(..., "bicubic")` (tested), runs under XLA, where
-        TensorFlow's bicubic resize has no kernel, and is the same on
-        every backend.
-        """
-        self._check_length(low_resolution)
-        low_height, low_width = self.low_resolution_size
-        image = ops.reshape(low_resolution, (-1, low_height, low_width, self.channels))
-        rows, columns = self._bicubic_matrices
-        image = ops.einsum("ih,bhwc,jw->bijc", rows, ops.cast(image, "float32"), columns)
-        image = ops.cast(ops.clip(ops.round(image), 0, self.num_intensities - 1), "int32")
-        return ops.reshape(image, (-1, self.num_positions))
-
     def call(self, inputs, low_resolution, start_index=0):
-        length = ops.shape(inputs)[1]
-        positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
-        positions = ops.minimum(positions, self.num_positions - 1)
-        if self.interpolation == "nearest":
-            # Gather straight from the low-resolution raster: a decoding step
-            # then reads one value instead of upsampling the whole image.
-            self._check_length(low_resolution)
-            values = ops.take(ops.cast(low_resolution, "int32"), self._covering(positions), axis=1)
-        else:
-            values = ops.take(self._upsampled(low_resolution), positions, axis=1)
+        positions = self.raster.positions(ops.shape(inputs)[1], start_index)
+        values = self.raster.values(low_resolution, positions)
         ids = values + ((positions % self.channels) * self.num_intensities)[None, :]
         embeddings = self.embedding(ids)
         if self.scale_embeddings:
@@ -222,25 +156,3 @@ class LowResolutionEmbedding(keras.layers.Layer):
         )
         return config
 
-
-def _bicubic_weights(size_in, size_out):
-    """(size_out, size_in) weights of 1D bicubic upsampling: Keys' cubic
-    convolution (a = -0.5), half-pixel centres, taps outside the image
-    dropped and the rest renormalised (TensorFlow's `resize_bicubic` with
-    `half_pixel_centers=True`)."""
-
-    def cubic(x):
-        x = abs(x)
-        if x <= 1:
-            return 1.5 * x**3 - 2.5 * x**2 + 1
-        if x < 2:
-            return -0.5 * x**3 + 2.5 * x**2 - 4 * x + 2
-        return 0.0
-
-    weights = np.zeros((size_out, size_in))
-    for i in range(size_out):
-        x = (i + 0.5) * size_in / size_out - 0.5
-        taps = [j for j in range(int(np.floor(x)) - 1, int(np.floor(x)) + 3) if 0 <= j < size_in]
-        values = np.array([cubic(x - j) for j in taps])
-        weights[i, taps] = values / values.sum()
-    return weights

@@ -15,6 +15,7 @@ import keras
 
 from keras_attn.layers import LocalBlockAttention
 from keras_attn.layers import LowResolutionEmbedding
+from keras_attn.layers import LowResolutionLogitBias
 from keras_attn.layers import PixelEmbedding
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
@@ -158,7 +159,9 @@ def super_resolution_transformer(
     position="sinusoidal",
     normalize_first=True,
     align_positions=True,
-    low_resolution_embedding="nearest",
+    low_resolution_embedding="bicubic",
+    low_resolution_logit_bias="bicubic",
+    low_resolution_prior_scale=16.0,
     name="super_resolution_transformer",
 ):
     """Builds the Image Transformer for super resolution (e.g. 8x8 -> 32x32).
@@ -203,7 +206,7 @@ def super_resolution_transformer(
         align_positions: place the low-resolution pixels on the
             high-resolution grid in the position encoding (sinusoidal
             positions only; ignored for learned ones).
-        low_resolution_embedding: "nearest" (default), "bicubic" or None.
+        low_resolution_embedding: "bicubic" (default), "nearest" or None.
             Adds to every decoder position the embedding of the
             low-resolution intensity there (`LowResolutionEmbedding`: the
             covering pixel, or the bicubic upsampling), beside
@@ -211,6 +214,12 @@ def super_resolution_transformer(
             model). Measured on CIFAR-10 (examples/super_resolution):
             without it the samples ignore the input after an hour of CPU
             training, with it they follow the input from the first minutes.
+        low_resolution_logit_bias: "bicubic" (default), "nearest" or None.
+            Adds to the logits a learned log-prior over each intensity's
+            offset from the low-resolution value at its position
+            (`LowResolutionLogitBias`, layer `low_resolution_logit_bias`).
+        low_resolution_prior_scale: the Laplace scale, in intensity levels,
+            that prior starts from (`prior_scale`); None = zeros.
 
     Returns:
         `keras.Model` with inputs `low_resolution` (B, h * w * C) int32
@@ -288,6 +297,14 @@ def super_resolution_transformer(
         x = keras.layers.Add(name="add_low_resolution_embedding")([x, covering])
     logits = _decoder(x, e, num_layers, hidden_dim, num_heads, intermediate_dim,
                       block_size, memory_flange, dropout, normalize_first)
+    if low_resolution_logit_bias is not None:
+        logits = LowResolutionLogitBias(
+            image_size=(height, width), low_resolution_size=(low_height, low_width),
+            channels=channels, num_intensities=NUM_INTENSITIES,
+            interpolation=low_resolution_logit_bias,
+            prior_scale=low_resolution_prior_scale, dtype="float32",
+            name="low_resolution_logit_bias",
+        )(logits, low_resolution)
     return keras.Model(
         {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
     )

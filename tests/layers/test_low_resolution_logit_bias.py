@@ -1,0 +1,120 @@
+import numpy as np
+import pytest
+
+from keras_attn.layers import LowResolutionLogitBias
+from tests.test_case import run_layer_test
+
+
+def _low_image(seed=0, size=(2, 3), channels=3, batch=2):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (batch, size[0] * size[1] * channels)).astype("int32")
+
+
+def _layer_with_random_bias(**kwargs):
+    layer = LowResolutionLogitBias(**kwargs)
+    layer.build()
+    rng = np.random.default_rng(5)
+    layer.offset_bias.assign(rng.normal(size=layer.offset_bias.shape).astype("float32"))
+    return layer
+
+
+def test_adds_the_bias_of_each_offset_from_the_covering_value():
+    layer = _layer_with_random_bias(image_size=(4, 6), low_resolution_size=(2, 3),
+                                    interpolation="nearest")
+    low = _low_image()
+    logits = np.random.default_rng(1).normal(size=(2, 72, 256)).astype("float32")
+    out = np.asarray(layer(logits, low))
+    bias = np.asarray(layer.offset_bias)
+    for b in range(2):
+        for p in (0, 1, 5, 17, 40, 71):
+            pixel, channel = divmod(p, 3)
+            row, column = divmod(pixel, 6)
+            value = low[b, ((row // 2) * 3 + column // 2) * 3 + channel]
+            # Intensity k gets the weight of offset k - value (index + 255).
+            want = logits[b, p] + bias[channel, np.arange(256) - value + 255]
+            np.testing.assert_allclose(out[b, p], want, atol=1e-5)
+
+
+def test_hand_computed_offsets_on_one_channel():
+    # One channel, 2 intensities: weights for offsets -1, 0, +1.
+    layer = LowResolutionLogitBias(image_size=2, low_resolution_size=1, channels=1,
+                                   num_intensities=2, interpolation="nearest")
+    layer.build()
+    layer.offset_bias.assign(np.array([[10.0, 20.0, 30.0]], "float32"))
+    logits = np.zeros((2, 4, 2), "float32")
+    out = np.asarray(layer(logits, np.array([[0], [1]], "int32")))
+    # Value 0: intensities 0, 1 are offsets 0, +1; value 1: offsets -1, 0.
+    np.testing.assert_array_equal(out[0], [[20.0, 30.0]] * 4)
+    np.testing.assert_array_equal(out[1], [[10.0, 20.0]] * 4)
+
+
+def test_starts_as_the_identity():
+    layer = LowResolutionLogitBias(image_size=8, low_resolution_size=2)
+    logits = np.random.default_rng(2).normal(size=(2, 192, 256)).astype("float32")
+    np.testing.assert_array_equal(np.asarray(layer(logits, _low_image(size=(2, 2)))), logits)
+
+
+def test_laplace_prior_start():
+    layer = LowResolutionLogitBias(image_size=2, low_resolution_size=1, channels=2,
+                                   num_intensities=3, interpolation="nearest", prior_scale=2.0)
+    layer.build()
+    # Offsets -2..2 -> -|offset| / 2, for each channel.
+    np.testing.assert_allclose(np.asarray(layer.offset_bias), [[-1, -0.5, 0, -0.5, -1]] * 2)
+    out = np.asarray(layer(np.zeros((1, 8, 3), "float32"), np.array([[2, 0]], "int32")))
+    np.testing.assert_allclose(out[0, 0], [-1, -0.5, 0])  # channel 0, value 2
+    np.testing.assert_allclose(out[0, 1], [0, -0.5, -1])  # channel 1, value 0
+
+
+def test_decoding_steps_with_start_index_equal_the_full_sequence():
+    layer = _layer_with_random_bias(image_size=(4, 6), low_resolution_size=(2, 3))
+    low = _low_image(3)
+    logits = np.random.default_rng(4).normal(size=(2, 73, 256)).astype("float32")
+    full = np.asarray(layer(logits, low))
+    steps = [np.asarray(layer(logits[:, t:t + 1], low, start_index=t)) for t in range(73)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-6)
+
+
+def test_bicubic_counts_offsets_from_the_rounded_bicubic_upsampling():
+    pytest.importorskip("tensorflow")
+    from keras_attn.preprocessing import images
+
+    layer = _layer_with_random_bias(image_size=8, low_resolution_size=2)
+    low = _low_image(6, size=(2, 2))
+    out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low))
+    upsampled = images.upsample_bicubic(low.reshape(2, 2, 2, 3).astype(np.uint8), 8).reshape(2, -1)
+    bias = np.asarray(layer.offset_bias)
+    channels = np.arange(192) % 3
+    index = np.arange(256)[None, None, :] - upsampled[..., None].astype(int) + 255
+    np.testing.assert_allclose(out, bias[channels[None, :, None], index], atol=1e-6)
+
+
+def test_layer_life_cycle():
+    run_layer_test(
+        LowResolutionLogitBias,
+        {"image_size": (4, 4), "low_resolution_size": (2, 2), "channels": 1,
+         "num_intensities": 8, "prior_scale": 3.0},
+        np.zeros((2, 16, 8), "float32"),
+        call_kwargs={"low_resolution": np.array([[0, 5, 7, 1], [3, 3, 3, 3]], "int32")},
+        expected_output_shape=(2, 16, 8),
+    )
+
+
+def test_one_trainable_weight():
+    layer = LowResolutionLogitBias(image_size=4, low_resolution_size=2, channels=3)
+    layer(np.zeros((1, 48, 256), "float32"), np.zeros((1, 12), "int32"))
+    assert [tuple(w.shape) for w in layer.trainable_weights] == [(3, 511)]
+
+
+def test_errors():
+    with pytest.raises(ValueError, match=r"must be a multiple.*image_size=\(8, 8\), "
+                                         r"low_resolution_size=\(3, 3\)"):
+        LowResolutionLogitBias(image_size=8, low_resolution_size=3)
+    with pytest.raises(ValueError, match=r"`interpolation` must be one of.*'area'"):
+        LowResolutionLogitBias(image_size=8, low_resolution_size=2, interpolation="area")
+    with pytest.raises(ValueError, match=r"`prior_scale` must be a number > 0.*prior_scale=0"):
+        LowResolutionLogitBias(image_size=8, low_resolution_size=2, prior_scale=0)
+    layer = LowResolutionLogitBias(image_size=8, low_resolution_size=2)
+    with pytest.raises(ValueError, match=r"must end with num_intensities=256.*\(1, 192, 10\)"):
+        layer(np.zeros((1, 192, 10), "float32"), np.zeros((1, 12), "int32"))
+    with pytest.raises(ValueError, match=r"must be \(batch, 12\).*Received: low_resolution.shape=\(1, 10\)"):
+        layer(np.zeros((1, 192, 256), "float32"), np.zeros((1, 10), "int32"))
