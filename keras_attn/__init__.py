@@ -11,6 +11,7 @@ compiled models without further imports.
 
 __version__ = "0.1.0"
 
+from keras_attn import distribution  # noqa: E402,F401
 from keras_attn import layers  # noqa: E402,F401
 from keras_attn import losses  # noqa: E402,F401
 from keras_attn import metrics  # noqa: E402,F401

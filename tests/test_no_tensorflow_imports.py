@@ -39,6 +39,7 @@ _CHILD = textwrap.dedent(
 
     import numpy as np
 
+    import keras_attn.distribution
     import keras_attn.generation
     import keras_attn.layers
     import keras_attn.models
