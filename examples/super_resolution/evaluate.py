@@ -8,9 +8,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.export.super_resolver import super_resolve
-from keras_attn.generation import CachedDecoder, sample
-from keras_attn.models.image_transformer import START_TOKEN
+from keras_attn.export.super_resolver import sample_images, super_resolve
+from keras_attn.generation import CachedDecoder
 from keras_attn.preprocessing import images
 
 TEMPERATURES = (1.0, 0.9, 0.8)
@@ -55,14 +54,9 @@ def _timed_sampler(model, inputs_name, jit_compile=True):
             return super_resolve(model, condition, seed, temperature, decoder, top_k=top_k)
     else:
         def run(condition, seed, temperature, top_k):
-            batch = tf.shape(condition)[0]
             inputs = {"class_label": condition} if inputs_name == "class_label" else None
-            tokens = sample(
-                decoder, tf.fill([batch, 1], START_TOKEN), max_length=32 * 32 * 3 + 1,
-                seed=seed, temperature=temperature, top_k=top_k,
-                prompt_lengths=tf.ones([batch], tf.int32), inputs=inputs,
-            )
-            return tf.reshape(tf.cast(tf.convert_to_tensor(tokens)[:, 1:], tf.uint8), [batch, 32, 32, 3])
+            return sample_images(decoder, tf.shape(condition)[0], (32, 32, 3), seed=seed,
+                                 temperature=temperature, top_k=top_k, inputs=inputs)
     return tf.function(run, jit_compile=jit_compile, autograph=False)
 
 

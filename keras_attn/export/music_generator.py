@@ -8,11 +8,13 @@ from keras_attn import checks
 from keras_attn.export.archive import versioned_export_path, write_archive
 from keras_attn.generation import CachedDecoder, sample
 from keras_attn.models.music_transformer import MUSIC_SUPPRESSED_TOKEN_IDS
+from keras_attn.preprocessing import music
 
-# Event ids shared by the library's music vocabularies (performance events
-# and JSB Chorales, see `keras_attn.preprocessing.music`).
-_PAD_ID = 0
-_END_ID = 2
+# The pad and end ids are the same in both music vocabularies (performance
+# events and JSB Chorales).
+assert (music.PAD_ID, music.END_ID) == (music.JSB_PAD_ID, music.JSB_END_ID)
+_PAD_ID = music.PAD_ID
+_END_ID = music.END_ID
 
 
 def export_music_generator(

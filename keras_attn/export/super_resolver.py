@@ -75,8 +75,7 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
         Parmar et al. 2018, "Image Transformer", sections 4 (sampling) and
         5.2 (super resolution; temperatures 1.0 and 0.9).
     """
-    from keras_attn.generation import CachedDecoder, sample
-    from keras_attn.models.image_transformer import START_TOKEN
+    from keras_attn.generation import CachedDecoder
 
     (h, w, c), (height, width, channels) = image_sizes(model)
     shape = tuple(low_resolution.shape)
@@ -88,23 +87,65 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
         )
     if isinstance(temperature, numbers.Real) and not temperature > 0:
         raise ValueError(f"`temperature` must be > 0. Received: temperature={temperature!r}.")
-    decoder = decoder or CachedDecoder(model)
     batch = tf.shape(low_resolution)[0]
     tokens = tf.reshape(tf.cast(low_resolution, tf.int32), [batch, h * w * c])
-    prompt = tf.fill([batch, 1], START_TOKEN)
+    return sample_images(
+        decoder or CachedDecoder(model), batch, (height, width, channels), seed=seed,
+        temperature=temperature, top_k=top_k, top_p=top_p, inputs={"low_resolution": tokens},
+    )
+
+
+def sample_images(decoder, batch_size, image_shape, seed=DEFAULT_SEED,
+                  temperature=DEFAULT_TEMPERATURE, top_k=None, top_p=None, inputs=None):
+    """Samples images from an Image Transformer, one channel intensity per
+    step from the start token: the one image-sampling loop of the library
+    (`super_resolve` and the example's generators use it).
+
+    Args:
+        decoder: a `keras_attn.generation.CachedDecoder` (or
+            `RecomputingDecoder`) of an `image_transformer` or
+            `super_resolution_transformer` model.
+        batch_size: B, int or int32 scalar tensor.
+        image_shape: (H, W, C) of the sampled images.
+        seed, temperature, top_k, top_p: as in `super_resolve`.
+        inputs: the model's other inputs (`low_resolution` (B, h*w*C) or
+            `class_label` (B,)), or None for an unconditional model.
+
+    Returns:
+        (B, H, W, C) uint8 tensor.
+
+    Raises:
+        ValueError: on sampling controls out of range (see
+            `keras_attn.generation.sample`).
+
+    Example:
+    >>> from keras_attn.generation import CachedDecoder
+    >>> from keras_attn.models import image_transformer
+    >>> model = image_transformer(image_size=2, num_layers=1, hidden_dim=8,
+    ...                           num_heads=2, intermediate_dim=8)
+    >>> tuple(sample_images(CachedDecoder(model), 2, (2, 2, 3)).shape)
+    (2, 2, 2, 3)
+
+    Reference:
+        Parmar et al. 2018, "Image Transformer", section 4 (sampling).
+    """
+    from keras_attn.generation import sample
+    from keras_attn.preprocessing.images import START_TOKEN
+
+    height, width, channels = image_shape
     sequence = sample(
         decoder,
-        prompt,
+        tf.fill([batch_size, 1], START_TOKEN),
         max_length=height * width * channels + 1,
         seed=seed,
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
-        prompt_lengths=tf.ones([batch], tf.int32),
-        inputs={"low_resolution": tokens},
+        prompt_lengths=tf.ones([batch_size], tf.int32),
+        inputs=inputs,
     )
     pixels = tf.cast(tf.convert_to_tensor(sequence)[:, 1:], tf.uint8)
-    return tf.reshape(pixels, [batch, height, width, channels])
+    return tf.reshape(pixels, [batch_size, height, width, channels])
 
 
 def export_super_resolver(

@@ -20,9 +20,8 @@ from keras_attn.layers import PixelEmbedding
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
 from keras_attn.checks import check_heads_divide, check_sizes
-
-NUM_INTENSITIES = 256
-START_TOKEN = 256
+# The layout's constants live with the layout (re-exported here).
+from keras_attn.preprocessing.images import NUM_INTENSITIES, START_TOKEN  # noqa: F401
 
 
 def image_transformer(
