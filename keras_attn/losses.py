@@ -3,18 +3,14 @@
 import keras
 from keras import ops
 
+from keras_attn import keras_internals
+
 
 def _set_mask(values, mask):
-    # Keras reduces a loss over the entries of its `_keras_mask` only (the
+    # Keras reduces a loss over the entries of the implicit mask only (the
     # mechanism of its own `ignore_class`), which keeps the mean exact and
     # the scaling right under tf.distribute.
-    try:
-        from keras.src.backend.common.masking import set_keras_mask
-    except ImportError:  # pragma: no cover
-        values._keras_mask = mask
-        return values
-    set_keras_mask(values, mask)
-    return values
+    return keras_internals.set_mask(values, mask)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

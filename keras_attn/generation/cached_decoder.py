@@ -3,6 +3,7 @@ import inspect
 import keras
 from keras import ops
 
+from keras_attn import keras_internals
 from keras_attn.layers import attention_ops
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
@@ -132,7 +133,7 @@ class CachedDecoder:
     """
 
     def __init__(self, model, token_input=None):
-        if not isinstance(model, keras.Model) or not hasattr(model, "_nodes_by_depth"):
+        if not keras_internals.is_functional(model):
             raise ValueError(
                 "CachedDecoder needs a functional `keras.Model` (built with "
                 "`keras.Input` and layer calls), whose graph it can read. "
@@ -161,7 +162,7 @@ class CachedDecoder:
         key = id(tensor)
         if key in self._dynamic:
             return self._dynamic[key]
-        node = _producer(tensor)
+        node = keras_internals.producing_node(tensor)
         if node is None:
             result = tensor is self._token_tensor
         else:
@@ -182,7 +183,7 @@ class CachedDecoder:
         static_inputs = set()
 
         def plan_static(tensor):
-            node = _producer(tensor)
+            node = keras_internals.producing_node(tensor)
             if node is None:
                 static_inputs.add(id(tensor))
                 return
@@ -205,7 +206,7 @@ class CachedDecoder:
             if not self._is_dynamic(tensor):
                 need_static(tensor)
                 return
-            node = _producer(tensor)
+            node = keras_internals.producing_node(tensor)
             if node is None:
                 return
             if isinstance(node.operation, TransformerDecoder) and tensor is not node.outputs[0]:
@@ -238,6 +239,7 @@ class CachedDecoder:
         self._mark_tail()
 
     def _make_step(self, node, plan_static):
+        """Plans how one decoder-path node is replayed (its step dict)."""
         op = node.operation
         name = f"'{op.name}' ({type(op).__name__})"
         step = {"node": node, "op": op, "reads": list(node.input_tensors), "kind": "positionwise"}
@@ -250,73 +252,11 @@ class CachedDecoder:
                 "on the decoder side."
             )
         if isinstance(op, TransformerDecoder):
-            bound = _bind(op, node)
-            _refuse_given(name, bound, ("self_attention_cache", "cache_index", "cross_attention_cache"))
-            if bound["use_causal_mask"] is not True:
-                raise ValueError(
-                    f"CachedDecoder: decoder block {name} is called with "
-                    f"use_causal_mask={bound['use_causal_mask']!r}; token-by-token "
-                    "decoding needs causal self-attention (use_causal_mask=True)."
-                )
-            sequence = bound["decoder_sequence"]
-            if not self._is_dynamic(sequence):
-                raise ValueError(
-                    f"CachedDecoder: the `decoder_sequence` of {name} does not "
-                    f"depend on `{self.token_input}`. Expected the decoder path "
-                    "to run through it."
-                )
-            step.update(kind="decoder", sequence=sequence, reads=[sequence])
-            self._plan_padding_mask(step, name, bound["decoder_padding_mask"], "decoder_padding_mask")
-            encoder_sequence = bound["encoder_sequence"]
-            if encoder_sequence is not None:
-                for arg in ("encoder_sequence", "encoder_padding_mask"):
-                    if bound[arg] is not None and self._is_dynamic(bound[arg]):
-                        raise ValueError(
-                            f"CachedDecoder: the `{arg}` of {name} depends on "
-                            f"`{self.token_input}`. Cross-attention must read an "
-                            "encoder output computed from the other inputs only."
-                        )
-                step["memory"] = len(self._memory_specs)
-                mask = bound["encoder_padding_mask"]
-                self._memory_specs.append(("cross_cache", op, encoder_sequence, mask))
-                plan_static(encoder_sequence)
-                if mask is not None:
-                    plan_static(mask)
-            return step
+            return self._plan_decoder_step(step, name, plan_static)
         if isinstance(op, MultiHeadSelfAttention):
-            bound = _bind(op, node)
-            _refuse_given(name, bound, ("cache", "cache_index", "attention_mask"))
-            inputs = bound["inputs"]
-            if bound["use_causal_mask"] is not True:
-                raise ValueError(
-                    f"CachedDecoder: self-attention layer {name} on the decoder "
-                    f"path is called with use_causal_mask={bound['use_causal_mask']!r}. "
-                    "Token-by-token decoding needs use_causal_mask=True."
-                )
-            if bound["return_attention_scores"]:
-                raise ValueError(
-                    f"CachedDecoder: self-attention layer {name} returns its "
-                    "attention scores; the decoder path must carry only hidden "
-                    "states. Build the generation model without them."
-                )
-            step.update(kind="self_attention", sequence=inputs, reads=[inputs])
-            self._plan_padding_mask(step, name, bound["padding_mask"], "padding_mask")
-            return step
+            return self._plan_self_attention_step(step, name)
         if _is_position_aware(op):
-            # The protocol: a `start_index` call argument (the absolute
-            # position of the first input position). Replayed with all its
-            # recorded arguments; tensors that do not depend on the tokens
-            # (e.g. a conditioning image) become memory, computed once.
-            bound = _bind(op, node)
-            start = attention_ops.static_int(bound["start_index"])
-            if start is None:
-                raise ValueError(
-                    f"CachedDecoder: {name} is called with a tensor `start_index`; "
-                    "expected a Python int (the engine adds the cache index to it)."
-                )
-            step.update(kind="position", start_index=start,
-                        signature=inspect.signature(op.call))
-            return step
+            return self._plan_position_step(step, name)
         if _is_positionwise(op):
             return step
         raise ValueError(
@@ -329,6 +269,81 @@ class CachedDecoder:
             "Dropout, LayerNormalization on the last axis, activations, "
             "Add/Multiply/...). Decode such a model with `RecomputingDecoder`."
         )
+
+    def _plan_decoder_step(self, step, name, plan_static):
+        """A `TransformerDecoder` call: self-attention cache, padding mask
+        and, with cross-attention, the encoder side as memory."""
+        op = step["op"]
+        bound = _bind(op, step["node"])
+        _refuse_given(name, bound, ("self_attention_cache", "cache_index", "cross_attention_cache"))
+        if bound["use_causal_mask"] is not True:
+            raise ValueError(
+                f"CachedDecoder: decoder block {name} is called with "
+                f"use_causal_mask={bound['use_causal_mask']!r}; token-by-token "
+                "decoding needs causal self-attention (use_causal_mask=True)."
+            )
+        sequence = bound["decoder_sequence"]
+        if not self._is_dynamic(sequence):
+            raise ValueError(
+                f"CachedDecoder: the `decoder_sequence` of {name} does not "
+                f"depend on `{self.token_input}`. Expected the decoder path "
+                "to run through it."
+            )
+        step.update(kind="decoder", sequence=sequence, reads=[sequence])
+        self._plan_padding_mask(step, name, bound["decoder_padding_mask"], "decoder_padding_mask")
+        encoder_sequence = bound["encoder_sequence"]
+        if encoder_sequence is not None:
+            for arg in ("encoder_sequence", "encoder_padding_mask"):
+                if bound[arg] is not None and self._is_dynamic(bound[arg]):
+                    raise ValueError(
+                        f"CachedDecoder: the `{arg}` of {name} depends on "
+                        f"`{self.token_input}`. Cross-attention must read an "
+                        "encoder output computed from the other inputs only."
+                    )
+            step["memory"] = len(self._memory_specs)
+            mask = bound["encoder_padding_mask"]
+            self._memory_specs.append(("cross_cache", op, encoder_sequence, mask))
+            plan_static(encoder_sequence)
+            if mask is not None:
+                plan_static(mask)
+        return step
+
+    def _plan_self_attention_step(self, step, name):
+        """A causal self-attention layer called directly: cache and padding mask."""
+        bound = _bind(step["op"], step["node"])
+        _refuse_given(name, bound, ("cache", "cache_index", "attention_mask"))
+        inputs = bound["inputs"]
+        if bound["use_causal_mask"] is not True:
+            raise ValueError(
+                f"CachedDecoder: self-attention layer {name} on the decoder "
+                f"path is called with use_causal_mask={bound['use_causal_mask']!r}. "
+                "Token-by-token decoding needs use_causal_mask=True."
+            )
+        if bound["return_attention_scores"]:
+            raise ValueError(
+                f"CachedDecoder: self-attention layer {name} returns its "
+                "attention scores; the decoder path must carry only hidden "
+                "states. Build the generation model without them."
+            )
+        step.update(kind="self_attention", sequence=inputs, reads=[inputs])
+        self._plan_padding_mask(step, name, bound["padding_mask"], "padding_mask")
+        return step
+
+    def _plan_position_step(self, step, name):
+        """A position-aware layer. The protocol: a `start_index` call argument
+        (the absolute position of the first input position). Replayed with all
+        its recorded arguments; tensors that do not depend on the tokens (e.g.
+        a conditioning image) become memory, computed once."""
+        op = step["op"]
+        bound = _bind(op, step["node"])
+        start = attention_ops.static_int(bound["start_index"])
+        if start is None:
+            raise ValueError(
+                f"CachedDecoder: {name} is called with a tensor `start_index`; "
+                "expected a Python int (the engine adds the cache index to it)."
+            )
+        step.update(kind="position", start_index=start, signature=inspect.signature(op.call))
+        return step
 
     def _plan_padding_mask(self, step, name, explicit, arg):
         """Where the padding mask of a cached layer comes from: its explicit
@@ -451,7 +466,7 @@ class CachedDecoder:
         for name, tensor in needed.items():
             values[id(tensor)] = ops.convert_to_tensor(inputs[name], dtype=tensor.dtype)
         for node in self._static_nodes:
-            args, kwargs = node.arguments.fill_in(values)
+            args, kwargs = keras_internals.call_arguments(node, values)
             outputs = _call(node.operation, args, kwargs)
             for t, y in zip(node.outputs, keras.tree.flatten(outputs)):
                 values[id(t)] = y
@@ -502,10 +517,10 @@ class CachedDecoder:
                 lookup = values
                 if step["tail"]:
                     lookup = {id(t): tail_value(t) for t in step["node"].input_tensors}
-                args, kwargs = step["node"].arguments.fill_in(lookup)
+                args, kwargs = keras_internals.call_arguments(step["node"], lookup)
                 outputs = _call(op, args, kwargs)
             elif kind == "position":
-                args, kwargs = step["node"].arguments.fill_in(values)
+                args, kwargs = keras_internals.call_arguments(step["node"], values)
                 bound = step["signature"].bind(*args, **kwargs)
                 bound.arguments["start_index"] = (
                     ops.cast(cache_index, "int32") + step["start_index"]
@@ -626,19 +641,10 @@ def input_names(model):
     return {t.name: t for t in flat}
 
 
-def _producer(tensor):
-    history = getattr(tensor, "_keras_history", None)
-    if history is None or history.operation is None:
-        return None
-    node = history.operation._inbound_nodes[history.node_index]
-    if node.is_input:  # an `InputLayer`: a graph entry point
-        return None
-    return node
-
-
 def _bind(op, node):
     signature = inspect.signature(op.call)
-    bound = signature.bind(*node.arguments.args, **node.arguments.kwargs)
+    args, kwargs = keras_internals.call_arguments(node)
+    bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     return bound.arguments
 
@@ -668,18 +674,17 @@ def _is_positionwise(op):
         axis = getattr(op, "axis", -1)
         axes = list(axis) if isinstance(axis, (list, tuple)) else [axis]
         rank = None
-        nodes = op._inbound_nodes
+        nodes = keras_internals.inbound_nodes(op)
         if nodes and nodes[0].outputs:
             rank = len(nodes[0].outputs[0].shape)
         return all(a == -1 or (rank is not None and a == rank - 1) for a in axes)
     if not isinstance(op, keras.layers.Layer):
-        module = type(op).__module__
-        return module.startswith("keras.src.ops") and type(op).__name__ in _ELEMENTWISE_OPS
+        return keras_internals.is_keras_op(op) and type(op).__name__ in _ELEMENTWISE_OPS
     return False
 
 
 def _call(op, args, kwargs):
-    if isinstance(op, keras.layers.Layer) and getattr(op, "_call_has_training_arg", False):
+    if keras_internals.call_has_training_arg(op):
         kwargs = dict(kwargs, training=False)
     return op(*args, **kwargs)
 

@@ -12,6 +12,8 @@ import operator
 import keras
 from keras import ops
 
+from keras_attn import keras_internals
+
 # Logits of blocked positions are replaced by this value before the softmax.
 # It is finite so that neither the softmax nor its gradient can produce NaN,
 # and far below any real logit so that blocked keys get exactly zero weight
@@ -122,7 +124,7 @@ def check_rate(owner, name, value):
 
 
 def get_implicit_mask(x):
-    """Returns the Keras implicit mask (`_keras_mask`) attached to `x`, if any.
+    """Returns the Keras implicit mask attached to `x`, if any.
 
     Args:
         x: a tensor, possibly produced by a layer with `mask_zero=True` or
@@ -131,11 +133,7 @@ def get_implicit_mask(x):
     Returns:
         The boolean mask of shape `x.shape[:-1]`, or `None`.
     """
-    try:
-        from keras.src.backend.common.masking import get_keras_mask
-    except ImportError:  # pragma: no cover - older/newer Keras layouts
-        return getattr(x, "_keras_mask", None)
-    return get_keras_mask(x)
+    return keras_internals.get_mask(x)
 
 
 def check_mask(
