@@ -5,6 +5,8 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.generation import decoding
 
+_NEG_INF = float("-inf")
+
 
 def greedy_search(
     model,
@@ -192,15 +194,7 @@ def beam_search(
         Vaswani et al. 2017, "Attention Is All You Need", section 6.1
         (beam size 4, alpha = 0.6).
     """
-    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams <= 0:
-        raise ValueError(
-            f"`num_beams` must be a positive int. Received: num_beams={num_beams!r}."
-        )
-    if not isinstance(length_penalty_alpha, (int, float)) or length_penalty_alpha < 0:
-        raise ValueError(
-            "`length_penalty_alpha` must be a number >= 0 (0.6 in Vaswani et "
-            f"al. 2017). Received: length_penalty_alpha={length_penalty_alpha!r}."
-        )
+    _check_beam_arguments(num_beams, length_penalty_alpha)
     decoding.check_token_id("end_token_id", end_token_id)
     decoding.check_token_id("pad_token_id", pad_token_id)
     suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
@@ -215,28 +209,15 @@ def beam_search(
     batch_size = ops.shape(tokens)[0]
     state = decoder.repeat_state(state, beams)
     logits = ops.repeat(logits, beams, axis=0)
-    sequences = ops.repeat(tokens[:, None, :], beams, axis=1)  # (B, K, L)
-    neg_inf = float("-inf")
-    # Only beam 0 is live at first: the K copies of the prompt are one
-    # hypothesis, not K.
-    first_beam = ops.arange(beams, dtype="int32")[None, :] == 0
-    log_probs = ops.where(
-        ops.broadcast_to(first_beam, (batch_size, beams)), 0.0, neg_inf
-    )
-    generated = ops.zeros((batch_size, beams), "int32")
-    finished = ops.zeros((batch_size, beams), "bool")
-    vocabulary = ops.arange(vocabulary_size, dtype="int32")
+    sequences, log_probs, generated, finished = _first_beams(tokens, beams)
     pad = ops.cast(pad_token_id, "int32")
-    frozen_extension = ops.where(ops.equal(vocabulary, pad), 0.0, neg_inf)  # (V,)
+    frozen_extension = _certain_token_log_probs(vocabulary_size, pad)  # (V,)
     rows = ops.arange(batch_size, dtype="int32")[:, None] * beams
 
-    def done(log_probs, finished):
-        return ops.all(ops.logical_or(finished, ops.equal(log_probs, neg_inf)))
-
     def cond(index, sequences, log_probs, generated, finished, logits, state):
-        return ops.logical_and(
-            ops.less(index, max_length), ops.logical_not(done(log_probs, finished))
-        )
+        # Done when every beam has ended or holds no hypothesis.
+        done = ops.all(ops.logical_or(finished, ops.equal(log_probs, _NEG_INF)))
+        return ops.logical_and(ops.less(index, max_length), ops.logical_not(done))
 
     def body(index, sequences, log_probs, generated, finished, logits, state):
         step_log_probs = ops.reshape(
@@ -244,41 +225,19 @@ def beam_search(
         )
         forced = ops.take(prompt_mask, index, axis=1)  # (B,)
         forced_token = ops.take(tokens, index, axis=1)
-        forced_extension = ops.where(
-            ops.equal(vocabulary[None, :], forced_token[:, None]), 0.0, neg_inf
-        )  # (B, V)
-        extension = ops.where(
-            finished[..., None], frozen_extension[None, None, :], step_log_probs
-        )
-        extension = ops.where(forced[:, None, None], forced_extension[:, None, :], extension)
-        candidate_log_probs = log_probs[..., None] + extension  # (B, K, V)
+        candidate_log_probs = log_probs[..., None] + _extension_log_probs(
+            step_log_probs, finished, forced, forced_token, frozen_extension
+        )  # (B, K, V)
         length_now = ops.maximum(index - lengths + 1, 0)  # (B,)
         candidate_length = ops.where(finished, generated, length_now[:, None])  # (B, K)
-        keys = candidate_log_probs / length_penalty(candidate_length, length_penalty_alpha)[..., None]
-        _, flat_index = ops.top_k(
-            ops.reshape(keys, (batch_size, beams * vocabulary_size)), beams
+        beam, token, log_probs = _best_candidates(
+            candidate_log_probs, candidate_length, length_penalty_alpha
         )
-        flat_index = ops.cast(flat_index, "int32")
-        beam = flat_index // vocabulary_size
-        token = flat_index % vocabulary_size
-        log_probs = ops.take_along_axis(
-            ops.reshape(candidate_log_probs, (batch_size, beams * vocabulary_size)),
-            flat_index, axis=1,
-        )
-        # A beam that holds no hypothesis (fewer than K exist) took a -inf
-        # candidate, maybe a suppressed id: it gets the prompt token or padding.
-        token = ops.where(
-            ops.equal(log_probs, neg_inf),
-            ops.where(forced[:, None], forced_token[:, None], pad),
-            token,
-        )
+        token = _fill_empty_beams(token, log_probs, forced, forced_token, pad)
         generated = ops.take_along_axis(candidate_length, beam, axis=1)
-        finished = ops.take_along_axis(finished, beam, axis=1)
-        if end_token_id is not None:
-            ended = ops.logical_and(
-                ops.logical_not(forced)[:, None], ops.equal(token, end_token_id)
-            )
-            finished = ops.logical_or(finished, ended)
+        finished = _end_beams(
+            ops.take_along_axis(finished, beam, axis=1), token, forced, end_token_id
+        )
         sequences = ops.take_along_axis(sequences, beam[..., None], axis=1)
         sequences = ops.slice_update(sequences, (0, 0, index), token[..., None])
         state = decoder.reorder_state(state, ops.reshape(rows + beam, (-1,)))
@@ -292,10 +251,96 @@ def beam_search(
         (start, sequences, log_probs, generated, finished, logits, state),
         maximum_iterations=max_length,
     )
-    scores = log_probs / length_penalty(generated, length_penalty_alpha)
-    scores, order = ops.top_k(scores, beams)
-    sequences = ops.take_along_axis(sequences, ops.cast(order, "int32")[..., None], axis=1)
-    best = sequences[:, 0]
+    best, sequences, scores = _rank_beams(
+        sequences, log_probs, generated, length_penalty_alpha
+    )
     if return_all_beams:
         return best, sequences, scores
     return best
+
+
+def _check_beam_arguments(num_beams, length_penalty_alpha):
+    """Refuses a `num_beams` that is not a positive int or a negative alpha."""
+    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams <= 0:
+        raise ValueError(
+            f"`num_beams` must be a positive int. Received: num_beams={num_beams!r}."
+        )
+    if not isinstance(length_penalty_alpha, (int, float)) or length_penalty_alpha < 0:
+        raise ValueError(
+            "`length_penalty_alpha` must be a number >= 0 (0.6 in Vaswani et "
+            f"al. 2017). Received: length_penalty_alpha={length_penalty_alpha!r}."
+        )
+
+
+def _first_beams(tokens, beams):
+    """(sequences, log_probs, generated, finished) of K prompt copies, only beam 0 live."""
+    batch_size = ops.shape(tokens)[0]
+    sequences = ops.repeat(tokens[:, None, :], beams, axis=1)
+    # Only beam 0 is live at first: the K copies of the prompt are one
+    # hypothesis, not K.
+    first_beam = ops.arange(beams, dtype="int32")[None, :] == 0
+    log_probs = ops.where(
+        ops.broadcast_to(first_beam, (batch_size, beams)), 0.0, _NEG_INF
+    )
+    generated = ops.zeros((batch_size, beams), "int32")
+    finished = ops.zeros((batch_size, beams), "bool")
+    return sequences, log_probs, generated, finished
+
+
+def _certain_token_log_probs(vocabulary_size, token):
+    """Log-probabilities (..., V): 0 for `token`, -inf for every other id."""
+    vocabulary = ops.arange(vocabulary_size, dtype="int32")
+    return ops.where(ops.equal(vocabulary, token), 0.0, _NEG_INF)
+
+
+def _extension_log_probs(step_log_probs, finished, forced, forced_token, frozen_extension):
+    """Log-probs (B, K, V) of extending each beam: padding if finished, prompt if forced."""
+    vocabulary_size = step_log_probs.shape[-1]
+    extension = ops.where(
+        finished[..., None], frozen_extension[None, None, :], step_log_probs
+    )
+    forced_extension = _certain_token_log_probs(vocabulary_size, forced_token[:, None])  # (B, V)
+    return ops.where(forced[:, None, None], forced_extension[:, None, :], extension)
+
+
+def _fill_empty_beams(token, log_probs, forced, forced_token, pad):
+    """Gives the prompt token or padding to beams that hold no hypothesis."""
+    # Such a beam (fewer than K hypotheses exist) took a -inf candidate,
+    # maybe a suppressed id.
+    return ops.where(
+        ops.equal(log_probs, _NEG_INF),
+        ops.where(forced[:, None], forced_token[:, None], pad),
+        token,
+    )
+
+
+def _end_beams(finished, token, forced, end_token_id):
+    """Also marks as finished the beams that took the end token outside the prompt."""
+    if end_token_id is None:
+        return finished
+    ended = ops.logical_and(ops.logical_not(forced)[:, None], ops.equal(token, end_token_id))
+    return ops.logical_or(finished, ended)
+
+
+def _best_candidates(candidate_log_probs, candidate_length, length_penalty_alpha):
+    """(beam, token, log_probs) (B, K) of the K best-scoring of the K * V candidates."""
+    batch_size, beams, vocabulary_size = ops.shape(candidate_log_probs)
+    penalty = length_penalty(candidate_length, length_penalty_alpha)
+    keys = candidate_log_probs / penalty[..., None]
+    _, flat_index = ops.top_k(
+        ops.reshape(keys, (batch_size, beams * vocabulary_size)), beams
+    )
+    flat_index = ops.cast(flat_index, "int32")
+    log_probs = ops.take_along_axis(
+        ops.reshape(candidate_log_probs, (batch_size, beams * vocabulary_size)),
+        flat_index, axis=1,
+    )
+    return flat_index // vocabulary_size, flat_index % vocabulary_size, log_probs
+
+
+def _rank_beams(sequences, log_probs, generated, length_penalty_alpha):
+    """(best, sequences, scores): the final beams sorted by log P / lp, best first."""
+    scores = log_probs / length_penalty(generated, length_penalty_alpha)
+    scores, order = ops.top_k(scores, ops.shape(scores)[1])
+    sequences = ops.take_along_axis(sequences, ops.cast(order, "int32")[..., None], axis=1)
+    return sequences[:, 0], sequences, scores

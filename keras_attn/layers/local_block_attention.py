@@ -473,68 +473,91 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     ):
         """Causal 1D attention of T new queries at `query_offset` over the
         cache (B, L, H, ·), reading only the keys of their windows."""
+        length = attention_ops.dims(query)[1]
+        cache_length = attention_ops.dims(key)[1]
+        if attention_mask is not None and len(attention_mask.shape) == 3:
+            attention_mask = attention_mask[:, None]
+        static = isinstance(length, int) and isinstance(cache_length, int)
+        if static and length <= self._block[0]:
+            attend = self._attend_cached_step
+        else:
+            attend = self._attend_cached_prefill
+        return attend(
+            query, key, value, padding_mask, attention_mask,
+            ops.cast(query_offset, "int32"),
+            padding_mask is not None or attention_mask is not None,
+            return_attention_scores, training,
+        )
+
+    def _cached_window_start(self, query_positions):
+        """First cache position of each query's window: its block start minus the flange."""
+        (b,), (f,) = self._block, self._flange
+        return (query_positions // b) * b - f
+
+    def _attend_cached_step(
+        self, query, key, value, padding_mask, attention_mask, query_offset,
+        may_have_empty_rows, return_attention_scores, training,
+    ):
+        """Decoding step (T <= block): attends over one dynamic slice of the cache."""
+        (b,), (f,) = self._block, self._flange
+        length = attention_ops.dims(query)[1]
+        cache_length = attention_ops.dims(key)[1]
+        window = length + b - 1 + f
+        if cache_length <= window:
+            window, start = cache_length, ops.convert_to_tensor(0, "int32")
+        else:
+            start = ops.clip(query_offset + length - window, 0, cache_length - window)
+
+        def read(x):  # (B, L, ·) -> (B, W, ·): the window's cache positions
+            x_dims = attention_ops.dims(x)
+            begin = [0, start] + [0] * (len(x_dims) - 2)
+            return ops.slice(x, begin, [x_dims[0], window] + x_dims[2:])
+
+        query_positions = query_offset + ops.arange(length, dtype="int32")
+        key_positions = start + ops.arange(window, dtype="int32")
+        visible = ops.logical_and(
+            ops.greater_equal(
+                key_positions[None, :], self._cached_window_start(query_positions)[:, None]
+            ),
+            ops.less_equal(key_positions[None, :], query_positions[:, None]),
+        )
+        mask = visible[None, None, None]  # (1, 1, 1, T, W)
+        if padding_mask is not None:
+            mask = ops.logical_and(mask, read(padding_mask)[:, None, None, None, :])
+        if attention_mask is not None:
+            columns = ops.slice(
+                attention_mask, [0, 0, 0, start],
+                attention_ops.dims(attention_mask)[:3] + [window],
+            )
+            mask = ops.logical_and(mask, columns[:, :, None])
+
+        def one_block(x):  # (B, T, H, ·) -> (B, H, 1, T, ·)
+            return ops.transpose(x, (0, 2, 1, 3))[:, :, None]
+
+        outputs, probs = _local_attention(
+            one_block(query), one_block(read(key)), one_block(read(value)), mask,
+            self.dropout_layer, training, may_have_empty_rows,
+        )
+        outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
+        scores = None
+        if return_attention_scores:
+            window_start = ops.broadcast_to(start, (length,))
+            scores = _scatter_cache_rows(probs[:, :, 0], window_start, cache_length)
+        return outputs, scores
+
+    def _attend_cached_prefill(
+        self, query, key, value, padding_mask, attention_mask, query_offset,
+        may_have_empty_rows, return_attention_scores, training,
+    ):
+        """Prefill of a long chunk: blocked attention over the cache blocks it touches."""
         (b,), (f,) = self._block, self._flange
         batch, length = attention_ops.dims(query)[:2]
         cache_length = attention_ops.dims(key)[1]
-        offset = ops.cast(query_offset, "int32")
-        may_have_empty_rows = padding_mask is not None or attention_mask is not None
-        if attention_mask is not None and len(attention_mask.shape) == 3:
-            attention_mask = attention_mask[:, None]
-        query_positions = offset + ops.arange(length, dtype="int32")
-
-        static = isinstance(length, int) and isinstance(cache_length, int)
-        if static and length <= b:
-            # A few tokens (decoding): one window of the W keys that any of
-            # them may see, read with a dynamic slice (XLA DynamicSlice).
-            window = length + b - 1 + f
-            if cache_length <= window:
-                window, start = cache_length, ops.convert_to_tensor(0, "int32")
-            else:
-                start = ops.clip(offset + length - window, 0, cache_length - window)
-
-            def read(x):
-                x_dims = attention_ops.dims(x)
-                begin = [0, start] + [0] * (len(x_dims) - 2)
-                return ops.slice(x, begin, [x_dims[0], window] + x_dims[2:])
-
-            key_positions = start + ops.arange(window, dtype="int32")
-            origin = (query_positions // b) * b - f
-            visible = ops.logical_and(
-                ops.greater_equal(key_positions[None, :], origin[:, None]),
-                ops.less_equal(key_positions[None, :], query_positions[:, None]),
-            )
-            mask = visible[None, None, None]  # (1, 1, 1, T, W)
-            if padding_mask is not None:
-                mask = ops.logical_and(mask, read(padding_mask)[:, None, None, None, :])
-            if attention_mask is not None:
-                columns = ops.slice(
-                    attention_mask, [0, 0, 0, start],
-                    attention_ops.dims(attention_mask)[:3] + [window],
-                )
-                mask = ops.logical_and(mask, columns[:, :, None])
-
-            def one_block(x):  # (B, T, H, ·) -> (B, H, 1, T, ·)
-                return ops.transpose(x, (0, 2, 1, 3))[:, :, None]
-
-            outputs, probs = _local_attention(
-                one_block(query), one_block(read(key)), one_block(read(value)), mask,
-                self.dropout_layer, training, may_have_empty_rows,
-            )
-            outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
-            scores = None
-            if return_attention_scores:
-                slot = ops.arange(cache_length, dtype="int32")[None, :] - start
-                slot = ops.broadcast_to(slot, (length, cache_length))
-                inside = ops.logical_and(ops.greater_equal(slot, 0), ops.less(slot, window))
-                scores = _scatter_rows(probs[:, :, 0], slot, inside)
-            return outputs, scores
-
-        # A long chunk (prefill): align it to the absolute block grid and
-        # run the blocked computation on the blocks it touches.
-        first_block_start = (offset // b) * b
-        lead = offset - first_block_start
+        first_block_start = (query_offset // b) * b
+        lead = query_offset - first_block_start
         count = attention_ops.num_blocks(length + b - 1, b)
         query_index = ops.clip(ops.arange(count * b, dtype="int32") - lead, 0, length - 1)
+
         def blocks_heads_first(x):  # (B, N, Q, H, ·) -> (B, H, N, Q, ·)
             return ops.transpose(x, (0, 3, 1, 2, 4))
 
@@ -547,26 +570,11 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             + ops.arange(count, dtype="int32")[:, None] * b
             + ops.arange(f + b, dtype="int32")[None, :]
         )
-        key_ok = ops.logical_and(
-            ops.greater_equal(memory_positions, 0),
-            ops.less(memory_positions, cache_length),
-        )
         memory_index = ops.clip(memory_positions, 0, cache_length - 1)
-        mask = ops.logical_and(
-            key_ok[None, None, :, None, :], self._structure_mask(True)[None, None, None]
+        mask = self._cached_prefill_mask(
+            memory_positions, memory_index, cache_length, padding_mask,
+            attention_mask, query_index,
         )
-        if padding_mask is not None:
-            mask = ops.logical_and(
-                mask, ops.take(padding_mask, memory_index, axis=1)[:, None, :, None, :]
-            )
-        if attention_mask is not None:
-            rows = ops.take(attention_mask, query_index, axis=2)
-            mask_dims = attention_ops.dims(rows)
-            rows = ops.reshape(rows, mask_dims[:2] + [count, b, mask_dims[3]])  # (B, H, N, Q, L)
-            mask = ops.logical_and(
-                mask,
-                ops.take_along_axis(rows, memory_index[None, None, :, None, :], axis=-1),
-            )
         outputs, probs = _local_attention(
             blocks_heads_first(query_blocks),
             blocks_heads_first(ops.take(key, memory_index, axis=1)),
@@ -581,11 +589,40 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         if return_attention_scores:
             rows = ops.reshape(probs, attention_ops.dims(probs)[:2] + [count * b, f + b])
             rows = ops.take(rows, kept, axis=2)
-            origin = (query_positions // b) * b - f
-            slot = ops.arange(cache_length, dtype="int32")[None, :] - origin[:, None]
-            inside = ops.logical_and(ops.greater_equal(slot, 0), ops.less(slot, f + b))
-            scores = _scatter_rows(rows, slot, inside)
+            query_positions = query_offset + ops.arange(length, dtype="int32")
+            window_start = self._cached_window_start(query_positions)
+            scores = _scatter_cache_rows(rows, window_start, cache_length)
         return outputs, scores
+
+    def _cached_prefill_mask(
+        self, memory_positions, memory_index, cache_length, padding_mask,
+        attention_mask, query_index,
+    ):
+        """(B|1, H|1, N, Q, M) mask of a prefill's query blocks over their memory."""
+        count = attention_ops.dims(memory_positions)[0]
+        key_ok = ops.logical_and(
+            ops.greater_equal(memory_positions, 0),
+            ops.less(memory_positions, cache_length),
+        )
+        mask = ops.logical_and(
+            key_ok[None, None, :, None, :], self._structure_mask(True)[None, None, None]
+        )
+        if padding_mask is not None:
+            mask = ops.logical_and(
+                mask, ops.take(padding_mask, memory_index, axis=1)[:, None, :, None, :]
+            )
+        if attention_mask is not None:
+            rows = ops.take(attention_mask, query_index, axis=2)
+            mask_dims = attention_ops.dims(rows)
+            rows = ops.reshape(
+                rows, mask_dims[:2] + [count, self._block[0], mask_dims[3]]
+            )  # (B, H, N, Q, L)
+            mask = ops.logical_and(
+                mask,
+                ops.take_along_axis(rows, memory_index[None, None, :, None, :], axis=-1),
+            )
+        return mask
+
 
 def _local_attention(query, key, value, mask, dropout_layer, training, may_have_empty_rows):
     """Attention inside each block: softmax(Q·Kᵀ/√K)·V over its memory.
@@ -620,3 +657,10 @@ def _scatter_rows(rows, slot, inside):
     window = rows.shape[-1]
     index = ops.clip(slot, 0, window - 1)[None, None]
     return ops.where(inside[None, None], ops.take_along_axis(rows, index, axis=-1), 0.0)
+
+
+def _scatter_cache_rows(rows, window_start, cache_length):
+    """Dense (B, H, T, L) scores from rows (B, H, T, W) of windows at `window_start`."""
+    slot = ops.arange(cache_length, dtype="int32")[None, :] - window_start[:, None]
+    inside = ops.logical_and(ops.greater_equal(slot, 0), ops.less(slot, rows.shape[-1]))
+    return _scatter_rows(rows, slot, inside)

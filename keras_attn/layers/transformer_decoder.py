@@ -164,27 +164,11 @@ class TransformerDecoder(TransformerBlock):
         training=None,
     ):
         cached = self_attention_cache is not None
-        if decoder_padding_mask is None and not cached:
-            decoder_padding_mask = attention_ops.get_implicit_mask(decoder_sequence)
         with_cross = encoder_sequence is not None or cross_attention_cache is not None
         self._check_cross_attention(with_cross)
-        if encoder_sequence is not None and encoder_padding_mask is None:
-            encoder_padding_mask = attention_ops.get_implicit_mask(encoder_sequence)
-        if with_cross:
-            memory = encoder_sequence if encoder_sequence is not None else cross_attention_cache
-            encoder_padding_mask = attention_ops.check_mask(
-                encoder_padding_mask, "encoder_padding_mask", 2,
-                (decoder_sequence.shape[0], memory.shape[1]),
-            )
-        # Without a cache the mask has the layout of the positions:
-        # (B, T), or (B, height, width) for an image.
-        positions_shape = (
-            (self_attention_cache.shape[1],) if cached
-            else tuple(decoder_sequence.shape[1:-1])
-        )
-        decoder_padding_mask = attention_ops.check_mask(
-            decoder_padding_mask, "decoder_padding_mask", 1 + len(positions_shape),
-            (decoder_sequence.shape[0],) + positions_shape,
+        decoder_padding_mask, encoder_padding_mask = self._check_padding_masks(
+            decoder_sequence, encoder_sequence, decoder_padding_mask,
+            encoder_padding_mask, self_attention_cache, cross_attention_cache,
         )
 
         def self_attention(x):
@@ -213,28 +197,9 @@ class TransformerDecoder(TransformerBlock):
                 cross_attention_cache = self._cross_attention_layer.compute_cache(
                     encoder_sequence
                 )
-
-            def cross_attention(x):
-                # An image's pixels are the queries, in raster order.
-                image_shape = tuple(x.shape[1:]) if len(x.shape) > 3 else None
-                if image_shape is not None:
-                    x = ops.reshape(x, (ops.shape(x)[0], -1, x.shape[-1]))
-                result = self._cross_attention_layer(
-                    x,
-                    encoder_sequence,
-                    value_padding_mask=encoder_padding_mask,
-                    cache=cross_attention_cache,
-                    return_attention_scores=return_attention_scores,
-                    training=training,
-                )
-                if image_shape is None:
-                    return result
-                outputs, *scores = result if return_attention_scores else (result,)
-                return (ops.reshape(outputs, (ops.shape(x)[0],) + image_shape), *scores)
-
-            x, *cross_scores = self._residual(
-                x, self._cross_attention_norm, self._cross_attention_dropout,
-                cross_attention, training,
+            x, *cross_scores = self._cross_attention_block(
+                x, encoder_sequence, encoder_padding_mask, cross_attention_cache,
+                return_attention_scores, training,
             )
             if return_attention_scores:
                 scores["cross_attention"] = cross_scores[0]
@@ -248,6 +213,63 @@ class TransformerDecoder(TransformerBlock):
         if return_attention_scores:
             results += (scores,)
         return results[0] if len(results) == 1 else results
+
+    def _check_padding_masks(
+        self, decoder_sequence, encoder_sequence, decoder_padding_mask,
+        encoder_padding_mask, self_attention_cache, cross_attention_cache,
+    ):
+        """Validates the decoder and encoder padding masks, defaulting to implicit masks."""
+        cached = self_attention_cache is not None
+        if decoder_padding_mask is None and not cached:
+            decoder_padding_mask = attention_ops.get_implicit_mask(decoder_sequence)
+        if encoder_sequence is not None and encoder_padding_mask is None:
+            encoder_padding_mask = attention_ops.get_implicit_mask(encoder_sequence)
+        if encoder_sequence is not None or cross_attention_cache is not None:
+            memory = encoder_sequence if encoder_sequence is not None else cross_attention_cache
+            encoder_padding_mask = attention_ops.check_mask(
+                encoder_padding_mask, "encoder_padding_mask", 2,
+                (decoder_sequence.shape[0], memory.shape[1]),
+            )
+        # Without a cache the mask has the layout of the positions:
+        # (B, T), or (B, height, width) for an image.
+        positions_shape = (
+            (self_attention_cache.shape[1],) if cached
+            else tuple(decoder_sequence.shape[1:-1])
+        )
+        decoder_padding_mask = attention_ops.check_mask(
+            decoder_padding_mask, "decoder_padding_mask", 1 + len(positions_shape),
+            (decoder_sequence.shape[0],) + positions_shape,
+        )
+        return decoder_padding_mask, encoder_padding_mask
+
+    def _cross_attention_block(
+        self, x, encoder_sequence, encoder_padding_mask, cross_attention_cache,
+        return_attention_scores, training,
+    ):
+        """Cross-attention sublayer with its residual: `x`, then its scores if asked for."""
+
+        def cross_attention(x):
+            # An image's pixels are the queries, in raster order.
+            image_shape = tuple(x.shape[1:]) if len(x.shape) > 3 else None
+            if image_shape is not None:
+                x = ops.reshape(x, (ops.shape(x)[0], -1, x.shape[-1]))
+            result = self._cross_attention_layer(
+                x,
+                encoder_sequence,
+                value_padding_mask=encoder_padding_mask,
+                cache=cross_attention_cache,
+                return_attention_scores=return_attention_scores,
+                training=training,
+            )
+            if image_shape is None:
+                return result
+            outputs, *scores = result if return_attention_scores else (result,)
+            return (ops.reshape(outputs, (ops.shape(x)[0],) + image_shape), *scores)
+
+        return self._residual(
+            x, self._cross_attention_norm, self._cross_attention_dropout,
+            cross_attention, training,
+        )
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return tuple(decoder_sequence_shape)

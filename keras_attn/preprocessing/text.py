@@ -228,6 +228,34 @@ def make_translation_dataset(
         Vaswani et al. 2017, "Attention Is All You Need", section 5.1
         (batches of sentence pairs of similar length).
     """
+    _check_sentence_pairs(
+        source_sentences, target_sentences, source_tokenizer, target_tokenizer
+    )
+    max_length = _check_max_length(max_length)
+    _check_batch_size(batch_size, tokens_per_batch, bucketing)
+    boundaries = _check_boundaries(boundaries, max_length, pad_to_bucket_boundary)
+    dataset = _tokenized_pairs(
+        source_sentences, target_sentences, source_tokenizer, target_tokenizer,
+        max_length, shuffle, seed, shuffle_buffer_size,
+    )
+    if not bucketing:
+        dataset = dataset.padded_batch(
+            batch_size, padding_values=PAD_ID, drop_remainder=drop_remainder
+        )
+    else:
+        dataset = _bucket_by_length(
+            dataset, boundaries, max_length, batch_size, tokens_per_batch,
+            pad_to_bucket_boundary, drop_remainder,
+        )
+    options = tf.data.Options()
+    options.deterministic = True
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def _check_sentence_pairs(
+    source_sentences, target_sentences, source_tokenizer, target_tokenizer
+):
+    """Refuses empty or misaligned sentence lists and non-`SubwordTokenizer`s."""
     if len(source_sentences) != len(target_sentences):
         raise ValueError(
             "`source_sentences` and `target_sentences` must be aligned. "
@@ -245,7 +273,10 @@ def make_translation_dataset(
                 f"`{name}` must be a keras_attn SubwordTokenizer. Received: "
                 f"{type(tokenizer).__name__}."
             )
-    max_length = _check_max_length(max_length)
+
+
+def _check_batch_size(batch_size, tokens_per_batch, bucketing):
+    """Refuses a batch size or token budget that is not a positive int (or unbucketed)."""
     if tokens_per_batch is not None:
         if not bucketing:
             raise ValueError(
@@ -261,22 +292,32 @@ def make_translation_dataset(
         raise ValueError(
             f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}."
         )
-    if boundaries is None:
-        boundaries = bucket_boundaries(max_length)
-    else:
-        boundaries = [int(b) for b in boundaries]
-        if not boundaries or any(b <= a for a, b in zip(boundaries, boundaries[1:])):
-            raise ValueError(
-                "`boundaries` must be a non-empty, strictly increasing list. "
-                f"Received: boundaries={boundaries}."
-            )
-        if pad_to_bucket_boundary and boundaries[-1] <= max_length:
-            raise ValueError(
-                "With `pad_to_bucket_boundary=True` the last boundary must "
-                "exceed `max_length`. Received: "
-                f"boundaries[-1]={boundaries[-1]}, max_length={max_length}."
-            )
 
+
+def _check_boundaries(boundaries, max_length, pad_to_bucket_boundary):
+    """Returns the bucket boundaries as ints; refuses unsorted or too-short ones."""
+    if boundaries is None:
+        return bucket_boundaries(max_length)
+    boundaries = [int(b) for b in boundaries]
+    if not boundaries or any(b <= a for a, b in zip(boundaries, boundaries[1:])):
+        raise ValueError(
+            "`boundaries` must be a non-empty, strictly increasing list. "
+            f"Received: boundaries={boundaries}."
+        )
+    if pad_to_bucket_boundary and boundaries[-1] <= max_length:
+        raise ValueError(
+            "With `pad_to_bucket_boundary=True` the last boundary must "
+            "exceed `max_length`. Received: "
+            f"boundaries[-1]={boundaries[-1]}, max_length={max_length}."
+        )
+    return boundaries
+
+
+def _tokenized_pairs(
+    source_sentences, target_sentences, source_tokenizer, target_tokenizer,
+    max_length, shuffle, seed, shuffle_buffer_size,
+):
+    """The (shuffled) sentence pairs as unbatched `(inputs, targets)` rows of ids."""
     count = len(source_sentences)
     dataset = tf.data.Dataset.from_tensor_slices(
         (
@@ -301,37 +342,35 @@ def make_translation_dataset(
     )
     # Unbatched ragged rows have a RaggedTensorSpec of ragged rank 0, which
     # `padded_batch` refuses; an identity map turns them into plain tensors.
-    dataset = dataset.unbatch().map(lambda inputs, targets: (inputs, targets))
+    return dataset.unbatch().map(lambda inputs, targets: (inputs, targets))
 
-    if not bucketing:
-        dataset = dataset.padded_batch(
-            batch_size, padding_values=PAD_ID, drop_remainder=drop_remainder
-        )
+
+def _bucket_by_length(
+    dataset, boundaries, max_length, batch_size, tokens_per_batch,
+    pad_to_bucket_boundary, drop_remainder,
+):
+    """Pads the pairs into batches of rows of similar length (longer of the two sides)."""
+    if tokens_per_batch is not None:
+        upper = [b - 1 for b in boundaries] + [max_length]
+        batch_sizes = [max(1, int(tokens_per_batch) // max(u, 1)) for u in upper]
     else:
-        if tokens_per_batch is not None:
-            upper = [b - 1 for b in boundaries] + [max_length]
-            batch_sizes = [max(1, int(tokens_per_batch) // max(u, 1)) for u in upper]
-        else:
-            batch_sizes = [int(batch_size)] * (len(boundaries) + 1)
+        batch_sizes = [int(batch_size)] * (len(boundaries) + 1)
 
-        def element_length(inputs, targets):
-            del targets
-            return tf.maximum(
-                tf.shape(inputs["encoder_tokens"])[0],
-                tf.shape(inputs["decoder_tokens"])[0],
-            )
-
-        dataset = dataset.bucket_by_sequence_length(
-            element_length_func=element_length,
-            bucket_boundaries=boundaries,
-            bucket_batch_sizes=batch_sizes,
-            padding_values=PAD_ID,
-            pad_to_bucket_boundary=pad_to_bucket_boundary,
-            drop_remainder=drop_remainder,
+    def element_length(inputs, targets):
+        del targets
+        return tf.maximum(
+            tf.shape(inputs["encoder_tokens"])[0],
+            tf.shape(inputs["decoder_tokens"])[0],
         )
-    options = tf.data.Options()
-    options.deterministic = True
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    return dataset.bucket_by_sequence_length(
+        element_length_func=element_length,
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=batch_sizes,
+        padding_values=PAD_ID,
+        pad_to_bucket_boundary=pad_to_bucket_boundary,
+        drop_remainder=drop_remainder,
+    )
 
 
 def padding_fraction(dataset, max_batches=None):
