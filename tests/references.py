@@ -35,7 +35,7 @@ def softmax_attention(query, key, value, mask=None, extra_logits=None):
 
 
 def dense_mask(batch, query_length, key_length, padding_mask=None,
-               attention_mask=None, causal=False, query_offset=0, num_heads=1):
+               attention_mask=None, causal=False, cache_index=0, num_heads=1):
     """The full (B, H, T, S) boolean mask, built element by element."""
     mask = np.ones((batch, num_heads, query_length, key_length), bool)
     for b in range(batch):
@@ -49,7 +49,7 @@ def dense_mask(batch, query_length, key_length, padding_mask=None,
                         am = attention_mask[b, h] if attention_mask.ndim == 4 else attention_mask[b]
                         ok &= bool(am[t, s])
                     if causal:
-                        ok &= s <= t + query_offset
+                        ok &= s <= t + cache_index
                     mask[b, h, t, s] = ok
     return mask
 
@@ -162,24 +162,24 @@ def transformer_encoder(block, x, mask):
     return x
 
 
-def relative_position_embeddings(table, query_length, key_length, max_relative_position, query_offset=0):
+def relative_position_embeddings(table, query_length, key_length, max_relative_position, cache_index=0):
     """The (T, S, K) tensor of Shaw et al. 2018, by explicit gather.
 
     Args:
         table: (2M - 1, K); row r is the embedding of distance r - (M - 1).
         query_length, key_length: T and S.
         max_relative_position: M; distances are clipped to ±(M - 1).
-        query_offset: absolute position of query 0.
+        cache_index: absolute position of query 0.
 
     Returns:
         (T, S, K): entry [t, s] is the embedding of the distance
-        s - (query_offset + t), clipped.
+        s - (cache_index + t), clipped.
     """
     limit = max_relative_position - 1
     out = np.zeros((query_length, key_length, table.shape[-1]))
     for t in range(query_length):
         for s in range(key_length):
-            distance = min(max(s - (query_offset + t), -limit), limit)
+            distance = min(max(s - (cache_index + t), -limit), limit)
             out[t, s] = table[distance + limit]
     return out
 

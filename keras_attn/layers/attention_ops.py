@@ -225,25 +225,25 @@ def _shape_str(shape):
     return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
 
 
-def causal_mask(query_length, key_length, query_offset=0):
+def causal_mask(query_length, key_length, cache_index=0):
     """Lower-triangular mask aligned to absolute positions.
 
-    Query `i` sits at absolute position `query_offset + i` and may attend to
-    key `j` when `j <= query_offset + i`. Built from iotas inside the graph
+    Query `i` sits at absolute position `cache_index + i` and may attend to
+    key `j` when `j <= cache_index + i`. Built from iotas inside the graph
     (a constant (T, S) mask makes TF's optimizer constant-fold it, which
     costs seconds at T = 4096).
 
     Args:
         query_length: T, an int or scalar tensor.
         key_length: S, an int or scalar tensor.
-        query_offset: absolute position of the first query (the cache
+        cache_index: absolute position of the first query (the cache
             index), an int or scalar tensor.
 
     Returns:
         Boolean tensor of shape (T, S).
     """
     query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
-        query_offset, "int32"
+        cache_index, "int32"
     )
     key_positions = ops.arange(key_length, dtype="int32")
     return ops.greater_equal(
@@ -258,7 +258,7 @@ def merge_masks(
     key_padding_mask=None,
     attention_mask=None,
     use_causal_mask=False,
-    query_offset=0,
+    cache_index=0,
     valid_key_length=None,
 ):
     """Combines every mask source into one broadcastable boolean mask.
@@ -273,8 +273,8 @@ def merge_masks(
         batch_size, query_length, key_length: B, T and S.
         key_padding_mask: (B, S) bool, True = real key.
         attention_mask: (B, T, S) or (B, H, T, S) bool, True = may attend.
-        use_causal_mask: bool; query i sees keys j <= query_offset + i.
-        query_offset: absolute position of the first query (cache index).
+        use_causal_mask: bool; query i sees keys j <= cache_index + i.
+        cache_index: absolute position of the first query (cache index).
         valid_key_length: optional int/scalar; keys at positions >= it are
             blocked (unfilled cache slots).
 
@@ -294,7 +294,7 @@ def merge_masks(
             attention_mask = attention_mask[:, None, :, :]
         mask = _and(mask, attention_mask)
     if use_causal_mask:
-        mask = _and(mask, causal_mask(query_length, key_length, query_offset)[None, None])
+        mask = _and(mask, causal_mask(query_length, key_length, cache_index)[None, None])
     elif valid_key_length is not None:
         key_positions = ops.arange(key_length, dtype="int32")
         valid = ops.less(key_positions, ops.cast(valid_key_length, "int32"))

@@ -347,7 +347,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         padding_mask,
         attention_mask,
         use_causal_mask,
-        query_offset,
+        cache_index,
         valid_key_length,
         cached,
         spatial_shape,
@@ -356,7 +356,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     ):
         if cached:
             return self._attend_cached(
-                query, key, value, padding_mask, attention_mask, query_offset,
+                query, key, value, padding_mask, attention_mask, cache_index,
                 return_attention_scores, training,
             )
         block = self._block
@@ -468,10 +468,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         return delta_row * window_w + delta_col, inside
 
     def _attend_cached(
-        self, query, key, value, padding_mask, attention_mask, query_offset,
+        self, query, key, value, padding_mask, attention_mask, cache_index,
         return_attention_scores, training,
     ):
-        """Causal 1D attention of T new queries at `query_offset` over the
+        """Causal 1D attention of T new queries at `cache_index` over the
         cache (B, L, H, ·), reading only the keys of their windows."""
         length = attention_ops.dims(query)[1]
         cache_length = attention_ops.dims(key)[1]
@@ -484,7 +484,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             attend = self._attend_cached_prefill
         return attend(
             query, key, value, padding_mask, attention_mask,
-            ops.cast(query_offset, "int32"),
+            ops.cast(cache_index, "int32"),
             padding_mask is not None or attention_mask is not None,
             return_attention_scores, training,
         )
@@ -495,7 +495,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         return (query_positions // b) * b - f
 
     def _attend_cached_step(
-        self, query, key, value, padding_mask, attention_mask, query_offset,
+        self, query, key, value, padding_mask, attention_mask, cache_index,
         may_have_empty_rows, return_attention_scores, training,
     ):
         """Decoding step (T <= block): attends over one dynamic slice of the cache."""
@@ -506,14 +506,14 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         if cache_length <= window:
             window, start = cache_length, ops.convert_to_tensor(0, "int32")
         else:
-            start = ops.clip(query_offset + length - window, 0, cache_length - window)
+            start = ops.clip(cache_index + length - window, 0, cache_length - window)
 
         def read(x):  # (B, L, ·) -> (B, W, ·): the window's cache positions
             x_dims = attention_ops.dims(x)
             begin = [0, start] + [0] * (len(x_dims) - 2)
             return ops.slice(x, begin, [x_dims[0], window] + x_dims[2:])
 
-        query_positions = query_offset + ops.arange(length, dtype="int32")
+        query_positions = cache_index + ops.arange(length, dtype="int32")
         key_positions = start + ops.arange(window, dtype="int32")
         visible = ops.logical_and(
             ops.greater_equal(
@@ -546,15 +546,15 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         return outputs, scores
 
     def _attend_cached_prefill(
-        self, query, key, value, padding_mask, attention_mask, query_offset,
+        self, query, key, value, padding_mask, attention_mask, cache_index,
         may_have_empty_rows, return_attention_scores, training,
     ):
         """Prefill of a long chunk: blocked attention over the cache blocks it touches."""
         (b,), (f,) = self._block, self._flange
         batch, length = attention_ops.dims(query)[:2]
         cache_length = attention_ops.dims(key)[1]
-        first_block_start = (query_offset // b) * b
-        lead = query_offset - first_block_start
+        first_block_start = (cache_index // b) * b
+        lead = cache_index - first_block_start
         count = attention_ops.num_blocks(length + b - 1, b)
         query_index = ops.clip(ops.arange(count * b, dtype="int32") - lead, 0, length - 1)
 
@@ -589,7 +589,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         if return_attention_scores:
             rows = ops.reshape(probs, attention_ops.dims(probs)[:2] + [count * b, f + b])
             rows = ops.take(rows, kept, axis=2)
-            query_positions = query_offset + ops.arange(length, dtype="int32")
+            query_positions = cache_index + ops.arange(length, dtype="int32")
             window_start = self._cached_window_start(query_positions)
             scores = _scatter_cache_rows(rows, window_start, cache_length)
         return outputs, scores

@@ -202,16 +202,16 @@ class MultiHeadSelfAttention(AttentionBase):
         static_length = inputs.shape[1]
 
         if cache is not None:
-            query_offset, static_key_length = self._check_cache(cache, cache_index, inputs)
+            cache_index, static_key_length = self._check_cache(cache, cache_index, inputs)
         else:
-            query_offset, static_key_length = 0, static_length
+            cache_index, static_key_length = 0, static_length
 
         padding_mask, attention_mask = self._check_masks(
             original_inputs, inputs, padding_mask, attention_mask,
             cache is not None, static_key_length,
         )
         query, key, value, cache = self._project_query_key_value(
-            inputs, cache, query_offset
+            inputs, cache, cache_index
         )
 
         outputs, scores = self._attend(
@@ -221,8 +221,8 @@ class MultiHeadSelfAttention(AttentionBase):
             padding_mask=padding_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
-            query_offset=query_offset,
-            valid_key_length=(query_offset + query_length) if cache is not None else None,
+            cache_index=cache_index,
+            valid_key_length=(cache_index + query_length) if cache is not None else None,
             cached=cache is not None,
             spatial_shape=spatial_shape,
             return_attention_scores=return_attention_scores,
@@ -270,7 +270,7 @@ class MultiHeadSelfAttention(AttentionBase):
         )
         return padding_mask, attention_mask
 
-    def _project_query_key_value(self, inputs, cache, query_offset):
+    def _project_query_key_value(self, inputs, cache, cache_index):
         """Per-head (query, key, value, cache); with a cache, keys/values of the updated one."""
         # One matmul for all projections, laid out per head as [q | k | v]
         # so that [k | v] is already in the cache's layout.
@@ -290,7 +290,7 @@ class MultiHeadSelfAttention(AttentionBase):
             return query, key, value, None
         query, key_value = ops.split(qkv, [self.key_dim], axis=-1)
         cache = ops.slice_update(
-            cache, (0, query_offset, 0, 0), ops.cast(key_value, cache.dtype)
+            cache, (0, cache_index, 0, 0), ops.cast(key_value, cache.dtype)
         )
         key_value = ops.cast(cache, query.dtype)
         key, value = ops.split(key_value, [self.key_dim], axis=-1)
@@ -350,7 +350,7 @@ class MultiHeadSelfAttention(AttentionBase):
         padding_mask,
         attention_mask,
         use_causal_mask,
-        query_offset,
+        cache_index,
         valid_key_length,
         cached,
         spatial_shape,
@@ -367,7 +367,7 @@ class MultiHeadSelfAttention(AttentionBase):
             padding_mask: (B, S) bool or None; attention_mask: (B, T, S) /
                 (B, H, T, S) bool or None.
             use_causal_mask: bool.
-            query_offset: absolute position of query 0 (int or scalar).
+            cache_index: absolute position of query 0 (int or scalar).
             valid_key_length: keys at positions >= this are unfilled cache
                 slots; None without a cache.
             cached: whether the keys come from a cache.
@@ -385,7 +385,7 @@ class MultiHeadSelfAttention(AttentionBase):
             key_padding_mask=padding_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
-            query_offset=query_offset,
+            cache_index=cache_index,
             valid_key_length=valid_key_length,
         )
         return attention_ops.scaled_dot_product_attention(

@@ -156,16 +156,16 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             autocast=False,
         )
 
-    def _relative_logits(self, query, key_length, query_offset, causal):
+    def _relative_logits(self, query, key_length, cache_index, causal):
         """Srel (B, H, T, S) in float32, by table matmul + skewing."""
         query_length = _dim(query, 1)
-        # Column j of the table is the distance j - (offset + T - 1): key j
+        # Column j of the table is the distance j - (cache_index + T - 1): key j
         # as seen from the last query; skewing shifts row t by T - 1 - t
         # places, which puts every column at its key for every query. Causal
         # calls need the distances <= 0 only, which W = S columns cover
-        # (offset + T <= S); the columns past them reach only masked keys.
+        # (cache_index + T <= S); the columns past them reach only masked keys.
         width = key_length if causal else key_length + query_length - 1
-        first = -(ops.cast(query_offset, "int32") + query_length - 1)
+        first = -(ops.cast(cache_index, "int32") + query_length - 1)
         limit = self.max_relative_position - 1
         distances = ops.arange(width, dtype="int32") + first
         rows = ops.clip(distances, -limit, limit) + limit
@@ -201,7 +201,7 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         padding_mask,
         attention_mask,
         use_causal_mask,
-        query_offset,
+        cache_index,
         valid_key_length,
         cached,
         spatial_shape,
@@ -214,11 +214,11 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             key_padding_mask=padding_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
-            query_offset=query_offset,
+            cache_index=cache_index,
             valid_key_length=valid_key_length,
         )
         relative_logits = self._relative_logits(
-            query, key_length, query_offset, causal=bool(use_causal_mask)
+            query, key_length, cache_index, causal=bool(use_causal_mask)
         )
         return attention_ops.scaled_dot_product_attention(
             query, key, value, mask,
