@@ -52,6 +52,7 @@ def layout_map(device_mesh, model_dim="model"):
 
     Example:
     >>> import keras
+    >>> from keras_attn.distribution import layout_map
     >>> mesh = keras.distribution.DeviceMesh(
     ...     (1, 1), ["batch", "model"], keras.distribution.list_devices()[:1])
     >>> layouts = layout_map(mesh)

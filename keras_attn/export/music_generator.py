@@ -110,15 +110,20 @@ def export_music_generator(
             False.
 
     Example:
+    >>> import tempfile
+    >>> import tensorflow as tf
+    >>> from keras_attn.export import export_music_generator
     >>> from keras_attn.models import music_transformer
     >>> model = music_transformer(391, num_layers=1, hidden_dim=32, num_heads=2,
     ...                           intermediate_dim=64, max_relative_position=32)
-    >>> path = export_music_generator(model, "/tmp/music", max_length=64)
+    >>> export_dir = tempfile.mkdtemp()
+    >>> path = export_music_generator(model, export_dir, max_length=64)
     >>> generator = tf.saved_model.load(path).signatures["serving_default"]
-    >>> generator(primer=tf.constant([[1]]), num_steps=tf.constant(16),
-    ...           temperature=tf.constant(1.0), top_k=tf.constant(0),
-    ...           top_p=tf.constant(1.0), seed=tf.constant(7))["events"].shape
-    TensorShape([1, 17])
+    >>> events = generator(primer=tf.constant([[1]]), num_steps=tf.constant(16),
+    ...                    temperature=tf.constant(1.0), top_k=tf.constant(0),
+    ...                    top_p=tf.constant(1.0), seed=tf.constant(7))["events"]
+    >>> tuple(events.shape)
+    (1, 17)
 
     Reference:
         Huang et al. 2018, "Music Transformer: Generating Music with

@@ -119,6 +119,7 @@ def sample_images(decoder, batch_size, image_shape, seed=DEFAULT_SEED,
             `keras_attn.generation.sample`).
 
     Example:
+    >>> from keras_attn.export.super_resolver import sample_images
     >>> from keras_attn.generation import CachedDecoder
     >>> from keras_attn.models import image_transformer
     >>> model = image_transformer(image_size=2, num_layers=1, hidden_dim=8,
@@ -209,15 +210,20 @@ def export_super_resolver(
             non-positive `default_temperature`.
 
     Example:
+    >>> import tempfile
+    >>> import tensorflow as tf
+    >>> from keras_attn.export import export_super_resolver
     >>> from keras_attn.models import super_resolution_transformer
-    >>> model = super_resolution_transformer(num_layers=1, num_encoder_layers=1,
+    >>> model = super_resolution_transformer(low_resolution_size=2, image_size=8,
+    ...                                      num_layers=1, num_encoder_layers=1,
     ...                                      hidden_dim=16, num_heads=2,
     ...                                      intermediate_dim=32)
-    >>> path = export_super_resolver(model, "/tmp/super_resolver", version=1)
+    >>> export_dir = tempfile.mkdtemp()
+    >>> path = export_super_resolver(model, export_dir, version=1)
     >>> served = tf.saved_model.load(path)
-    >>> low_res = tf.zeros((2, 8, 8, 3), tf.uint8)
+    >>> low_res = tf.zeros((2, 2, 2, 3), tf.uint8)
     >>> tuple(served.signatures["serving_default"](image=low_res)["image"].shape)
-    (2, 32, 32, 3)
+    (2, 8, 8, 3)
 
     Reference:
         Parmar et al. 2018, "Image Transformer", section 5.2; TF Serving's

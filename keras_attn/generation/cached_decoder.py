@@ -117,13 +117,15 @@ class CachedDecoder:
             not known to be position-wise).
 
     Example:
+    >>> import keras
+    >>> from keras_attn.generation import CachedDecoder
     >>> from keras_attn.models import translation_transformer
     >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
     ...                                 num_heads=2, intermediate_dim=32)
     >>> decoder = CachedDecoder(model)
     >>> state = decoder.initial_state(2, 8, {"encoder_tokens": keras.ops.ones((2, 5), "int32")})
     >>> logits, state = decoder(keras.ops.ones((2, 1), "int32"), 0, state)
-    >>> logits.shape
+    >>> tuple(logits.shape)
     (2, 1, 50)
 
     Reference:

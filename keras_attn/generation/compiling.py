@@ -47,6 +47,8 @@ def compile_generation(fn, models):
             an unbuilt one.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.generation import compile_generation, greedy_search
     >>> from keras_attn.models import translation_transformer
     >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
     ...                                 num_heads=2, intermediate_dim=32)
@@ -54,7 +56,8 @@ def compile_generation(fn, models):
     ...     return greedy_search(model, start, max_length=10, end_token_id=2,
     ...                          inputs={"encoder_tokens": source})
     >>> translate = compile_generation(translate, model)
-    >>> translate(keras.ops.array([[5, 6, 7, 2]]), keras.ops.array([[1]])).shape
+    >>> tokens = translate(keras.ops.array([[5, 6, 7, 2]]), keras.ops.array([[1]]))
+    >>> tuple(tokens.shape)
     (1, 10)
     """
     if not callable(fn):

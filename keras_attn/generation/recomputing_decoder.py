@@ -36,8 +36,9 @@ class RecomputingDecoder:
     >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
     ...                                 num_heads=2, intermediate_dim=32)
     >>> reference = RecomputingDecoder(model)
-    >>> greedy_search(reference, keras.ops.array([[1]]), max_length=6,
-    ...               inputs={"encoder_tokens": keras.ops.array([[5, 6, 2]])}).shape
+    >>> tokens = greedy_search(reference, keras.ops.array([[1]]), max_length=6,
+    ...                        inputs={"encoder_tokens": keras.ops.array([[5, 6, 2]])})
+    >>> tuple(tokens.shape)
     (1, 6)
 
     Reference:

@@ -73,12 +73,15 @@ def sample(
             `JaxRuntimeError` wrapping the ValueError.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.generation import sample
     >>> from keras_attn.models import translation_transformer
     >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
     ...                                 num_heads=2, intermediate_dim=32)
     >>> source = keras.ops.array([[5, 6, 7, 2]])
-    >>> sample(model, keras.ops.array([[1]]), max_length=8, seed=42,
-    ...        top_p=0.9, end_token_id=2, inputs={"encoder_tokens": source}).shape
+    >>> tokens = sample(model, keras.ops.array([[1]]), max_length=8, seed=42,
+    ...                 top_p=0.9, end_token_id=2, inputs={"encoder_tokens": source})
+    >>> tuple(tokens.shape)
     (1, 8)
 
     Reference:
@@ -125,7 +128,11 @@ def top_k_filter(logits, k):
             messages of `sample`'s `top_k`).
 
     Example:
-    >>> top_k_filter(keras.ops.array([[1.0, 3.0, 2.0]]), 2)  # [[-inf, 3, 2]]
+    >>> import keras
+    >>> from keras_attn.generation import top_k_filter
+    >>> logits = top_k_filter(keras.ops.array([[1.0, 3.0, 2.0]]), 2)
+    >>> keras.ops.convert_to_numpy(logits).tolist()
+    [[-inf, 3.0, 2.0]]
 
     Reference:
         Fan et al. 2018, "Hierarchical Neural Story Generation", section 5.4.
@@ -167,8 +174,12 @@ def top_p_filter(logits, p):
         ValueError: if a Python `p` is outside (0, 1].
 
     Example:
+    >>> import keras
+    >>> from keras_attn.generation import top_p_filter
     >>> probs = keras.ops.array([[0.5, 0.3, 0.15, 0.05]])
-    >>> top_p_filter(keras.ops.log(probs), 0.75)  # keeps tokens 0 and 1
+    >>> logits = top_p_filter(keras.ops.log(probs), 0.75)
+    >>> keras.ops.convert_to_numpy(keras.ops.isfinite(logits)).tolist()  # keeps tokens 0 and 1
+    [[True, True, False, False]]
 
     Reference:
         Holtzman et al. 2019, "The Curious Case of Neural Text

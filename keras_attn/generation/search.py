@@ -68,13 +68,16 @@ def greedy_search(
             id, or every id.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.generation import greedy_search
     >>> from keras_attn.models import translation_transformer
     >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
     ...                                 num_heads=2, intermediate_dim=32)
     >>> source = keras.ops.array([[5, 6, 7, 2], [8, 9, 2, 0]])
     >>> start = keras.ops.array([[1], [1]])
-    >>> greedy_search(model, start, max_length=10, end_token_id=2,
-    ...               inputs={"encoder_tokens": source}).shape
+    >>> tokens = greedy_search(model, start, max_length=10, end_token_id=2,
+    ...                        inputs={"encoder_tokens": source})
+    >>> tuple(tokens.shape)
     (2, 10)
 
     Reference:
@@ -179,12 +182,15 @@ def beam_search(
             `greedy_search`.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.generation import beam_search
     >>> from keras_attn.models import translation_transformer
     >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
     ...                                 num_heads=2, intermediate_dim=32)
     >>> source = keras.ops.array([[5, 6, 7, 2]])
-    >>> beam_search(model, keras.ops.array([[1]]), max_length=8, num_beams=4,
-    ...             end_token_id=2, inputs={"encoder_tokens": source}).shape
+    >>> tokens = beam_search(model, keras.ops.array([[1]]), max_length=8, num_beams=4,
+    ...                      end_token_id=2, inputs={"encoder_tokens": source})
+    >>> tuple(tokens.shape)
     (1, 8)
 
     Reference:

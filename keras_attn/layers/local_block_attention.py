@@ -123,6 +123,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             block: full attention, causal or not).
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import LocalBlockAttention
     >>> layer = LocalBlockAttention(num_heads=2, key_dim=8, block_size=4,
     ...                             memory_flange=4)
     >>> x = keras.random.normal((2, 13, 16))

@@ -70,6 +70,8 @@ class LowResolutionEmbedding(keras.layers.Layer):
             whose length is not h * w * channels.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import LowResolutionEmbedding
     >>> embed = LowResolutionEmbedding(16, image_size=8, low_resolution_size=2)
     >>> low = keras.ops.ones((2, 12), "int32")
     >>> tuple(embed(keras.ops.zeros((2, 192), "int32"), low).shape)

@@ -66,6 +66,8 @@ class LowResolutionLogitBias(keras.layers.Layer):
             `low_resolution` input whose length is not h * w * C.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import LowResolutionLogitBias
     >>> bias = LowResolutionLogitBias(image_size=8, low_resolution_size=2)
     >>> logits = keras.ops.zeros((2, 192, 256))
     >>> low = keras.ops.full((2, 12), 100, "int32")

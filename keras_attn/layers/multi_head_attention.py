@@ -55,9 +55,11 @@ class MultiHeadAttention(AttentionBase):
             `value` nor `cache`.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import MultiHeadAttention
     >>> layer = MultiHeadAttention(num_heads=2, key_dim=8)
     >>> query, memory = keras.random.normal((2, 4, 16)), keras.random.normal((2, 7, 12))
-    >>> layer(query, memory).shape
+    >>> tuple(layer(query, memory).shape)
     (2, 4, 16)
 
     Reference:

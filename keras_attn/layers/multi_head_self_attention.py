@@ -84,9 +84,11 @@ class MultiHeadSelfAttention(AttentionBase):
             keep it within `[0, max_length - T]` there.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import MultiHeadSelfAttention
     >>> layer = MultiHeadSelfAttention(num_heads=2, key_dim=8)
     >>> x = keras.random.normal((2, 5, 16))
-    >>> layer(x, use_causal_mask=True).shape
+    >>> tuple(layer(x, use_causal_mask=True).shape)
     (2, 5, 16)
     >>> cache = layer.init_cache(batch_size=2, max_length=5)
     >>> y, cache = layer(x[:, :1], cache=cache, cache_index=0, use_causal_mask=True)

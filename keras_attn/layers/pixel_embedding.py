@@ -64,8 +64,10 @@ class PixelEmbedding(TokenAndPositionEmbedding):
             positions outside the image (see `PixelPositionEncoding`).
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import PixelEmbedding
     >>> embed = PixelEmbedding(257, 64, image_size=32)
-    >>> embed(keras.ops.full((2, 3072), 256, "int32")).shape
+    >>> tuple(embed(keras.ops.full((2, 3072), 256, "int32")).shape)
     (2, 3072, 64)
 
     Reference:

@@ -68,9 +68,11 @@ class PixelPositionEncoding(keras.layers.Layer):
             `height * width * channels + 1` positions.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import PixelPositionEncoding
     >>> encoding = PixelPositionEncoding(image_size=32, channels=3)
     >>> x = keras.ops.zeros((2, 3072, 64))
-    >>> (x + encoding(x)).shape
+    >>> tuple((x + encoding(x)).shape)
     (2, 3072, 64)
 
     Reference:

@@ -105,9 +105,11 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             cache).
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import RelativeGlobalAttention
     >>> layer = RelativeGlobalAttention(num_heads=2, key_dim=8, max_relative_position=16)
     >>> x = keras.random.normal((2, 5, 16))
-    >>> layer(x, use_causal_mask=True).shape
+    >>> tuple(layer(x, use_causal_mask=True).shape)
     (2, 5, 16)
     >>> cache = layer.init_cache(batch_size=2, max_length=10)
     >>> y, cache = layer(x[:, :1], cache=cache, cache_index=0, use_causal_mask=True)

@@ -33,8 +33,10 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
             not rank 3 with a known, even feature dimension.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import SinusoidalPositionEncoding
     >>> x = keras.ops.zeros((2, 10, 16))
-    >>> (x + SinusoidalPositionEncoding()(x)).shape
+    >>> tuple((x + SinusoidalPositionEncoding()(x)).shape)
     (2, 10, 16)
 
     Reference:

@@ -52,8 +52,10 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             is negative; a known `start_index + T` beyond a learned table.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import TokenAndPositionEmbedding
     >>> embed = TokenAndPositionEmbedding(1000, 32, sequence_length=64, mask_zero=True)
-    >>> embed(keras.ops.array([[5, 7, 0]])).shape
+    >>> tuple(embed(keras.ops.array([[5, 7, 0]])).shape)
     (1, 3, 32)
 
     Reference:

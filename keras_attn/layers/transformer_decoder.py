@@ -78,9 +78,11 @@ class TransformerDecoder(TransformerBlock):
             dtype/rank/shape; `cache_index` outside the cache.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import TransformerDecoder
     >>> decoder = TransformerDecoder(intermediate_dim=64, num_heads=2)
     >>> target, source = keras.random.normal((2, 4, 16)), keras.random.normal((2, 7, 16))
-    >>> decoder(target, source).shape
+    >>> tuple(decoder(target, source).shape)
     (2, 4, 16)
     >>> cache = decoder.init_cache(batch_size=2, max_length=4)
     >>> y, cache, memory = decoder(target[:, :1], source, self_attention_cache=cache, cache_index=0)

@@ -49,8 +49,10 @@ class TransformerEncoder(TransformerBlock):
             dtype/rank/shape.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.layers import TransformerEncoder
     >>> encoder = TransformerEncoder(intermediate_dim=64, num_heads=2)
-    >>> encoder(keras.random.normal((2, 7, 16))).shape
+    >>> tuple(encoder(keras.random.normal((2, 7, 16))).shape)
     (2, 7, 16)
 
     Reference:

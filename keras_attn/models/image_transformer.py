@@ -102,10 +102,13 @@ def image_transformer(
             positions), `dropout` outside [0, 1).
 
     Example:
+    >>> import keras
+    >>> from keras_attn.models import image_transformer
     >>> model = image_transformer(image_size=8, num_classes=10, num_layers=1,
     ...                           hidden_dim=32, num_heads=2, intermediate_dim=64)
-    >>> model({"decoder_tokens": keras.ops.full((2, 192), 256, "int32"),
-    ...        "class_label": keras.ops.array([3, 5])}).shape
+    >>> logits = model({"decoder_tokens": keras.ops.full((2, 192), 256, "int32"),
+    ...                 "class_label": keras.ops.array([3, 5])})
+    >>> tuple(logits.shape)
     (2, 192, 256)
 
     Reference:
@@ -235,11 +238,14 @@ def super_resolution_transformer(
             low-resolution one or the value is not "nearest" / "bicubic".
 
     Example:
+    >>> import keras
+    >>> from keras_attn.models import super_resolution_transformer
     >>> model = super_resolution_transformer(low_resolution_size=2, image_size=8,
     ...     num_encoder_layers=1, num_layers=1, hidden_dim=32, num_heads=2,
     ...     intermediate_dim=64)
-    >>> model({"low_resolution": keras.ops.zeros((2, 12), "int32"),
-    ...        "decoder_tokens": keras.ops.full((2, 192), 256, "int32")}).shape
+    >>> logits = model({"low_resolution": keras.ops.zeros((2, 12), "int32"),
+    ...                 "decoder_tokens": keras.ops.full((2, 192), 256, "int32")})
+    >>> tuple(logits.shape)
     (2, 192, 256)
 
     Reference:

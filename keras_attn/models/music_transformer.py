@@ -99,11 +99,13 @@ def music_transformer(
             `dropout` outside [0, 1), or an unknown `attention`.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.models import music_transformer
     >>> from keras_attn.preprocessing import music
     >>> model = music_transformer(music.JSB_VOCABULARY_SIZE, num_layers=2,
     ...                           hidden_dim=64, num_heads=4,
     ...                           intermediate_dim=128, max_relative_position=64)
-    >>> model(keras.ops.ones((2, 10), "int32")).shape
+    >>> tuple(model(keras.ops.ones((2, 10), "int32")).shape)
     (2, 10, 132)
 
     Reference:

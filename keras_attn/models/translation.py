@@ -69,11 +69,13 @@ def translation_transformer(
             `num_heads`, or a learned position table without `max_length`.
 
     Example:
+    >>> import keras
+    >>> from keras_attn.models import translation_transformer
     >>> model = translation_transformer(8000, num_layers=2, hidden_dim=64,
     ...                                 num_heads=2, intermediate_dim=128)
     >>> logits = model({"encoder_tokens": keras.ops.ones((2, 7), "int32"),
     ...                 "decoder_tokens": keras.ops.ones((2, 5), "int32")})
-    >>> logits.shape
+    >>> tuple(logits.shape)
     (2, 5, 8000)
 
     Reference:

@@ -76,6 +76,8 @@ def to_raster(images):
         ValueError: if `images` is not a rank-4 uint8 array.
 
     Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.images import to_raster
     >>> to_raster(np.zeros((2, 32, 32, 3), np.uint8)).shape
     (2, 3072)
 
@@ -101,6 +103,8 @@ def from_raster(sequences, height, width, channels=3):
             value lies outside 0..255.
 
     Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.images import from_raster
     >>> from_raster(np.arange(12)[None], 2, 2, 3)[0, 1, 0].tolist()
     [6, 7, 8]
     """
@@ -133,6 +137,8 @@ def decoder_inputs(targets, start_token=START_TOKEN):
         ValueError: if `targets` is not rank 2.
 
     Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.images import decoder_inputs
     >>> decoder_inputs(np.array([[5, 6, 7]])).tolist()
     [[256, 5, 6]]
     """
@@ -165,6 +171,8 @@ def downsample(images, factor=4):
         ValueError: on a non-positive factor or sides not divisible by it.
 
     Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.images import downsample
     >>> downsample(np.full((1, 32, 32, 3), 7, np.uint8)).shape
     (1, 8, 8, 3)
 

@@ -125,6 +125,7 @@ Args:
     end: float, offset in seconds.
 
 Example:
+>>> from keras_attn.preprocessing.music import Note, event_to_string, notes_to_events
 >>> note = Note(velocity=80, pitch=60, start=0.0, end=0.5)
 >>> [event_to_string(e) for e in notes_to_events([note])]
 ['VELOCITY(19)', 'NOTE_ON(60)', 'TIME_SHIFT(500ms)', 'NOTE_OFF(60)']
@@ -465,6 +466,7 @@ def notes_to_events(notes, add_start_end=False):
             time is negative or not finite.
 
     Example:
+    >>> from keras_attn.preprocessing.music import Note, notes_to_events
     >>> notes_to_events([Note(velocity=80, pitch=60, start=0.0, end=0.5)])
     array([378,  63, 308, 191], dtype=int32)
 
@@ -659,8 +661,11 @@ def midi_to_events(midi, sustain=True, add_start_end=False):
             or one without notes outside drum tracks.
 
     Example:
+    >>> import os, tempfile
+    >>> from keras_attn.preprocessing.music import events_to_midi, midi_to_events
     >>> events = midi_to_events("examples/music/data/pop909/001.mid")
-    >>> events_to_midi(events).dump_midi("001_events.mid")  # 10 ms times, velocity bins
+    >>> path = os.path.join(tempfile.mkdtemp(), "001_events.mid")
+    >>> events_to_midi(events).dump_midi(path)  # 10 ms times, velocity bins
 
     Reference:
         Huang et al. 2018, section 5.2; Oore et al. 2018, section 6.1.

@@ -80,6 +80,7 @@ class SubwordTokenizer(tf.Module):
 
     Example:
 
+    >>> from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
     >>> tokenizer = SubwordTokenizer.train(
     ...     ["Ein Hund rennt.", "A dog runs."] * 50, vocabulary_size=300)
     >>> ids = tokenizer.tokenize(["A dog runs."], add_start=True, add_end=True)

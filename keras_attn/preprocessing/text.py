@@ -108,6 +108,7 @@ def bucket_boundaries(max_length, min_length=8, step=1.1):
 
     Example:
 
+    >>> from keras_attn.preprocessing.text import bucket_boundaries
     >>> bucket_boundaries(20, min_length=8, step=1.2)
     [8, 9, 10, 12, 14, 16, 19, 21]
 
@@ -215,6 +216,8 @@ def make_translation_dataset(
 
     Example:
 
+    >>> from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
+    >>> from keras_attn.preprocessing.text import make_translation_dataset
     >>> tokenizer = SubwordTokenizer.train(
     ...     ["Ein Hund rennt.", "A dog runs."] * 50, vocabulary_size=300)
     >>> dataset = make_translation_dataset(
