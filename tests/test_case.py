@@ -59,6 +59,19 @@ def gradients(fn, inputs, variables):
             pure, argnums=(0, 1), has_aux=True
         )(inputs, [v.value for v in variables])
         return aux, list(input_grads) + list(variable_grads)
+    if backend == "torch":
+        import torch
+
+        inputs = [x.detach().requires_grad_(x.is_floating_point()) for x in inputs]
+        if isinstance(variables, keras.layers.Layer):
+            if not variables.built:
+                fn(*inputs)
+            variables = variables.trainable_weights
+        targets = inputs + [v.value for v in variables]
+        loss, aux = fn(*inputs)
+        grads = torch.autograd.grad(loss, targets, allow_unused=True)
+        # Unused inputs get zeros, as on JAX.
+        return aux, [torch.zeros_like(t) if g is None else g for t, g in zip(targets, grads)]
     raise NotImplementedError(f"`gradients` has no implementation for the {backend!r} backend.")
 
 

@@ -7,7 +7,8 @@ import os
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")  # a module of TensorFlow-only tests
 
 from keras_attn.export import archive, export_music_generator
 from keras_attn.models import music_transformer

@@ -5,7 +5,8 @@ import textwrap
 
 import numpy as np
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")  # a module of TensorFlow-only tests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

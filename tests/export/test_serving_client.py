@@ -14,7 +14,8 @@ import re
 
 import numpy as np
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")  # a module of TensorFlow-only tests
 from tensorflow.core.framework import types_pb2
 
 from keras_attn.preprocessing.text import encode_source

@@ -5,7 +5,8 @@ import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")  # a module of TensorFlow-only tests
 
 from keras_attn.export import export_super_resolver
 from keras_attn.export.super_resolver import super_resolve

@@ -13,7 +13,8 @@ import subprocess
 import sys
 
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")  # a module of TensorFlow-only tests
 from tensorflow.core.framework import graph_pb2, node_def_pb2, op_def_pb2
 from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.client import pywrap_tf_session as c_api

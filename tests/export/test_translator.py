@@ -2,7 +2,8 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")  # a module of TensorFlow-only tests
 
 from keras_attn.export import export_translator
 from keras_attn.generation import greedy_search

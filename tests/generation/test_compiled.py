@@ -3,7 +3,8 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")  # a module of TensorFlow-only tests
 
 from keras_attn.generation import beam_search, greedy_search, sample
 from tests.generation import tiny_models

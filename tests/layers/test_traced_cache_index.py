@@ -3,7 +3,8 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")  # a module of TensorFlow-only tests
 
 from keras_attn.layers import LocalBlockAttention, MultiHeadSelfAttention, RelativeGlobalAttention
 

@@ -7,7 +7,8 @@ import unicodedata
 
 import numpy as np
 import pytest
-import tensorflow as tf
+
+tf = pytest.importorskip("tensorflow")  # a module of TensorFlow-only tests
 
 from keras_attn.preprocessing import text
 from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
