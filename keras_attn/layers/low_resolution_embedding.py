@@ -129,9 +129,7 @@ class LowResolutionEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, low_resolution, start_index=0):
-        positions = self.raster.positions(ops.shape(inputs)[1], start_index)
-        values = self.raster.values(low_resolution, positions)
-        ids = values + ((positions % self.channels) * self.num_intensities)[None, :]
+        ids = self.raster.channel_value_ids(low_resolution, ops.shape(inputs)[1], start_index)
         embeddings = self.embedding(ids)
         if self.scale_embeddings:
             embeddings = embeddings * ops.cast(self.embedding_dim**0.5, embeddings.dtype)

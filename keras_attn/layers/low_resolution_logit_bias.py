@@ -137,13 +137,11 @@ class LowResolutionLogitBias(keras.layers.Layer):
                 f"{self.num_intensities} values. Received: logits.shape="
                 f"{tuple(logits.shape)}."
             )
-        positions = self.raster.positions(ops.shape(logits)[1], start_index)
-        values = self.raster.values(low_resolution, positions)
         # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
         # one row gather per position (its gradient is a row scatter-add).
         table = ops.take(self.offset_bias, self._offsets, axis=1)
         table = ops.reshape(table, (self.channels * self.num_intensities, self.num_intensities))
-        ids = values + ((positions % self.channels) * self.num_intensities)[None, :]
+        ids = self.raster.channel_value_ids(low_resolution, ops.shape(logits)[1], start_index)
         return logits + ops.cast(ops.take(table, ids, axis=0), logits.dtype)
 
     def compute_output_shape(self, logits_shape, low_resolution_shape=None):

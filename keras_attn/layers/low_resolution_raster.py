@@ -94,6 +94,15 @@ class LowResolutionRaster:
             return ops.take(ops.cast(low_resolution, "int32"), self._covering(positions), axis=1)
         return ops.take(self._upsampled(low_resolution), positions, axis=1)
 
+    def channel_value_ids(self, low_resolution, length, start_index=0):
+        """(B, h*w*C) low-resolution raster -> (B, length) int32 ids
+        `channel * num_intensities + value` of positions `start_index ..
+        start_index + length - 1`: the row of a per-channel table (C * N
+        rows) that both low-resolution layers look up."""
+        positions = self.positions(length, start_index)
+        values = self.values(low_resolution, positions)
+        return values + ((positions % self.channels) * self.num_intensities)[None, :]
+
     def _covering(self, positions):
         """High-resolution raster positions -> the raster index of the same
         channel of the low-resolution pixel covering them."""
