@@ -41,16 +41,20 @@ def distribution(kind):
     return keras.distribution.ModelParallel(layout_map=layout_map(mesh), batch_dim_name="batch")
 
 
+def build_model():
+    return music_transformer(music.JSB_VOCABULARY_SIZE, num_layers=2, hidden_dim=32,
+                             num_heads=2, intermediate_dim=64, dropout=0.0,
+                             max_relative_position=LENGTH)
+
+
 def main(kind, out):
     data = windows()
     keras.utils.set_random_seed(0)
-    initial = music_transformer(music.JSB_VOCABULARY_SIZE, num_layers=2, hidden_dim=32,
-                                num_heads=2, intermediate_dim=64, dropout=0.0,
-                                max_relative_position=LENGTH).get_weights()
+    # The same initial weights whatever the distribution: built once on one
+    # device, copied into the model built under the distribution.
+    initial = build_model().get_weights()
     keras.distribution.set_distribution(distribution(kind))
-    model = music_transformer(music.JSB_VOCABULARY_SIZE, num_layers=2, hidden_dim=32,
-                              num_heads=2, intermediate_dim=64, dropout=0.0,
-                              max_relative_position=LENGTH)
+    model = build_model()
     model.set_weights(initial)
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
                   loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0))
