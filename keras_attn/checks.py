@@ -1,5 +1,5 @@
-"""The one home of argument checks: the model builders', the generation
-functions' and the exporters' (each raises a ValueError that names the
+"""The one home of argument checks: the layers', the model builders', the
+generation functions' and the exporters' (each raises a ValueError that names the
 argument, what was received and what is expected, and how to fix it), and
 the in-graph check for values only known when a graph runs.
 
@@ -8,9 +8,145 @@ models, generation, export) can use it.
 """
 
 import numbers
+import operator
 
 import keras
 import numpy as np
+
+
+def static_int(value):
+    """Returns `value` as a Python int when it is known now, else `None`.
+
+    Python ints, NumPy scalars and eager tensors are known; symbolic tensors
+    (inside `tf.function`, a Keras functional graph or a JAX trace) are not.
+
+    Args:
+        value: a scalar: Python/NumPy integer or a backend tensor.
+
+    Returns:
+        `int` or `None`.
+    """
+    if value is None:
+        return None
+    try:
+        # `operator.index`, not `int`: inside a `tf.function`, AutoGraph
+        # rewrites `int(tensor)` into a cast that returns a symbolic tensor.
+        return operator.index(value)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    except Exception:  # symbolic tensors of some backends raise their own
+        return None
+
+
+def check_positive_int(owner, name, value):
+    """Raises a ValueError unless `value` is a positive integer.
+
+    Args:
+        owner: the layer (or any object) whose argument is checked; its class
+            name starts the message.
+        name: the argument's name.
+        value: the value received.
+
+    Raises:
+        ValueError: if `value` is not a positive integer (bools refused).
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value <= 0
+    ):
+        raise ValueError(
+            f"{type(owner).__name__}: `{name}` must be a positive integer. "
+            f"Received: {name}={value!r}."
+        )
+
+
+def check_index(value, name):
+    """Raises a ValueError unless `value` is an integer scalar.
+
+    Positions (`cache_index`, `start_index`) are Python ints, NumPy integer
+    scalars or rank-0 integer tensors (eager or traced). A float would be
+    truncated silently and an array would fail deep inside a slice.
+
+    Args:
+        value: the value received.
+        name: the argument's name, for the message.
+
+    Raises:
+        ValueError: if `value` is a bool, a float, or not of rank 0.
+    """
+    if isinstance(value, bool):
+        ok = False
+    elif isinstance(value, numbers.Integral):
+        ok = True
+    elif hasattr(value, "dtype") and hasattr(value, "shape"):
+        dtype = keras.backend.standardize_dtype(value.dtype)
+        ok = "int" in dtype and len(value.shape) == 0
+    else:
+        ok = False
+    if not ok:
+        described = (
+            f"{type(value).__name__} of dtype "
+            f"{keras.backend.standardize_dtype(value.dtype)} and shape "
+            f"{tuple(value.shape)}"
+            if hasattr(value, "dtype") and hasattr(value, "shape")
+            else type(value).__name__
+        )
+        raise ValueError(
+            f"`{name}` must be an integer scalar (a Python int or a rank-0 "
+            f"int32 tensor): an absolute position. Received: {name}={value!r} "
+            f"({described})."
+        )
+
+
+def check_rate(owner, name, value):
+    """Raises a ValueError unless `value` is a float in [0, 1).
+
+    Raises:
+        ValueError: if `value` is not a number in [0, 1).
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not 0.0 <= float(value) < 1.0
+    ):
+        raise ValueError(
+            f"{type(owner).__name__}: `{name}` must be a number in [0, 1). "
+            f"Received: {name}={value!r}."
+        )
+
+
+def check_image_size(image_size, name="image_size", owner=None):
+    """Reads an image size: one int for a square image, or (height, width).
+
+    Args:
+        image_size: a positive int, or a pair of positive ints.
+        name: the argument's name, for the message.
+        owner: the layer (or any object) whose argument it is; its class name
+            starts the message. None for a function's argument.
+
+    Returns:
+        `(height, width)`, a tuple of two Python ints.
+
+    Raises:
+        ValueError: if `image_size` is neither (bools refused).
+    """
+
+    def is_int(v):
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+    size = None
+    if is_int(image_size):
+        size = (int(image_size), int(image_size))
+    elif isinstance(image_size, (tuple, list)) and len(image_size) == 2 and all(map(is_int, image_size)):
+        size = tuple(int(v) for v in image_size)
+    if size is None or min(size) <= 0:
+        prefix = "" if owner is None else f"{type(owner).__name__}: "
+        raise ValueError(
+            f"{prefix}`{name}` must be a positive int or a pair of positive "
+            f"ints (height, width). Received: {name}={image_size!r}."
+        )
+    return size
 
 
 def check_sizes(**sizes):

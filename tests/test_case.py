@@ -81,6 +81,8 @@ def run_layer_test(
     input_data,
     call_kwargs=None,
     expected_output_shape=None,
+    expected_num_trainable_weights=None,
+    expected_num_seed_generators=None,
     run_mixed_precision=True,
     run_saved_model=True,
     run_fit=True,
@@ -88,7 +90,8 @@ def run_layer_test(
     """Runs `layer_cls(**init_kwargs)` through the life of a Keras layer.
 
     1. `get_config` / `from_config` round trip gives the same config.
-    2. Eager call: output shape, finite values.
+    2. Eager call: output shape, finite values; the trainable-weight and
+       seed-generator counts.
     3. Functional model over symbolic inputs: same values as the eager layer.
     4. One `fit` step changes the weights and gives a finite loss.
     5. `.keras` save / load: identical outputs, the class is restored.
@@ -102,15 +105,38 @@ def run_layer_test(
     Args:
         layer_cls: the layer class.
         init_kwargs: constructor arguments.
-        input_data: a NumPy array (the first call argument).
+        input_data: a NumPy array (the first call argument), or a dict of
+            them by call-argument name (e.g. `{"query": q, "value": v}`,
+            `{"decoder_sequence": x, "encoder_sequence": m}`): each becomes a
+            named `keras.Input` of the model.
         call_kwargs: other call arguments (constants, not symbolic inputs).
         expected_output_shape: checked against the eager output.
+        expected_num_trainable_weights: checked after the first call.
+        expected_num_seed_generators: `keras.random.SeedGenerator`s the layer
+            and its sublayers own (dropout), checked after the first call.
         run_mixed_precision, run_saved_model, run_fit: switch steps off.
 
     Returns:
         The float32 model used (inputs -> layer outputs).
     """
     call_kwargs = call_kwargs or {}
+    named = isinstance(input_data, dict)
+    arrays = input_data if named else {"inputs": input_data}
+    batch_size = len(next(iter(arrays.values())))
+
+    def functional(layer):
+        inputs = {
+            name: keras.Input(shape=x.shape[1:], dtype=str(x.dtype), name=name)
+            for name, x in arrays.items()
+        }
+        if named:
+            return keras.Model(inputs, layer(**inputs, **call_kwargs))
+        return keras.Model(inputs["inputs"], layer(inputs["inputs"], **call_kwargs))
+
+    def eager(layer):
+        if named:
+            return np.asarray(layer(**input_data, **call_kwargs))
+        return np.asarray(layer(input_data, **call_kwargs))
 
     # 1. Config round trip.
     layer = layer_cls(**init_kwargs)
@@ -119,22 +145,27 @@ def run_layer_test(
     assert clone.get_config() == config, (clone.get_config(), config)
 
     # 2 + 3. Functional model, then eager call of the same layer.
-    inputs = keras.Input(shape=input_data.shape[1:], dtype=str(input_data.dtype))
-    outputs = layer(inputs, **call_kwargs)
-    model = keras.Model(inputs, outputs)
+    model = functional(layer)
     model_out = np.asarray(model(input_data))
-    eager_out = np.asarray(layer(input_data, **call_kwargs))
+    eager_out = eager(layer)
     if expected_output_shape is not None:
         assert eager_out.shape == tuple(expected_output_shape), eager_out.shape
     assert np.isfinite(eager_out).all()
     np.testing.assert_allclose(model_out, eager_out, rtol=1e-5, atol=1e-5)
+    if expected_num_trainable_weights is not None:
+        assert len(layer.trainable_weights) == expected_num_trainable_weights, [
+            w.path for w in layer.trainable_weights
+        ]
+    if expected_num_seed_generators is not None:
+        seed_states = [v for v in layer.non_trainable_variables if "seed_generator" in v.path]
+        assert len(seed_states) == expected_num_seed_generators, [v.path for v in seed_states]
 
     # 4. One fit step.
     if run_fit:
         before = [np.array(w) for w in model.trainable_weights]
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
         history = model.fit(
-            input_data, np.ones_like(eager_out), epochs=1, batch_size=len(input_data), verbose=0
+            input_data, np.ones_like(eager_out), epochs=1, batch_size=batch_size, verbose=0
         )
         assert np.isfinite(history.history["loss"][0])
         after = [np.array(w) for w in model.trainable_weights]
@@ -150,9 +181,7 @@ def run_layer_test(
         np.testing.assert_allclose(np.asarray(reloaded(input_data)), model_out, rtol=1e-5, atol=1e-5)
 
         # 6. Fresh instance from the config, weights set explicitly.
-        fresh = layer_cls.from_config(layer.get_config())
-        fresh_in = keras.Input(shape=input_data.shape[1:], dtype=str(input_data.dtype))
-        fresh_model = keras.Model(fresh_in, fresh(fresh_in, **call_kwargs))
+        fresh_model = functional(layer_cls.from_config(layer.get_config()))
         assert len(fresh_model.weights) == len(model.weights)
         fresh_model.set_weights(model.get_weights())
         np.testing.assert_allclose(
@@ -162,9 +191,7 @@ def run_layer_test(
         # 7. Mixed precision, same weights.
         if run_mixed_precision:
             for policy, tolerance in (("mixed_float16", 2e-2), ("mixed_bfloat16", 1e-1)):
-                mixed = layer_cls.from_config({**layer.get_config(), "dtype": policy})
-                mixed_in = keras.Input(shape=input_data.shape[1:], dtype=str(input_data.dtype))
-                mixed_model = keras.Model(mixed_in, mixed(mixed_in, **call_kwargs))
+                mixed_model = functional(layer_cls.from_config({**layer.get_config(), "dtype": policy}))
                 mixed_model.set_weights(model.get_weights())
                 out = np.asarray(mixed_model(input_data)).astype("float32")
                 assert np.isfinite(out).all(), policy

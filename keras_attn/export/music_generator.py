@@ -251,8 +251,8 @@ def _check_request(primer, num_steps, vocabulary_size, max_length, max_primer_le
 class _StepLimitedDecoder:
     """A `CachedDecoder` whose logits stop each row at its limit.
 
-    The generation engine's decoder protocol (`initial_state`, `__call__`,
-    `repeat_state`, `reorder_state`), delegating to a `CachedDecoder`; on
+    The generation engine's decoder protocol: `initial_state`,
+    `repeat_state` and `reorder_state` are the wrapped `CachedDecoder`'s; on
     the way out, for every position at or past its row's limit (primer
     length + num_steps), the logits put all the mass on the end token, so
     each row ends there and the loop stops once every row has its events.
@@ -264,14 +264,8 @@ class _StepLimitedDecoder:
         self.limits = limits
         self.end_token_id = end_token_id
 
-    def initial_state(self, batch_size, max_length, inputs=None):
-        return self.decoder.initial_state(batch_size, max_length, inputs)
-
-    def repeat_state(self, state, num_beams):
-        return self.decoder.repeat_state(state, num_beams)
-
-    def reorder_state(self, state, indices):
-        return self.decoder.reorder_state(state, indices)
+    def __getattr__(self, name):  # initial_state, repeat_state, reorder_state
+        return getattr(self.__dict__["decoder"], name)
 
     def __call__(self, token_ids, cache_index, state, logits_index=None):
         logits, state = self.decoder(token_ids, cache_index, state, logits_index=logits_index)

@@ -3,12 +3,21 @@ import inspect
 import keras
 from keras import ops
 
+from keras_attn import checks
 from keras_attn import keras_internals
+from keras_attn.generation.decoder import Decoder
 from keras_attn.layers import attention_ops
-from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
-from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
-from keras_attn.layers.transformer_decoder import TransformerDecoder
-from keras_attn.layers.transformer_encoder import TransformerEncoder
+
+# The cached-layer protocol (see `CachedDecoder`): the names a layer's `call`
+# may give its cache (keras-hub's names for an attention layer and for a
+# decoder block) and its padding mask.
+CACHE_ARGUMENTS = ("cache", "self_attention_cache")
+PADDING_MASK_ARGUMENTS = ("padding_mask", "decoder_padding_mask")
+# Call arguments of a cached layer that the engine replays or supplies itself.
+_REPLAYED_ARGUMENTS = {
+    "use_causal_mask", "training", "return_attention_scores",
+    "encoder_sequence", "encoder_padding_mask",
+}
 
 # Layers that act on each position on its own (given their weights), so they
 # can be applied to one new position at a time. Checked with `isinstance`.
@@ -50,7 +59,7 @@ _ELEMENTWISE_OPS = {
 }
 
 
-class CachedDecoder:
+class CachedDecoder(Decoder):
     """Runs a functional keras_attn model one new position at a time, with caches.
 
     The adapter every generation function uses (`greedy_search`, `sample`,
@@ -58,26 +67,39 @@ class CachedDecoder:
     *decoder path* (every layer between the token input and the logits) is
     replayed position-wise, and the *encoder path* (everything the decoder
     path reads that does not depend on the tokens, e.g. the encoder of a
-    translation model) is run once per batch in `initial_state`. On the
-    decoder path
+    translation model) is run once per batch in `initial_state`.
 
-    * position-aware layers, those whose `call` takes a `start_index`
-      argument (`TokenAndPositionEmbedding`, `SinusoidalPositionEncoding`,
-      `PixelEmbedding`, `LowResolutionEmbedding`, or a layer of your own),
-      are replayed with all their recorded arguments and
-      `start_index=cache_index` (plus any Python int they were given);
-      their arguments that do not depend on the tokens are computed once;
-    * every `TransformerDecoder` gets its self-attention cache and
-      `cache_index`, and, with cross-attention, the encoder's projected
-      keys/values (computed once) and the encoder padding mask (the Keras
-      implicit mask of its `encoder_sequence`, i.e. source tokens != 0 for
-      the library's models, exactly what the full model uses);
-    * a self-attention layer called directly (`MultiHeadSelfAttention`,
-      `LocalBlockAttention`, `RelativeGlobalAttention`, with
-      `use_causal_mask=True`) gets its cache and `cache_index`;
-    * position-wise layers (Dense, Embedding, Dropout, LayerNormalization,
-      activations, Add/Multiply/..., element-wise ops) are applied as
-      recorded, in inference mode.
+    The engine knows no layer classes. A layer on the decoder path is
+    replayed by what its `call` signature and methods declare (the
+    protocol; keras_attn's layers follow it, and so can yours):
+
+    * **cached** layers have `init_cache(batch_size, max_length)` and a
+      `call` that takes `cache_index` and the cache as `cache` (an attention
+      layer: `MultiHeadSelfAttention`, `LocalBlockAttention`,
+      `RelativeGlobalAttention`) or `self_attention_cache` (a block:
+      `TransformerDecoder`), and returns `(outputs, new_cache, ...)` when
+      given one. Each step calls `layer(sequence, cache=..., cache_index=i,
+      use_causal_mask=True, training=False)`, plus its padding-mask buffer
+      as `padding_mask` / `decoder_padding_mask` when the call takes one. If
+      the graph gave it an `encoder_sequence`, the layer also has
+      `compute_cross_attention_cache(encoder_sequence)` and a
+      `cross_attention_cache` argument: the engine computes that cache once
+      per batch and passes it with `encoder_padding_mask`. The graph must
+      have called it with `use_causal_mask=True` (where the call takes it),
+      and only its first output may lead to the logits;
+    * **position-aware** layers take a `start_index` call argument (the
+      absolute position of the first input position): they are replayed
+      with all their recorded arguments and `start_index=cache_index` (plus
+      any Python int they were given); their arguments that do not depend
+      on the tokens are computed once. One with a bounded range of positions
+      says so with a `max_positions` attribute (int, or None when
+      unbounded), which `initial_state` checks `max_length` against;
+    * **position-wise** layers (Dense, Embedding, Dropout,
+      LayerNormalization on the last axis, activations, Add/Multiply/...,
+      element-wise ops) are applied as recorded, in inference mode.
+
+    Anything else (an encoder block, which is not causal, a convolution) is
+    refused with an error naming the layer.
 
     Decoder padding masks are kept as in the full model: the padding mask
     of each cached layer (its explicit `decoder_padding_mask` /
@@ -95,10 +117,10 @@ class CachedDecoder:
     bool buffer per cached layer that has a padding mask), "memory":
     (pairs (cross-attention cache (B, S, H, K + V), encoder padding mask
     (B, S) bool) and other encoder-side tensors the decoder path reads)}`.
+    The beams of a row share its "memory".
 
-    The protocol the generation functions rely on (a custom decoder object
-    with these four methods works too): `initial_state`, `__call__`,
-    `repeat_state`, `reorder_state`.
+    The generation functions run any `Decoder` (`initial_state`,
+    `__call__`, `repeat_state`, `reorder_state`).
 
     Args:
         model: a functional `keras.Model` whose single output is the
@@ -111,10 +133,11 @@ class CachedDecoder:
         ValueError: if `model` is not a built functional model with one
             output; if the token input cannot be found; if a layer on the
             decoder path cannot be replayed position by position (the
-            message names the layer and what is unexpected: a
-            `TransformerEncoder`, a non-causal self-attention, an attention
-            mask, an encoder sequence that depends on the tokens, or a layer
-            not known to be position-wise).
+            message names the layer and what is unexpected: a layer that
+            mixes positions without a cache (e.g. `TransformerEncoder`), a
+            non-causal self-attention, an argument the engine cannot replay
+            (e.g. an attention mask), an encoder sequence that depends on the
+            tokens, or a layer not known to be position-wise).
 
     Example:
     >>> import keras
@@ -134,6 +157,8 @@ class CachedDecoder:
         earlier positions instead of recomputing them).
     """
 
+    shared_state_keys = ("memory",)
+
     def __init__(self, model, token_input=None):
         if not keras_internals.is_functional(model):
             raise ValueError(
@@ -142,7 +167,6 @@ class CachedDecoder:
                 f"Received: {model!r}. Wrap subclassed models' layers in a "
                 "functional model, or use `RecomputingDecoder`."
             )
-        self.model = model
         outputs = model.outputs
         if len(outputs) != 1 or len(outputs[0].shape) != 3 or outputs[0].shape[-1] is None:
             raise ValueError(
@@ -152,8 +176,7 @@ class CachedDecoder:
             )
         self._logits_tensor = outputs[0]
         self.vocabulary_size = outputs[0].shape[-1]
-        self._input_names = input_names(model)
-        self.token_input = find_token_input(self._input_names, token_input, type(self).__name__)
+        super().__init__(model, token_input)
         self._token_tensor = self._input_names[self.token_input]
         self._dynamic = {}
         self._plan_graph()
@@ -211,12 +234,13 @@ class CachedDecoder:
             node = keras_internals.producing_node(tensor)
             if node is None:
                 return
-            if isinstance(node.operation, TransformerDecoder) and tensor is not node.outputs[0]:
+            if _cached_call(node.operation) and tensor is not node.outputs[0]:
                 raise ValueError(
-                    f"CachedDecoder: the attention scores of decoder block "
-                    f"'{node.operation.name}' feed the logits. Only its hidden "
-                    "states can be replayed with caches; build the generation "
-                    "model without `return_attention_scores=True` on that path."
+                    f"CachedDecoder: a second output (e.g. the attention "
+                    f"scores) of '{node.operation.name}' leads to the logits. "
+                    "Only its hidden states can be replayed with caches; build "
+                    "the generation model without `return_attention_scores=True` "
+                    "on that path."
                 )
             if id(node) in planned:
                 return
@@ -229,7 +253,7 @@ class CachedDecoder:
         visit(self._logits_tensor)
         # Slots in execution order (steps were created before their inputs).
         for step in self._steps:
-            if step["kind"] in ("decoder", "self_attention"):
+            if step["kind"] == "cached":
                 step["cache"] = self._num_caches
                 self._num_caches += 1
             if step.get("mask") is not None:
@@ -245,18 +269,9 @@ class CachedDecoder:
         op = node.operation
         name = f"'{op.name}' ({type(op).__name__})"
         step = {"node": node, "op": op, "reads": list(node.input_tensors), "kind": "positionwise"}
-        if isinstance(op, TransformerEncoder):
-            raise ValueError(
-                f"CachedDecoder: layer {name} is on the path from "
-                f"`{self.token_input}` to the logits. An encoder block is not "
-                "causal (every position sees every other), so the model cannot "
-                "be decoded one token at a time. Use TransformerDecoder blocks "
-                "on the decoder side."
-            )
-        if isinstance(op, TransformerDecoder):
-            return self._plan_decoder_step(step, name, plan_static)
-        if isinstance(op, MultiHeadSelfAttention):
-            return self._plan_self_attention_step(step, name)
+        call = _cached_call(op)
+        if call is not None:
+            return self._plan_cached_step(step, name, call, plan_static)
         if _is_position_aware(op):
             return self._plan_position_step(step, name)
         if _is_positionwise(op):
@@ -265,71 +280,77 @@ class CachedDecoder:
             f"CachedDecoder: layer {name} is on the path from "
             f"`{self.token_input}` to the logits and is not known to act on "
             "each position on its own, so it cannot be replayed one token at a "
-            "time. Supported on the decoder path: position-aware layers "
-            "(a `start_index` call argument), TransformerDecoder, causal "
-            "self-attention layers, and position-wise layers (Dense, Embedding, "
-            "Dropout, LayerNormalization on the last axis, activations, "
-            "Add/Multiply/...). Decode such a model with `RecomputingDecoder`."
+            "time. A layer that mixes positions needs a cache (`init_cache` "
+            "and `cache` / `cache_index` call arguments); an encoder block has "
+            "none, as it is not causal. Supported on the decoder path: cached "
+            "layers (TransformerDecoder, causal self-attention), position-aware "
+            "layers (a `start_index` call argument) and position-wise layers "
+            "(Dense, Embedding, Dropout, LayerNormalization on the last axis, "
+            "activations, Add/Multiply/...). Decode such a model with "
+            "`RecomputingDecoder`."
         )
 
-    def _plan_decoder_step(self, step, name, plan_static):
-        """A `TransformerDecoder` call: self-attention cache, padding mask
-        and, with cross-attention, the encoder side as memory."""
-        op = step["op"]
-        bound = _bind(op, step["node"])
-        _refuse_given(name, bound, ("self_attention_cache", "cache_index", "cross_attention_cache"))
-        if bound["use_causal_mask"] is not True:
-            raise ValueError(
-                f"CachedDecoder: decoder block {name} is called with "
-                f"use_causal_mask={bound['use_causal_mask']!r}; token-by-token "
-                "decoding needs causal self-attention (use_causal_mask=True)."
-            )
-        sequence = bound["decoder_sequence"]
+    def _plan_cached_step(self, step, name, call, plan_static):
+        """A cached layer (see the protocol): its cache, its padding mask and,
+        with cross-attention, the encoder side as memory."""
+        op, parameters = step["op"], call["parameters"]
+        given = _given_arguments(op, step["node"])
+        for arg, value in given.items():
+            if arg not in _REPLAYED_ARGUMENTS | {call["sequence"], call["padding_mask"]} and (
+                value is not None
+            ):
+                raise ValueError(
+                    f"CachedDecoder: {name} is called with `{arg}` in the model "
+                    "graph. The engine supplies caches itself and replays only "
+                    "the sequence, its padding mask and the encoder inputs; "
+                    f"build the generation model without `{arg}`."
+                )
+        if "use_causal_mask" in parameters:
+            causal = given.get("use_causal_mask", parameters["use_causal_mask"].default)
+            if causal is not True:
+                raise ValueError(
+                    f"CachedDecoder: {name} is called with use_causal_mask="
+                    f"{causal!r}; token-by-token decoding needs causal "
+                    "self-attention (use_causal_mask=True)."
+                )
+        sequence = given[call["sequence"]]
         if not self._is_dynamic(sequence):
             raise ValueError(
-                f"CachedDecoder: the `decoder_sequence` of {name} does not "
+                f"CachedDecoder: the `{call['sequence']}` of {name} does not "
                 f"depend on `{self.token_input}`. Expected the decoder path "
                 "to run through it."
             )
-        step.update(kind="decoder", sequence=sequence, reads=[sequence])
-        self._plan_padding_mask(step, name, bound["decoder_padding_mask"], "decoder_padding_mask")
-        encoder_sequence = bound["encoder_sequence"]
-        if encoder_sequence is not None:
-            for arg in ("encoder_sequence", "encoder_padding_mask"):
-                if bound[arg] is not None and self._is_dynamic(bound[arg]):
-                    raise ValueError(
-                        f"CachedDecoder: the `{arg}` of {name} depends on "
-                        f"`{self.token_input}`. Cross-attention must read an "
-                        "encoder output computed from the other inputs only."
-                    )
-            step["memory"] = len(self._memory_specs)
-            mask = bound["encoder_padding_mask"]
-            self._memory_specs.append(("cross_cache", op, encoder_sequence, mask))
-            plan_static(encoder_sequence)
-            if mask is not None:
-                plan_static(mask)
+        step.update(kind="cached", call=call, sequence=sequence, reads=[sequence])
+        self._plan_padding_mask(step, name, given.get(call["padding_mask"]), call["padding_mask"])
+        if given.get("encoder_sequence") is not None:
+            self._plan_cross_attention(step, name, given, plan_static)
         return step
 
-    def _plan_self_attention_step(self, step, name):
-        """A causal self-attention layer called directly: cache and padding mask."""
-        bound = _bind(step["op"], step["node"])
-        _refuse_given(name, bound, ("cache", "cache_index", "attention_mask"))
-        inputs = bound["inputs"]
-        if bound["use_causal_mask"] is not True:
+    def _plan_cross_attention(self, step, name, given, plan_static):
+        """Cross-attention of a cached layer: its cache and the encoder
+        padding mask become memory, computed once per batch."""
+        op = step["op"]
+        if "cross_attention_cache" not in step["call"]["parameters"] or not callable(
+            getattr(op, "compute_cross_attention_cache", None)
+        ):
             raise ValueError(
-                f"CachedDecoder: self-attention layer {name} on the decoder "
-                f"path is called with use_causal_mask={bound['use_causal_mask']!r}. "
-                "Token-by-token decoding needs use_causal_mask=True."
+                f"CachedDecoder: {name} is given an `encoder_sequence` but has no "
+                "`compute_cross_attention_cache` method and `cross_attention_cache` "
+                "call argument, so its cross-attention cannot be cached."
             )
-        if bound["return_attention_scores"]:
-            raise ValueError(
-                f"CachedDecoder: self-attention layer {name} returns its "
-                "attention scores; the decoder path must carry only hidden "
-                "states. Build the generation model without them."
-            )
-        step.update(kind="self_attention", sequence=inputs, reads=[inputs])
-        self._plan_padding_mask(step, name, bound["padding_mask"], "padding_mask")
-        return step
+        encoder_sequence, mask = given["encoder_sequence"], given.get("encoder_padding_mask")
+        for arg, value in (("encoder_sequence", encoder_sequence), ("encoder_padding_mask", mask)):
+            if value is not None and self._is_dynamic(value):
+                raise ValueError(
+                    f"CachedDecoder: the `{arg}` of {name} depends on "
+                    f"`{self.token_input}`. Cross-attention must read an "
+                    "encoder output computed from the other inputs only."
+                )
+        step["memory"] = len(self._memory_specs)
+        self._memory_specs.append(("cross_cache", op, encoder_sequence, mask))
+        plan_static(encoder_sequence)
+        if mask is not None:
+            plan_static(mask)
 
     def _plan_position_step(self, step, name):
         """A position-aware layer. The protocol: a `start_index` call argument
@@ -337,20 +358,25 @@ class CachedDecoder:
         its recorded arguments; tensors that do not depend on the tokens (e.g.
         a conditioning image) become memory, computed once."""
         op = step["op"]
-        bound = _bind(op, step["node"])
-        start = attention_ops.static_int(bound["start_index"])
+        signature = inspect.signature(op.call)
+        start = _given_arguments(op, step["node"]).get(
+            "start_index", signature.parameters["start_index"].default
+        )
+        start = checks.static_int(start)
         if start is None:
             raise ValueError(
                 f"CachedDecoder: {name} is called with a tensor `start_index`; "
                 "expected a Python int (the engine adds the cache index to it)."
             )
-        step.update(kind="position", start_index=start, signature=inspect.signature(op.call))
+        step.update(kind="position", start_index=start, signature=signature)
         return step
 
     def _plan_padding_mask(self, step, name, explicit, arg):
         """Where the padding mask of a cached layer comes from: its explicit
         argument (replayed), the implicit mask of its input, or none."""
         step["mask"] = None
+        if arg is None:  # the layer takes no padding mask
+            return
         if explicit is not None:
             if not self._is_dynamic(explicit):
                 raise ValueError(
@@ -411,15 +437,14 @@ class CachedDecoder:
                 f"a static shape). Received: max_length={max_length!r}."
             )
         for step in self._steps:
-            op = step["op"]
-            if isinstance(op, TokenAndPositionEmbedding) and op.position == "learned":
-                if step["start_index"] + max_length > op.sequence_length:
-                    raise ValueError(
-                        f"max_length={max_length} does not fit the learned "
-                        f"position table of layer '{op.name}' "
-                        f"({op.sequence_length} positions). Generate at most "
-                        f"{op.sequence_length - step['start_index']} positions."
-                    )
+            limit = getattr(step["op"], "max_positions", None) if step["kind"] == "position" else None
+            if limit is not None and step["start_index"] + max_length > limit:
+                raise ValueError(
+                    f"max_length={max_length} does not fit layer "
+                    f"'{step['op'].name}', which encodes {limit} positions "
+                    f"(`max_positions`). Generate at most "
+                    f"{limit - step['start_index']} positions."
+                )
         values = self._encoder_values(inputs)
         memory = []
         for spec in self._memory_specs:
@@ -438,7 +463,7 @@ class CachedDecoder:
                 memory.append((op.compute_cross_attention_cache(sequence_value), mask_value))
         caches = []
         for step in self._steps:
-            if step["kind"] in ("decoder", "self_attention"):
+            if step["kind"] == "cached":
                 caches.append(step["op"].init_cache(batch_size, max_length))
         masks = tuple(
             ops.zeros((batch_size, max_length), "bool") for _ in range(self._num_masks)
@@ -446,27 +471,8 @@ class CachedDecoder:
         return {"caches": tuple(caches), "padding_masks": masks, "memory": tuple(memory)}
 
     def _encoder_values(self, inputs):
-        needed = dict(self._static_inputs)
-        if not needed:
-            return {}
-        if not isinstance(inputs, dict):
-            if inputs is not None and len(needed) == 1:
-                inputs = {next(iter(needed)): inputs}
-            else:
-                raise ValueError(
-                    f"This model needs the inputs {sorted(needed)} besides "
-                    f"`{self.token_input}`: pass them as `inputs={{name: tensor}}`. "
-                    f"Received: inputs={type(inputs).__name__}."
-                )
-        missing = sorted(set(needed) - set(inputs))
-        if missing:
-            raise ValueError(
-                f"Missing model inputs {missing} (needed by the encoder path). "
-                f"Received inputs for {sorted(inputs)}."
-            )
-        values = {}
-        for name, tensor in needed.items():
-            values[id(tensor)] = ops.convert_to_tensor(inputs[name], dtype=tensor.dtype)
+        given = self._other_inputs(inputs, self._static_inputs)
+        values = {id(self._static_inputs[name]): value for name, value in given.items()}
         for node in self._static_nodes:
             args, kwargs = keras_internals.call_arguments(node, values)
             outputs = _call(node.operation, args, kwargs)
@@ -528,29 +534,12 @@ class CachedDecoder:
                     ops.cast(cache_index, "int32") + step["start_index"]
                 )
                 outputs = op(*bound.args, **bound.kwargs)
-            elif kind == "self_attention":
-                padding_mask = self._update_mask(step, values, masks, cache_index)
-                outputs, caches[step["cache"]] = op(
-                    values[id(step["sequence"])], padding_mask=padding_mask,
-                    use_causal_mask=True, cache=caches[step["cache"]],
-                    cache_index=cache_index, training=False,
+            else:  # cached
+                outputs, caches[step["cache"]] = self._cached_step(
+                    step, values, masks, caches[step["cache"]], cache_index, memory
                 )
-            else:  # decoder
-                kwargs = {}
-                if "memory" in step:
-                    cross_cache, mask = memory[step["memory"]]
-                    kwargs = {"encoder_padding_mask": mask, "cross_attention_cache": cross_cache}
-                results = op(
-                    values[id(step["sequence"])],
-                    decoder_padding_mask=self._update_mask(step, values, masks, cache_index),
-                    self_attention_cache=caches[step["cache"]], cache_index=cache_index,
-                    training=False, **kwargs,
-                )
-                # Only the hidden states: attention scores, if the graph asked
-                # for them, are not on the path to the logits (checked above).
-                outputs, caches[step["cache"]] = results[0], results[1]
             produced = step["node"].outputs
-            if kind == "decoder":
+            if kind == "cached":  # only the hidden states (checked in planning)
                 produced = produced[:1]
             for t, y in zip(produced, keras.tree.flatten(outputs)):
                 if step.get("tail") and logits_index is not None:
@@ -560,6 +549,20 @@ class CachedDecoder:
             values[id(self._logits_tensor)]
         )
         return logits, {"caches": tuple(caches), "padding_masks": tuple(masks), "memory": memory}
+
+    def _cached_step(self, step, values, masks, cache, cache_index, memory):
+        """Calls a cached layer on the new positions; returns (outputs, cache)."""
+        call = step["call"]
+        kwargs = {call["cache"]: cache, "cache_index": cache_index}
+        if call["padding_mask"] is not None:
+            kwargs[call["padding_mask"]] = self._update_mask(step, values, masks, cache_index)
+        if "use_causal_mask" in call["parameters"]:
+            kwargs["use_causal_mask"] = True
+        if "memory" in step:
+            cross_cache, mask = memory[step["memory"]]
+            kwargs.update(encoder_padding_mask=mask, cross_attention_cache=cross_cache)
+        results = _call(step["op"], (values[id(step["sequence"])],), kwargs)
+        return results[0], results[1]
 
     @staticmethod
     def _update_mask(step, values, masks, cache_index):
@@ -580,85 +583,38 @@ class CachedDecoder:
         masks[step["mask"]] = buffer
         return buffer
 
-    def repeat_state(self, state, num_beams):
-        """Repeats every row `num_beams` times (row b becomes rows
-        b * num_beams ... b * num_beams + num_beams - 1): caches, encoder
-        keys/values and encoder padding masks.
 
-        Args:
-            state: a state of batch size B.
-            num_beams: K, a positive int.
+def _cached_call(op):
+    """The protocol view of a cached layer's `call` (see `CachedDecoder`):
+    `{"parameters", "sequence", "cache", "padding_mask"}` argument names, or
+    None for a layer that is not cached (no `init_cache`).
 
-        Returns:
-            The state with batch size B * K.
-        """
-        return keras.tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), state)
-
-    def reorder_state(self, state, indices):
-        """Gathers the rows of the self-attention caches and their padding
-        masks (beam reordering); the encoder memory is shared by the beams
-        of a row and left as it is.
-
-        Args:
-            state: a state of batch size N.
-            indices: (N,) int rows to take.
-
-        Returns:
-            The reordered state.
-        """
-        return {
-            "caches": tuple(ops.take(c, indices, axis=0) for c in state["caches"]),
-            "padding_masks": tuple(ops.take(m, indices, axis=0) for m in state["padding_masks"]),
-            "memory": state["memory"],
-        }
+    Raises:
+        ValueError: if it has `init_cache` but its call takes no cache.
+    """
+    if not isinstance(op, keras.layers.Layer) or not callable(getattr(op, "init_cache", None)):
+        return None
+    parameters = inspect.signature(op.call).parameters
+    cache = next((a for a in CACHE_ARGUMENTS if a in parameters), None)
+    if cache is None or "cache_index" not in parameters:
+        raise ValueError(
+            f"CachedDecoder: layer '{op.name}' ({type(op).__name__}) has "
+            "`init_cache` but its `call` does not take a cache (one of "
+            f"{list(CACHE_ARGUMENTS)}) and `cache_index`. Received call "
+            f"arguments {list(parameters)}."
+        )
+    return {
+        "parameters": parameters,
+        "sequence": next(iter(parameters)),
+        "cache": cache,
+        "padding_mask": next((a for a in PADDING_MASK_ARGUMENTS if a in parameters), None),
+    }
 
 
-def find_token_input(input_names, token_input, owner):
-    """Returns the name of the token input among `input_names` (see
-    `CachedDecoder`); raises a ValueError naming the inputs otherwise."""
-    names = list(input_names)
-    if token_input is not None:
-        if token_input not in input_names:
-            raise ValueError(
-                f"{owner}: `token_input` must name one of the model's inputs "
-                f"{names}. Received: token_input={token_input!r}."
-            )
-        return token_input
-    if len(names) == 1:
-        return names[0]
-    if "decoder_tokens" in input_names:
-        return "decoder_tokens"
-    raise ValueError(
-        f"{owner} cannot tell which of the model's inputs {names} holds the "
-        "tokens to generate. Pass `token_input=<name>`."
-    )
-
-
-def input_names(model):
-    """Maps each input name to its KerasTensor (dict keys for dict inputs)."""
-    structure = model.input
-    if isinstance(structure, dict):
-        return dict(structure)
-    flat = keras.tree.flatten(structure)
-    return {t.name: t for t in flat}
-
-
-def _bind(op, node):
-    signature = inspect.signature(op.call)
+def _given_arguments(op, node):
+    """The arguments a graph node's call was recorded with, by name."""
     args, kwargs = keras_internals.call_arguments(node)
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound.arguments
-
-
-def _refuse_given(name, bound, arguments):
-    for arg in arguments:
-        if bound.get(arg) is not None:
-            raise ValueError(
-                f"CachedDecoder: {name} is called with `{arg}` in the model "
-                "graph. The engine supplies caches itself and cannot replay "
-                f"a layer given `{arg}`; build the model without it."
-            )
+    return dict(inspect.signature(op.call).bind(*args, **kwargs).arguments)
 
 
 def _is_position_aware(op):

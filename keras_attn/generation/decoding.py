@@ -20,7 +20,6 @@ import numpy as np
 from keras import ops
 
 from keras_attn import checks
-from keras_attn.layers import attention_ops
 
 
 def as_decoder(model):
@@ -204,7 +203,7 @@ def suppressor(suppressed, vocabulary_size):
 def check_token_id(name, value):
     if value is None:
         return
-    known = attention_ops.static_int(value)
+    known = checks.static_int(value)
     if isinstance(value, bool) or known is None or known < 0:
         raise ValueError(
             f"`{name}` must be a non-negative int token id or None. "

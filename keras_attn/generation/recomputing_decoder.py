@@ -1,10 +1,10 @@
 import keras
 from keras import ops
 
-from keras_attn.generation.cached_decoder import find_token_input, input_names
+from keras_attn.generation.decoder import Decoder
 
 
-class RecomputingDecoder:
+class RecomputingDecoder(Decoder):
     """Decodes with any causal model by recomputing the whole prefix each step.
 
     The reference the cached engine is measured against (tests, benchmarks),
@@ -45,14 +45,14 @@ class RecomputingDecoder:
         Vaswani et al. 2017, "Attention Is All You Need", section 3.
     """
 
+    shared_state_keys = ("inputs",)
+
     def __init__(self, model, token_input=None):
         if not isinstance(model, keras.Model):
             raise ValueError(
                 f"RecomputingDecoder needs a `keras.Model`. Received: {model!r}."
             )
-        self.model = model
-        self._input_names = input_names(model)
-        self.token_input = find_token_input(self._input_names, token_input, "RecomputingDecoder")
+        super().__init__(model, token_input)
 
     def initial_state(self, batch_size, max_length, inputs=None):
         """An empty (B, max_length) token buffer and the other inputs.
@@ -70,21 +70,7 @@ class RecomputingDecoder:
             ValueError: if an input is missing.
         """
         others = [name for name in self._input_names if name != self.token_input]
-        if others and not isinstance(inputs, dict):
-            if inputs is not None and len(others) == 1:
-                inputs = {others[0]: inputs}
-            else:
-                raise ValueError(
-                    f"This model needs the inputs {others} besides "
-                    f"`{self.token_input}`: pass `inputs={{name: tensor}}`."
-                )
-        missing = sorted(set(others) - set(inputs or {}))
-        if missing:
-            raise ValueError(f"Missing model inputs {missing}. Received: {sorted(inputs)}.")
-        values = {
-            name: ops.convert_to_tensor(inputs[name], dtype=self._input_names[name].dtype)
-            for name in others
-        }
+        values = self._other_inputs(inputs, others)
         return {"tokens": ops.zeros((batch_size, max_length), "int32"), "inputs": values}
 
     def __call__(self, token_ids, cache_index, state, logits_index=None):
@@ -113,12 +99,3 @@ class RecomputingDecoder:
             logits, (0, first, 0), (ops.shape(logits)[0], size, logits.shape[-1])
         )
         return logits, {"tokens": tokens, "inputs": state["inputs"]}
-
-    def repeat_state(self, state, num_beams):
-        """Repeats every row `num_beams` times (see `CachedDecoder`)."""
-        return keras.tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), state)
-
-    def reorder_state(self, state, indices):
-        """Gathers the token buffer's rows (the other inputs are shared by
-        the beams of a row)."""
-        return {"tokens": ops.take(state["tokens"], indices, axis=0), "inputs": state["inputs"]}

@@ -1,6 +1,6 @@
 import keras
 
-from keras_attn.layers import attention_ops
+from keras_attn import checks
 
 
 def clone_initializer(initializer):
@@ -58,14 +58,14 @@ class AttentionBase(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        check = attention_ops.check_positive_int
+        check = checks.check_positive_int
         check(self, "num_heads", num_heads)
         check(self, "key_dim", key_dim)
         if value_dim is not None:
             check(self, "value_dim", value_dim)
         if output_dim is not None:
             check(self, "output_dim", output_dim)
-        attention_ops.check_rate(self, "dropout", dropout)
+        checks.check_rate(self, "dropout", dropout)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim

@@ -1,9 +1,10 @@
+import dataclasses
 import numbers
 
 import keras
 from keras import ops
 
-from keras_attn.layers import attention_ops
+from keras_attn.layers import attention_ops, blocking
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 
 
@@ -341,32 +342,16 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         earlier = ops.less_equal(row * bw + col, query)
         return ops.logical_or(above, ops.logical_or(left, ops.logical_and(inside, earlier)))
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        padding_mask,
-        attention_mask,
-        use_causal_mask,
-        cache_index,
-        valid_key_length,
-        cached,
-        spatial_shape,
-        return_attention_scores,
-        training,
-    ):
-        if cached:
-            return self._attend_cached(
-                query, key, value, padding_mask, attention_mask, cache_index,
-                return_attention_scores, training,
-            )
+    def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
+        if masks.cached:
+            return self._attend_cached(query, key, value, masks, return_attention_scores, training)
+        padding_mask, attention_mask = masks.padding_mask, masks.attention_mask
         block = self._block
-        before, after = self._window(use_causal_mask)
-        batch = attention_ops.dims(query)[0]
+        before, after = self._window(masks.use_causal_mask)
+        batch = blocking.dims(query)[0]
         heads = self.num_heads
         if len(block) == 1:
-            spatial = [attention_ops.dims(query)[1]]
+            spatial = [blocking.dims(query)[1]]
         else:
             spatial = list(spatial_shape)
         length = spatial[0] if len(block) == 1 else spatial[0] * spatial[1]
@@ -378,32 +363,32 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             return ops.reshape(x, [batch * heads] + spatial + [x.shape[-1]])
 
         def split_heads(x):
-            return ops.reshape(x, [batch, heads] + attention_ops.dims(x)[1:])
+            return ops.reshape(x, [batch, heads] + blocking.dims(x)[1:])
 
-        query_blocks = split_heads(attention_ops.blockify(heads_first(query), block))
+        query_blocks = split_heads(blocking.blockify(heads_first(query), block))
         key_memory = split_heads(
-            attention_ops.overlapping_blocks(heads_first(key), block, before, after)
+            blocking.overlapping_blocks(heads_first(key), block, before, after)
         )
         value_memory = split_heads(
-            attention_ops.overlapping_blocks(heads_first(value), block, before, after)
+            blocking.overlapping_blocks(heads_first(value), block, before, after)
         )
 
         # Raster index of every memory slot, -1 outside the input: (N, M).
         positions = ops.reshape(ops.arange(length, dtype="int32"), [1] + spatial)
-        memory_positions = attention_ops.overlapping_blocks(
+        memory_positions = blocking.overlapping_blocks(
             positions, block, before, after, constant_values=-1
         )[0]
 
         # Masks are laid out as the logits: (B, H, N, Q, M).
         if padding_mask is not None:
-            key_ok = attention_ops.overlapping_blocks(
+            key_ok = blocking.overlapping_blocks(
                 ops.reshape(padding_mask, [batch] + spatial), block, before, after,
                 constant_values=False,
             )[:, None, :, None, :]
         else:
             key_ok = ops.greater_equal(memory_positions, 0)[None, None, :, None, :]
         mask = key_ok
-        structure = self._structure_mask(use_causal_mask)
+        structure = self._structure_mask(masks.use_causal_mask)
         if structure is not None:
             mask = ops.logical_and(mask, structure[None, None, None])
         if attention_mask is not None:
@@ -414,13 +399,12 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
         outputs, probs = _local_attention(
             query_blocks, key_memory, value_memory, mask,
-            self.dropout_layer, training,
-            may_have_empty_rows=padding_mask is not None or attention_mask is not None,
+            self.dropout_layer, training, masks.may_have_empty_rows,
         )
 
         def merge_heads(x):  # (B, H, N, Q, ·) -> (B, H, T, ·)
-            x = ops.reshape(x, [batch * heads] + attention_ops.dims(x)[2:])
-            x = attention_ops.unblockify(x, block, spatial)
+            x = ops.reshape(x, [batch * heads] + blocking.dims(x)[2:])
+            x = blocking.unblockify(x, block, spatial)
             return ops.reshape(x, [batch, heads, length, x.shape[-1]])
 
         outputs = ops.transpose(merge_heads(outputs), (0, 2, 1, 3))
@@ -435,10 +419,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         block's rows at its memory slots."""
         if len(attention_mask.shape) == 3:
             attention_mask = attention_mask[:, None]
-        mask_dims = attention_ops.dims(attention_mask)
+        mask_dims = blocking.dims(attention_mask)
         rows = ops.reshape(attention_mask, [mask_dims[0] * mask_dims[1]] + spatial + [mask_dims[3]])
-        rows = attention_ops.blockify(rows, self._block, False)
-        rows = ops.reshape(rows, mask_dims[:2] + attention_ops.dims(rows)[1:])
+        rows = blocking.blockify(rows, self._block, False)
+        rows = ops.reshape(rows, mask_dims[:2] + blocking.dims(rows)[1:])
         columns = ops.clip(memory_positions, 0, key_length - 1)
         return ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1)
 
@@ -469,41 +453,36 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         )
         return delta_row * window_w + delta_col, inside
 
-    def _attend_cached(
-        self, query, key, value, padding_mask, attention_mask, cache_index,
-        return_attention_scores, training,
-    ):
+    def _attend_cached(self, query, key, value, masks, return_attention_scores, training):
         """Causal 1D attention of T new queries at `cache_index` over the
         cache (B, L, H, ·), reading only the keys of their windows."""
-        length = attention_ops.dims(query)[1]
-        cache_length = attention_ops.dims(key)[1]
+        length = blocking.dims(query)[1]
+        cache_length = blocking.dims(key)[1]
+        attention_mask = masks.attention_mask
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = attention_mask[:, None]
+        masks = dataclasses.replace(
+            masks, attention_mask=attention_mask, cache_index=ops.cast(masks.cache_index, "int32")
+        )
         static = isinstance(length, int) and isinstance(cache_length, int)
         if static and length <= self._block[0]:
             attend = self._attend_cached_step
         else:
             attend = self._attend_cached_prefill
-        return attend(
-            query, key, value, padding_mask, attention_mask,
-            ops.cast(cache_index, "int32"),
-            padding_mask is not None or attention_mask is not None,
-            return_attention_scores, training,
-        )
+        return attend(query, key, value, masks, return_attention_scores, training)
 
     def _cached_window_start(self, query_positions):
         """First cache position of each query's window: its block start minus the flange."""
         (b,), (f,) = self._block, self._flange
         return (query_positions // b) * b - f
 
-    def _attend_cached_step(
-        self, query, key, value, padding_mask, attention_mask, cache_index,
-        may_have_empty_rows, return_attention_scores, training,
-    ):
+    def _attend_cached_step(self, query, key, value, masks, return_attention_scores, training):
         """Decoding step (T <= block): attends over one dynamic slice of the cache."""
+        padding_mask, attention_mask = masks.padding_mask, masks.attention_mask
+        cache_index = masks.cache_index
         (b,), (f,) = self._block, self._flange
-        length = attention_ops.dims(query)[1]
-        cache_length = attention_ops.dims(key)[1]
+        length = blocking.dims(query)[1]
+        cache_length = blocking.dims(key)[1]
         window = length + b - 1 + f
         if cache_length <= window:
             window, start = cache_length, ops.convert_to_tensor(0, "int32")
@@ -511,7 +490,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             start = ops.clip(cache_index + length - window, 0, cache_length - window)
 
         def read(x):  # (B, L, ·) -> (B, W, ·): the window's cache positions
-            x_dims = attention_ops.dims(x)
+            x_dims = blocking.dims(x)
             begin = [0, start] + [0] * (len(x_dims) - 2)
             return ops.slice(x, begin, [x_dims[0], window] + x_dims[2:])
 
@@ -529,7 +508,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         if attention_mask is not None:
             columns = ops.slice(
                 attention_mask, [0, 0, 0, start],
-                attention_ops.dims(attention_mask)[:3] + [window],
+                blocking.dims(attention_mask)[:3] + [window],
             )
             mask = ops.logical_and(mask, columns[:, :, None])
 
@@ -538,7 +517,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
         outputs, probs = _local_attention(
             one_block(query), one_block(read(key)), one_block(read(value)), mask,
-            self.dropout_layer, training, may_have_empty_rows,
+            self.dropout_layer, training, masks.may_have_empty_rows,
         )
         outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
         scores = None
@@ -547,17 +526,15 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             scores = _scatter_cache_rows(probs[:, :, 0], window_start, cache_length)
         return outputs, scores
 
-    def _attend_cached_prefill(
-        self, query, key, value, padding_mask, attention_mask, cache_index,
-        may_have_empty_rows, return_attention_scores, training,
-    ):
+    def _attend_cached_prefill(self, query, key, value, masks, return_attention_scores, training):
         """Prefill of a long chunk: blocked attention over the cache blocks it touches."""
+        cache_index = masks.cache_index
         (b,), (f,) = self._block, self._flange
-        batch, length = attention_ops.dims(query)[:2]
-        cache_length = attention_ops.dims(key)[1]
+        batch, length = blocking.dims(query)[:2]
+        cache_length = blocking.dims(key)[1]
         first_block_start = (cache_index // b) * b
         lead = cache_index - first_block_start
-        count = attention_ops.num_blocks(length + b - 1, b)
+        count = blocking.num_blocks(length + b - 1, b)
         query_index = ops.clip(ops.arange(count * b, dtype="int32") - lead, 0, length - 1)
 
         def blocks_heads_first(x):  # (B, N, Q, H, ·) -> (B, H, N, Q, ·)
@@ -565,7 +542,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
         query_blocks = ops.reshape(
             ops.take(query, query_index, axis=1),
-            [batch, count, b] + attention_ops.dims(query)[2:],
+            [batch, count, b] + blocking.dims(query)[2:],
         )
         memory_positions = (
             first_block_start - f
@@ -574,22 +551,22 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         )
         memory_index = ops.clip(memory_positions, 0, cache_length - 1)
         mask = self._cached_prefill_mask(
-            memory_positions, memory_index, cache_length, padding_mask,
-            attention_mask, query_index,
+            memory_positions, memory_index, cache_length, masks.padding_mask,
+            masks.attention_mask, query_index,
         )
         outputs, probs = _local_attention(
             blocks_heads_first(query_blocks),
             blocks_heads_first(ops.take(key, memory_index, axis=1)),
             blocks_heads_first(ops.take(value, memory_index, axis=1)),
-            mask, self.dropout_layer, training, may_have_empty_rows,
+            mask, self.dropout_layer, training, masks.may_have_empty_rows,
         )
         kept = lead + ops.arange(length, dtype="int32")
         outputs = ops.transpose(outputs, (0, 2, 3, 1, 4))  # (B, N, Q, H, V)
-        outputs = ops.reshape(outputs, [batch, count * b] + attention_ops.dims(outputs)[3:])
+        outputs = ops.reshape(outputs, [batch, count * b] + blocking.dims(outputs)[3:])
         outputs = ops.take(outputs, kept, axis=1)
         scores = None
         if return_attention_scores:
-            rows = ops.reshape(probs, attention_ops.dims(probs)[:2] + [count * b, f + b])
+            rows = ops.reshape(probs, blocking.dims(probs)[:2] + [count * b, f + b])
             rows = ops.take(rows, kept, axis=2)
             query_positions = cache_index + ops.arange(length, dtype="int32")
             window_start = self._cached_window_start(query_positions)
@@ -601,7 +578,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         attention_mask, query_index,
     ):
         """(B|1, H|1, N, Q, M) mask of a prefill's query blocks over their memory."""
-        count = attention_ops.dims(memory_positions)[0]
+        count = blocking.dims(memory_positions)[0]
         key_ok = ops.logical_and(
             ops.greater_equal(memory_positions, 0),
             ops.less(memory_positions, cache_length),
@@ -615,7 +592,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             )
         if attention_mask is not None:
             rows = ops.take(attention_mask, query_index, axis=2)
-            mask_dims = attention_ops.dims(rows)
+            mask_dims = blocking.dims(rows)
             rows = ops.reshape(
                 rows, mask_dims[:2] + [count, self._block[0], mask_dims[3]]
             )  # (B, H, N, Q, L)

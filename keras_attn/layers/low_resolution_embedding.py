@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_attn.layers import attention_ops
+from keras_attn import checks
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster
 
@@ -98,7 +98,7 @@ class LowResolutionEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        attention_ops.check_positive_int(self, "embedding_dim", embedding_dim)
+        checks.check_positive_int(self, "embedding_dim", embedding_dim)
         self.raster = LowResolutionRaster(
             self, image_size, low_resolution_size, channels, num_intensities, interpolation
         )

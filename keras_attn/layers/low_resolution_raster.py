@@ -10,8 +10,7 @@ high-resolution raster sequence of channel intensities
 import numpy as np
 from keras import ops
 
-from keras_attn.layers.attention_ops import check_positive_int
-from keras_attn.layers.pixel_position_encoding import _as_image_size
+from keras_attn.checks import check_image_size, check_positive_int
 
 INTERPOLATIONS = ("nearest", "bicubic")
 
@@ -39,8 +38,8 @@ class LowResolutionRaster:
         check_positive_int(owner, "channels", channels)
         check_positive_int(owner, "num_intensities", num_intensities)
         self.owner_name = name
-        self.image_size = _as_image_size(owner, image_size)
-        self.low_resolution_size = _as_image_size(owner, low_resolution_size)
+        self.image_size = check_image_size(image_size, owner=owner)
+        self.low_resolution_size = check_image_size(low_resolution_size, "low_resolution_size", owner)
         if any(big % small for big, small in zip(self.image_size, self.low_resolution_size)):
             raise ValueError(
                 f"{name}: each side of `image_size` must be a multiple "

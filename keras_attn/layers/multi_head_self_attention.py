@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers import attention_ops
+from keras_attn.layers.attention_masks import AttentionMasks
 from keras_attn.layers.attention_base import AttentionBase
 
 
@@ -172,7 +173,7 @@ class MultiHeadSelfAttention(AttentionBase):
             ValueError: if `batch_size` or `max_length` is not positive.
         """
         for arg, value in (("batch_size", batch_size), ("max_length", max_length)):
-            known = attention_ops.static_int(value)
+            known = checks.static_int(value)
             if known is not None and known <= 0:
                 raise ValueError(
                     f"`{arg}` must be positive. Received: {arg}={value}."
@@ -216,19 +217,15 @@ class MultiHeadSelfAttention(AttentionBase):
             inputs, cache, cache_index
         )
 
-        outputs, scores = self._attend(
-            query,
-            key,
-            value,
+        masks = AttentionMasks(
             padding_mask=padding_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
             cache_index=cache_index,
             valid_key_length=(cache_index + query_length) if cache is not None else None,
-            cached=cache is not None,
-            spatial_shape=spatial_shape,
-            return_attention_scores=return_attention_scores,
-            training=training,
+        )
+        outputs, scores = self._attend(
+            query, key, value, masks, spatial_shape, return_attention_scores, training
         )
         outputs = ops.reshape(
             outputs, (batch_size, query_length, self.num_heads * self._value_dim)
@@ -318,8 +315,8 @@ class MultiHeadSelfAttention(AttentionBase):
             )
         if cache_index is None:
             cache_index = 0
-        attention_ops.check_index(cache_index, "cache_index")
-        index = attention_ops.static_int(cache_index)
+        checks.check_index(cache_index, "cache_index")
+        index = checks.static_int(cache_index)
         max_length = cache.shape[1]
         length = inputs.shape[1]
         if index is not None and max_length is not None and length is not None:
@@ -344,21 +341,7 @@ class MultiHeadSelfAttention(AttentionBase):
             ], offset)
         return offset, max_length
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        padding_mask,
-        attention_mask,
-        use_causal_mask,
-        cache_index,
-        valid_key_length,
-        cached,
-        spatial_shape,
-        return_attention_scores,
-        training,
-    ):
+    def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
         """The attention core: what subclasses replace.
 
         Args:
@@ -366,13 +349,8 @@ class MultiHeadSelfAttention(AttentionBase):
                 sequence when it had spatial dimensions).
             key: (B, S, H, K); value: (B, S, H, V). With a cache, S is the
                 cache length.
-            padding_mask: (B, S) bool or None; attention_mask: (B, T, S) /
-                (B, H, T, S) bool or None.
-            use_causal_mask: bool.
-            cache_index: absolute position of query 0 (int or scalar).
-            valid_key_length: keys at positions >= this are unfilled cache
-                slots; None without a cache.
-            cached: whether the keys come from a cache.
+            masks: the call's `AttentionMasks` (padding, attention and
+                causal masks, cache index, filled cache length).
             spatial_shape: the input's dimensions between batch and
                 features: (T,) or (height, width).
             return_attention_scores: whether probabilities are needed.
@@ -382,18 +360,11 @@ class MultiHeadSelfAttention(AttentionBase):
             `(outputs, probabilities)`: (B, T, H, V) and (B, H, T, S) float32
             (may be None when not requested).
         """
-        mask = attention_ops.merge_masks(
-            ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1],
-            key_padding_mask=padding_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-            cache_index=cache_index,
-            valid_key_length=valid_key_length,
-        )
+        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
         return attention_ops.scaled_dot_product_attention(
             query, key, value, mask,
             dropout_layer=self.dropout_layer, training=training,
-            may_have_empty_rows=padding_mask is not None or attention_mask is not None,
+            may_have_empty_rows=masks.may_have_empty_rows,
         )
 
     # ------------------------------------------------------- shapes and masks

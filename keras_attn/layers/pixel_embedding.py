@@ -1,15 +1,13 @@
 import keras
 from keras import ops
 
-from keras_attn.layers import attention_ops
+from keras_attn import checks
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.pixel_position_encoding import PixelPositionEncoding
-from keras_attn.layers.pixel_position_encoding import _as_image_size
-from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class PixelEmbedding(TokenAndPositionEmbedding):
+class PixelEmbedding(keras.layers.Layer):
     """Channel-specific intensity embeddings plus 2D position encodings.
 
     The input layer of the Image Transformer. An image is a sequence of
@@ -89,13 +87,11 @@ class PixelEmbedding(TokenAndPositionEmbedding):
         coordinate_scale=1.0,
         **kwargs,
     ):
-        # The parent's constructor builds a 1D position table; this layer has
-        # its own 2D encoding, so only the base Layer is initialised.
-        keras.layers.Layer.__init__(self, **kwargs)
-        attention_ops.check_positive_int(self, "vocabulary_size", vocabulary_size)
-        attention_ops.check_positive_int(self, "embedding_dim", embedding_dim)
-        attention_ops.check_positive_int(self, "channels", channels)
-        self.image_size = _as_image_size(self, image_size)
+        super().__init__(**kwargs)
+        checks.check_positive_int(self, "vocabulary_size", vocabulary_size)
+        checks.check_positive_int(self, "embedding_dim", embedding_dim)
+        checks.check_positive_int(self, "channels", channels)
+        self.image_size = checks.check_image_size(image_size, owner=self)
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim
         self.channels = channels
@@ -124,13 +120,18 @@ class PixelEmbedding(TokenAndPositionEmbedding):
             name="position_encoding",
         )
         self.position_encoding._check_width(embedding_dim)
-        self.position_embedding = None
 
     @property
     def sequence_length(self):
-        """Positions accepted (the generation engine reads it): height *
-        width * channels + 1, a whole image shifted right by a start token."""
+        """Positions accepted: height * width * channels + 1, a whole image
+        shifted right by a start token."""
         return self.position_encoding.num_positions
+
+    @property
+    def max_positions(self):
+        """`sequence_length`, under the name `CachedDecoder` checks a
+        generation length against (its position-aware protocol)."""
+        return self.sequence_length
 
     def build(self, inputs_shape=None):
         self.token_embedding.build()
@@ -160,7 +161,7 @@ class PixelEmbedding(TokenAndPositionEmbedding):
         return tuple(inputs_shape) + (self.embedding_dim,)
 
     def get_config(self):
-        config = keras.layers.Layer.get_config(self)
+        config = super().get_config()
         config.update(
             {
                 "vocabulary_size": self.vocabulary_size,

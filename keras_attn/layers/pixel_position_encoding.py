@@ -3,7 +3,7 @@ import numbers
 import keras
 from keras import ops
 
-from keras_attn.layers import attention_ops
+from keras_attn import checks
 from keras_attn.layers.attention_base import clone_initializer
 
 
@@ -92,8 +92,8 @@ class PixelPositionEncoding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.image_size = _as_image_size(self, image_size)
-        attention_ops.check_positive_int(self, "channels", channels)
+        self.image_size = checks.check_image_size(image_size, owner=self)
+        checks.check_positive_int(self, "channels", channels)
         if position not in ("sinusoidal", "learned"):
             raise ValueError(
                 f'{type(self).__name__}: `position` must be "sinusoidal" or '
@@ -129,6 +129,12 @@ class PixelPositionEncoding(keras.layers.Layer):
         """Positions accepted: height * width * channels + 1."""
         height, width = self.image_size
         return height * width * self.channels + 1
+
+    @property
+    def max_positions(self):
+        """`num_positions`, under the name `CachedDecoder` checks a
+        generation length against (its position-aware protocol)."""
+        return self.num_positions
 
     def _check_width(self, width):
         multiple = 4 if self.position == "sinusoidal" else 2
@@ -173,7 +179,7 @@ class PixelPositionEncoding(keras.layers.Layer):
                 f"features). Received: inputs.shape={shape}."
             )
         self._check_width(shape[-1])
-        known_start = attention_ops.static_int(start_index)
+        known_start = checks.static_int(start_index)
         if shape[1] is not None and known_start is not None:
             if known_start < 0 or known_start + shape[1] > self.num_positions:
                 raise ValueError(
@@ -246,23 +252,3 @@ def _sinusoids(positions, dim, max_wavelength):
     angles = positions[:, None] * inverse_frequency[None, :]
     is_even = ops.equal(ops.arange(dim, dtype="int32") % 2, 0)
     return ops.where(is_even[None, :], ops.sin(angles), ops.cos(angles))
-
-
-def _as_image_size(owner, image_size):
-    """int -> (int, int); pair of positive ints -> tuple; else ValueError."""
-
-    def is_int(v):
-        return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-    if is_int(image_size):
-        size = (int(image_size), int(image_size))
-    elif isinstance(image_size, (tuple, list)) and len(image_size) == 2 and all(map(is_int, image_size)):
-        size = tuple(int(v) for v in image_size)
-    else:
-        size = None
-    if size is None or min(size) <= 0:
-        raise ValueError(
-            f"{type(owner).__name__}: `image_size` must be a positive int or a "
-            f"pair of positive ints (height, width). Received: image_size={image_size!r}."
-        )
-    return size

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers import attention_ops
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 
@@ -25,7 +26,7 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
     Srel is computed as in the Music Transformer: one matmul of the queries
     against a (W, K) table of embeddings (W = the number of distances that
     occur, gathered from E with clamped indices), then the "skewing"
-    procedure (pad, reshape, slice; see `attention_ops.skew`) moves each
+    procedure (pad, reshape, slice; see `skew`) moves each
     logit to its key. The (T, S, K) tensor of relative embeddings of Shaw et
     al. 2018 is never made: the extra memory is O(T·K) for the table plus
     one logits-sized buffer. Causal calls (`use_causal_mask=True`) use a
@@ -130,7 +131,7 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         **kwargs,
     ):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
-        attention_ops.check_positive_int(self, "max_relative_position", max_relative_position)
+        checks.check_positive_int(self, "max_relative_position", max_relative_position)
         if not isinstance(heads_share_relative_embedding, bool):
             raise ValueError(
                 f"{type(self).__name__}: `heads_share_relative_embedding` must be "
@@ -193,39 +194,18 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
                 table[None], (ops.shape(query)[0],) + tuple(ops.shape(table))
             )
             padded = ops.matmul(query, table)
-        return attention_ops.skew_padded(padded, key_length)
+        return skew_padded(padded, key_length)
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        padding_mask,
-        attention_mask,
-        use_causal_mask,
-        cache_index,
-        valid_key_length,
-        cached,
-        spatial_shape,
-        return_attention_scores,
-        training,
-    ):
+    def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
         key_length = _dim(key, 1)
-        mask = attention_ops.merge_masks(
-            ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1],
-            key_padding_mask=padding_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-            cache_index=cache_index,
-            valid_key_length=valid_key_length,
-        )
+        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
         relative_logits = self._relative_logits(
-            query, key_length, cache_index, causal=bool(use_causal_mask)
+            query, key_length, masks.cache_index, causal=bool(masks.use_causal_mask)
         )
         return attention_ops.scaled_dot_product_attention(
             query, key, value, mask,
             dropout_layer=self.dropout_layer, training=training,
-            may_have_empty_rows=padding_mask is not None or attention_mask is not None,
+            may_have_empty_rows=masks.may_have_empty_rows,
             extra_logits=relative_logits,
         )
 
@@ -238,3 +218,101 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             }
         )
         return config
+
+
+def skew(relative_logits, key_length=None):
+    """Turns logits indexed by relative distance into logits indexed by key.
+
+    The memory-efficient "skewing" of Huang et al. 2018 (section 3.4): pad a
+    zero column on the left, reshape, slice. No (T, S, K) tensor is made and
+    no index tensor either; the cost is one copy of the logits.
+
+    Column `j` of row `t` of `relative_logits` holds the logit of query `t`
+    for the key at distance `j - (T - 1)` from it (key position minus query
+    position: the last column of a square input is distance 0, the first
+    -(T - 1)). The result holds it at the key's place:
+
+        out[..., t, s] = relative_logits[..., t, s - t + T - 1]
+
+    for every (t, s) with `0 <= s - t + T - 1 < W`. The other entries
+    (keys further right than the table reaches, e.g. the future keys of a
+    causal table with W = S) hold values of a neighbouring row or zero, and
+    must be masked. Hand example, T = W = S = 3 (causal):
+
+        [[a, b, c],        [[c, 0, d],        c: distance 0 of query 0
+         [d, e, f],   ->    [e, f, 0],        e, f: distances -1, 0 of query 1
+         [g, h, i]]         [g, h, i]]        g, h, i: -2, -1, 0 of query 2
+
+    With W = S + T - 1 (distances -(T - 1) .. S - 1) every entry is exact,
+    which is what non-causal attention needs.
+
+    Args:
+        relative_logits: (..., T, W) float tensor, W >= key_length.
+        key_length: S, the number of keys to keep; defaults to W.
+
+    Returns:
+        (..., T, S) tensor of the input's dtype.
+
+    Raises:
+        ValueError: if the input has rank < 2 or a static `key_length`
+            larger than a static W.
+
+    Reference:
+        Huang et al. 2018, "Music Transformer", section 3.4 and figure 1.
+    """
+    rank = len(relative_logits.shape)
+    if rank < 2:
+        raise ValueError(
+            "`skew` expects logits of shape (..., queries, relative distances). "
+            f"Received a tensor of rank {rank} with shape {tuple(relative_logits.shape)}."
+        )
+    width = _dim(relative_logits, -1)
+    if key_length is None:
+        key_length = width
+    known_width, known_keys = checks.static_int(width), checks.static_int(key_length)
+    if known_width is not None and known_keys is not None and known_keys > known_width:
+        raise ValueError(
+            f"`skew` needs at least as many relative distances as keys. Received "
+            f"{known_width} distances (last axis of shape {tuple(relative_logits.shape)}) "
+            f"for key_length={known_keys}. Build the table over W >= S distances."
+        )
+    padded = ops.pad(relative_logits, [[0, 0]] * (rank - 1) + [[1, 0]])
+    return skew_padded(padded, key_length)
+
+
+def skew_padded(padded_logits, key_length=None):
+    """`skew` for logits that already carry its zero column in front.
+
+    A matmul of the queries against a relative-embedding table with a zero
+    row in front makes that column for free, which saves `skew`'s padding
+    copy of the logits.
+
+    Args:
+        padded_logits: (..., T, W + 1) float tensor whose column 0 is zero
+            (or anything: it lands only on entries `skew` leaves
+            unspecified) and whose columns 1 .. W are `skew`'s input.
+        key_length: S <= W, the number of keys to keep; defaults to W.
+
+    Returns:
+        (..., T, S) tensor, equal to `skew(padded_logits[..., 1:], key_length)`.
+
+    Raises:
+        Nothing of its own (no checks, for use inside layers that build the
+        table themselves); `skew` validates its input.
+
+    Reference:
+        Huang et al. 2018, "Music Transformer", section 3.4.
+    """
+    rank = len(padded_logits.shape)
+    lead = tuple(_dim(padded_logits, a) for a in range(rank - 2))
+    length = _dim(padded_logits, -2)
+    width = _dim(padded_logits, -1) - 1
+    if key_length is None:
+        key_length = width
+    flat = ops.reshape(padded_logits, lead + (length * (width + 1),))
+    # Dropping the first T entries shifts row t left by t places.
+    flat = ops.slice(flat, (0,) * len(lead) + (length,), lead + (length * width,))
+    out = ops.reshape(flat, lead + (length, width))
+    if checks.static_int(key_length) is None or checks.static_int(key_length) != checks.static_int(width):
+        out = ops.slice(out, (0,) * rank, lead + (length, key_length))
+    return out

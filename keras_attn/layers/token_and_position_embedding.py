@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_attn.layers import attention_ops
+from keras_attn import checks
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.sinusoidal_position_encoding import sinusoids
 
@@ -76,15 +76,15 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        attention_ops.check_positive_int(self, "vocabulary_size", vocabulary_size)
-        attention_ops.check_positive_int(self, "embedding_dim", embedding_dim)
+        checks.check_positive_int(self, "vocabulary_size", vocabulary_size)
+        checks.check_positive_int(self, "embedding_dim", embedding_dim)
         if position not in ("learned", "sinusoidal"):
             raise ValueError(
                 '`position` must be "learned" or "sinusoidal". '
                 f"Received: position={position!r}."
             )
         if position == "learned":
-            attention_ops.check_positive_int(self, "sequence_length", sequence_length)
+            checks.check_positive_int(self, "sequence_length", sequence_length)
         elif embedding_dim % 2:
             raise ValueError(
                 "Sinusoidal positions need an even `embedding_dim`. "
@@ -122,6 +122,13 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
             self.position_embedding.build()
         self.built = True
 
+    @property
+    def max_positions(self):
+        """Positions the layer can encode: `sequence_length` with a learned
+        table, None (unbounded) with sinusoids. `CachedDecoder` checks a
+        generation length against it (its position-aware protocol)."""
+        return self.sequence_length if self.position == "learned" else None
+
     def call(self, inputs, start_index=0):
         shape = tuple(inputs.shape)
         if len(shape) != 2:
@@ -130,8 +137,8 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
                 f"length). Received: inputs.shape={shape}."
             )
         length = ops.shape(inputs)[1]
-        attention_ops.check_index(start_index, "start_index")
-        known_start = attention_ops.static_int(start_index)
+        checks.check_index(start_index, "start_index")
+        known_start = checks.static_int(start_index)
         if known_start is not None and known_start < 0:
             raise ValueError(
                 "`start_index` is the absolute position of inputs[:, 0] and "

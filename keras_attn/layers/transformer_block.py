@@ -1,6 +1,6 @@
 import keras
 
-from keras_attn.layers import attention_ops
+from keras_attn import checks
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 
@@ -53,7 +53,7 @@ class TransformerBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        attention_ops.check_positive_int(self, "intermediate_dim", intermediate_dim)
+        checks.check_positive_int(self, "intermediate_dim", intermediate_dim)
         if self_attention is None and num_heads is None:
             raise ValueError(
                 f"{type(self).__name__} needs `num_heads` (for its default "
@@ -61,10 +61,10 @@ class TransformerBlock(keras.layers.Layer):
                 "Received neither."
             )
         if num_heads is not None:
-            attention_ops.check_positive_int(self, "num_heads", num_heads)
+            checks.check_positive_int(self, "num_heads", num_heads)
         if key_dim is not None:
-            attention_ops.check_positive_int(self, "key_dim", key_dim)
-        attention_ops.check_rate(self, "dropout", dropout)
+            checks.check_positive_int(self, "key_dim", key_dim)
+        checks.check_rate(self, "dropout", dropout)
         if isinstance(self_attention, dict):
             # Without its build config the nested layer is built by `build`,
             # inside this block's name scope, as when the block was first

@@ -19,7 +19,7 @@ from keras_attn.layers import LowResolutionLogitBias
 from keras_attn.layers import PixelEmbedding
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
-from keras_attn.checks import check_heads_divide, check_sizes
+from keras_attn.checks import check_heads_divide, check_image_size, check_sizes
 # The layout's constants live with the layout (re-exported here).
 from keras_attn.preprocessing.images import NUM_INTENSITIES, START_TOKEN  # noqa: F401
 
@@ -121,7 +121,7 @@ def image_transformer(
                  intermediate_dim=intermediate_dim, channels=channels)
     if num_classes is not None:
         check_sizes(num_classes=num_classes)
-    height, width = _image_size(image_size)
+    height, width = check_image_size(image_size)
     _check_width(hidden_dim, num_heads, position, dropout)
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
@@ -255,8 +255,8 @@ def super_resolution_transformer(
     check_sizes(num_encoder_layers=num_encoder_layers, num_layers=num_layers,
                  hidden_dim=hidden_dim, num_heads=num_heads,
                  intermediate_dim=intermediate_dim, channels=channels)
-    low_height, low_width = _image_size(low_resolution_size, "low_resolution_size")
-    height, width = _image_size(image_size)
+    low_height, low_width = check_image_size(low_resolution_size, "low_resolution_size")
+    height, width = check_image_size(image_size)
     _check_width(hidden_dim, num_heads, position, dropout)
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
@@ -332,20 +332,6 @@ def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate
     if normalize_first:
         x = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")(x)
     return keras.layers.Dense(NUM_INTENSITIES, dtype="float32", name="logits")(x)
-
-
-def _image_size(size, arg="image_size"):
-    if isinstance(size, int) and not isinstance(size, bool):
-        size = (size, size)
-    if (
-        not isinstance(size, (tuple, list)) or len(size) != 2
-        or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in size)
-    ):
-        raise ValueError(
-            f"`{arg}` must be a positive int or a pair (height, width) of "
-            f"positive ints. Received: {arg}={size!r}."
-        )
-    return tuple(size)
 
 
 def _check_width(hidden_dim, num_heads, position, dropout):

@@ -20,9 +20,9 @@ def _stepwise_logits(decoder, tokens, prefill, inputs=None):
     return np.concatenate(outs, axis=1)
 
 
-@pytest.mark.parametrize("kind", tiny_models.available_attention_types())
+@pytest.mark.parametrize("kind", tiny_models.KINDS)
 def test_decoder_only_cached_logits_equal_full_pass(kind):
-    model = tiny_models.language_model(kind, normalize_first=kind != "MultiHeadSelfAttention")
+    model = tiny_models.language_model(kind, normalize_first=kind != "multi_head")
     tokens = RNG.integers(1, tiny_models.VOCABULARY, (2, 11)).astype("int32")
     full = np.asarray(model(tokens))
     decoder = CachedDecoder(model)
@@ -128,7 +128,7 @@ def test_errors_name_the_unexpected_layer():
     decoder = CachedDecoder(tiny_models.translation_model())
     with pytest.raises(ValueError, match=r"Missing model inputs \['encoder_tokens'\]"):
         decoder.initial_state(2, 8, {"source": tiny_models.SOURCE})
-    with pytest.raises(ValueError, match="max_length=20 does not fit the learned position table"):
+    with pytest.raises(ValueError, match=r"max_length=20 does not fit layer .*16 positions"):
         CachedDecoder(tiny_models.language_model(max_length=16)).initial_state(1, 20)
 
 
@@ -164,3 +164,75 @@ def test_a_custom_position_aware_layer_decodes_with_the_cache():
     # The condition reaches the logits: another one changes them.
     other = np.asarray(model({"decoder_tokens": ids, "condition": scale * 0}))
     assert np.abs(other - full).max() > 1e-3
+
+
+class _CausalRunningMean(keras.layers.Layer):
+    """A user's own sequence-mixing layer, unknown to keras_attn: each
+    position adds the mean of a projection of itself and every earlier
+    position. It follows the engine's cached-layer protocol (`init_cache`,
+    `cache` / `cache_index` call arguments, `(outputs, cache)` back) and has
+    no padding mask."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.projection = keras.layers.Dense(16, name="projection")
+
+    def build(self, inputs_shape):
+        self.projection.build(inputs_shape)
+
+    def init_cache(self, batch_size, max_length):
+        return keras.ops.zeros((batch_size, max_length, 16))
+
+    def call(self, inputs, use_causal_mask=True, cache=None, cache_index=None):
+        ops = keras.ops
+        values = self.projection(inputs)
+        start = 0 if cache is None else ops.cast(cache_index, "int32")
+        if cache is not None:
+            cache = ops.slice_update(cache, (0, start, 0), values)
+            values = cache
+        queries = ops.arange(ops.shape(inputs)[1], dtype="int32") + start
+        keys = ops.arange(ops.shape(values)[1], dtype="int32")
+        weights = ops.cast(keys[None, :] <= queries[:, None], inputs.dtype)  # (T, S)
+        weights = weights / ops.sum(weights, axis=-1, keepdims=True)
+        outputs = inputs + ops.einsum("ts,bsd->btd", weights, values)
+        return outputs if cache is None else (outputs, cache)
+
+
+def test_custom_cached_and_position_layers_decode_without_engine_changes():
+    tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
+    condition = keras.Input((), dtype="float32", name="condition")
+    x = keras.layers.Embedding(tiny_models.VOCABULARY, 16, name="embedding")(tokens)
+    x = _ConditionedOffset(name="offset")(x, condition)
+    x = _CausalRunningMean(name="running_mean")(x)
+    x = TransformerDecoder(intermediate_dim=32, num_heads=2, name="decoder_layer_0")(x)
+    x = MultiHeadSelfAttention(2, 8, name="attention")(x, use_causal_mask=True)
+    model = keras.Model({"decoder_tokens": tokens, "condition": condition},
+                        keras.layers.Dense(tiny_models.VOCABULARY, name="logits")(x))
+    ids = RNG.integers(1, tiny_models.VOCABULARY, (2, 9)).astype("int32")
+    scale = np.array([0.5, 2.0], "float32")
+    full = np.asarray(model({"decoder_tokens": ids, "condition": scale}))
+    decoder = CachedDecoder(model)
+    stepwise = _stepwise_logits(decoder, ids, prefill=3, inputs={"condition": scale})
+    np.testing.assert_allclose(stepwise, full, atol=1e-4)
+    assert len(decoder.initial_state(2, 9, {"condition": scale})["caches"]) == 3
+    # Future tokens change no past output: the running mean is causal.
+    changed = ids.copy()
+    changed[:, 6:] = 1
+    past = np.asarray(model({"decoder_tokens": changed, "condition": scale}))[:, :6]
+    np.testing.assert_allclose(past, full[:, :6], atol=1e-5)
+
+
+def test_a_cached_layer_without_a_cache_argument_is_refused():
+    class _NoCacheArgument(keras.layers.Layer):
+        def init_cache(self, batch_size, max_length):
+            return keras.ops.zeros((batch_size, max_length, 16))
+
+        def call(self, inputs):
+            return inputs
+
+    with pytest.raises(ValueError, match=r"'odd'.*init_cache.*does not take a cache.*\['inputs'\]"):
+        CachedDecoder(_model(lambda x: _NoCacheArgument(name="odd")(x)))
+    with pytest.raises(ValueError, match=r"'attention'.*called with `attention_mask`"):
+        mask = np.tril(np.ones((8, 8), bool))[None]
+        CachedDecoder(_model(lambda x: MultiHeadSelfAttention(2, 8, name="attention")(
+            x, use_causal_mask=True, attention_mask=keras.ops.convert_to_tensor(mask))))

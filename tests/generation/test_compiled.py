@@ -35,7 +35,7 @@ def test_xla_compiled_strategies_equal_eager():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", tiny_models.available_attention_types())
+@pytest.mark.parametrize("kind", tiny_models.KINDS)
 def test_xla_decoder_only_every_attention_type(kind):
     model = tiny_models.sharpen(tiny_models.language_model(kind, num_layers=2), 2.0)
     prompt = np.array([[3, 4, 0, 0], [7, 1, 9, 2]], "int32")
@@ -50,9 +50,7 @@ def test_xla_decoder_only_every_attention_type(kind):
 
 
 def test_graph_with_tensor_inputs_traces_once_for_every_prompt_length_and_batch():
-    model = tiny_models.language_model("RelativeGlobalAttention" if "RelativeGlobalAttention"
-                                       in tiny_models.available_attention_types() else
-                                       "MultiHeadSelfAttention", num_layers=1)
+    model = tiny_models.language_model("relative", num_layers=1)
     traces = []
 
     @tf.function(input_signature=[

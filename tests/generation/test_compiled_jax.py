@@ -44,8 +44,8 @@ def test_jitted_strategies_equal_eager_encoder_decoder():
 
 
 @pytest.mark.parametrize("kind", [
-    kind if kind == "MultiHeadSelfAttention" else pytest.param(kind, marks=pytest.mark.slow)
-    for kind in tiny_models.available_attention_types()
+    kind if kind == "multi_head" else pytest.param(kind, marks=pytest.mark.slow)
+    for kind in tiny_models.KINDS
 ])
 def test_jitted_decoder_only_every_attention_type(kind):
     model = tiny_models.sharpen(tiny_models.language_model(kind, num_layers=2), 2.0)

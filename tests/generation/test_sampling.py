@@ -115,7 +115,7 @@ def test_top_k_one_is_greedy_and_seeds_reproduce():
     assert (first != other).any()
 
 
-@pytest.mark.parametrize("kind", tiny_models.available_attention_types())
+@pytest.mark.parametrize("kind", tiny_models.KINDS)
 def test_seeded_sampling_cached_equals_recomputing(kind):
     model = tiny_models.language_model(kind, num_layers=1)
     prompt = np.array([[3, 4, 0], [7, 1, 9]], "int32")

@@ -8,7 +8,7 @@ from keras_attn.generation import CachedDecoder, RecomputingDecoder, beam_search
 from tests.generation import tiny_models
 
 RNG = np.random.default_rng(5)
-TYPES = tiny_models.available_attention_types()
+TYPES = tiny_models.KINDS
 
 
 @pytest.mark.parametrize("kind", TYPES)
@@ -45,7 +45,7 @@ def test_prompts_of_different_lengths_equal_each_row_alone(kind):
              for b, n in ((0, 2), (1, 5))]
     np.testing.assert_array_equal(batch, np.stack(alone))
     np.testing.assert_array_equal(batch[0, :2], [3, 4])
-    if kind == "MultiHeadSelfAttention":  # the beam bookkeeping is the same for all
+    if kind == "multi_head":  # the beam bookkeeping is the same for all
         beams = np.asarray(beam_search(model, prompt, max_length=8, num_beams=3, end_token_id=5))
         alone = [np.asarray(beam_search(model, prompt[b:b + 1, :n], max_length=8, num_beams=3,
                                         end_token_id=5))[0]

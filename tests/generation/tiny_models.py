@@ -6,35 +6,27 @@ import numpy as np
 import keras_attn.layers as attn_layers
 from keras_attn.layers import TokenAndPositionEmbedding, TransformerDecoder
 from keras_attn.models import translation_transformer
+from tests import attention_kinds
 
 VOCABULARY = 13
-
-
-def available_attention_types():
-    """Self-attention types present in `keras_attn.layers` (others are being
-    written in parallel and join the tests once exported)."""
-    names = ["MultiHeadSelfAttention"]
-    for name in ("LocalBlockAttention", "RelativeGlobalAttention"):
-        if name in attn_layers.__all__:
-            names.append(name)
-    return names
+KINDS = attention_kinds.SELF_ATTENTION_KINDS
 
 
 def self_attention(kind, index):
-    if kind == "MultiHeadSelfAttention":
-        return attn_layers.MultiHeadSelfAttention(num_heads=2, key_dim=8, name=f"mhsa_{index}")
-    if kind == "LocalBlockAttention":
-        # Blocks of 3 with a flange of 2: sequences of 12 cross several
-        # blocks, so the windows matter.
-        return attn_layers.LocalBlockAttention(
-            num_heads=2, key_dim=8, block_size=3, memory_flange=2, name=f"local_{index}"
-        )
-    return attn_layers.RelativeGlobalAttention(
-        num_heads=2, key_dim=8, max_relative_position=4, name=f"relative_{index}"
+    """A `kind` self-attention layer (see `tests.attention_kinds`) for the
+    tiny models: key_dim 8, zero output bias; local blocks of 3 with a
+    flange of 2, so sequences of 12 cross several blocks."""
+    options = {
+        "multi_head": {},
+        "local": {"block_size": 3, "memory_flange": 2},
+        "relative": {"max_relative_position": 4},
+    }[kind]
+    return attention_kinds.self_attention(
+        kind, key_dim=8, bias_initializer="zeros", name=f"{kind}_{index}", **options
     )
 
 
-def language_model(kind="MultiHeadSelfAttention", vocabulary=VOCABULARY, num_layers=2,
+def language_model(kind="multi_head", vocabulary=VOCABULARY, num_layers=2,
                    position="learned", normalize_first=False, max_length=16):
     """Decoder-only LM: embedding, decoder blocks with `kind` self-attention,
     logits. Single input `tokens`."""
@@ -123,9 +115,8 @@ def mixed_model(vocabulary=VOCABULARY):
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     x = TokenAndPositionEmbedding(vocabulary, 16, sequence_length=16, mask_zero=True)(tokens)
     layers = [attn_layers.MultiHeadSelfAttention(num_heads=1, key_dim=16, name="global")]
-    for name in ("LocalBlockAttention", "RelativeGlobalAttention"):
-        if name in attn_layers.__all__:
-            layers.append(self_attention(name, len(layers)))
+    for kind in ("local", "relative"):
+        layers.append(self_attention(kind, len(layers)))
     layers.append(attn_layers.MultiHeadSelfAttention(num_heads=4, key_dim=2, value_dim=6, name="narrow"))
     for i, layer in enumerate(layers):
         x = TransformerDecoder(intermediate_dim=24, self_attention=layer, name=f"decoder_layer_{i}")(x)

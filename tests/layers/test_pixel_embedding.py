@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from keras_attn.layers import PixelEmbedding, PixelPositionEncoding, TokenAndPositionEmbedding
+from keras_attn.layers import PixelEmbedding, PixelPositionEncoding
 from tests.test_case import run_layer_test
 
 
@@ -30,10 +30,9 @@ def test_chunks_with_start_index_equal_the_full_sequence():
     assert layer.compute_mask(ids) is None
 
 
-def test_is_a_token_and_position_embedding_for_the_generation_engine():
+def test_declares_its_positions_to_the_generation_engine():
     layer = PixelEmbedding(257, 8, image_size=32)
-    assert isinstance(layer, TokenAndPositionEmbedding)
-    assert layer.sequence_length == 32 * 32 * 3 + 1
+    assert layer.sequence_length == layer.max_positions == 32 * 32 * 3 + 1
 
 
 def test_layer_life_cycle():

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keras_attn.layers import RelativeGlobalAttention
-from keras_attn.layers.attention_ops import skew, skew_padded
+from keras_attn.layers.relative_global_attention import skew, skew_padded
 from tests import references
 from tests.test_case import gradients, run_layer_test
 

@@ -12,7 +12,7 @@ from keras_attn.layers import (
     TransformerEncoder,
 )
 from tests import references
-from tests.reliability import attention_kinds as kinds
+from tests import attention_kinds as kinds
 from tests.test_case import run_layer_test
 
 RNG = np.random.default_rng(3)
@@ -107,17 +107,23 @@ def test_no_future_leak_with_dropout():
     assert not np.allclose(y1[:, 3:], y2[:, 3:])
 
 
-def test_keras_round_trip_with_nested_self_attention():
-    model, _ = _encoder_decoder(self_attention=MultiHeadSelfAttention(num_heads=2, key_dim=5))
-    source, target = _seq(2, 7), _seq(2, 4)
-    want = np.asarray(model([source, target]))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "m.keras")
-        model.save(path)
-        again = keras.saving.load_model(path)
-    np.testing.assert_allclose(np.asarray(again([source, target])), want, atol=1e-6)
-    assert len(again.weights) == len(model.weights)
-    assert again.get_layer("decoder").get_config()["self_attention"]["config"]["key_dim"] == 5
+def test_encoder_decoder_lifecycle_with_a_nested_self_attention_layer():
+    model = run_layer_test(
+        TransformerDecoder,
+        {
+            "intermediate_dim": 32, "dropout": 0.1, "seed": 4,
+            "self_attention": MultiHeadSelfAttention(num_heads=2, key_dim=5, dropout=0.1, seed=5),
+        },
+        {"decoder_sequence": _seq(2, 4), "encoder_sequence": _seq(2, 7)},
+        expected_output_shape=(2, 4, 16),
+        # Self-attention 4 (fused query/key/value and output, kernel + bias),
+        # cross-attention 8, three layer norms 6, feed-forward 4.
+        expected_num_trainable_weights=22,
+        # Self- and cross-attention probabilities, three residual dropouts.
+        expected_num_seed_generators=5,
+    )
+    decoder = next(l for l in model.layers if isinstance(l, TransformerDecoder))
+    assert decoder.get_config()["self_attention"]["config"]["key_dim"] == 5
 
 
 def test_errors():

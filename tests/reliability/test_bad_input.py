@@ -23,7 +23,7 @@ from keras_attn.layers import (
     TransformerEncoder,
 )
 from keras_attn.models import translation_transformer
-from tests.reliability import attention_kinds as kinds
+from tests import attention_kinds as kinds
 
 KINDS = kinds.SELF_ATTENTION_KINDS
 X = np.random.default_rng(5).standard_normal((2, 5, 8)).astype("float32")

@@ -15,7 +15,7 @@ import pytest
 
 from keras_attn.layers import LocalBlockAttention, MultiHeadAttention, TransformerDecoder
 from tests import references
-from tests.reliability import attention_kinds as kinds
+from tests import attention_kinds as kinds
 
 RNG = np.random.default_rng(12)
 

@@ -34,7 +34,7 @@ from keras_attn.layers import (
     attention_ops,
 )
 from keras_attn.models import translation_transformer
-from tests.reliability import attention_kinds as kinds
+from tests import attention_kinds as kinds
 from tests.test_case import gradients
 
 KINDS = kinds.SELF_ATTENTION_KINDS

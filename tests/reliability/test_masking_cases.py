@@ -26,7 +26,7 @@ import pytest
 from keras_attn.layers import LocalBlockAttention, MultiHeadAttention, MultiHeadSelfAttention
 from tests import references
 from tests.test_case import gradients
-from tests.reliability import attention_kinds as kinds
+from tests import attention_kinds as kinds
 
 KINDS = kinds.SELF_ATTENTION_KINDS
 RNG = np.random.default_rng(61)

@@ -15,7 +15,7 @@ import pytest
 
 from keras_attn.layers import MultiHeadAttention, RelativeGlobalAttention
 from tests import references
-from tests.reliability import attention_kinds as kinds
+from tests import attention_kinds as kinds
 
 POLICIES = ["mixed_float16", "mixed_bfloat16"]
 # Half of the keys masked, a different half per example.

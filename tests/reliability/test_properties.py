@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from keras_attn.layers import MultiHeadAttention, MultiHeadSelfAttention
 from tests import references
-from tests.reliability import attention_kinds as kinds
+from tests import attention_kinds as kinds
 
 # A softmax over one key makes Keras warn; a length of 1 is a case we want.
 pytestmark = pytest.mark.filterwarnings("ignore:You are using a softmax over axis -1")

@@ -15,7 +15,7 @@ import pytest
 
 from keras_attn import layers as attn
 from keras_attn import models
-from tests.reliability import attention_kinds as kinds
+from tests import attention_kinds as kinds
 
 RNG = np.random.default_rng(23)
 

@@ -1,5 +1,6 @@
-"""The attention types the reliability tests run over, and references for
-them built from `tests/references.py` (NumPy, explicit loops)."""
+"""The one factory of "a self-attention layer of kind X" (and blocks around
+it) that the layer, reliability and generation tests share, and references
+for them built from `tests/references.py` (NumPy, explicit loops)."""
 
 import keras
 import numpy as np
@@ -19,8 +20,9 @@ SELF_ATTENTION_KINDS = ("multi_head", "local", "relative")
 
 
 def self_attention(kind, num_heads=2, key_dim=4, **kwargs):
-    """A self-attention layer of `kind` with a non-zero output bias (so that
-    "the output of an empty row is the bias" is not "the output is 0")."""
+    """A self-attention layer of `kind` (one of SELF_ATTENTION_KINDS), by
+    default with a non-zero output bias (so that "the output of an empty row
+    is the bias" is not "the output is 0"); kwargs go to the layer."""
     kwargs.setdefault(
         "bias_initializer", keras.initializers.RandomNormal(stddev=0.5, seed=5)
     )

@@ -1,0 +1,153 @@
+import keras
+from keras import ops
+
+
+class Decoder:
+    """Base of the decoders the generation functions drive: the protocol, and
+    the state bookkeeping written once.
+
+    `greedy_search`, `sample` and `beam_search` run any object with four
+    methods: `initial_state(batch_size, max_length, inputs)`,
+    `__call__(token_ids, cache_index, state, logits_index=None)` returning
+    `(logits, state)`, `repeat_state(state, num_beams)` and
+    `reorder_state(state, indices)`. A subclass writes the first two; this
+    base gives it the other two, which only need to know which entries of
+    the state dict beams share (`shared_state_keys`: e.g. the encoder memory
+    of a translation, computed once per source row), and the reading of the
+    model's inputs both decoders need (which one holds the tokens, the others
+    as a dict by name).
+
+    Args:
+        model: a `keras.Model` whose output is the next-token logits
+            (B, T, V).
+        token_input: name of the token-id input. Defaults to the only input
+            of a one-input model, else the input named `decoder_tokens`.
+
+    Raises:
+        ValueError: if `token_input` names no input, or none is given and the
+            model has several inputs, none named `decoder_tokens`.
+
+    Example:
+    >>> import keras
+    >>> from keras_attn.generation import CachedDecoder, Decoder
+    >>> tokens = keras.Input((None,), dtype="int32", name="tokens")
+    >>> logits = keras.layers.Dense(7)(keras.layers.Embedding(7, 4)(tokens))
+    >>> decoder = CachedDecoder(keras.Model(tokens, logits))
+    >>> isinstance(decoder, Decoder), decoder.token_input
+    (True, 'tokens')
+
+    Reference:
+        Vaswani et al. 2017, "Attention Is All You Need", section 3
+        (auto-regressive decoding); beam search as in Wu et al. 2016,
+        "Google's Neural Machine Translation System", section 7.
+    """
+
+    #: State entries shared by the beams of a row (not reordered).
+    shared_state_keys = ()
+
+    def __init__(self, model, token_input=None):
+        self.model = model
+        self._input_names = _input_names(model)
+        self.token_input = _find_token_input(self._input_names, token_input, type(self).__name__)
+
+    def initial_state(self, batch_size, max_length, inputs=None):
+        """The state before the first call (see the subclass)."""
+        raise NotImplementedError
+
+    def __call__(self, token_ids, cache_index, state, logits_index=None):
+        """Runs `token_ids` at `cache_index ...`; returns `(logits, state)`."""
+        raise NotImplementedError
+
+    def repeat_state(self, state, num_beams):
+        """Repeats every row `num_beams` times (row b becomes rows
+        b * num_beams ... b * num_beams + num_beams - 1), shared entries too.
+
+        Args:
+            state: a state of batch size B.
+            num_beams: K, a positive int.
+
+        Returns:
+            The state with batch size B * K.
+        """
+        return keras.tree.map_structure(lambda x: ops.repeat(x, num_beams, axis=0), state)
+
+    def reorder_state(self, state, indices):
+        """Gathers the rows of every entry the beams do not share (beam
+        reordering); `shared_state_keys` stay as they are.
+
+        Args:
+            state: a state dict of batch size N.
+            indices: (N,) int rows to take.
+
+        Returns:
+            The reordered state.
+        """
+        return {
+            key: value if key in self.shared_state_keys
+            else keras.tree.map_structure(lambda x: ops.take(x, indices, axis=0), value)
+            for key, value in state.items()
+        }
+
+    def _other_inputs(self, inputs, needed):
+        """The model inputs besides the tokens, as tensors by name.
+
+        Args:
+            inputs: a dict by input name, or a single tensor when exactly one
+                input is needed, or None.
+            needed: the names that must be given.
+
+        Returns:
+            `{name: tensor}` for each name in `needed`, in the input's dtype.
+
+        Raises:
+            ValueError: if `inputs` is not a dict where one is needed, or
+                misses a name.
+        """
+        needed = list(needed)
+        if not needed:
+            return {}
+        if not isinstance(inputs, dict):
+            if inputs is not None and len(needed) == 1:
+                inputs = {needed[0]: inputs}
+            else:
+                raise ValueError(
+                    f"This model needs the inputs {sorted(needed)} besides "
+                    f"`{self.token_input}`: pass them as `inputs={{name: tensor}}`. "
+                    f"Received: inputs={type(inputs).__name__}."
+                )
+        missing = sorted(set(needed) - set(inputs))
+        if missing:
+            raise ValueError(
+                f"Missing model inputs {missing}. Received inputs for {sorted(inputs)}."
+            )
+        return {
+            name: ops.convert_to_tensor(inputs[name], dtype=self._input_names[name].dtype)
+            for name in needed
+        }
+
+
+def _find_token_input(input_names, token_input, owner):
+    names = list(input_names)
+    if token_input is not None:
+        if token_input not in input_names:
+            raise ValueError(
+                f"{owner}: `token_input` must name one of the model's inputs "
+                f"{names}. Received: token_input={token_input!r}."
+            )
+        return token_input
+    if len(names) == 1:
+        return names[0]
+    if "decoder_tokens" in input_names:
+        return "decoder_tokens"
+    raise ValueError(
+        f"{owner} cannot tell which of the model's inputs {names} holds the "
+        "tokens to generate. Pass `token_input=<name>`."
+    )
+
+
+def _input_names(model):
+    """Maps each input name to its KerasTensor (dict keys for dict inputs)."""
+    structure = model.input
+    if isinstance(structure, dict):
+        return dict(structure)
+    return {t.name: t for t in keras.tree.flatten(structure)}

@@ -1,0 +1,69 @@
+import dataclasses
+
+from keras_attn.layers import attention_ops
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionMasks:
+    """The masks of one self-attention call, as the attention core receives them.
+
+    `MultiHeadSelfAttention.call` checks the masks once and hands this record
+    to `_attend`, the hook its subclasses (`LocalBlockAttention`,
+    `RelativeGlobalAttention`) replace; each core then lays the masks out as
+    its logits need (dense (B, H, T, S), or per block). One convention:
+    boolean, True = may attend.
+
+    Args:
+        padding_mask: (B, S) bool or None: True for real keys.
+        attention_mask: (B, T, S) or (B, H, T, S) bool or None.
+        use_causal_mask: whether a query may see only keys at or before its
+            own absolute position.
+        cache_index: absolute position of query 0 (int or int32 scalar; 0
+            without a cache).
+        valid_key_length: with a cache, the number of cache positions filled
+            so far (`cache_index + T`; later slots are unwritten); None
+            without one.
+
+    Example:
+    >>> from keras_attn.layers.attention_masks import AttentionMasks
+    >>> masks = AttentionMasks(use_causal_mask=True)
+    >>> masks.may_have_empty_rows, masks.cached
+    (False, False)
+    >>> import keras
+    >>> keras.ops.convert_to_numpy(masks.merged(1, 2, 2)).tolist()
+    [[[[True, False], [True, True]]]]
+
+    Reference:
+        Vaswani et al. 2017, "Attention Is All You Need", section 3.2.3
+        (masking illegal connections before the softmax).
+    """
+
+    padding_mask: object = None
+    attention_mask: object = None
+    use_causal_mask: bool = False
+    cache_index: object = 0
+    valid_key_length: object = None
+
+    @property
+    def cached(self):
+        """Whether the keys come from a cache."""
+        return self.valid_key_length is not None
+
+    @property
+    def may_have_empty_rows(self):
+        """Whether a query row may keep no key at all: only a padding or an
+        attention mask can empty one (a causal query always sees itself), so
+        without them the masked softmax may skip its empty-row guard."""
+        return self.padding_mask is not None or self.attention_mask is not None
+
+    def merged(self, batch_size, query_length, key_length):
+        """All masks as one (B, 1 or H, T, S) bool tensor (see
+        `attention_ops.merge_masks`), or None when nothing is masked."""
+        return attention_ops.merge_masks(
+            batch_size, query_length, key_length,
+            key_padding_mask=self.padding_mask,
+            attention_mask=self.attention_mask,
+            use_causal_mask=self.use_causal_mask,
+            cache_index=self.cache_index,
+            valid_key_length=self.valid_key_length,
+        )
