@@ -20,7 +20,8 @@ import sys
 VERBOSE = "--verbose" in sys.argv[1:]
 
 
-def _import_tensorflow_silently():
+def import_tensorflow_silently():
+    """Imports tensorflow with file descriptor 2 on /dev/null (see above)."""
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
     sys.stderr.flush()
     saved = os.dup(2)
@@ -38,4 +39,4 @@ def _import_tensorflow_silently():
 
 
 if not VERBOSE and "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
-    _import_tensorflow_silently()
+    import_tensorflow_silently()

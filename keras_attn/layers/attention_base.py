@@ -1,3 +1,5 @@
+import inspect
+
 import keras
 
 from keras_attn import checks
@@ -18,6 +20,23 @@ def clone_initializer(initializer):
     if not isinstance(initializer, keras.initializers.Initializer):
         return initializer
     return initializer.__class__.from_config(initializer.get_config())
+
+
+def bound_call_arguments(layer, args, kwargs):
+    """The arguments of `layer.call(*args, **kwargs)` by name, defaults filled
+    in: what `compute_output_spec(self, *args, **kwargs)` reads, so the call
+    signature is written once, on `call`.
+
+    Args:
+        layer: the layer.
+        args, kwargs: the arguments Keras passes on (KerasTensors or values).
+
+    Returns:
+        A dict from each parameter name of `layer.call` to its value.
+    """
+    bound = inspect.signature(layer.call).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments
 
 
 class AttentionBase(keras.layers.Layer):

@@ -89,20 +89,7 @@ def blockify(x, block_shape, constant_values=0):
     split = [shape[0]]
     for i, b in enumerate(block_shape):
         split += [shape[1 + i] // b, b]
-    x = ops.reshape(x, split + rest)
-    if n > 1:
-        # (B, N1, b1, N2, b2, ...) -> (B, N1, N2, b1, b2, ...)
-        grid = [1 + 2 * i for i in range(n)]
-        inner = [2 + 2 * i for i in range(n)]
-        tail = list(range(1 + 2 * n, 1 + 2 * n + len(rest)))
-        x = ops.transpose(x, [0] + grid + inner + tail)
-    count = 1
-    for i in range(n):
-        count = count * split[1 + 2 * i]
-    size = 1
-    for b in block_shape:
-        size *= b
-    return ops.reshape(x, [shape[0], count, size] + rest)
+    return _merge_grid(ops.reshape(x, split + rest), n)
 
 
 def unblockify(x, block_shape, spatial_shape):
@@ -193,16 +180,22 @@ def overlapping_blocks(x, block_shape, before, after, constant_values=0):
     for i in reversed(range(n)):
         # Axis 1 + i becomes (Ni, wi); earlier axes keep their index.
         x = _overlap_axis(x, 1 + i, block_shape[i], before[i], after[i], constant_values)
+    return _merge_grid(x, n)
+
+
+def _merge_grid(x, n):
+    """(B, N1, w1, ..., Nn, wn, ...) -> (B, N1 * ... * Nn, w1 * ... * wn, ...):
+    blocks in raster order of their grid, positions in raster order inside
+    each block. The w's must be static."""
     shape = dims(x)
     rest = shape[1 + 2 * n:]
-    if n > 1:
+    if n > 1:  # (B, N1, w1, N2, w2, ...) -> (B, N1, N2, w1, w2, ...)
         grid = [1 + 2 * i for i in range(n)]
         inner = [2 + 2 * i for i in range(n)]
         tail = list(range(1 + 2 * n, 1 + 2 * n + len(rest)))
         x = ops.transpose(x, [0] + grid + inner + tail)
-    count = 1
-    size = 1
+    count, size = 1, 1
     for i in range(n):
         count = count * shape[1 + 2 * i]
-        size *= before[i] + block_shape[i] + after[i]
+        size = size * shape[2 + 2 * i]
     return ops.reshape(x, [shape[0], count, size] + rest)

@@ -65,14 +65,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             pair `(fh, fw)` (rows, columns) for 2D; non-negative. Defaults
             to `block_size` (the previous block, as in the paper's 1D
             masked setting).
-        value_dim: V, size of each head's value; defaults to `key_dim`.
-        dropout: dropout rate on the attention probabilities, in [0, 1).
-        use_bias: whether the projections have biases.
-        output_dim: width of the output; defaults to the input width D.
-        kernel_initializer: initializer of the projection kernels.
-        bias_initializer: initializer of the projection biases.
-        seed: int seed of the attention dropout, for reproducible runs.
-        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+        **kwargs: the other arguments of `MultiHeadSelfAttention`
+            (`value_dim`, `dropout`, `use_bias`, `output_dim`,
+            `kernel_initializer`, `bias_initializer`, `seed`), and the base
+            `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
         inputs: (B, T, D) for an int `block_size`; (B, height, width, D)
@@ -144,33 +140,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         self-attention: 1D and 2D query blocks with a memory flange).
     """
 
-    def __init__(
-        self,
-        num_heads,
-        key_dim,
-        block_size,
-        memory_flange=None,
-        value_dim=None,
-        dropout=0.0,
-        use_bias=True,
-        output_dim=None,
-        kernel_initializer="glorot_uniform",
-        bias_initializer="zeros",
-        seed=None,
-        **kwargs,
-    ):
-        super().__init__(
-            num_heads=num_heads,
-            key_dim=key_dim,
-            value_dim=value_dim,
-            dropout=dropout,
-            use_bias=use_bias,
-            output_dim=output_dim,
-            kernel_initializer=kernel_initializer,
-            bias_initializer=bias_initializer,
-            seed=seed,
-            **kwargs,
-        )
+    def __init__(self, num_heads, key_dim, block_size, memory_flange=None, **kwargs):
+        super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         block = self._as_sizes("block_size", block_size)
         if any(b <= 0 for b in block):
             raise ValueError(

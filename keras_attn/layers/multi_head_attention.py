@@ -2,7 +2,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import attention_ops
-from keras_attn.layers.attention_base import AttentionBase
+from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -225,17 +225,10 @@ class MultiHeadAttention(AttentionBase):
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
 
-    def compute_output_spec(
-        self,
-        query,
-        value=None,
-        key=None,
-        attention_mask=None,
-        value_padding_mask=None,
-        cache=None,
-        return_attention_scores=False,
-        training=None,
-    ):
+    def compute_output_spec(self, *args, **kwargs):
+        arguments = bound_call_arguments(self, args, kwargs)
+        query, cache = arguments["query"], arguments["cache"]
+        value, return_attention_scores = arguments["value"], arguments["return_attention_scores"]
         outputs = keras.KerasTensor(
             self.compute_output_shape(tuple(query.shape)), self.compute_dtype
         )

@@ -3,8 +3,8 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers import attention_ops
+from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
 from keras_attn.layers.attention_masks import AttentionMasks
-from keras_attn.layers.attention_base import AttentionBase
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -371,17 +371,10 @@ class MultiHeadSelfAttention(AttentionBase):
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[:-1]) + (self.output_dim or inputs_shape[-1],)
 
-    def compute_output_spec(
-        self,
-        inputs,
-        padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        cache=None,
-        cache_index=None,
-        return_attention_scores=False,
-        training=None,
-    ):
+    def compute_output_spec(self, *args, **kwargs):
+        arguments = bound_call_arguments(self, args, kwargs)
+        inputs, cache = arguments["inputs"], arguments["cache"]
+        return_attention_scores = arguments["return_attention_scores"]
         shape = tuple(inputs.shape)
         outputs = keras.KerasTensor(self.compute_output_shape(shape), self.compute_dtype)
         results = (outputs,)

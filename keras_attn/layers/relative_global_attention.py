@@ -57,14 +57,10 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         heads_share_relative_embedding: if True, one (2M - 1, K) table for
             all heads (Shaw et al.); if False (default, as the Music
             Transformer), one per head, (H, 2M - 1, K).
-        value_dim: V, size of each head's value; defaults to `key_dim`.
-        dropout: dropout rate on the attention probabilities, in [0, 1).
-        use_bias: whether the projections have biases.
-        output_dim: width of the output; defaults to the input width D.
-        kernel_initializer: initializer of the projection kernels.
-        bias_initializer: initializer of the projection biases.
-        seed: int seed of the attention dropout, for reproducible runs.
-        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+        **kwargs: the other arguments of `MultiHeadSelfAttention`
+            (`value_dim`, `dropout`, `use_bias`, `output_dim`,
+            `kernel_initializer`, `bias_initializer`, `seed`), and the base
+            `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     The relative embeddings are initialised from N(0, key_dim ** -0.5), as in
     tensor2tensor. Under mixed precision they are read in float32 (not
@@ -90,10 +86,9 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         training: Python bool; enables dropout.
 
     Returns:
-        `outputs` (B, T, output_dim); then, in this order and only when asked
-        for: `attention_scores` (B, H, T, S) (the probabilities, before
-        dropout; exactly zero where masked), and the updated `cache`
-        (B, max_length, H, K + V) when a `cache` was passed.
+        As `MultiHeadSelfAttention`: `outputs` (B, T, output_dim), then the
+        `attention_scores` (B, H, T, S) when asked for, then the updated
+        `cache` when one was passed.
 
     Raises:
         ValueError: if `max_relative_position` is not a positive integer or

@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attn.layers import attention_ops
+from keras_attn.layers.attention_base import bound_call_arguments
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.transformer_block import TransformerBlock
 
@@ -276,19 +277,12 @@ class TransformerDecoder(TransformerBlock):
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return tuple(decoder_sequence_shape)
 
-    def compute_output_spec(
-        self,
-        decoder_sequence,
-        encoder_sequence=None,
-        decoder_padding_mask=None,
-        encoder_padding_mask=None,
-        use_causal_mask=True,
-        self_attention_cache=None,
-        cache_index=None,
-        cross_attention_cache=None,
-        return_attention_scores=False,
-        training=None,
-    ):
+    def compute_output_spec(self, *args, **kwargs):
+        arguments = bound_call_arguments(self, args, kwargs)
+        decoder_sequence, encoder_sequence = arguments["decoder_sequence"], arguments["encoder_sequence"]
+        self_attention_cache = arguments["self_attention_cache"]
+        cross_attention_cache = arguments["cross_attention_cache"]
+        return_attention_scores = arguments["return_attention_scores"]
         def spec(shape, dtype=None):
             return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)
 
