@@ -382,14 +382,9 @@ def check_top_k(top_k, in_graph=True):
 
 
 def check_top_p(top_p, in_graph=True):
-    """Checks a nucleus mass: a number or number scalar tensor in (0, 1].
-
-    Args:
-        top_p: float or float scalar tensor (not None).
-        in_graph: check a traced value in the graph.
-
-    Returns:
-        `top_p` (traced: depending on its check).
+    """Checks a nucleus mass `top_p` (float, or float scalar tensor; not
+    None): in (0, 1]. As `check_top_k`, a traced value is checked in the
+    graph when `in_graph`, and `top_p` is returned.
 
     Raises:
         ValueError: on a bool, a non-scalar tensor, or a value known now

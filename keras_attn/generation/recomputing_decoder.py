@@ -31,15 +31,15 @@ class RecomputingDecoder(Decoder):
 
     Example:
     >>> import keras
-    >>> from keras_attn.generation import RecomputingDecoder, greedy_search
-    >>> from keras_attn.models import translation_transformer
-    >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
-    ...                                 num_heads=2, intermediate_dim=32)
-    >>> reference = RecomputingDecoder(model)
-    >>> tokens = greedy_search(reference, keras.ops.array([[1]]), max_length=6,
-    ...                        inputs={"encoder_tokens": keras.ops.array([[5, 6, 2]])})
-    >>> tuple(tokens.shape)
-    (1, 6)
+    >>> from keras_attn.generation import CachedDecoder, RecomputingDecoder, greedy_search
+    >>> from keras_attn.models import music_transformer
+    >>> lm = music_transformer(40, num_layers=1, hidden_dim=16, num_heads=2,
+    ...                        intermediate_dim=32, max_relative_position=8)
+    >>> primer = keras.ops.array([[1, 7, 9]])
+    >>> slow = greedy_search(RecomputingDecoder(lm), primer, max_length=8)
+    >>> fast = greedy_search(CachedDecoder(lm), primer, max_length=8)
+    >>> bool(keras.ops.all(slow == fast))
+    True
 
     Reference:
         Vaswani et al. 2017, "Attention Is All You Need", section 3.

@@ -75,14 +75,13 @@ def sample(
     Example:
     >>> import keras
     >>> from keras_attn.generation import sample
-    >>> from keras_attn.models import translation_transformer
-    >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
-    ...                                 num_heads=2, intermediate_dim=32)
-    >>> source = keras.ops.array([[5, 6, 7, 2]])
-    >>> tokens = sample(model, keras.ops.array([[1]]), max_length=8, seed=42,
-    ...                 top_p=0.9, end_token_id=2, inputs={"encoder_tokens": source})
+    >>> from keras_attn.models import music_transformer
+    >>> lm = music_transformer(40, num_layers=1, hidden_dim=16, num_heads=2,
+    ...                        intermediate_dim=32, max_relative_position=8)
+    >>> primer = keras.ops.array([[1, 7, 9, 0], [1, 4, 0, 0]])  # right-padded
+    >>> tokens = sample(lm, primer, max_length=12, seed=42, top_k=5, top_p=0.9)
     >>> tuple(tokens.shape)
-    (1, 8)
+    (2, 12)
 
     Reference:
         Holtzman et al. 2019, "The Curious Case of Neural Text

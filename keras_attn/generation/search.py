@@ -70,13 +70,11 @@ def greedy_search(
     Example:
     >>> import keras
     >>> from keras_attn.generation import greedy_search
-    >>> from keras_attn.models import translation_transformer
-    >>> model = translation_transformer(50, num_layers=1, hidden_dim=16,
-    ...                                 num_heads=2, intermediate_dim=32)
-    >>> source = keras.ops.array([[5, 6, 7, 2], [8, 9, 2, 0]])
-    >>> start = keras.ops.array([[1], [1]])
-    >>> tokens = greedy_search(model, start, max_length=10, end_token_id=2,
-    ...                        inputs={"encoder_tokens": source})
+    >>> from keras_attn.models import music_transformer
+    >>> lm = music_transformer(40, num_layers=1, hidden_dim=16, num_heads=2,
+    ...                        intermediate_dim=32, max_relative_position=8)
+    >>> prompts = keras.ops.array([[1, 7, 9, 3], [1, 4, 0, 0]])  # right-padded
+    >>> tokens = greedy_search(lm, prompts, max_length=10, end_token_id=2)
     >>> tuple(tokens.shape)
     (2, 10)
 

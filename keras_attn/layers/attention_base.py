@@ -43,20 +43,12 @@ class AttentionBase(keras.layers.Layer):
     """Constructor arguments, config and sublayer factories shared by every
     attention layer of the library (not exported: use a concrete layer).
 
-    The arguments mean what they mean in `keras.layers.MultiHeadAttention`.
-
-    Args:
-        num_heads: H, number of attention heads (positive int).
-        key_dim: K, size of each head's query and key (positive int).
-        value_dim: V, size of each head's value; defaults to `key_dim`.
-        dropout: dropout rate on the attention probabilities, in [0, 1).
-        use_bias: whether the projections have biases.
-        output_dim: width of the output; defaults to the input width.
-        kernel_initializer: initializer of the projection kernels; each
-            projection gets its own copy (see `clone_initializer`).
-        bias_initializer: initializer of the projection biases (copied too).
-        seed: int seed of the attention dropout.
-        **kwargs: base `keras.layers.Layer` arguments.
+    The arguments (`num_heads`, `key_dim`, `value_dim`, `dropout`,
+    `use_bias`, `output_dim`, `kernel_initializer`, `bias_initializer`,
+    `seed`) are documented on the public layers, `MultiHeadSelfAttention`
+    and `MultiHeadAttention`, and mean what they mean in
+    `keras.layers.MultiHeadAttention`. Each projection gets its own copy of
+    an initializer (see `clone_initializer`).
 
     Raises:
         ValueError: if a size is not a positive integer or `dropout` is not

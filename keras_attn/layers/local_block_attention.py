@@ -222,15 +222,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         super()._check_inputs_shape(shape)
 
     def init_cache(self, batch_size, max_length, dtype=None):
-        """Returns an empty key/value cache for causal 1D decoding.
-
-        Args:
-            batch_size: B.
-            max_length: the number of positions the cache can hold.
-            dtype: dtype of the cache; defaults to the layer's compute dtype.
-
-        Returns:
-            Zeros of shape (B, max_length, H, key_dim + value_dim).
+        """As `MultiHeadSelfAttention.init_cache` (zeros of shape (B,
+        max_length, H, key_dim + value_dim)), for causal 1D decoding only.
 
         Raises:
             ValueError: if the layer is 2D, or a size is not positive.
@@ -256,29 +249,9 @@ class LocalBlockAttention(MultiHeadSelfAttention):
                 "or call the layer on the whole sequence without a cache."
             )
 
-    def call(
-        self,
-        inputs,
-        padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        cache=None,
-        cache_index=None,
-        return_attention_scores=False,
-        training=None,
-    ):
-        if cache is not None:
-            self._check_cache_supported(use_causal_mask)
-        return super().call(
-            inputs,
-            padding_mask=padding_mask,
-            attention_mask=attention_mask,
-            use_causal_mask=use_causal_mask,
-            cache=cache,
-            cache_index=cache_index,
-            return_attention_scores=return_attention_scores,
-            training=training,
-        )
+    def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
+        self._check_cache_supported(use_causal_mask)
+        return super()._check_cache(cache, cache_index, inputs, use_causal_mask)
 
     # ----------------------------------------------------------- attention
     def _window(self, use_causal_mask):

@@ -205,7 +205,9 @@ class MultiHeadSelfAttention(AttentionBase):
         static_length = inputs.shape[1]
 
         if cache is not None:
-            cache_index, static_key_length = self._check_cache(cache, cache_index, inputs)
+            cache_index, static_key_length = self._check_cache(
+                cache, cache_index, inputs, use_causal_mask
+            )
         else:
             cache_index, static_key_length = 0, static_length
 
@@ -295,8 +297,10 @@ class MultiHeadSelfAttention(AttentionBase):
         key, value = ops.split(key_value, [self.key_dim], axis=-1)
         return query, key, value, cache
 
-    def _check_cache(self, cache, cache_index, inputs):
-        """Validates the cache and index; returns (offset, static cache length)."""
+    def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
+        """Validates the cache and index (a subclass may refuse a cache for
+        the call, e.g. without `use_causal_mask`); returns (offset, static
+        cache length)."""
         expected = (self.num_heads, self.key_dim + self._value_dim)
         if len(cache.shape) != 4 or tuple(cache.shape[2:]) != expected:
             raise ValueError(

@@ -67,23 +67,14 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
     autocast), so the relative logits, like the content logits, are float32.
 
     Call arguments:
-        inputs: (B, T, D) float tensor.
-        padding_mask: (B, S) bool, `True` = real token, applied to the keys.
-            Without a cache S = T; with a cache S is the cache length.
-            Defaults to the Keras implicit mask of `inputs` when no cache is
-            used.
-        attention_mask: (B, T, S) or (B, H, T, S) bool, `True` = query t may
-            attend to key s. Combined with the other masks by logical AND.
-        use_causal_mask: if True, query t (at absolute position
-            `cache_index + t`) attends only to keys at positions <= its own.
-        cache: (B, max_length, H, K + V) tensor from `init_cache`; the
-            keys/values of `inputs` are written at `cache_index`, and
-            attention runs over the cache. Slots not written yet are masked.
-        cache_index: int or int32 scalar tensor, absolute position of
-            `inputs[:, 0]`. Defaults to 0.
-        return_attention_scores: if True, also return the attention
-            probabilities.
-        training: Python bool; enables dropout.
+        As `MultiHeadSelfAttention.call`: `inputs` (B, T, D); `padding_mask`
+        (B, S) bool (S = T, or the cache length with a cache; defaults to
+        the implicit mask without a cache); `attention_mask` (B, T, S) or
+        (B, H, T, S) bool; `use_causal_mask`; `cache` (B, max_length, H,
+        K + V) from `init_cache`; `cache_index` (the absolute position of
+        `inputs[:, 0]`, which the relative distances are measured from, so
+        cached decoding equals the full pass); `return_attention_scores`;
+        `training`. Masks: bool, True = may attend, AND-ed together.
 
     Returns:
         As `MultiHeadSelfAttention`: `outputs` (B, T, output_dim), then the
