@@ -28,7 +28,7 @@ from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer  # noqa:
 from keras_attn.preprocessing.text import encode_source  # noqa: E402
 
 
-def make_translate_fn(model, tokenizer, max_length, num_beams=4, length_penalty=0.6):
+def make_translate_fn(model, tokenizer, max_length, num_beams=4, length_penalty_alpha=0.6):
     """A compiled function: (B,) source strings -> (B, max_length) target ids.
 
     Sources are tokenized as in training (`encode_source`: truncated to
@@ -51,7 +51,7 @@ def make_translate_fn(model, tokenizer, max_length, num_beams=4, length_penalty=
             return greedy_search(decoder, start, max_length, end_token_id=tokenizer.end_id,
                                  inputs=inputs, suppressed_token_ids=suppressed)
         return beam_search(
-            decoder, start, max_length, num_beams=num_beams, length_penalty_alpha=length_penalty,
+            decoder, start, max_length, num_beams=num_beams, length_penalty_alpha=length_penalty_alpha,
             end_token_id=tokenizer.end_id, inputs=inputs, suppressed_token_ids=suppressed,
         )
 
@@ -142,7 +142,7 @@ def report(args, model, tokenizer):
     strategies = [("beam", args.num_beams)] if args.num_beams > 1 else []
     strategies.append(("greedy", 1))
     for name, beams in strategies:
-        translate = make_translate_fn(model, tokenizer, args.max_length, beams, args.length_penalty)
+        translate = make_translate_fn(model, tokenizer, args.max_length, beams, args.length_penalty_alpha)
         start = time.time()
         hypotheses = translate_sentences(translate, tokenizer, sources, args.eval_batch_size)
         seconds = time.time() - start

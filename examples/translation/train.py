@@ -102,7 +102,8 @@ def parse_args(argv=None):
     parser.add_argument("--learning_rate_scale", type=float, default=0.25)
     parser.add_argument("--label_smoothing", type=float, default=0.1)
     parser.add_argument("--num_beams", type=int, default=4, help="1 = greedy decoding")
-    parser.add_argument("--length_penalty", type=float, default=0.6)
+    parser.add_argument("--length_penalty_alpha", "--length_penalty", type=float, default=0.6,
+                        help="alpha of the GNMT length penalty of beam search")
     parser.add_argument("--eval_split", default="test_2016_flickr")
     parser.add_argument("--eval_size", type=int, default=None, help="score only the first N test sentences")
     parser.add_argument("--eval_batch_size", type=int, default=64)
@@ -295,7 +296,7 @@ def main(argv=None):
         path = export_translator(
             model, tokenizer, args.export_dir, version=version,
             max_length=args.max_length, num_beams=args.num_beams,
-            length_penalty=args.length_penalty,
+            length_penalty_alpha=args.length_penalty_alpha,
         )
         print(f"Exported the translator to {path}")
         with open(os.path.join(args.output_dir, "export_path.txt"), "w") as f:

@@ -12,7 +12,7 @@ def export_translator(
     version=1,
     max_length=64,
     num_beams=4,
-    length_penalty=0.6,
+    length_penalty_alpha=0.6,
     source_tokenizer=None,
     include_text_signature=True,
     overwrite=False,
@@ -53,7 +53,8 @@ def export_translator(
         version: positive int (TF Serving serves the highest).
         max_length: static length of sources and of generated sequences.
         num_beams: beam size, fixed at export (1 = greedy).
-        length_penalty: GNMT alpha (0.6 in Vaswani et al. 2017).
+        length_penalty_alpha: alpha of the GNMT length penalty
+            (`keras_attn.generation.length_penalty`; 0.6 in Vaswani et al. 2017).
         source_tokenizer: optional separate source `SubwordTokenizer`.
         include_text_signature: False writes the token-id model only (no
             TF Text op in the graph).
@@ -95,7 +96,7 @@ def export_translator(
             )
         return beam_search(
             decoder, start, max_length, num_beams=num_beams,
-            length_penalty_alpha=length_penalty, end_token_id=tokenizer.end_id, inputs=inputs,
+            length_penalty_alpha=length_penalty_alpha, end_token_id=tokenizer.end_id, inputs=inputs,
             suppressed_token_ids=suppressed,
         )
 
