@@ -5,7 +5,10 @@ search over cached decoders, with `keras.ops` loops that compile under XLA
 
 `CachedDecoder` adapts any functional keras_attn model (decoder-only or
 encoder-decoder, every self-attention type) to position-by-position
-decoding with caches; `RecomputingDecoder` is the recompute-everything
+decoding with caches. It knows no layer classes: a layer opts in by what its
+`call` declares (a cache: `init_cache` and `cache` / `cache_index`
+arguments; a position: `start_index`), so your own layers decode too (the
+protocol is in `CachedDecoder`'s docstring); `RecomputingDecoder` is the recompute-everything
 reference; both are `Decoder`s (the protocol the strategies run, with the
 beam bookkeeping written once). The strategies take either a model or a
 decoder.
