@@ -86,7 +86,12 @@ class CachedDecoder(Decoder):
       `cross_attention_cache` argument: the engine computes that cache once
       per batch and passes it with `encoder_padding_mask`. The graph must
       have called it with `use_causal_mask=True` (where the call takes it),
-      and only its first output may lead to the logits;
+      and only its first output may lead to the logits. Keras hands the
+      implicit mask of an input only to an argument named `mask`, so a
+      padding-mask argument must fall back to it when None (as keras_attn's
+      layers do, with `attention_ops.get_implicit_mask`), or the full model
+      would not mask what the engine masks. A cached layer that also takes
+      `start_index` gets `start_index=cache_index` as a position-aware one;
     * **position-aware** layers take a `start_index` call argument (the
       absolute position of the first input position): they are replayed
       with all their recorded arguments and `start_index=cache_index` (plus
@@ -295,10 +300,17 @@ class CachedDecoder(Decoder):
         with cross-attention, the encoder side as memory."""
         op, parameters = step["op"], call["parameters"]
         given = _given_arguments(op, step["node"])
+        if "mask" in parameters:
+            raise ValueError(
+                f"CachedDecoder: {name} takes Keras' `mask` call argument, which "
+                "Keras fills with the implicit mask of its input (B, T); the "
+                "engine passes a cached layer its padding mask over the cache "
+                "(B, max_length) as `padding_mask`. Rename the argument to "
+                "`padding_mask` and fall back to the implicit mask when it is None."
+            )
+        replayed = _REPLAYED_ARGUMENTS | {call["sequence"], call["padding_mask"], "start_index"}
         for arg, value in given.items():
-            if arg not in _REPLAYED_ARGUMENTS | {call["sequence"], call["padding_mask"]} and (
-                value is not None
-            ):
+            if arg not in replayed and value is not None:
                 raise ValueError(
                     f"CachedDecoder: {name} is called with `{arg}` in the model "
                     "graph. The engine supplies caches itself and replays only "
@@ -321,6 +333,8 @@ class CachedDecoder(Decoder):
                 "to run through it."
             )
         step.update(kind="cached", call=call, sequence=sequence, reads=[sequence])
+        if "start_index" in parameters:
+            step["start_index"] = self._recorded_start(name, given, parameters)
         self._plan_padding_mask(step, name, given.get(call["padding_mask"]), call["padding_mask"])
         if given.get("encoder_sequence") is not None:
             self._plan_cross_attention(step, name, given, plan_static)
@@ -357,19 +371,22 @@ class CachedDecoder(Decoder):
         (the absolute position of the first input position). Replayed with all
         its recorded arguments; tensors that do not depend on the tokens (e.g.
         a conditioning image) become memory, computed once."""
-        op = step["op"]
-        signature = inspect.signature(op.call)
-        start = _given_arguments(op, step["node"]).get(
-            "start_index", signature.parameters["start_index"].default
-        )
-        start = checks.static_int(start)
+        signature = inspect.signature(step["op"].call)
+        given = _given_arguments(step["op"], step["node"])
+        start = self._recorded_start(name, given, signature.parameters)
+        step.update(kind="position", start_index=start, signature=signature)
+        return step
+
+    @staticmethod
+    def _recorded_start(name, given, parameters):
+        """The Python int `start_index` a layer was called with in the graph."""
+        start = checks.static_int(given.get("start_index", parameters["start_index"].default))
         if start is None:
             raise ValueError(
                 f"CachedDecoder: {name} is called with a tensor `start_index`; "
                 "expected a Python int (the engine adds the cache index to it)."
             )
-        step.update(kind="position", start_index=start, signature=signature)
-        return step
+        return start
 
     def _plan_padding_mask(self, step, name, explicit, arg):
         """Where the padding mask of a cached layer comes from: its explicit
@@ -437,7 +454,7 @@ class CachedDecoder(Decoder):
                 f"a static shape). Received: max_length={max_length!r}."
             )
         for step in self._steps:
-            limit = getattr(step["op"], "max_positions", None) if step["kind"] == "position" else None
+            limit = getattr(step["op"], "max_positions", None) if "start_index" in step else None
             if limit is not None and step["start_index"] + max_length > limit:
                 raise ValueError(
                     f"max_length={max_length} does not fit layer "
@@ -558,10 +575,19 @@ class CachedDecoder(Decoder):
             kwargs[call["padding_mask"]] = self._update_mask(step, values, masks, cache_index)
         if "use_causal_mask" in call["parameters"]:
             kwargs["use_causal_mask"] = True
+        if "start_index" in step:
+            kwargs["start_index"] = ops.cast(cache_index, "int32") + step["start_index"]
         if "memory" in step:
             cross_cache, mask = memory[step["memory"]]
             kwargs.update(encoder_padding_mask=mask, cross_attention_cache=cross_cache)
         results = _call(step["op"], (values[id(step["sequence"])],), kwargs)
+        if not isinstance(results, (tuple, list)) or len(results) < 2:
+            raise ValueError(
+                f"CachedDecoder: layer '{step['op'].name}' ({type(step['op']).__name__}) "
+                "has `init_cache`, but called with a cache it returned "
+                f"{type(results).__name__} instead of `(outputs, new_cache, ...)`. "
+                "A cached layer must return its updated cache after its outputs."
+            )
         return results[0], results[1]
 
     @staticmethod

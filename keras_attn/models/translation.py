@@ -39,8 +39,8 @@ def translation_transformer(
     `translation_transformer(V, num_layers=6, hidden_dim=512, num_heads=8,
     intermediate_dim=2048, dropout=0.1)`.
 
-    The layers carry stable names that the generation engine relies on:
-    `encoder_embedding`, `encoder_layer_<i>`, `decoder_embedding`,
+    The layers carry stable names (for `model.get_layer`, weight paths and
+    checkpoints): `encoder_embedding`, `encoder_layer_<i>`, `decoder_embedding`,
     `decoder_layer_<i>`, `decoder_final_norm` / `encoder_final_norm`
     (pre-norm only) and `logits`.
 

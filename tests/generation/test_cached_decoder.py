@@ -236,3 +236,52 @@ def test_a_cached_layer_without_a_cache_argument_is_refused():
         mask = np.tril(np.ones((8, 8), bool))[None]
         CachedDecoder(_model(lambda x: MultiHeadSelfAttention(2, 8, name="attention")(
             x, use_causal_mask=True, attention_mask=keras.ops.convert_to_tensor(mask))))
+
+
+class _PositionedRunningMean(_CausalRunningMean):
+    """A cached layer with its own learned positions: it also takes
+    `start_index` and declares `max_positions`."""
+
+    max_positions = 12
+
+    def build(self, inputs_shape):
+        super().build(inputs_shape)
+        self.table = self.add_weight(shape=(12, inputs_shape[-1]), name="table")
+
+    def call(self, inputs, start_index=0, use_causal_mask=True, cache=None, cache_index=None):
+        positions = keras.ops.arange(keras.ops.shape(inputs)[1], dtype="int32") + start_index
+        inputs = inputs + 3.0 * keras.ops.take(self.table, positions, axis=0)[None]
+        return super().call(inputs, use_causal_mask, cache, cache_index)
+
+
+def test_a_cached_layer_with_its_own_positions_gets_start_index():
+    ids = keras.Input((None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(tiny_models.VOCABULARY, 16, name="embedding")(ids)
+    x = _PositionedRunningMean(name="positioned")(x)
+    model = keras.Model(ids, keras.layers.Dense(tiny_models.VOCABULARY, name="logits")(x))
+    tokens = RNG.integers(1, tiny_models.VOCABULARY, (2, 12)).astype("int32")
+    decoder = CachedDecoder(model)
+    np.testing.assert_allclose(
+        _stepwise_logits(decoder, tokens, prefill=3), np.asarray(model(tokens)), atol=1e-4
+    )
+    with pytest.raises(ValueError, match=r"max_length=13 does not fit layer 'positioned'.*12 positions"):
+        decoder.initial_state(2, 13)
+
+
+def test_cached_layers_that_break_the_protocol_are_named():
+    class _ForgetsItsCache(_CausalRunningMean):
+        def call(self, inputs, use_causal_mask=True, cache=None, cache_index=None):
+            result = super().call(inputs, use_causal_mask, cache, cache_index)
+            return result[0] if cache is not None else result
+
+    decoder = CachedDecoder(_model(lambda x: _ForgetsItsCache(name="forgetful")(x)))
+    state = decoder.initial_state(1, 4)
+    with pytest.raises(ValueError, match=r"'forgetful'.*returned .* instead of `\(outputs, new_cache"):
+        decoder(np.ones((1, 2), "int32"), 0, state)
+
+    class _TakesKerasMask(_CausalRunningMean):
+        def call(self, inputs, mask=None, use_causal_mask=True, cache=None, cache_index=None):
+            return super().call(inputs, use_causal_mask, cache, cache_index)
+
+    with pytest.raises(ValueError, match=r"'keras_mask'.*`mask` call argument.*Rename"):
+        CachedDecoder(_model(lambda x: _TakesKerasMask(name="keras_mask")(x)))
