@@ -293,9 +293,13 @@ class MultiHeadSelfAttention(AttentionBase):
         cache = ops.slice_update(
             cache, (0, cache_index, 0, 0), ops.cast(key_value, cache.dtype)
         )
-        key_value = ops.cast(cache, query.dtype)
-        key, value = ops.split(key_value, [self.key_dim], axis=-1)
+        key, value = self._cached_keys_values(cache, query.dtype)
         return query, key, value, cache
+
+    def _cached_keys_values(self, cache, dtype):
+        """The keys (B, L, H, K) and values (B, L, H, V) the attention core
+        gets from the updated cache (B, L, H, K + V)."""
+        return ops.split(ops.cast(cache, dtype), [self.key_dim], axis=-1)
 
     def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
         """Validates the cache and index (a subclass may refuse a cache for
