@@ -187,8 +187,11 @@ def top_p_filter(logits, p):
     checks.check_top_p(p, in_graph=False)
     if isinstance(p, numbers.Real) and p >= 1.0:
         return logits
-    vocabulary_size = logits.shape[-1]
-    sorted_logits, order = ops.top_k(logits, vocabulary_size)
+    # Descending with ties in index order on every backend: argsort is
+    # stable on JAX and PyTorch and built on top_k (ties in index order) on
+    # TensorFlow, while PyTorch's top_k leaves the order of ties open.
+    order = ops.argsort(ops.negative(logits), axis=-1)
+    sorted_logits = ops.take_along_axis(logits, order, axis=-1)
     probs = ops.softmax(ops.cast(sorted_logits, "float32"), axis=-1)
     mass_before = ops.cumsum(probs, axis=-1) - probs
     keep_sorted = ops.less(mass_before, ops.cast(p, "float32"))
@@ -198,26 +201,42 @@ def top_p_filter(logits, p):
 
 
 # --------------------------------------------------------- stateless noise
+# 32-bit words are held in int32 (two's complement): addition and
+# multiplication wrap as they do on uint32, XOR is the same, and a logical
+# right shift is an arithmetic one with the sign bits masked off. The bits
+# are those of the uint32 hash, and every backend has these int32 ops
+# (PyTorch has only a few for uint32).
 _MASK32 = 0xFFFFFFFF
+
+
+def _word(value):
+    """A Python int as the int32 tensor of its low 32 bits."""
+    value &= _MASK32
+    return ops.convert_to_tensor(value - (1 << 32) if value >= 1 << 31 else value, "int32")
+
+
+def _shift_right(h, bits):
+    """Logical right shift of 32-bit words held in int32."""
+    return ops.bitwise_and(ops.right_shift(h, bits), _word((1 << (32 - bits)) - 1))
 
 
 def _mix(h):
     """The 32-bit finaliser of MurmurHash3 (a bijection with full
-    avalanche) on uint32 tensors."""
-    h = ops.bitwise_xor(h, ops.right_shift(h, 16))
-    h = ops.multiply(h, ops.convert_to_tensor(0x85EBCA6B, "uint32"))
-    h = ops.bitwise_xor(h, ops.right_shift(h, 13))
-    h = ops.multiply(h, ops.convert_to_tensor(0xC2B2AE35, "uint32"))
-    return ops.bitwise_xor(h, ops.right_shift(h, 16))
+    avalanche) on 32-bit words (int32 tensors)."""
+    h = ops.bitwise_xor(h, _shift_right(h, 16))
+    h = ops.multiply(h, _word(0x85EBCA6B))
+    h = ops.bitwise_xor(h, _shift_right(h, 13))
+    h = ops.multiply(h, _word(0xC2B2AE35))
+    return ops.bitwise_xor(h, _shift_right(h, 16))
 
 
 def _seed_key(seed):
-    """A (2,) uint32 key from an int or an int tensor of shape () or (2,)."""
+    """A (2,) int32 key (two 32-bit words) from an int or an int tensor of
+    shape () or (2,)."""
     if isinstance(seed, bool):
         raise ValueError(f"`seed` must be an int or an int tensor. Received: seed={seed!r}.")
     if isinstance(seed, numbers.Integral):
-        seed = [int(seed) & _MASK32, (int(seed) >> 32) & _MASK32]
-        return ops.convert_to_tensor(seed, "uint32")
+        return ops.stack([_word(int(seed)), _word(int(seed) >> 32)])
     if not hasattr(seed, "shape"):
         seed = ops.convert_to_tensor(seed)
     shape = tuple(seed.shape)
@@ -226,9 +245,10 @@ def _seed_key(seed):
             "`seed` must be an int, or an int tensor of shape () or (2,) "
             f"(stateless seed). Received shape {shape}."
         )
-    seed = ops.reshape(ops.cast(seed, "uint32"), (-1,))
+    # A cast to int32 keeps the low 32 bits of an int64 seed (wraps).
+    seed = ops.reshape(ops.cast(seed, "int32"), (-1,))
     if shape != (2,):
-        seed = ops.concatenate([seed, ops.zeros((1,), "uint32")])
+        seed = ops.concatenate([seed, ops.zeros((1,), "int32")])
     return seed
 
 
@@ -236,7 +256,7 @@ def gumbel_noise(key, position, shape):
     """Standard Gumbel noise, a pure function of (key, position, index).
 
     Args:
-        key: (2,) uint32 from the seed.
+        key: (2,) int32 words from the seed.
         position: int32 scalar (the decoding position).
         shape: (B, V).
 
@@ -244,20 +264,17 @@ def gumbel_noise(key, position, shape):
         (B, V) float32 samples of -log(-log(U)), U uniform in (0, 1) on a
         grid of 2**23 values.
     """
-    def constant(value):
-        return ops.convert_to_tensor(value, "uint32")
-
-    step = ops.cast(position, "uint32")
-    k1 = _mix(ops.bitwise_xor(key[0], _mix(key[1] + constant(0x9E3779B9))))
-    k2 = _mix(ops.bitwise_xor(k1, _mix(step + constant(0x7F4A7C15))))
-    k3 = _mix(k2 + constant(0x632BE5AB))
-    rows = ops.cast(ops.arange(shape[0], dtype="int32"), "uint32")
-    columns = ops.cast(ops.arange(shape[1], dtype="int32"), "uint32")
-    # One distinct counter per (row, token) while B * V < 2**32.
-    counter = rows[:, None] * constant(shape[1]) + columns[None, :]
+    step = ops.cast(position, "int32")
+    k1 = _mix(ops.bitwise_xor(key[0], _mix(key[1] + _word(0x9E3779B9))))
+    k2 = _mix(ops.bitwise_xor(k1, _mix(step + _word(0x7F4A7C15))))
+    k3 = _mix(k2 + _word(0x632BE5AB))
+    rows = ops.arange(shape[0], dtype="int32")
+    columns = ops.arange(shape[1], dtype="int32")
+    # One distinct counter per (row, token) while B * V < 2**31.
+    counter = rows[:, None] * ops.cast(shape[1], "int32") + columns[None, :]
     bits = _mix(ops.bitwise_xor(_mix(ops.bitwise_xor(counter, k3)), k2))
     # 23 bits -> (0, 1): (2k + 1) / 2**24 is exact in float32 and < 1.
-    uniform = (ops.cast(ops.right_shift(bits, 9), "float32") + 0.5) * (2.0 ** -23)
+    uniform = (ops.cast(_shift_right(bits, 9), "float32") + 0.5) * (2.0 ** -23)
     return -ops.log(-ops.log(uniform))
 
 

@@ -80,7 +80,7 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients(kind, padding_name, c
         out, scores = layer(
             x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
         )
-        return keras.ops.sum(keras.ops.cast(out, "float32") * probe), (out, scores)
+        return keras.ops.sum(keras.ops.multiply(keras.ops.cast(out, "float32"), probe)), (out, scores)
 
     (out, scores), grads = gradients(forward, [x], layer)
     assert _finite([out, scores]) and _finite(grads)
@@ -132,7 +132,7 @@ def test_blocks_with_fully_masked_rows(kind, block_type):
 
     def forward(x):
         out, scores = run(x, padding)
-        return keras.ops.sum(out * probe), (out, scores)
+        return keras.ops.sum(keras.ops.multiply(out, probe)), (out, scores)
 
     (out, scores), grads = gradients(forward, [x], block)
     assert _finite([out, scores]) and _finite(grads)
@@ -166,7 +166,7 @@ def test_cross_attention_with_an_empty_memory():
 
     def forward(query, value):
         out, scores = layer(query, value, value_padding_mask=padding, return_attention_scores=True)
-        return keras.ops.sum(out * probe), (out, scores)
+        return keras.ops.sum(keras.ops.multiply(out, probe)), (out, scores)
 
     (out, scores), grads = gradients(forward, [query, value], layer)
     assert _finite([out, scores]) and _finite(grads)
