@@ -20,7 +20,9 @@ TINY = dict(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropo
 
 @pytest.fixture(scope="module")
 def cifar():
-    """The shipped CIFAR-10 sample (real photos): training part and labels."""
+    """The shipped CIFAR-10 sample (real photos): training part and labels.
+    Decoding the JPEGs takes TensorFlow (skipped in a venv without it)."""
+    pytest.importorskip("tensorflow", reason="the sample's JPEGs are decoded with TensorFlow")
     return images.load_cifar10(SAMPLE, "train")
 
 

@@ -14,7 +14,9 @@ SAMPLE = os.path.join(
 
 @pytest.fixture(scope="module")
 def sample_images():
-    """The first 24 images of the shipped CIFAR-10 sample (real photos)."""
+    """The first 24 images of the shipped CIFAR-10 sample (real photos).
+    Decoding the JPEGs takes TensorFlow (skipped in a venv without it)."""
+    pytest.importorskip("tensorflow", reason="the sample's JPEGs are decoded with TensorFlow")
     return images.load_cifar10(SAMPLE, split="all")[0][:24]
 
 
@@ -103,6 +105,7 @@ def test_split_is_deterministic_disjoint_and_complete():
 def test_load_cifar10_sample_splits_and_decodes_like_pillow():
     from PIL import Image
 
+    pytest.importorskip("tensorflow", reason="the sample's JPEGs are decoded with TensorFlow")
     train, train_labels = images.load_cifar10(SAMPLE, "train")
     validation, validation_labels = images.load_cifar10(SAMPLE, "validation")
     assert train.shape == (900, 32, 32, 3) and validation.shape == (100, 32, 32, 3)
