@@ -15,6 +15,7 @@ import os
 import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the tests' subprocesses
 
 _VERBOSE = any(arg == "--verbose" or arg.startswith("-v") for arg in sys.argv[1:])
 _TENSORFLOW = os.environ["KERAS_BACKEND"] == "tensorflow"

@@ -163,6 +163,25 @@ def check_sizes(**sizes):
             raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}.")
 
 
+def check_max_length(max_length, meaning):
+    """Raises a ValueError unless `max_length` is a positive Python int.
+
+    Args:
+        max_length: the value received (bools refused; a tensor too: it is
+            a static shape).
+        meaning: what the length is, for the message (e.g. "the number of
+            positions the caches hold, a static shape").
+
+    Raises:
+        ValueError: naming `max_length`, what it means and the value received.
+    """
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0:
+        raise ValueError(
+            f"`max_length` must be a positive Python int: {meaning}. "
+            f"Received: max_length={max_length!r}."
+        )
+
+
 def check_heads_divide(hidden_dim, num_heads):
     """Raises a ValueError unless `num_heads` divides `hidden_dim` (D = H x
     key_dim, as in Vaswani et al. 2017, section 3.2.2).

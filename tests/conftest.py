@@ -1,4 +1,6 @@
-"""Shared test setup: one process, quiet TensorFlow, float32 by default.
+"""Shared test setup: float32 and the same seed in every test, and the
+TensorFlow-only marker (the backend default and quiet TensorFlow are the root
+conftest.py's).
 
 The suite runs on the Keras backend named by KERAS_BACKEND (default
 tensorflow). Tests that need TensorFlow itself (SavedModel export, TF
@@ -12,11 +14,8 @@ a new test there is never run on JAX by mistake.
 
 import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import keras  # noqa: E402
-import pytest  # noqa: E402
+import keras
+import pytest
 
 BACKEND = keras.backend.backend()
 

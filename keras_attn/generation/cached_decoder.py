@@ -448,11 +448,7 @@ class CachedDecoder(Decoder):
                 encoder path needs is missing, or `max_length` exceeds a
                 learned position table.
         """
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0:
-            raise ValueError(
-                "`max_length` must be a positive Python int (the cache size is "
-                f"a static shape). Received: max_length={max_length!r}."
-            )
+        checks.check_max_length(max_length, "the number of positions the caches hold, a static shape")
         for step in self._steps:
             limit = getattr(step["op"], "max_positions", None) if "start_index" in step else None
             if limit is not None and step["start_index"] + max_length > limit:

@@ -44,15 +44,6 @@ def as_decoder(model):
     )
 
 
-def check_max_length(max_length):
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0:
-        raise ValueError(
-            "`max_length` must be a positive Python int: the total length of "
-            "the returned sequences (prompt included), a static shape. "
-            f"Received: max_length={max_length!r}."
-        )
-
-
 def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
     """Validates and lays out a right-padded prompt.
 
@@ -74,7 +65,9 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
         ValueError: if the prompt is not a rank-2 integer tensor of static
             width 1 <= P <= max_length.
     """
-    check_max_length(max_length)
+    checks.check_max_length(
+        max_length, "the total length of the returned sequences (prompt included), a static shape"
+    )
     if not hasattr(prompt, "dtype") or not hasattr(prompt, "shape"):
         prompt = ops.convert_to_tensor(prompt)
     dtype = keras.backend.standardize_dtype(prompt.dtype)
