@@ -111,6 +111,10 @@ def parse_args(argv=None):
     parser.add_argument("--low_resolution_prior_scale", type=float, default=16.0,
                         help="the Laplace scale (intensity levels) that prior starts from; "
                              "0 = start from zeros")
+    parser.add_argument("--no_consistency", dest="consistency", action="store_false",
+                        help="count the prior's offsets from the interpolated value alone, not "
+                             "from the value that keeps each 4x4 block consistent with the "
+                             "input given the pixels generated so far (super resolution)")
     parser.add_argument("--warmup_steps", type=int, default=50)
     parser.add_argument("--learning_rate_scale", type=float, default=0.4,
                         help="multiplier of the warmup / inverse-sqrt schedule "
@@ -201,6 +205,7 @@ def build_model(args):
             low_resolution_logit_bias=None if args.low_resolution_logit_bias == "none"
             else args.low_resolution_logit_bias,
             low_resolution_prior_scale=args.low_resolution_prior_scale or None,
+            low_resolution_consistency=args.consistency,
             **sizes
         )
     else:
@@ -330,7 +335,7 @@ def main(argv=None):
             "num_layers", "num_encoder_layers", "hidden_dim", "num_heads", "intermediate_dim",
             "block_size", "memory_flange", "dropout", "position", "align_positions",
             "low_resolution_embedding", "low_resolution_logit_bias",
-            "low_resolution_prior_scale")},
+            "low_resolution_prior_scale", "consistency")},
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }

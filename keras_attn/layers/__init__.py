@@ -1,6 +1,7 @@
 """Attention layers and Transformer blocks (keras.ops only)."""
 
 from keras_attn.layers.local_block_attention import LocalBlockAttention
+from keras_attn.layers.low_resolution_block_sums import LowResolutionBlockSums
 from keras_attn.layers.low_resolution_embedding import LowResolutionEmbedding
 from keras_attn.layers.low_resolution_logit_bias import LowResolutionLogitBias
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -15,6 +16,7 @@ from keras_attn.layers.transformer_encoder import TransformerEncoder
 
 __all__ = [
     "LocalBlockAttention",
+    "LowResolutionBlockSums",
     "LowResolutionEmbedding",
     "LowResolutionLogitBias",
     "MultiHeadAttention",

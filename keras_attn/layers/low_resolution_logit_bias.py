@@ -56,6 +56,15 @@ class LowResolutionLogitBias(keras.layers.Layer):
             raster sequence of the low-resolution image.
         start_index: int or int32 scalar, the absolute position of
             `logits[:, 0]` (the cache index during decoding). Defaults to 0.
+        block_sums: optional (B, T) float, from `LowResolutionBlockSums`:
+            the sum of the intensities generated before each position in
+            its low-resolution block. With it the offsets count from the
+            *consistent* value instead: the interpolated value plus the
+            block's remaining deficit (4x4 times the low-resolution value,
+            minus what was generated, minus the interpolated values still
+            to come) spread over the pixels still to come, so the prior
+            steers each block towards the average its input demands (see
+            `LowResolutionRaster.consistent_values`).
 
     Returns:
         (B, T, N) logits plus the offset bias, in the logits' dtype.
@@ -130,7 +139,7 @@ class LowResolutionLogitBias(keras.layers.Layer):
         prior = np.broadcast_to(-np.abs(offsets) / self.prior_scale, shape)
         return ops.convert_to_tensor(prior, dtype=dtype or "float32")
 
-    def call(self, logits, low_resolution, start_index=0):
+    def call(self, logits, low_resolution, start_index=0, block_sums=None):
         if logits.shape[-1] not in (None, self.num_intensities):
             raise ValueError(
                 f"{type(self).__name__}: `logits` must end with num_intensities="
@@ -141,20 +150,19 @@ class LowResolutionLogitBias(keras.layers.Layer):
         # one row gather per position (its gradient is a row scatter-add).
         table = ops.take(self.offset_bias, self._offsets, axis=1)
         table = ops.reshape(table, (self.channels * self.num_intensities, self.num_intensities))
-        ids = self.raster.channel_value_ids(low_resolution, ops.shape(logits)[1], start_index)
+        ids = self.raster.channel_value_ids(
+            low_resolution, ops.shape(logits)[1], start_index, block_sums
+        )
         return logits + ops.cast(ops.take(table, ids, axis=0), logits.dtype)
 
-    def compute_output_shape(self, logits_shape, low_resolution_shape=None):
+    def compute_output_shape(self, logits_shape, low_resolution_shape=None, *args, **kwargs):
         return tuple(logits_shape)
 
     def get_config(self):
         config = super().get_config()
+        config.update(self.raster.config())
         config.update(
             {
-                "image_size": self.image_size,
-                "low_resolution_size": self.low_resolution_size,
-                "channels": self.channels,
-                "num_intensities": self.num_intensities,
                 "interpolation": self.interpolation,
                 "prior_scale": self.prior_scale,
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),

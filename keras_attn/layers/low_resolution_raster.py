@@ -1,7 +1,7 @@
 """Where a high-resolution raster position sits on the low-resolution image.
 
-The geometry shared by `LowResolutionEmbedding` and `LowResolutionLogitBias`
-(one home): the low-resolution intensity at each position of a
+The geometry shared by `LowResolutionEmbedding`, `LowResolutionLogitBias`
+and `LowResolutionBlockSums` (one home): the low-resolution intensity at each position of a
 high-resolution raster sequence of channel intensities
 (`keras_attn.preprocessing.images` layout), by the covering pixel
 ("nearest") or by bicubic upsampling. Internal; not a layer.
@@ -62,6 +62,16 @@ class LowResolutionRaster:
             for small, big in zip(self.low_resolution_size, self.image_size)
         )
 
+    def config(self):
+        """The geometry as layer config entries (image_size,
+        low_resolution_size, channels, num_intensities)."""
+        return {
+            "image_size": self.image_size,
+            "low_resolution_size": self.low_resolution_size,
+            "channels": self.channels,
+            "num_intensities": self.num_intensities,
+        }
+
     @property
     def num_positions(self):
         """Intensities of the high-resolution image (H * W * C)."""
@@ -93,14 +103,93 @@ class LowResolutionRaster:
             return ops.take(ops.cast(low_resolution, "int32"), self._covering(positions), axis=1)
         return ops.take(self._upsampled(low_resolution), positions, axis=1)
 
-    def channel_value_ids(self, low_resolution, length, start_index=0):
+    def channel_value_ids(self, low_resolution, length, start_index=0, block_sums=None):
         """(B, h*w*C) low-resolution raster -> (B, length) int32 ids
         `channel * num_intensities + value` of positions `start_index ..
         start_index + length - 1`: the row of a per-channel table (C * N
-        rows) that both low-resolution layers look up."""
+        rows) that both low-resolution layers look up. With `block_sums`
+        ((B, length) float), the value is `consistent_values`."""
         positions = self.positions(length, start_index)
-        values = self.values(low_resolution, positions)
+        if block_sums is None:
+            values = self.values(low_resolution, positions)
+        else:
+            values = self.consistent_values(low_resolution, positions, block_sums)
         return values + ((positions % self.channels) * self.num_intensities)[None, :]
+
+    @property
+    def block_area(self):
+        """High-resolution pixels per low-resolution pixel (16 for 4x)."""
+        (height, width), (low_height, low_width) = self.image_size, self.low_resolution_size
+        return (height // low_height) * (width // low_width)
+
+    def covering_index(self, positions):
+        """(T,) high-resolution raster positions -> (T,) int32 raster index
+        of the same channel of the low-resolution pixel covering each (the
+        block it was averaged from)."""
+        return self._covering(positions)
+
+    def order_in_block(self, positions):
+        """(T,) positions -> (T,) int32 how many pixels of the same block
+        come before each in raster order (0 .. block_area - 1)."""
+        height, width = self.image_size
+        low_height, low_width = self.low_resolution_size
+        pixel = positions // self.channels
+        row, column = pixel // width, pixel % width
+        block_width = width // low_width
+        return (row % (height // low_height)) * block_width + column % block_width
+
+    def consistent_values(self, low_resolution, positions, block_sums):
+        """The interpolated value at each position, corrected so that its
+        block averages to the low-resolution value given what was generated.
+
+        With `a` = block_area pixels per block (one channel), `k` of them
+        already generated with sum `s`, the low-resolution value `L` and the
+        interpolated (bicubic, or nearest: `L`) values `b` of the pixels from this one to the block's end
+        (`r = a - k` of them, this one included):
+
+            value = b_this + (a * L - s - sum(b)) / r
+
+        i.e. the block's remaining deficit spread evenly over the pixels
+        still to come (for the first pixel, about the bicubic value; for
+        the last, exactly what makes the block average L).
+
+        Args:
+            low_resolution: (B, h*w*C) int low-resolution raster.
+            positions: (T,) int32 high-resolution positions.
+            block_sums: (B, T) float sum `s` of the intensities generated
+                before each position in its block and channel
+                (`LowResolutionBlockSums`).
+
+        Returns:
+            (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
+        """
+        self.check_length(low_resolution)
+        if self.interpolation == "nearest":
+            everywhere = self._covering(ops.arange(self.num_positions, dtype="int32"))
+            upsampled = ops.take(ops.cast(low_resolution, "float32"), everywhere, axis=1)
+        else:
+            upsampled = self._upsampled(low_resolution, rounded=False)
+        remaining = ops.take(self._remaining_sums(upsampled), positions, axis=1)
+        bicubic = ops.take(upsampled, positions, axis=1)
+        low = ops.take(ops.cast(low_resolution, "float32"), self._covering(positions), axis=1)
+        pixels_left = ops.cast(self.block_area - self.order_in_block(positions), "float32")
+        deficit = self.block_area * low - ops.cast(block_sums, "float32") - remaining
+        value = ops.round(bicubic + deficit / pixels_left[None, :])
+        return ops.cast(ops.clip(value, 0, self.num_intensities - 1), "int32")
+
+    def _remaining_sums(self, raster):
+        """(B, H*W*C) float raster -> (B, H*W*C): at each position, the sum
+        of its block's values (same channel) from it to the block's end in
+        raster order."""
+        height, width = self.image_size
+        low_height, low_width = self.low_resolution_size
+        fy, fx = height // low_height, width // low_width
+        x = ops.reshape(raster, (-1, low_height, fy, low_width, fx, self.channels))
+        x = ops.reshape(ops.transpose(x, (0, 1, 3, 5, 2, 4)),
+                        (-1, low_height, low_width, self.channels, fy * fx))
+        x = ops.flip(ops.cumsum(ops.flip(x, axis=-1), axis=-1), axis=-1)
+        x = ops.reshape(x, (-1, low_height, low_width, self.channels, fy, fx))
+        return ops.reshape(ops.transpose(x, (0, 1, 4, 2, 5, 3)), (-1, self.num_positions))
 
     def _covering(self, positions):
         """High-resolution raster positions -> the raster index of the same
@@ -112,9 +201,10 @@ class LowResolutionRaster:
         low_pixel = (row // (height // low_height)) * low_width + column // (width // low_width)
         return low_pixel * self.channels + channel
 
-    def _upsampled(self, low_resolution):
+    def _upsampled(self, low_resolution, rounded=True):
         """(B, h*w*C) low-resolution raster -> (B, H*W*C) int32 raster of
-        its bicubic upsampling.
+        its bicubic upsampling (float32, clipped but not rounded, with
+        `rounded=False`).
 
         Bicubic upsampling is linear: one (H, h) and one (W, w) matrix of
         cubic-convolution weights, applied with an einsum. That equals
@@ -126,7 +216,9 @@ class LowResolutionRaster:
         image = ops.reshape(low_resolution, (-1, low_height, low_width, self.channels))
         rows, columns = self._bicubic_matrices
         image = ops.einsum("ih,bhwc,jw->bijc", rows, ops.cast(image, "float32"), columns)
-        image = ops.cast(ops.clip(ops.round(image), 0, self.num_intensities - 1), "int32")
+        image = ops.clip(image, 0, self.num_intensities - 1)
+        if rounded:
+            image = ops.cast(ops.round(image), "int32")
         return ops.reshape(image, (-1, self.num_positions))
 
 

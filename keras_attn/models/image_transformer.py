@@ -14,6 +14,7 @@ the distribution of `x_t` given `x_0 .. x_{t-1}` and the conditioning).
 import keras
 
 from keras_attn.layers import LocalBlockAttention
+from keras_attn.layers import LowResolutionBlockSums
 from keras_attn.layers import LowResolutionEmbedding
 from keras_attn.layers import LowResolutionLogitBias
 from keras_attn.layers import PixelEmbedding
@@ -164,6 +165,7 @@ def super_resolution_transformer(
     low_resolution_embedding="bicubic",
     low_resolution_logit_bias="bicubic",
     low_resolution_prior_scale=16.0,
+    low_resolution_consistency=True,
     name="super_resolution_transformer",
 ):
     """Builds the Image Transformer for super resolution (e.g. 8x8 -> 32x32).
@@ -193,7 +195,8 @@ def super_resolution_transformer(
 
     Layer names: `encoder_embedding`, `encoder_embedding_dropout`,
     `encoder_layer_<i>`, `encoder_final_norm` (pre-norm),
-    `low_resolution_embedding` and `add_low_resolution_embedding`, and the
+    `low_resolution_block_sums`, `low_resolution_embedding` and
+    `add_low_resolution_embedding`, `low_resolution_logit_bias`, and the
     decoder's names as in `image_transformer`.
 
     Args:
@@ -222,6 +225,11 @@ def super_resolution_transformer(
             (`LowResolutionLogitBias`, layer `low_resolution_logit_bias`).
         low_resolution_prior_scale: the Laplace scale, in intensity levels,
             that prior starts from (`prior_scale`); None = zeros.
+        low_resolution_consistency: the low-resolution embedding and
+            logit bias read, instead of the interpolated value alone, the
+            value that keeps each 4x4 block consistent with the input given
+            the intensities generated so far (`LowResolutionBlockSums`,
+            layer `low_resolution_block_sums`). Default True.
 
     Returns:
         `keras.Model` with inputs `low_resolution` (B, h * w * C) int32
@@ -293,12 +301,19 @@ def super_resolution_transformer(
         NUM_INTENSITIES + 1, hidden_dim, image_size=(height, width), channels=channels,
         position=position, scale_token_embeddings=True, name="decoder_embedding",
     )(decoder_tokens)
+    block_sums = None
+    if low_resolution_consistency and (low_resolution_embedding or low_resolution_logit_bias):
+        block_sums = LowResolutionBlockSums(
+            image_size=(height, width), low_resolution_size=(low_height, low_width),
+            channels=channels, num_intensities=NUM_INTENSITIES, dtype="float32",
+            name="low_resolution_block_sums",
+        )(decoder_tokens)
     if low_resolution_embedding is not None:
         covering = LowResolutionEmbedding(
             hidden_dim, image_size=(height, width), low_resolution_size=(low_height, low_width),
             channels=channels, num_intensities=NUM_INTENSITIES,
             interpolation=low_resolution_embedding, name="low_resolution_embedding",
-        )(decoder_tokens, low_resolution)
+        )(decoder_tokens, low_resolution, block_sums=block_sums)
         x = keras.layers.Add(name="add_low_resolution_embedding")([x, covering])
     logits = _decoder(x, e, num_layers, hidden_dim, num_heads, intermediate_dim,
                       block_size, memory_flange, dropout, normalize_first)
@@ -309,7 +324,7 @@ def super_resolution_transformer(
             interpolation=low_resolution_logit_bias,
             prior_scale=low_resolution_prior_scale, dtype="float32",
             name="low_resolution_logit_bias",
-        )(logits, low_resolution)
+        )(logits, low_resolution, block_sums=block_sums)
     return keras.Model(
         {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
     )

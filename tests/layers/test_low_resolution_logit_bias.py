@@ -88,6 +88,44 @@ def test_bicubic_counts_offsets_from_the_rounded_bicubic_upsampling():
     np.testing.assert_allclose(out, bias[channels[None, :, None], index], atol=1e-6)
 
 
+def test_consistent_value_spreads_the_block_deficit_hand_computed():
+    # One 2x2 block, one channel, low-resolution value 100 (block sum 400).
+    # Generated 120, 90, 110: the prior's peak (argmax) at each position is
+    # 100 + (400 - sum so far - 100 * pixels left) / pixels left.
+    layer = LowResolutionLogitBias(image_size=2, low_resolution_size=1, channels=1,
+                                   interpolation="nearest", prior_scale=4.0)
+    sums = np.array([[0.0, 120.0, 210.0, 320.0]], "float32")
+    out = np.asarray(layer(np.zeros((1, 4, 256), "float32"), np.array([[100]], "int32"),
+                           block_sums=sums))
+    assert out.argmax(-1).tolist() == [[100, 93, 95, 80]]  # 93.3, 95.0, 80.0 exactly
+
+
+def test_consistent_value_corrects_the_bicubic_upsampling():
+    tf = pytest.importorskip("tensorflow")
+    layer = _layer_with_random_bias(image_size=8, low_resolution_size=2)
+    low = _low_image(7, size=(2, 2))
+    rng = np.random.default_rng(8)
+    sums = rng.integers(0, 16 * 255, (2, 192)).astype("float32")
+    out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low, block_sums=sums))
+    # NumPy: b + (16 L - s - sum of b from here to the block's end) / left.
+    upsampled = tf.image.resize(low.reshape(2, 2, 2, 3).astype("float32"), (8, 8), "bicubic")
+    bicubic = np.clip(np.asarray(upsampled), 0, 255).reshape(2, -1)
+    positions = np.arange(192)
+    pixel, channel = positions // 3, positions % 3
+    row, column = pixel // 8, pixel % 8
+    block = ((row // 4) * 2 + column // 4) * 3 + channel
+    order = (row % 4) * 4 + column % 4
+    remaining = np.stack([
+        [bicubic[b, (block == block[p]) & (order >= order[p])].sum() for p in positions]
+        for b in range(2)
+    ])
+    value = bicubic + (16 * low[:, block] - sums - remaining) / (16 - order)
+    value = np.clip(np.round(value), 0, 255).astype(int)
+    bias = np.asarray(layer.offset_bias)
+    index = np.arange(256)[None, None, :] - value[..., None] + 255
+    np.testing.assert_allclose(out, bias[channel[None, :, None], index], atol=1e-6)
+
+
 def test_layer_life_cycle():
     run_layer_test(
         LowResolutionLogitBias,

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.generation import CachedDecoder, RecomputingDecoder, sample
+from keras_attn.generation import CachedDecoder, RecomputingDecoder, greedy_search, sample
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy
 from keras_attn.metrics import BitsPerDimension
 from keras_attn.models import image_transformer, super_resolution_transformer
@@ -115,6 +115,31 @@ def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
     assert cached[:, 0].tolist() == [START_TOKEN] * 3
     assert cached[:, 1:].min() >= 0 and cached[:, 1:].max() < 256
     assert not np.array_equal(run(CachedDecoder(model), 12), cached)
+
+
+@pytest.mark.parametrize("consistency", [True, False])
+def test_prior_led_decoding_keeps_each_block_at_its_input_average(cifar, consistency):
+    # With the network's logits silenced, greedy decoding follows the prior's
+    # peak: with consistency it spreads each 2x2 block's deficit over the
+    # pixels still to come, so downsampling the output gives the input back
+    # (to the rounding of the last pixel); without it, the rounded bicubic
+    # values, whose block averages drift from the input.
+    high = _small_images(cifar, 4, 6)
+    low = images.downsample(high, 2)
+    model = _super_resolution(low_resolution_consistency=consistency)
+    logits_layer = model.get_layer("logits")
+    logits_layer.kernel.assign(keras.ops.zeros_like(logits_layer.kernel))
+    logits_layer.bias.assign(keras.ops.zeros_like(logits_layer.bias))
+    decoded = greedy_search(
+        model, np.full((6, 1), START_TOKEN, "int32"), max_length=49,
+        inputs={"low_resolution": images.to_raster(low)},
+    )
+    out = images.from_raster(np.asarray(decoded)[:, 1:], 4, 4).astype("int32")
+    error = np.abs(images.downsample(out.astype(np.uint8), 2).astype(int) - low)
+    if consistency:
+        assert error.max() <= 1
+    else:
+        assert error.max() > 1
 
 
 def test_untrained_model_is_near_eight_bits_per_dimension(cifar):

@@ -1,0 +1,130 @@
+import keras
+from keras import ops
+
+from keras_attn.layers.low_resolution_raster import LowResolutionRaster
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class LowResolutionBlockSums(keras.layers.Layer):
+    """For each position of a super resolver's output, the sum of the
+    intensities already generated in its low-resolution block.
+
+    A 4x downsampled image fixes the average of every 4x4 block of the
+    original (per channel, to rounding). Position `p` of the high-resolution
+    raster sequence of channel intensities (`keras_attn.preprocessing.images`
+    layout) lies in the block of one low-resolution pixel; this layer
+    returns the sum `s_p` of the intensities of the same channel in that
+    block that come before `p` in raster order, read from the decoder's
+    input (the targets shifted right behind a start token, so the token at
+    position `p` is the intensity at `p - 1`). `LowResolutionLogitBias`
+    turns it into the value that keeps the block consistent with its input
+    (the "consistency" of Dahl et al. 2017: a super resolver must not
+    contradict its low-resolution image).
+
+    Local self-attention cannot do this: with a one-row query block and a
+    one-row memory flange, a pixel in the last row of a 4-row block never
+    sees the first two. The sum is exact, costs O(T * h * w * C) and needs
+    no weights.
+
+    A cached layer in the sense of `keras_attn.generation.CachedDecoder`:
+    `init_cache` gives the running sums of every block, (B, h * w * C)
+    float32, and a call with `cache` and `cache_index` adds the new tokens,
+    so decoding one position at a time equals the full pass.
+
+    Args:
+        image_size: high-resolution (height, width), or one int for a
+            square.
+        low_resolution_size: low-resolution (height, width) or one int;
+            each side must divide the high-resolution one.
+        channels: colour channels per pixel (3 for RGB).
+        num_intensities: N, intensity values per channel (256); larger ids
+            (the start token) count as nothing.
+        **kwargs: base `keras.layers.Layer` arguments (the model builder
+            passes `dtype="float32"`: sums up to 16 * 255 are exact there).
+
+    Call arguments:
+        decoder_tokens: (B, T) int, the decoder input at positions
+            `cache_index .. cache_index + T - 1` (T <= H * W * C + 1).
+        cache: None, or the (B, h * w * C) float32 sums from `init_cache`
+            or the previous call.
+        cache_index: int or int32 scalar, the absolute position of
+            `decoder_tokens[:, 0]`. Defaults to 0.
+
+    Returns:
+        (B, T) float32 sums `s_p` (in intensity levels); with a cache,
+        `(sums, new_cache)`.
+
+    Raises:
+        ValueError: on invalid sizes (as `LowResolutionEmbedding`), or
+            `decoder_tokens` that are not (batch, length).
+
+    Example:
+    >>> import keras
+    >>> from keras_attn.layers import LowResolutionBlockSums
+    >>> sums = LowResolutionBlockSums(image_size=4, low_resolution_size=2, channels=1)
+    >>> tokens = keras.ops.array([[256, 10, 20, 30, 40, 50, 60, 70, 80]])
+    >>> keras.ops.convert_to_numpy(sums(tokens)).tolist()
+    [[0.0, 10.0, 0.0, 30.0, 30.0, 80.0, 70.0, 140.0, 0.0]]
+
+    Reference:
+        The consistency measure of Dahl et al. 2017, "Pixel Recursive Super
+        Resolution" (section 5), made an input of the Image Transformer's
+        super resolver (Parmar et al. 2018, section 5.2).
+    """
+
+    def __init__(self, image_size, low_resolution_size, channels=3, num_intensities=256,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.raster = LowResolutionRaster(
+            self, image_size, low_resolution_size, channels, num_intensities, "nearest"
+        )
+        self.image_size = self.raster.image_size
+        self.low_resolution_size = self.raster.low_resolution_size
+        self.channels = channels
+        self.num_intensities = num_intensities
+        low_height, low_width = self.low_resolution_size
+        self.num_blocks = low_height * low_width * channels
+
+    def init_cache(self, batch_size, max_length=None):
+        """(B, h * w * C) float32 zeros: nothing generated yet. `max_length`
+        is accepted for the cache protocol; the sums do not grow with it."""
+        return ops.zeros((batch_size, self.num_blocks), "float32")
+
+    def call(self, decoder_tokens, cache=None, cache_index=0):
+        if len(decoder_tokens.shape) != 2:
+            raise ValueError(
+                f"{type(self).__name__}: `decoder_tokens` must be (batch, length) "
+                f"token ids. Received: decoder_tokens.shape={tuple(decoder_tokens.shape)}."
+            )
+        length = ops.shape(decoder_tokens)[1]
+        start = ops.cast(cache_index, "int32")
+        positions = ops.arange(length, dtype="int32") + start
+        # The token at position p is the intensity at p - 1 (none at p = 0).
+        previous = positions - 1
+        counts = (previous >= 0) & (previous < self.raster.num_positions)
+        tokens = ops.cast(decoder_tokens, "int32")
+        counts = counts[None, :] & (tokens < self.num_intensities)
+        values = ops.where(counts, ops.cast(tokens, "float32"), 0.0)
+        token_blocks = self.raster.covering_index(ops.clip(previous, 0, self.raster.num_positions - 1))
+        running = ops.cumsum(
+            values[:, :, None] * ops.one_hot(token_blocks, self.num_blocks)[None], axis=1
+        )
+        if cache is not None:
+            running = running + ops.cast(cache, "float32")[:, None, :]
+        # Sum at p over its own block: tokens up to p are intensities before p.
+        own_blocks = self.raster.covering_index(self.raster.positions(length, start))
+        sums = ops.sum(running * ops.one_hot(own_blocks, self.num_blocks)[None], axis=-1)
+        if cache is None:
+            return sums
+        return sums, running[:, -1, :]
+
+    def compute_output_spec(self, decoder_tokens, cache=None, cache_index=0):
+        sums = keras.KerasTensor(tuple(decoder_tokens.shape), dtype="float32")
+        if cache is None:
+            return sums
+        return sums, keras.KerasTensor(tuple(cache.shape), dtype="float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self.raster.config())
+        return config
