@@ -59,10 +59,6 @@ class LowResolutionEmbedding(keras.layers.Layer):
             image.
         start_index: int or int32 scalar, the absolute position of
             `inputs[:, 0]` (the cache index during decoding). Defaults to 0.
-        block_sums: optional (B, T) float from `LowResolutionBlockSums`:
-            embed the *consistent* value instead, the interpolated value
-            corrected by what the block still needs to average to its
-            low-resolution value (`LowResolutionRaster.consistent_values`).
 
     Returns:
         (B, T, D) embeddings in the compute dtype.
@@ -132,16 +128,14 @@ class LowResolutionEmbedding(keras.layers.Layer):
         self.embedding.build()
         self.built = True
 
-    def call(self, inputs, low_resolution, start_index=0, block_sums=None):
-        ids = self.raster.channel_value_ids(
-            low_resolution, ops.shape(inputs)[1], start_index, block_sums
-        )
+    def call(self, inputs, low_resolution, start_index=0):
+        ids = self.raster.channel_value_ids(low_resolution, ops.shape(inputs)[1], start_index)
         embeddings = self.embedding(ids)
         if self.scale_embeddings:
             embeddings = embeddings * ops.cast(self.embedding_dim**0.5, embeddings.dtype)
         return embeddings
 
-    def compute_output_shape(self, inputs_shape, low_resolution_shape=None, *args, **kwargs):
+    def compute_output_shape(self, inputs_shape, low_resolution_shape=None):
         return (inputs_shape[0], inputs_shape[1], self.embedding_dim)
 
     def get_config(self):

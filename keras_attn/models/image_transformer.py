@@ -225,11 +225,13 @@ def super_resolution_transformer(
             (`LowResolutionLogitBias`, layer `low_resolution_logit_bias`).
         low_resolution_prior_scale: the Laplace scale, in intensity levels,
             that prior starts from (`prior_scale`); None = zeros.
-        low_resolution_consistency: the low-resolution embedding and
-            logit bias read, instead of the interpolated value alone, the
-            value that keeps each 4x4 block consistent with the input given
-            the intensities generated so far (`LowResolutionBlockSums`,
-            layer `low_resolution_block_sums`). Default True.
+        low_resolution_consistency: the logit bias counts its offsets from
+            the value that keeps each 4x4 block consistent with the input
+            given the intensities generated so far (`LowResolutionBlockSums`,
+            layer `low_resolution_block_sums`) instead of the interpolated
+            value alone. Default True. (Measured on CIFAR-10, 300 steps: 5.19
+            bits/dim; giving the embedding that value too: 5.24; neither:
+            5.33.)
 
     Returns:
         `keras.Model` with inputs `low_resolution` (B, h * w * C) int32
@@ -301,23 +303,23 @@ def super_resolution_transformer(
         NUM_INTENSITIES + 1, hidden_dim, image_size=(height, width), channels=channels,
         position=position, scale_token_embeddings=True, name="decoder_embedding",
     )(decoder_tokens)
-    block_sums = None
-    if low_resolution_consistency and (low_resolution_embedding or low_resolution_logit_bias):
-        block_sums = LowResolutionBlockSums(
-            image_size=(height, width), low_resolution_size=(low_height, low_width),
-            channels=channels, num_intensities=NUM_INTENSITIES, dtype="float32",
-            name="low_resolution_block_sums",
-        )(decoder_tokens)
     if low_resolution_embedding is not None:
         covering = LowResolutionEmbedding(
             hidden_dim, image_size=(height, width), low_resolution_size=(low_height, low_width),
             channels=channels, num_intensities=NUM_INTENSITIES,
             interpolation=low_resolution_embedding, name="low_resolution_embedding",
-        )(decoder_tokens, low_resolution, block_sums=block_sums)
+        )(decoder_tokens, low_resolution)
         x = keras.layers.Add(name="add_low_resolution_embedding")([x, covering])
     logits = _decoder(x, e, num_layers, hidden_dim, num_heads, intermediate_dim,
                       block_size, memory_flange, dropout, normalize_first)
     if low_resolution_logit_bias is not None:
+        block_sums = None
+        if low_resolution_consistency:
+            block_sums = LowResolutionBlockSums(
+                image_size=(height, width), low_resolution_size=(low_height, low_width),
+                channels=channels, num_intensities=NUM_INTENSITIES, dtype="float32",
+                name="low_resolution_block_sums",
+            )(decoder_tokens)
         logits = LowResolutionLogitBias(
             image_size=(height, width), low_resolution_size=(low_height, low_width),
             channels=channels, num_intensities=NUM_INTENSITIES,
