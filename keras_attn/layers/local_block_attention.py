@@ -65,6 +65,12 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             pair `(fh, fw)` (rows, columns) for 2D; non-negative. Defaults
             to `block_size` (the previous block, as in the paper's 1D
             masked setting).
+        rolling_cache: False (default): `init_cache` holds every position
+            (B, max_length, H, K + V). True (1D causal decoding): it holds
+            only the last W = `block_size + memory_flange` positions, the
+            most a query can see, (B, W, H, K + V) whatever `max_length`:
+            generating a sequence of any length takes constant cache memory
+            and each step copies W rows, not max_length.
         **kwargs: the other arguments of `MultiHeadSelfAttention`
             (`value_dim`, `dropout`, `use_bias`, `output_dim`,
             `kernel_initializer`, `bias_initializer`, `seed`), and the base
@@ -74,7 +80,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         inputs: (B, T, D) for an int `block_size`; (B, height, width, D)
             for a pair. For 2D, height and width must be static.
         padding_mask: `True` = real token, applied to the keys: (B, T) in
-            1D, (B, height, width) in 2D; with a cache, (B, max_length).
+            1D, (B, height, width) in 2D; with a cache, (B, max_length)
+            over absolute positions (also with a rolling cache).
             Defaults to the Keras implicit mask of `inputs` (no cache).
         attention_mask: (B, T, S) or (B, H, T, S) bool, `True` = query t may
             attend to key s (2D: t and s are raster indices over the image).
@@ -88,7 +95,9 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             `cache_index`; each query attends only to its window, sliced out
             of the cache (`block_size + memory_flange + T - 1` keys for a
             chunk of T <= block_size tokens), so the attention work of a
-            decoding step does not grow with the position.
+            decoding step does not grow with the position. With
+            `rolling_cache=True`, (B, W, H, K + V): the last W positions
+            before `cache_index`, oldest first.
         cache_index: int or int32 scalar tensor, absolute position of
             `inputs[:, 0]`. Defaults to 0. Blocks are aligned to absolute
             positions, so cached decoding equals the full forward pass.
@@ -103,8 +112,9 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         `output_dim` (B, T, output_dim) or (B, height, width, output_dim);
         then, when asked for, `attention_scores` (B, H, T, S) float
         probabilities before dropout (T = S = height * width in 2D; S =
-        max_length with a cache); then the updated `cache` (B, max_length,
-        H, K + V) when a `cache` was passed.
+        max_length with a cache; with a rolling cache S = W + T, column j
+        being position `cache_index - W + j`); then the updated `cache`
+        (B, max_length or W, H, K + V) when a `cache` was passed.
 
     Raises:
         ValueError: on a `block_size` that is not a positive int or pair of
@@ -114,9 +124,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             another width than the one the layer was built with; on empty
             batches or sequences; on masks that are not boolean/integer or
             of the wrong rank or shape; on a `cache` with 2D blocks, without
-            `use_causal_mask=True` or of another batch size; on a
+            `use_causal_mask=True` or of another batch size (or, rolling,
+            another length than W); on a non-bool `rolling_cache`; on a
             `cache_index` that is not an integer scalar or lies outside the
-            cache. A `block_size` longer than the sequence is valid (one
+            cache (a rolling cache takes any index >= 0). A `block_size` longer than the sequence is valid (one
             block: full attention, causal or not).
 
     Example:
@@ -130,6 +141,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     >>> cache = layer.init_cache(batch_size=2, max_length=13)
     >>> y, cache = layer(x[:, :1], cache=cache, cache_index=0,
     ...                  use_causal_mask=True)
+    >>> rolling = LocalBlockAttention(num_heads=2, key_dim=8, block_size=4,
+    ...                               memory_flange=4, rolling_cache=True)
+    >>> tuple(rolling.init_cache(batch_size=2, max_length=10_000).shape)
+    (2, 8, 2, 16)
     >>> image = keras.random.normal((1, 10, 7, 16))
     >>> tuple(LocalBlockAttention(2, 8, block_size=(4, 4),
     ...                           memory_flange=(2, 2))(image).shape)
@@ -140,8 +155,15 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         self-attention: 1D and 2D query blocks with a memory flange).
     """
 
-    def __init__(self, num_heads, key_dim, block_size, memory_flange=None, **kwargs):
+    def __init__(self, num_heads, key_dim, block_size, memory_flange=None, rolling_cache=False,
+                 **kwargs):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
+        if not isinstance(rolling_cache, bool):
+            raise ValueError(
+                f"{type(self).__name__}: `rolling_cache` must be True or False. "
+                f"Received: rolling_cache={rolling_cache!r}."
+            )
+        self.rolling_cache = rolling_cache
         block = self._as_sizes("block_size", block_size)
         if any(b <= 0 for b in block):
             raise ValueError(
@@ -192,7 +214,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     def get_config(self):
         config = super().get_config()
         config.update(
-            {"block_size": self.block_size, "memory_flange": self.memory_flange}
+            {"block_size": self.block_size, "memory_flange": self.memory_flange,
+             "rolling_cache": self.rolling_cache}
         )
         return config
 
@@ -229,7 +252,26 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             ValueError: if the layer is 2D, or a size is not positive.
         """
         self._check_cache_supported(True)
-        return super().init_cache(batch_size, max_length, dtype)
+        if not self.rolling_cache:
+            return super().init_cache(batch_size, max_length, dtype)
+        super().init_cache(1, max_length)  # the same checks of max_length
+        return super().init_cache(batch_size, self._rolling_length, dtype)
+
+    @property
+    def _rolling_length(self):
+        """W = block + flange: the positions a causal 1D step can read."""
+        return self._block[0] + self._flange[0]
+
+    def _cache_capacity(self, cache):
+        return None if self.rolling_cache else cache.shape[1]
+
+    def _write_cache(self, cache, key_value, cache_index):
+        if not self.rolling_cache:
+            return super()._write_cache(cache, key_value, cache_index)
+        # The queries read [old W positions | new T]; the cache keeps the
+        # last W of them, oldest first.
+        attended = ops.concatenate([cache, key_value], axis=1)
+        return attended, attended[:, -self._rolling_length:]
 
     def _check_cache_supported(self, use_causal_mask):
         if len(self._block) != 1:
@@ -251,6 +293,14 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
     def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
         self._check_cache_supported(use_causal_mask)
+        if self.rolling_cache and cache.shape[1] not in (None, self._rolling_length):
+            raise ValueError(
+                f"{type(self).__name__} with rolling_cache=True keeps the last "
+                f"block_size + memory_flange = {self._rolling_length} positions: "
+                f"`cache` must be (batch, {self._rolling_length}, "
+                f"{self.num_heads}, {self.key_dim + self._value_dim}) as returned "
+                f"by `init_cache`. Received: cache.shape={tuple(cache.shape)}."
+            )
         return super()._check_cache(cache, cache_index, inputs, use_causal_mask)
 
     # ----------------------------------------------------------- attention
@@ -418,23 +468,28 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         attention_mask = masks.attention_mask
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = attention_mask[:, None]
-        masks = dataclasses.replace(
-            masks, attention_mask=attention_mask, cache_index=ops.cast(masks.cache_index, "int32")
-        )
+        cache_index = ops.cast(masks.cache_index, "int32")
+        masks = dataclasses.replace(masks, attention_mask=attention_mask, cache_index=cache_index)
+        # Absolute position of the first key slot: 0, or for a rolling cache
+        # that of the oldest position it kept.
+        key_offset = cache_index - self._rolling_length if self.rolling_cache else 0
         static = isinstance(length, int) and isinstance(cache_length, int)
         if static and length <= self._block[0]:
             attend = self._attend_cached_step
         else:
             attend = self._attend_cached_prefill
-        return attend(query, key, value, masks, return_attention_scores, training)
+        return attend(query, key, masks, key_offset, return_attention_scores, training)
 
     def _cached_window_start(self, query_positions):
         """First cache position of each query's window: its block start minus the flange."""
         (b,), (f,) = self._block, self._flange
         return (query_positions // b) * b - f
 
-    def _attend_cached_step(self, query, key, value, masks, return_attention_scores, training):
-        """Decoding step (T <= block): attends over one dynamic slice of the cache."""
+    def _attend_cached_step(self, query, key, masks, key_offset, return_attention_scores,
+                            training):
+        """Decoding step (T <= block): attends over one dynamic slice of the
+        cache `key` (B, L, H, K + V), whose slot j holds position
+        `key_offset + j`."""
         padding_mask, attention_mask = masks.padding_mask, masks.attention_mask
         cache_index = masks.cache_index
         (b,), (f,) = self._block, self._flange
@@ -444,35 +499,34 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         if cache_length <= window:
             window, start = cache_length, ops.convert_to_tensor(0, "int32")
         else:
-            start = ops.clip(cache_index + length - window, 0, cache_length - window)
-
-        def read(x):  # (B, L, ·) -> (B, W, ·): the window's cache positions
-            x_dims = blocking.dims(x)
-            begin = [0, start] + [0] * (len(x_dims) - 2)
-            return ops.slice(x, begin, [x_dims[0], window] + x_dims[2:])
+            start = ops.clip(
+                cache_index - key_offset + length - window, 0, cache_length - window
+            )
+        x_dims = blocking.dims(key)
+        window_cache = ops.slice(key, [0, start, 0, 0], [x_dims[0], window] + x_dims[2:])
 
         query_positions = cache_index + ops.arange(length, dtype="int32")
-        key_positions = start + ops.arange(window, dtype="int32")
+        key_positions = key_offset + start + ops.arange(window, dtype="int32")
         visible = ops.logical_and(
             ops.greater_equal(
-                key_positions[None, :], self._cached_window_start(query_positions)[:, None]
+                key_positions[None, :],
+                ops.maximum(self._cached_window_start(query_positions), 0)[:, None],
             ),
             ops.less_equal(key_positions[None, :], query_positions[:, None]),
         )
         mask = visible[None, None, None]  # (1, 1, 1, T, W)
         if padding_mask is not None:
-            mask = ops.logical_and(mask, read(padding_mask)[:, None, None, None, :])
-        if attention_mask is not None:
-            columns = ops.slice(
-                attention_mask, [0, 0, 0, start],
-                blocking.dims(attention_mask)[:3] + [window],
+            mask = ops.logical_and(
+                mask, _take_positions(padding_mask, key_positions, 1)[:, None, None, None, :]
             )
+        if attention_mask is not None:
+            columns = _take_positions(attention_mask, key_positions, 3)
             mask = ops.logical_and(mask, columns[:, :, None])
 
         def one_block(x):  # (B, T, H, ·) -> (B, H, 1, T, ·)
             return ops.transpose(x, (0, 2, 1, 3))[:, :, None]
 
-        window_keys, window_values = self._split_keys_values(read(key), query.dtype)
+        window_keys, window_values = self._split_keys_values(window_cache, query.dtype)
         outputs, probs = _local_attention(
             one_block(query), one_block(window_keys), one_block(window_values), mask,
             self.dropout_layer, training, masks.may_have_empty_rows,
@@ -484,8 +538,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             scores = _scatter_cache_rows(probs[:, :, 0], window_start, cache_length)
         return outputs, scores
 
-    def _attend_cached_prefill(self, query, key, value, masks, return_attention_scores, training):
-        """Prefill of a long chunk: blocked attention over the cache blocks it touches."""
+    def _attend_cached_prefill(self, query, key, masks, key_offset, return_attention_scores,
+                               training):
+        """Prefill of a long chunk: blocked attention over the cache blocks it
+        touches (slot j of the cache `key` holds position `key_offset + j`)."""
         cache_index = masks.cache_index
         (b,), (f,) = self._block, self._flange
         batch, length = blocking.dims(query)[:2]
@@ -507,9 +563,9 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             + ops.arange(count, dtype="int32")[:, None] * b
             + ops.arange(f + b, dtype="int32")[None, :]
         )
-        memory_index = ops.clip(memory_positions, 0, cache_length - 1)
+        memory_index = ops.clip(memory_positions - key_offset, 0, cache_length - 1)
         mask = self._cached_prefill_mask(
-            memory_positions, memory_index, cache_length, masks.padding_mask,
+            memory_positions, key_offset, cache_length, masks.padding_mask,
             masks.attention_mask, query_index,
         )
         memory_keys, memory_values = self._split_keys_values(
@@ -530,36 +586,38 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             rows = ops.reshape(probs, blocking.dims(probs)[:2] + [count * b, f + b])
             rows = ops.take(rows, kept, axis=2)
             query_positions = cache_index + ops.arange(length, dtype="int32")
-            window_start = self._cached_window_start(query_positions)
+            window_start = self._cached_window_start(query_positions) - key_offset
             scores = _scatter_cache_rows(rows, window_start, cache_length)
         return outputs, scores
 
     def _cached_prefill_mask(
-        self, memory_positions, memory_index, cache_length, padding_mask,
+        self, memory_positions, key_offset, cache_length, padding_mask,
         attention_mask, query_index,
     ):
-        """(B|1, H|1, N, Q, M) mask of a prefill's query blocks over their memory."""
+        """(B|1, H|1, N, Q, M) mask of a prefill's query blocks over their
+        memory (absolute positions; the cache holds `key_offset ..
+        key_offset + cache_length - 1`)."""
         count = blocking.dims(memory_positions)[0]
         key_ok = ops.logical_and(
-            ops.greater_equal(memory_positions, 0),
-            ops.less(memory_positions, cache_length),
+            ops.greater_equal(memory_positions, ops.maximum(key_offset, 0)),
+            ops.less(memory_positions, key_offset + cache_length),
         )
         mask = ops.logical_and(
             key_ok[None, None, :, None, :], self._structure_mask(True)[None, None, None]
         )
         if padding_mask is not None:
             mask = ops.logical_and(
-                mask, ops.take(padding_mask, memory_index, axis=1)[:, None, :, None, :]
+                mask, _take_positions(padding_mask, memory_positions, 1)[:, None, :, None, :]
             )
         if attention_mask is not None:
             rows = ops.take(attention_mask, query_index, axis=2)
             mask_dims = blocking.dims(rows)
             rows = ops.reshape(
                 rows, mask_dims[:2] + [count, self._block[0], mask_dims[3]]
-            )  # (B, H, N, Q, L)
+            )  # (B, H, N, Q, S)
+            columns = ops.clip(memory_positions, 0, mask_dims[3] - 1)
             mask = ops.logical_and(
-                mask,
-                ops.take_along_axis(rows, memory_index[None, None, :, None, :], axis=-1),
+                mask, ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1)
             )
         return mask
 
@@ -589,6 +647,13 @@ def _local_attention(query, key, value, mask, dropout_layer, training, may_have_
     if dropout_layer is not None:
         weights = dropout_layer(weights, training=training)
     return ops.einsum("bhnqm,bhnmv->bhnqv", weights, value), probs
+
+
+def _take_positions(mask, positions, axis):
+    """The entries of a mask at absolute `positions` along `axis` (clipped
+    into the mask: positions outside it are masked by the caller)."""
+    last = blocking.dims(mask)[axis] - 1
+    return ops.take(mask, ops.clip(positions, 0, last), axis=axis)
 
 
 def _scatter_rows(rows, slot, inside):

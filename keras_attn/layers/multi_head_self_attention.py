@@ -290,11 +290,20 @@ class MultiHeadSelfAttention(AttentionBase):
             )
             return query, key, value, None
         query, key_value = ops.split(qkv, [self.key_dim], axis=-1)
-        cache = ops.slice_update(
-            cache, (0, cache_index, 0, 0), ops.cast(key_value, cache.dtype)
-        )
-        key, value = self._cached_keys_values(cache, query.dtype)
+        attended, cache = self._write_cache(cache, ops.cast(key_value, cache.dtype), cache_index)
+        key, value = self._cached_keys_values(attended, query.dtype)
         return query, key, value, cache
+
+    def _write_cache(self, cache, key_value, cache_index):
+        """Writes the new positions' [k | v] (B, T, H, K + V) into the cache;
+        returns (what the attention core reads, the updated cache): here
+        both are the cache with the new rows at `cache_index`."""
+        cache = ops.slice_update(cache, (0, cache_index, 0, 0), key_value)
+        return cache, cache
+
+    def _cache_capacity(self, cache):
+        """The positions a cache can hold (its length; None = unbounded)."""
+        return cache.shape[1]
 
     def _cached_keys_values(self, cache, dtype):
         """The keys (B, L, H, K) and values (B, L, H, V) the attention core
@@ -325,8 +334,13 @@ class MultiHeadSelfAttention(AttentionBase):
             cache_index = 0
         checks.check_index(cache_index, "cache_index")
         index = checks.static_int(cache_index)
-        max_length = cache.shape[1]
+        max_length = self._cache_capacity(cache)
         length = inputs.shape[1]
+        if index is not None and index < 0:
+            raise ValueError(
+                f"`cache_index` must be >= 0 (the position of the first input). "
+                f"Received: cache_index={index}."
+            )
         if index is not None and max_length is not None and length is not None:
             if index < 0 or index + length > max_length:
                 raise ValueError(
@@ -336,6 +350,11 @@ class MultiHeadSelfAttention(AttentionBase):
                     f"`init_cache(batch_size, max_length>={index + length})`."
                 )
         offset = ops.cast(cache_index, "int32")
+        if index is None and max_length is None and keras.backend.backend() == "tensorflow":
+            offset = checks.check_in_graph(ops.greater_equal(offset, 0), [
+                "`cache_index` must be >= 0 (the position of the first input). "
+                "Received: cache_index=", offset, ".",
+            ], offset)
         if index is None and max_length is not None and keras.backend.backend() == "tensorflow":
             # Traced: the same message from an in-graph check (TensorFlow
             # only; see Raises).

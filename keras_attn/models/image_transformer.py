@@ -57,7 +57,10 @@ def image_transformer(
     unconditional. Generate with `keras_attn.generation.sample(model,
     prompt=[[START_TOKEN]] * B, max_length=H * W * C + 1, seed=...,
     inputs={"class_label": labels})` and drop the first token: the layers
-    are those `CachedDecoder` replays one position at a time.
+    are those `CachedDecoder` replays one position at a time. The
+    self-attention caches are rolling (`LocalBlockAttention(rolling_cache=
+    True)`): each holds the last `block_size + memory_flange` positions, not
+    the whole image.
 
     Defaults are sized for a CPU: D 128, 4 blocks, 4 heads, d_ff 256, and a
     query block of one image row (W * C = 96 intensities for 32x32 RGB)
@@ -338,7 +341,8 @@ def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate
     for i in range(num_layers):
         attention = LocalBlockAttention(
             num_heads=num_heads, key_dim=hidden_dim // num_heads, block_size=block_size,
-            memory_flange=memory_flange, dropout=dropout, name="self_attention",
+            memory_flange=memory_flange, dropout=dropout, rolling_cache=True,
+            name="self_attention",
         )
         block = TransformerDecoder(
             intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,

@@ -208,6 +208,57 @@ def test_cached_decoding_equals_full_pass(chunks):
     np.testing.assert_allclose(np.concatenate(score_rows, axis=2), np.asarray(full_scores), atol=1e-6)
 
 
+@pytest.mark.parametrize("chunks", [[1] * 29, [3, 1, 2, 7, 9, 7], [29], [10, 19]])
+def test_rolling_cache_keeps_block_plus_flange_and_equals_full_pass(chunks):
+    # Block 4, flange 3: the cache holds W = 7 positions whatever the length;
+    # chunks longer than W, steps and a prefill all equal the full pass.
+    x = _inputs((2, 29))
+    padding = np.ones((2, 32), bool)
+    padding[0, [2, 11, 12]] = False
+    padding[1, 20:] = False
+    layer = _layer(value_dim=3, rolling_cache=True)
+    full, full_scores = layer(
+        x, padding_mask=padding[:, :29], use_causal_mask=True, return_attention_scores=True
+    )
+    cache = layer.init_cache(2, 32)
+    assert tuple(cache.shape) == (2, 7, 2, 4 + 3)
+    pieces, index = [], 0
+    for size in chunks:
+        y, scores, cache = layer(
+            x[:, index:index + size], padding_mask=padding, cache=cache, cache_index=index,
+            use_causal_mask=True, return_attention_scores=True,
+        )
+        assert tuple(cache.shape) == (2, 7, 2, 7)
+        pieces.append(np.asarray(y))
+        # Scores are over [the 7 kept positions | the new ones]: column j is
+        # position index - 7 + j.
+        scores = np.asarray(scores)
+        assert scores.shape[-1] == 7 + size
+        for j in range(7 + size):
+            position = index - 7 + j
+            if 0 <= position < 29:
+                np.testing.assert_allclose(
+                    scores[..., j], np.asarray(full_scores)[:, :, index:index + size, position],
+                    atol=1e-6,
+                )
+            else:
+                assert (scores[..., j] == 0).all()
+        index += size
+    np.testing.assert_allclose(np.concatenate(pieces, axis=1), np.asarray(full), atol=1e-5)
+
+
+def test_rolling_cache_errors():
+    layer = _layer(rolling_cache=True)
+    x = _inputs((2, 1))
+    with pytest.raises(ValueError, match=r"keeps the last block_size \+ memory_flange = 7 "
+                                         r"positions.*cache.shape=\(2, 13, 2, 8\)"):
+        layer(x, cache=np.zeros((2, 13, 2, 8), "float32"), cache_index=0, use_causal_mask=True)
+    with pytest.raises(ValueError, match=r"`cache_index` must be >= 0.*cache_index=-1"):
+        layer(x, cache=layer.init_cache(2, 13), cache_index=-1, use_causal_mask=True)
+    with pytest.raises(ValueError, match=r"`rolling_cache` must be True or False.*'yes'"):
+        _layer(rolling_cache="yes")
+
+
 def test_cached_step_reads_only_its_window():
     # Cache slots before a step's window hold NaN: a step that read them (or
     # attended over the whole cache) would return NaN.

@@ -32,3 +32,18 @@ def test_traced_cache_index_past_the_end_fails_with_the_eager_message(make):
     for index in (5, 9, -1):  # it used to return finite garbage
         with pytest.raises(tf.errors.InvalidArgumentError, match=MESSAGE + r"\] \[" + str(index)):
             step(tf.constant(index))
+
+
+def test_rolling_cache_takes_any_index_but_a_negative_one():
+    layer = LocalBlockAttention(2, 4, block_size=2, memory_flange=2, rolling_cache=True)
+    x = np.random.RandomState(0).rand(1, 2, 8).astype("float32")
+    cache = layer.init_cache(1, 6)
+    step = tf.function(lambda i: layer(x, cache=cache, cache_index=i, use_causal_mask=True))
+    for index in (5, 1000):  # past any max_length: the cache does not grow
+        eager_out, _ = layer(x, cache=cache, cache_index=index, use_causal_mask=True)
+        np.testing.assert_allclose(step(tf.constant(index))[0], eager_out, rtol=1e-6, atol=1e-6)
+    message = r"`cache_index` must be >= 0 \(the position of the first input\). Received: cache_index="
+    with pytest.raises(ValueError, match=message + "-1"):
+        layer(x, cache=cache, cache_index=-1, use_causal_mask=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message + r"\] \[-1"):
+        step(tf.constant(-1))
