@@ -8,9 +8,12 @@ with the cached decoder:
 
 * **in Python**: `keras_attn.export.super_resolver.super_resolve` under
   `tf.function(jit_compile=True)`, as the example's training script samples;
-* **served**: the SavedModel of `export_super_resolver` (no XLA, the default
-  that any TF Serving build runs), loaded in a fresh process that imports
-  only tensorflow, `serving_default` called as a client would.
+* **served**: the SavedModel of `export_super_resolver` loaded in a fresh
+  process that imports only tensorflow, `serving_default` called as a
+  client would; twice: the default export (no XLA, which any TF Serving
+  build runs) and `jit_compile=True` (the sampling loop XLA-compiled inside
+  the SavedModel, which TF Serving runs on CPU with
+  `--xla_cpu_compilation_enabled=true`, and on GPU).
 
 For each batch size (--batch-sizes, default 1 and 8) both are warmed up
 once, then timed alternately (Python, served, Python, ...; the served worker
@@ -67,6 +70,43 @@ def build_model():
     )
 
 
+# The served variants: name -> `export_super_resolver(jit_compile=...)`.
+SERVED = {"served": False, "served_xla": True}
+
+
+def _time_batch(tf, sampler, workers, batch, repeats, budget):
+    """Median seconds per image of each way to sample, calls interleaved."""
+    image = tf.zeros((batch, 8, 8, 3), tf.uint8)
+
+    def python_call():
+        start = time.perf_counter()
+        sampler(image).numpy()
+        return time.perf_counter() - start
+
+    def served_call(worker, kind="time"):
+        worker.stdin.write(f"{kind} {batch}\n")
+        worker.stdin.flush()
+        return json.loads(_reply(worker))
+
+    # Warm-up: traces and compiles.
+    first = python_call() + sum(served_call(w, "warm") for w in workers.values())
+    if not budget.fits(first * repeats):
+        return {"skipped": "out of budget"}
+    times = {"python_xla": [], **{name: [] for name in workers}}
+    for _ in range(repeats):
+        times["python_xla"].append(python_call())
+        for name, worker in workers.items():
+            times[name].append(served_call(worker))
+    record = {
+        name: {"samples_s": values, "median_s_per_image": statistics.median(values) / batch}
+        for name, values in times.items()
+    }
+    print(f"batch {batch}: " + ", ".join(
+        f"{name} {r['median_s_per_image']:.2f} s/image" for name, r in record.items()
+    ), file=sys.stderr, flush=True)
+    return record
+
+
 def _reply(worker):
     for line in worker.stdout:
         if line.startswith(_REPLY):
@@ -90,61 +130,46 @@ def main():
     sampler = tf.function(lambda image: super_resolve(model, image), jit_compile=True)
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        path = export_super_resolver(model, tmp, version=1)
-        worker = subprocess.Popen(
-            [sys.executable, "-c", _WORKER, path], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
+        workers = {}
+        for name, jit_compile in SERVED.items():
+            path = export_super_resolver(
+                model, os.path.join(tmp, name), version=1, jit_compile=jit_compile
+            )
+            workers[name] = subprocess.Popen(
+                [sys.executable, "-c", _WORKER, path], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
         try:
-            _reply(worker)
+            for worker in workers.values():
+                _reply(worker)
             for batch in args.batch_sizes:
-                image = tf.zeros((batch, 8, 8, 3), tf.uint8)
-                times = {"python_xla": [], "served": []}
-
-                def python_call():
-                    start = time.perf_counter()
-                    sampler(image).numpy()
-                    return time.perf_counter() - start
-
-                def served_call(kind="time"):
-                    worker.stdin.write(f"{kind} {batch}\n")
-                    worker.stdin.flush()
-                    return json.loads(_reply(worker))
-
-                first = python_call() + served_call("warm")  # traces, compiles
-                if not budget.fits(first * args.repeats):
-                    results[batch] = {"skipped": "out of budget"}
-                    continue
-                for _ in range(args.repeats):
-                    times["python_xla"].append(python_call())
-                    times["served"].append(served_call())
-                results[batch] = {
-                    name: {"samples_s": values, "median_s_per_image": statistics.median(values) / batch}
-                    for name, values in times.items()
-                }
-                print(f"batch {batch}: " + ", ".join(
-                    f"{name} {r['median_s_per_image']:.2f} s/image" for name, r in results[batch].items()
-                ), file=sys.stderr, flush=True)
+                results[batch] = _time_batch(tf, sampler, workers, batch, args.repeats, budget)
         finally:
-            worker.stdin.close()
-            worker.wait(timeout=60)
+            for worker in workers.values():
+                worker.stdin.close()
+                worker.wait(timeout=60)
     env_end = harness.environment()
 
     rows = []
     for batch, record in results.items():
         if "skipped" in record:
-            rows.append([batch, record["skipped"], "-", "-"])
+            rows.append([batch, record["skipped"]] + ["-"] * 4)
             continue
         python_s = record["python_xla"]["median_s_per_image"]
-        served_s = record["served"]["median_s_per_image"]
-        rows.append([batch, f"{python_s:.2f}", f"{served_s:.2f}", f"{served_s / python_s:.1f}x"])
+        row = [batch, f"{python_s:.2f}"]
+        for name in SERVED:
+            served_s = record[name]["median_s_per_image"]
+            row += [f"{served_s:.2f}", f"{served_s / python_s:.1f}x"]
+        rows.append(row)
     print(
         "Super resolution 8x8 -> 32x32 (3,072 cached decoding steps per image): in-Python "
-        "sampling compiled with XLA vs the exported SavedModel (no XLA) in a fresh "
-        f"tensorflow-only process; median of {args.repeats} interleaved calls after a warm-up, "
-        "seconds per image. Goal: served <= 2x Python.\n"
+        "sampling compiled with XLA vs the exported SavedModel, without and with XLA inside "
+        f"(`jit_compile`), in a fresh tensorflow-only process; median of {args.repeats} "
+        "interleaved calls after a warm-up, seconds per image. Goal: served <= 2x Python.\n"
     )
-    print(harness.markdown_table(["batch", "Python + XLA s/image", "served s/image", "served / Python"], rows))
+    print(harness.markdown_table(
+        ["batch", "Python + XLA s/image", "served s/image", "served / Python",
+         "served + XLA s/image", "served + XLA / Python"], rows))
     print(f"\nTotal {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.")
     harness.write_results(
         harness.output_path(args, "served_generation"),
