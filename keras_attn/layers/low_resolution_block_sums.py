@@ -32,10 +32,11 @@ class LowResolutionBlockSums(keras.layers.Layer):
     so decoding one position at a time equals the full pass.
 
     Args:
-        image_size: high-resolution (height, width), or one int for a
-            square.
-        low_resolution_size: low-resolution (height, width) or one int;
-            each side must divide the high-resolution one.
+        image_size: (height, width) of the generated image, or one int
+            for a square (32 for CIFAR-10).
+        low_resolution_size: (height, width) of the input image, or one
+            int (8); a block is image_size // low_resolution_size pixels
+            on each side.
         channels: colour channels per pixel (3 for RGB).
         num_intensities: N, intensity values per channel (256); larger ids
             (the start token) count as nothing.
