@@ -336,7 +336,7 @@ class MultiHeadSelfAttention(AttentionBase):
         index = checks.static_int(cache_index)
         max_length = self._cache_capacity(cache)
         length = inputs.shape[1]
-        if index is not None and index < 0:
+        if index is not None and index < 0 and max_length is None:
             raise ValueError(
                 f"`cache_index` must be >= 0 (the position of the first input). "
                 f"Received: cache_index={index}."
