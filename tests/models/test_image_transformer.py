@@ -128,8 +128,8 @@ def test_prior_led_decoding_keeps_each_block_at_its_input_average(cifar, consist
     low = images.downsample(high, 2)
     model = _super_resolution(low_resolution_consistency=consistency)
     logits_layer = model.get_layer("logits")
-    logits_layer.kernel.assign(keras.ops.zeros_like(logits_layer.kernel))
-    logits_layer.bias.assign(keras.ops.zeros_like(logits_layer.bias))
+    logits_layer.kernel.assign(np.zeros(logits_layer.kernel.shape, "float32"))
+    logits_layer.bias.assign(np.zeros(logits_layer.bias.shape, "float32"))
     decoded = greedy_search(
         model, np.full((6, 1), START_TOKEN, "int32"), max_length=49,
         inputs={"low_resolution": images.to_raster(low)},
