@@ -1,8 +1,8 @@
 """Where a high-resolution raster position sits on the low-resolution image.
 
 The geometry shared by `LowResolutionEmbedding`, `LowResolutionLogitBias`
-and `LowResolutionBlockSums` (one home): the low-resolution intensity at each position of a
-high-resolution raster sequence of channel intensities
+and `LowResolutionBlockSums` (one home): the low-resolution intensity at
+each position of a high-resolution raster sequence of channel intensities
 (`keras_attn.preprocessing.images` layout), by the covering pixel
 ("nearest") or by bicubic upsampling. Internal; not a layer.
 """
@@ -100,7 +100,7 @@ class LowResolutionRaster:
         if self.interpolation == "nearest":
             # Gather straight from the low-resolution raster: a decoding step
             # then reads one value instead of upsampling the whole image.
-            return ops.take(ops.cast(low_resolution, "int32"), self._covering(positions), axis=1)
+            return ops.take(ops.cast(low_resolution, "int32"), self.covering_index(positions), axis=1)
         return ops.take(self._upsampled(low_resolution), positions, axis=1)
 
     def channel_value_ids(self, low_resolution, length, start_index=0, block_sums=None):
@@ -122,12 +122,6 @@ class LowResolutionRaster:
         (height, width), (low_height, low_width) = self.image_size, self.low_resolution_size
         return (height // low_height) * (width // low_width)
 
-    def covering_index(self, positions):
-        """(T,) high-resolution raster positions -> (T,) int32 raster index
-        of the same channel of the low-resolution pixel covering each (the
-        block it was averaged from)."""
-        return self._covering(positions)
-
     def order_in_block(self, positions):
         """(T,) positions -> (T,) int32 how many pixels of the same block
         come before each in raster order (0 .. block_area - 1)."""
@@ -144,8 +138,9 @@ class LowResolutionRaster:
 
         With `a` = block_area pixels per block (one channel), `k` of them
         already generated with sum `s`, the low-resolution value `L` and the
-        interpolated (bicubic, or nearest: `L`) values `b` of the pixels from this one to the block's end
-        (`r = a - k` of them, this one included):
+        interpolated values `b` (bicubic, or `L` for nearest) of the pixels
+        from this one to the block's end (`r = a - k` of them, this one
+        included):
 
             value = b_this + (a * L - s - sum(b)) / r
 
@@ -164,17 +159,17 @@ class LowResolutionRaster:
             (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
         """
         self.check_length(low_resolution)
+        low = ops.take(ops.cast(low_resolution, "float32"), self.covering_index(positions), axis=1)
+        pixels_left = ops.cast(self.block_area - self.order_in_block(positions), "float32")
         if self.interpolation == "nearest":
-            everywhere = self._covering(ops.arange(self.num_positions, dtype="int32"))
-            upsampled = ops.take(ops.cast(low_resolution, "float32"), everywhere, axis=1)
+            # Every pixel of the block interpolates to L: no image to build.
+            interpolated, remaining = low, low * pixels_left[None, :]
         else:
             upsampled = self._upsampled(low_resolution, rounded=False)
-        remaining = ops.take(self._remaining_sums(upsampled), positions, axis=1)
-        bicubic = ops.take(upsampled, positions, axis=1)
-        low = ops.take(ops.cast(low_resolution, "float32"), self._covering(positions), axis=1)
-        pixels_left = ops.cast(self.block_area - self.order_in_block(positions), "float32")
+            remaining = ops.take(self._remaining_sums(upsampled), positions, axis=1)
+            interpolated = ops.take(upsampled, positions, axis=1)
         deficit = self.block_area * low - ops.cast(block_sums, "float32") - remaining
-        value = ops.round(bicubic + deficit / pixels_left[None, :])
+        value = ops.round(interpolated + deficit / pixels_left[None, :])
         return ops.cast(ops.clip(value, 0, self.num_intensities - 1), "int32")
 
     def _remaining_sums(self, raster):
@@ -191,9 +186,10 @@ class LowResolutionRaster:
         x = ops.reshape(x, (-1, low_height, low_width, self.channels, fy, fx))
         return ops.reshape(ops.transpose(x, (0, 1, 4, 2, 5, 3)), (-1, self.num_positions))
 
-    def _covering(self, positions):
-        """High-resolution raster positions -> the raster index of the same
-        channel of the low-resolution pixel covering them."""
+    def covering_index(self, positions):
+        """(T,) high-resolution raster positions -> (T,) int32 raster index
+        of the same channel of the low-resolution pixel covering each (the
+        block it was averaged from)."""
         height, width = self.image_size
         low_height, low_width = self.low_resolution_size
         pixel, channel = positions // self.channels, positions % self.channels
