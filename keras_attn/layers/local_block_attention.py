@@ -127,8 +127,9 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             `use_causal_mask=True` or of another batch size (or, rolling,
             another length than W); on a non-bool `rolling_cache`; on a
             `cache_index` that is not an integer scalar or lies outside the
-            cache (a rolling cache takes any index >= 0). A `block_size` longer than the sequence is valid (one
-            block: full attention, causal or not).
+            cache (a rolling cache takes any index >= 0). A `block_size`
+            longer than the sequence is valid (one block: full attention,
+            causal or not).
 
     Example:
     >>> import keras
@@ -254,7 +255,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         self._check_cache_supported(True)
         if not self.rolling_cache:
             return super().init_cache(batch_size, max_length, dtype)
-        super().init_cache(1, max_length)  # the same checks of max_length
+        self._check_cache_sizes(batch_size, max_length)
         return super().init_cache(batch_size, self._rolling_length, dtype)
 
     @property

@@ -172,16 +172,21 @@ class MultiHeadSelfAttention(AttentionBase):
         Raises:
             ValueError: if `batch_size` or `max_length` is not positive.
         """
+        self._check_cache_sizes(batch_size, max_length)
+        return ops.zeros(
+            (batch_size, max_length, self.num_heads, self.key_dim + self._value_dim),
+            dtype=dtype or self.compute_dtype,
+        )
+
+    @staticmethod
+    def _check_cache_sizes(batch_size, max_length):
+        """`init_cache`'s checks: known sizes must be positive."""
         for arg, value in (("batch_size", batch_size), ("max_length", max_length)):
             known = checks.static_int(value)
             if known is not None and known <= 0:
                 raise ValueError(
                     f"`{arg}` must be positive. Received: {arg}={value}."
                 )
-        return ops.zeros(
-            (batch_size, max_length, self.num_heads, self.key_dim + self._value_dim),
-            dtype=dtype or self.compute_dtype,
-        )
 
     # ------------------------------------------------------------------- call
     def call(
