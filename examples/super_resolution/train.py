@@ -115,6 +115,13 @@ def parse_args(argv=None):
                         help="count the prior's offsets from the interpolated value alone, not "
                              "from the value that keeps each 4x4 block consistent with the "
                              "input given the pixels generated so far (super resolution)")
+    parser.add_argument("--no_channel_residual", dest="channel_residual", action="store_false",
+                        help="count the prior's offsets of green and blue from the "
+                             "interpolated value alone, not shifted by the pixel's previous "
+                             "channel's residual (super resolution)")
+    parser.add_argument("--max_correction", type=float, default=0,
+                        help="bound (intensity levels) on the prior's per-pixel consistency "
+                             "correction; 0 = none (super resolution)")
     parser.add_argument("--warmup_steps", type=int, default=50)
     parser.add_argument("--learning_rate_scale", type=float, default=0.4,
                         help="multiplier of the warmup / inverse-sqrt schedule "
@@ -206,6 +213,8 @@ def build_model(args):
             else args.low_resolution_logit_bias,
             low_resolution_prior_scale=args.low_resolution_prior_scale or None,
             low_resolution_consistency=args.consistency,
+            low_resolution_channel_residual=args.channel_residual,
+            low_resolution_max_correction=args.max_correction or None,
             **sizes
         )
     else:
@@ -335,7 +344,8 @@ def main(argv=None):
             "num_layers", "num_encoder_layers", "hidden_dim", "num_heads", "intermediate_dim",
             "block_size", "memory_flange", "dropout", "position", "align_positions",
             "low_resolution_embedding", "low_resolution_logit_bias",
-            "low_resolution_prior_scale", "consistency")},
+            "low_resolution_prior_scale", "consistency", "channel_residual",
+            "max_correction")},
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }

@@ -24,7 +24,16 @@ class LowResolutionLogitBias(keras.layers.Layer):
     With `prior_scale=b` the weights start as the log-density of a Laplace
     distribution, -|offset| / b (in nats; b in intensity levels), so an
     untrained model already samples near its input and training refines
-    the prior together with the rest of the model. (Zero weights, the
+    the prior together with the rest of the model.
+
+    Two optional call inputs move the value the offsets count from:
+    `block_sums` (the block-consistent value, so samples keep each block at
+    its input's average) and `previous_intensities` (green and blue follow
+    the residual of the pixel's channel before them, as colours of natural
+    images do). Measured on CIFAR-10 8x8 -> 32x32 (3,000 training images),
+    the entropy of the offsets, i.e. the bits/dim of the best context-free
+    prior: 6.14 from the bicubic value, 5.90 from the consistent value, 4.20
+    with the channel residual for green and blue. (Zero weights, the
     identity, learn slowly: an optimizer moves each weight by about the
     learning rate per step, and the prior spans several nats.)
 
@@ -45,6 +54,9 @@ class LowResolutionLogitBias(keras.layers.Layer):
             or None (default) to start from `bias_initializer`.
         bias_initializer: initializer of the (channels, 2N - 1) weights
             when `prior_scale` is None.
+        max_correction: None (default), or a bound in intensity levels > 0
+            on the per-pixel correction towards the block-consistent value
+            (with `block_sums`; see `LowResolutionRaster.consistent_values`).
         **kwargs: base `keras.layers.Layer` arguments (the model builders
             pass `dtype="float32"`, as for their logits).
 
@@ -65,6 +77,12 @@ class LowResolutionLogitBias(keras.layers.Layer):
             to come) spread over the pixels still to come, so the prior
             steers each block towards the average its input demands (see
             `LowResolutionRaster.consistent_values`).
+        previous_intensities: optional (B, T) int, the intensity at the
+            position before each (the decoder's input tokens). With it a
+            pixel's second and later channels count their offsets from the
+            interpolated value plus the previous channel's residual
+            (generated minus interpolated): colours move together
+            (`LowResolutionRaster.previous_channel_values`).
 
     Returns:
         (B, T, N) logits plus the offset bias, in the logits' dtype.
@@ -99,6 +117,7 @@ class LowResolutionLogitBias(keras.layers.Layer):
         interpolation="bicubic",
         prior_scale=None,
         bias_initializer="zeros",
+        max_correction=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -120,6 +139,16 @@ class LowResolutionLogitBias(keras.layers.Layer):
                 f"prior_scale={prior_scale!r}."
             )
         self.prior_scale = prior_scale
+        if max_correction is not None and (
+            isinstance(max_correction, bool) or not isinstance(max_correction, (int, float))
+            or not max_correction > 0
+        ):
+            raise ValueError(
+                f"{type(self).__name__}: `max_correction` must be a number > 0 (intensity "
+                "levels) or None for no bound. Received: "
+                f"max_correction={max_correction!r}."
+            )
+        self.max_correction = max_correction
         self.bias_initializer = keras.initializers.get(bias_initializer)
         # offsets[v, k] = k - v + N - 1: row v of the bias table, made once.
         n = num_intensities
@@ -139,7 +168,8 @@ class LowResolutionLogitBias(keras.layers.Layer):
         prior = np.broadcast_to(-np.abs(offsets) / self.prior_scale, shape)
         return ops.convert_to_tensor(prior, dtype=dtype or "float32")
 
-    def call(self, logits, low_resolution, start_index=0, block_sums=None):
+    def call(self, logits, low_resolution, start_index=0, block_sums=None,
+             previous_intensities=None):
         if logits.shape[-1] not in (None, self.num_intensities):
             raise ValueError(
                 f"{type(self).__name__}: `logits` must end with num_intensities="
@@ -151,7 +181,8 @@ class LowResolutionLogitBias(keras.layers.Layer):
         table = ops.take(self.offset_bias, self._offsets, axis=1)
         table = ops.reshape(table, (self.channels * self.num_intensities, self.num_intensities))
         ids = self.raster.channel_value_ids(
-            low_resolution, ops.shape(logits)[1], start_index, block_sums
+            low_resolution, ops.shape(logits)[1], start_index, block_sums,
+            previous_intensities, self.max_correction,
         )
         return logits + ops.cast(ops.take(table, ids, axis=0), logits.dtype)
 
@@ -166,6 +197,7 @@ class LowResolutionLogitBias(keras.layers.Layer):
                 "interpolation": self.interpolation,
                 "prior_scale": self.prior_scale,
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "max_correction": self.max_correction,
             }
         )
         return config

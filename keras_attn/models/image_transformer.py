@@ -169,6 +169,8 @@ def super_resolution_transformer(
     low_resolution_logit_bias="bicubic",
     low_resolution_prior_scale=16.0,
     low_resolution_consistency=True,
+    low_resolution_channel_residual=True,
+    low_resolution_max_correction=None,
     name="super_resolution_transformer",
 ):
     """Builds the Image Transformer for super resolution (e.g. 8x8 -> 32x32).
@@ -235,6 +237,14 @@ def super_resolution_transformer(
             value alone. Default True. (Measured on CIFAR-10, 300 steps: 5.19
             bits/dim; giving the embedding that value too: 5.24; neither:
             5.33.)
+        low_resolution_channel_residual: the logit bias counts the offsets
+            of a pixel's second and later channels from the interpolated
+            value plus the residual of the pixel's previous channel
+            (`LowResolutionRaster.previous_channel_values`): colours of
+            natural images move together. Default True.
+        low_resolution_max_correction: None (default), or a bound in
+            intensity levels on the consistency correction of one pixel
+            (`LowResolutionLogitBias(max_correction=...)`).
 
     Returns:
         `keras.Model` with inputs `low_resolution` (B, h * w * C) int32
@@ -327,9 +337,11 @@ def super_resolution_transformer(
             image_size=(height, width), low_resolution_size=(low_height, low_width),
             channels=channels, num_intensities=NUM_INTENSITIES,
             interpolation=low_resolution_logit_bias,
-            prior_scale=low_resolution_prior_scale, dtype="float32",
+            prior_scale=low_resolution_prior_scale,
+            max_correction=low_resolution_max_correction, dtype="float32",
             name="low_resolution_logit_bias",
-        )(logits, low_resolution, block_sums=block_sums)
+        )(logits, low_resolution, block_sums=block_sums,
+          previous_intensities=decoder_tokens if low_resolution_channel_residual else None)
     return keras.Model(
         {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
     )

@@ -126,11 +126,52 @@ def test_consistent_value_corrects_the_bicubic_upsampling():
     np.testing.assert_allclose(out, bias[channel[None, :, None], index], atol=1e-6)
 
 
+def test_max_correction_bounds_the_consistency_correction_hand_computed():
+    # The block of test_consistent_value_spreads_the_block_deficit_hand_computed
+    # with generated 160, 90, 110: corrections 0, -20, -25, -60 levels; capped
+    # at 10 levels the peaks are 100, 90, 90, 90.
+    layer = LowResolutionLogitBias(image_size=2, low_resolution_size=1, channels=1,
+                                   interpolation="nearest", prior_scale=4.0, max_correction=10)
+    sums = np.array([[0.0, 160.0, 250.0, 360.0]], "float32")
+    out = np.asarray(layer(np.zeros((1, 4, 256), "float32"), np.array([[100]], "int32"),
+                           block_sums=sums))
+    assert out.argmax(-1).tolist() == [[100, 90, 90, 90]]
+
+
+@pytest.mark.parametrize("interpolation", ["nearest", "bicubic"])
+def test_previous_channel_residual_moves_green_and_blue_with_the_channel_before(interpolation):
+    tf = pytest.importorskip("tensorflow")
+    layer = _layer_with_random_bias(image_size=8, low_resolution_size=2,
+                                    interpolation=interpolation)
+    low = _low_image(9, size=(2, 2))
+    rng = np.random.default_rng(10)
+    previous = rng.integers(0, 256, (2, 192)).astype("int32")
+    previous[:, 0] = 256  # the start token: position 0 is red and does not read it
+    out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low,
+                           previous_intensities=previous))
+    # NumPy: red at its interpolated value; green and blue at theirs plus
+    # the position before's residual (previous intensity minus interpolated).
+    method = "nearest" if interpolation == "nearest" else "bicubic"
+    upsampled = tf.image.resize(low.reshape(2, 2, 2, 3).astype("float32"), (8, 8), method)
+    interpolated = np.clip(np.asarray(upsampled), 0, 255).reshape(2, -1)
+    channel = np.arange(192) % 3
+    value = np.round(interpolated)
+    shifted = interpolated[:, 1:] + previous[:, 1:] - interpolated[:, :-1]
+    value[:, 1:] = np.where(channel[1:] > 0, np.round(shifted), value[:, 1:])
+    value = np.clip(value, 0, 255).astype(int)
+    bias = np.asarray(layer.offset_bias)
+    index = np.arange(256)[None, None, :] - value[..., None] + 255
+    np.testing.assert_allclose(out, bias[channel[None, :, None], index], atol=1e-6)
+    steps = [np.asarray(layer(np.zeros((2, 1, 256), "float32"), low, start_index=t,
+                              previous_intensities=previous[:, t:t + 1])) for t in (0, 1, 2, 100)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), out[:, [0, 1, 2, 100]], atol=1e-6)
+
+
 def test_layer_life_cycle():
     run_layer_test(
         LowResolutionLogitBias,
         {"image_size": (4, 4), "low_resolution_size": (2, 2), "channels": 1,
-         "num_intensities": 8, "prior_scale": 3.0},
+         "num_intensities": 8, "prior_scale": 3.0, "max_correction": 2.0},
         np.zeros((2, 16, 8), "float32"),
         call_kwargs={"low_resolution": np.array([[0, 5, 7, 1], [3, 3, 3, 3]], "int32")},
         expected_output_shape=(2, 16, 8),
@@ -151,6 +192,8 @@ def test_errors():
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, interpolation="area")
     with pytest.raises(ValueError, match=r"`prior_scale` must be a number > 0.*prior_scale=0"):
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, prior_scale=0)
+    with pytest.raises(ValueError, match=r"`max_correction` must be a number > 0.*max_correction=-1"):
+        LowResolutionLogitBias(image_size=8, low_resolution_size=2, max_correction=-1)
     layer = LowResolutionLogitBias(image_size=8, low_resolution_size=2)
     with pytest.raises(ValueError, match=r"must end with num_intensities=256.*\(1, 192, 10\)"):
         layer(np.zeros((1, 192, 10), "float32"), np.zeros((1, 12), "int32"))

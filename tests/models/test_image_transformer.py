@@ -117,16 +117,22 @@ def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
     assert not np.array_equal(run(CachedDecoder(model), 12), cached)
 
 
-@pytest.mark.parametrize("consistency", [True, False])
-def test_prior_led_decoding_keeps_each_block_at_its_input_average(cifar, consistency):
+@pytest.mark.parametrize("consistency,channel_residual",
+                         [(True, False), (True, True), (False, False)])
+def test_prior_led_decoding_keeps_each_block_at_its_input_average(
+    cifar, consistency, channel_residual
+):
     # With the network's logits silenced, greedy decoding follows the prior's
     # peak: with consistency it spreads each 2x2 block's deficit over the
     # pixels still to come, so downsampling the output gives the input back
     # (to the rounding of the last pixel); without it, the rounded bicubic
-    # values, whose block averages drift from the input.
+    # values, whose block averages drift from the input. With the channel
+    # residual, green and blue follow red's residual instead of their own
+    # deficit: only red keeps its average exactly.
     high = _small_images(cifar, 4, 6)
     low = images.downsample(high, 2)
-    model = _super_resolution(low_resolution_consistency=consistency)
+    model = _super_resolution(low_resolution_consistency=consistency,
+                              low_resolution_channel_residual=channel_residual)
     logits_layer = model.get_layer("logits")
     logits_layer.kernel.assign(np.zeros(logits_layer.kernel.shape, "float32"))
     logits_layer.bias.assign(np.zeros(logits_layer.bias.shape, "float32"))
@@ -137,9 +143,21 @@ def test_prior_led_decoding_keeps_each_block_at_its_input_average(cifar, consist
     out = images.from_raster(np.asarray(decoded)[:, 1:], 4, 4).astype("int32")
     error = np.abs(images.downsample(out.astype(np.uint8), 2).astype(int) - low)
     if consistency:
-        assert error.max() <= 1
+        assert error[..., 0].max() <= 1
+        if channel_residual:
+            assert error[..., 1:].max() > 1
+        else:
+            assert error.max() <= 1
     else:
         assert error.max() > 1
+    if channel_residual:
+        # Green and blue sit at the bicubic value plus red's residual there.
+        import tensorflow as tf
+
+        bicubic = np.clip(np.asarray(tf.image.resize(low.astype("float32"), (4, 4), "bicubic")),
+                          0, 255)
+        expected = np.clip(bicubic[..., 1:] + out[..., :-1] - bicubic[..., :-1], 0, 255)
+        assert np.abs(out[..., 1:] - expected).max() <= 0.5 + 1e-3
 
 
 def test_untrained_model_is_near_eight_bits_per_dimension(cifar):
