@@ -156,6 +156,9 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         self-attention: 1D and 2D query blocks with a memory flange).
     """
 
+    # Already linear in the sequence length: no chunked core.
+    _supports_chunking = False
+
     def __init__(self, num_heads, key_dim, block_size, memory_flange=None, rolling_cache=False,
                  **kwargs):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)

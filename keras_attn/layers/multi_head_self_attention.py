@@ -5,6 +5,7 @@ from keras_attn import checks
 from keras_attn.layers import attention_ops
 from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
 from keras_attn.layers.attention_masks import AttentionMasks
+from keras_attn.layers.chunked_attention import chunked_attention
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -38,6 +39,16 @@ class MultiHeadSelfAttention(AttentionBase):
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
         seed: int seed of the attention dropout, for reproducible runs.
+        chunk_size: None (default: the dense core), or C, an int >= 1:
+            compute attention over chunks of C queries and C keys with an
+            online softmax and a gradient that recomputes each chunk
+            (`keras_attn.layers.chunked_attention`), so no (B, H, T, S)
+            buffer is made and training memory grows linearly in T. The
+            results equal the dense core's to float tolerance. The dense
+            core still runs for decoding with a cache, with
+            `return_attention_scores=True`, and for dropout during training
+            (the chunked core has no dropout). `RelativeGlobalAttention`
+            has it too; `LocalBlockAttention` refuses it (already linear).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -100,6 +111,21 @@ class MultiHeadSelfAttention(AttentionBase):
 
     # Input rank(s) accepted by `call`; subclasses with 2D inputs extend it.
     _input_ranks = (3,)
+    # Whether the attention core can run chunked (`chunk_size`).
+    _supports_chunking = True
+
+    def __init__(self, num_heads, key_dim, chunk_size=None, **kwargs):
+        super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
+        if chunk_size is not None:
+            checks.check_positive_int(self, "chunk_size", chunk_size)
+            if not self._supports_chunking:
+                raise ValueError(
+                    f"{type(self).__name__}: `chunk_size` is only supported by global "
+                    "attention (MultiHeadSelfAttention, RelativeGlobalAttention); this "
+                    "layer's attention core is already linear in the sequence length. "
+                    f"Received: chunk_size={chunk_size!r}; pass None."
+                )
+        self.chunk_size = chunk_size
 
     def build(self, inputs_shape):
         inputs_shape = tuple(inputs_shape)
@@ -392,12 +418,26 @@ class MultiHeadSelfAttention(AttentionBase):
             `(outputs, probabilities)`: (B, T, H, V) and (B, H, T, S) float32
             (may be None when not requested).
         """
+        if self._runs_chunked(masks, return_attention_scores, training):
+            return chunked_attention(query, key, value, masks, self.chunk_size), None
         mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
         return attention_ops.scaled_dot_product_attention(
             query, key, value, mask,
             dropout_layer=self.dropout_layer, training=training,
             may_have_empty_rows=masks.may_have_empty_rows,
         )
+
+    def _runs_chunked(self, masks, return_attention_scores, training):
+        """Whether this call takes the chunked core (`chunk_size` set, no
+        cache, no scores asked for, no dropout in training)."""
+        dropout_active = training and self.dropout_layer is not None
+        return (self.chunk_size is not None and not masks.cached
+                and not return_attention_scores and not dropout_active)
+
+    def get_config(self):
+        config = super().get_config()
+        config["chunk_size"] = self.chunk_size
+        return config
 
     # ------------------------------------------------------- shapes and masks
     def compute_output_shape(self, inputs_shape):

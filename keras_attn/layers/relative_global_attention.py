@@ -3,6 +3,7 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers import attention_ops
+from keras_attn.layers.chunked_attention import chunked_attention
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 
 
@@ -59,8 +60,11 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             Transformer), one per head, (H, 2M - 1, K).
         **kwargs: the other arguments of `MultiHeadSelfAttention`
             (`value_dim`, `dropout`, `use_bias`, `output_dim`,
-            `kernel_initializer`, `bias_initializer`, `seed`), and the base
-            `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+            `kernel_initializer`, `bias_initializer`, `seed`, `chunk_size`:
+            with it the relative logits are made per chunk of queries and
+            keys from the 2C - 1 distances each pair needs, so training
+            memory is linear in T), and the base `keras.layers.Layer`
+            arguments (`name`, `dtype`, ...).
 
     The relative embeddings are initialised from N(0, key_dim ** -0.5), as in
     tensor2tensor. Under mixed precision they are read in float32 (not
@@ -183,6 +187,10 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         return skew_padded(padded, key_length)
 
     def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
+        if self._runs_chunked(masks, return_attention_scores, training):
+            outputs = chunked_attention(query, key, value, masks, self.chunk_size,
+                                        relative_embeddings=self.relative_embeddings)
+            return outputs, None
         key_length = _dim(key, 1)
         mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
         relative_logits = self._relative_logits(

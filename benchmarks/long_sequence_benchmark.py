@@ -1,0 +1,187 @@
+"""Long sequences: chunked (memory-efficient) attention against the dense core and keras MHA.
+
+Self-attention with a causal mask, batch 1, d_model 512, 8 heads x 64,
+forward + backward (gradients of the inputs and of every weight), no XLA:
+
+- `chunked`: keras_attn MultiHeadSelfAttention(chunk_size=C) (online
+  softmax over key chunks, gradient recomputed per chunk),
+- `dense`: keras_attn MultiHeadSelfAttention (the dense core),
+- `keras_mha`: keras.layers.MultiHeadAttention called as
+  `mha(x, x, use_causal_mask=True)`;
+- `relative_chunked` (memory only, shortest and longest T):
+  RelativeGlobalAttention(max_relative_position=1024, chunk_size=C).
+
+Peak memory of one step in a fresh process per configuration (ru_maxrss
+rise) at T = 2k, 4k, 8k, 16k for the chunked layer and at T = 2k, 4k (8k
+with --large) for the dense ones, whose (B, H, T, T) buffers grow as T²;
+time interleaved (median of --repeats) at T = 1k, 2k, 4k. Chunk sizes:
+--chunk_size (default 256), and the sweep --sweep over 256, 512, 1024 at
+T = 2k that chose it.
+
+Goal (issue 15): at T = 4,096 peak memory <= 1/8 of keras MHA's and time
+<= 1.0x keras MHA's; training at T = 16,384 on 24 GiB, memory linear in T.
+
+Run: `python benchmarks/long_sequence_benchmark.py [--quick] [--sweep]`
+Prints markdown tables and writes benchmarks/results/long_sequence.json.
+The inputs are random activations: speed and memory do not depend on the
+values.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+BATCH, MODEL_DIM, NUM_HEADS, KEY_DIM = 1, 512, 8, 64
+TIMING_LENGTHS = (1024, 2048, 4096)
+CHUNKED_MEMORY_LENGTHS = (2048, 4096, 8192, 16384)
+DENSE_MEMORY_LENGTHS = (2048, 4096)
+LAYERS = ("chunked", "dense", "keras_mha")
+
+
+def make_forward(name, chunk_size):
+    import keras
+
+    from keras_attn.layers import MultiHeadSelfAttention, RelativeGlobalAttention
+
+    if name == "relative_chunked":
+        layer = RelativeGlobalAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM,
+                                        max_relative_position=1024, chunk_size=chunk_size)
+        layer.build((None, None, MODEL_DIM))
+        return (lambda x: layer(x, use_causal_mask=True)), layer
+    if name == "keras_mha":
+        layer = keras.layers.MultiHeadAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM)
+        layer.build((None, None, MODEL_DIM), (None, None, MODEL_DIM))
+        return (lambda x: layer(x, x, use_causal_mask=True)), layer
+    layer = MultiHeadSelfAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM,
+                                   chunk_size=chunk_size if name == "chunked" else None)
+    layer.build((None, None, MODEL_DIM))
+    return (lambda x: layer(x, use_causal_mask=True)), layer
+
+
+def make_step(name, chunk_size):
+    forward, layer = make_forward(name, chunk_size)
+    return harness.forward_backward_step(forward, layer.trainable_weights, jit_compile=False)
+
+
+def inputs(tf, length):
+    return tf.random.stateless_normal((BATCH, length, MODEL_DIM), seed=(1, length))
+
+
+def memory_worker(config):
+    tf = harness.setup_tensorflow()
+    step = make_step(config["layer"], config["chunk_size"])
+    x = inputs(tf, config["length"])
+    harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
+
+
+def main():
+    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
+                                          budget=600.0)
+    parser.add_argument("--chunk_size", type=int, default=256)
+    parser.add_argument("--sweep", action="store_true",
+                        help="also time chunk sizes 256, 512, 1024 at T = 2048")
+    parser.add_argument("--large", action="store_true",
+                        help="also measure the dense layers' memory at T = 8192 (about 10 GiB)")
+    args = parser.parse_args()
+    if args.memory_worker:
+        return memory_worker(json.loads(args.memory_worker))
+    budget = harness.Budget(args.budget)
+    timing_lengths, chunked_lengths, dense_lengths = TIMING_LENGTHS, CHUNKED_MEMORY_LENGTHS, DENSE_MEMORY_LENGTHS
+    if args.large:
+        dense_lengths = dense_lengths + (8192,)
+    if args.quick:
+        timing_lengths, chunked_lengths, dense_lengths = (512,), (512,), (512,)
+        args.repeats = min(args.repeats, 2)
+    env_start = harness.environment()
+    tf = harness.setup_tensorflow()
+
+    configs = [{"layer": "chunked", "length": t, "chunk_size": args.chunk_size} for t in chunked_lengths]
+    configs += [{"layer": name, "length": t, "chunk_size": args.chunk_size}
+                for t in dense_lengths for name in ("dense", "keras_mha")]
+    # RelativeGlobalAttention (M = 1024) chunked, at the ends of the range.
+    configs += [{"layer": "relative_chunked", "length": t, "chunk_size": args.chunk_size}
+                for t in (chunked_lengths[0], chunked_lengths[-1])]
+    # One worker at a time: two 10 GiB workers side by side would not fit.
+    records = harness.measure_memory_many(__file__, configs, parallel=1, timeout=300.0, budget=budget)
+    memory = {(c["layer"], c["length"]): r for c, r in zip(configs, records)}
+    print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
+
+    steps = {name: make_step(name, args.chunk_size) for name in LAYERS}
+
+    def candidates(length):
+        x = inputs(tf, length)
+        return {name: (lambda s=s: s(x)) for name, s in steps.items()}
+
+    compared = harness.compare(list(timing_lengths), candidates, args.repeats, budget,
+                               log=lambda t: f"fwd+bwd T={t}")
+    sweep = {}
+    if args.sweep and not args.quick:
+        sweep_steps = {f"chunk {c}": make_step("chunked", c) for c in (256, 512, 1024)}
+        x = inputs(tf, 2048)
+        sweep = harness.time_interleaved({n: (lambda s=s: s(x)) for n, s in sweep_steps.items()},
+                                         repeats=args.repeats, budget=budget)
+    env_end = harness.environment()
+
+    mib = (lambda r: f"{r['peak_mib']:.0f}" if r and "peak_mib" in r else (r or {}).get("skipped", "-"))
+    rows = []
+    for length in sorted(set(chunked_lengths) | set(dense_lengths)):
+        c, d, k = (memory.get((n, length)) for n in LAYERS)
+        ratio = (f"{c['peak_mib'] / k['peak_mib']:.3f}x" if c and k and "peak_mib" in c
+                 and "peak_mib" in k and k["peak_mib"] > 0 else "-")
+        seconds = f"{c['seconds']:.2f}" if c and "seconds" in c else "-"
+        rows.append([length, mib(c), seconds, mib(d), mib(k), ratio])
+    relative = [f"T {t}: {mib(memory.get(('relative_chunked', t)))} MiB, "
+                f"{memory.get(('relative_chunked', t), {}).get('seconds', float('nan')):.2f} s"
+                for t in (chunked_lengths[0], chunked_lengths[-1])]
+    lines = [
+        f"Causal self-attention, batch {BATCH}, d_model {MODEL_DIM}, {NUM_HEADS} heads x {KEY_DIM}, "
+        f"forward + backward, no XLA; chunked = MultiHeadSelfAttention(chunk_size={args.chunk_size}).",
+        "",
+        "Peak memory of one step: ru_maxrss rise in a fresh process (MiB); the chunked step's time "
+        "in that process (s). Goal: chunked <= 1/8 of keras MHA at T = 4096; linear in T.",
+        "",
+        harness.markdown_table(["T", "chunked MiB", "chunked s", "dense MiB", "keras MHA MiB",
+                                "chunked / keras"], rows),
+        "",
+        "RelativeGlobalAttention(max_relative_position=1024, chunk_size=C), same step: "
+        + "; ".join(relative) + ".",
+        "",
+        f"Time, median of {args.repeats} interleaved calls after a warm-up (ms). Goal: chunked / keras "
+        "MHA <= 1.00 at T = 4096.",
+        "",
+    ]
+    timing_rows = []
+    for length in timing_lengths:
+        records = compared.get(length, {})
+        c, d, k = (records.get(n) for n in LAYERS)
+        timing_rows.append([length, harness.fmt_ms(c), harness.fmt_ms(d), harness.fmt_ms(k),
+                            harness.fmt_ratio(c, k), harness.fmt_ratio(c, k, "cpu_median_s"),
+                            harness.fmt_ratio(d, k)])
+    lines.append(harness.markdown_table(
+        ["T", "chunked ms", "dense ms", "keras MHA ms", "chunked / keras (wall)",
+         "chunked / keras (CPU)", "dense / keras (wall)"], timing_rows))
+    if sweep:
+        lines += ["", "Chunk size at T = 2048 (ms, median): " + ", ".join(
+            f"{n}: {1000 * r['median_s']:.0f}" for n, r in sweep.items())]
+    lines += ["", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}."]
+    print("\n".join(lines))
+    harness.write_results(harness.output_path(args, "long_sequence"), {
+        "config": {"batch_size": BATCH, "model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
+                   "chunk_size": args.chunk_size, "repeats": args.repeats, "quick": args.quick,
+                   "budget_s": args.budget},
+        "environment": {"start": env_start, "end": env_end},
+        "timing": [{"layer": n, "length": t, **r} for t, records in compared.items()
+                   for n, r in records.items()],
+        "chunk_size_sweep": [{"chunk_size": n, **r} for n, r in sweep.items()],
+        "peak_memory": [{"layer": n, "length": t, **r} for (n, t), r in memory.items()],
+        "table": "\n".join(lines),
+        "total_s": budget.elapsed(),
+    })
+
+
+if __name__ == "__main__":
+    main()

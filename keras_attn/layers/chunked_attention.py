@@ -1,0 +1,357 @@
+"""Attention over key chunks with an online softmax: memory linear in T.
+
+The dense core (`attention_ops.scaled_dot_product_attention`) builds the
+(B, H, T, S) logits and probabilities, and its gradient keeps them: memory
+quadratic in the sequence length. Here the queries and keys are cut into
+chunks of C positions; for each query chunk the keys are visited chunk by
+chunk, keeping a running maximum, a running sum of exponentials and a
+running weighted sum of values (the online softmax), so no buffer larger
+than (B, H, C, C) exists. The gradient is written out by hand and
+recomputes each chunk's probabilities from the saved log-sum-exp instead of
+storing them. Everything is `keras.ops` (loops are `ops.map` /
+`ops.fori_loop`, the gradient `ops.custom_gradient`), so it runs on every
+backend.
+
+Reference:
+    Rabe & Staats 2021, "Self-attention Does Not Need O(n²) Memory";
+    Dao et al. 2022, "FlashAttention" (the backward pass from the saved
+    log-sum-exp, section 3.1 and appendix B).
+"""
+
+from keras import ops
+
+from keras_attn.layers.attention_ops import MASKED_LOGIT
+
+
+def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_embeddings=None):
+    """softmax(Q·Kᵀ/√K) · V computed chunk by chunk (no (B, H, T, S) buffer).
+
+    Equal to `attention_ops.scaled_dot_product_attention` without dropout,
+    to float tolerance: the same masks (boolean, True = may attend), and a
+    query row with no visible key gives zeros and zero gradients.
+
+    Args:
+        query: (B, T, H, K) float queries.
+        key: (B, S, H, K) float keys.
+        value: (B, S, H, V) float values.
+        masks: an `AttentionMasks` record (padding mask (B, S), attention
+            mask (B, T, S) or (B, H, T, S), causal mask from `cache_index`)
+            or None. A cached call (`masks.cached`) is not supported: a
+            decoding step has no (T, S) buffer to save.
+        chunk_size: C, positions per query chunk and per key chunk (int
+            >= 1). Memory per step is O(B * H * C * C); T and S are padded
+            to multiples of C (padded keys are masked).
+        relative_embeddings: optional float32 table E of learned relative
+            position embeddings, (2M - 1, K) shared by the heads or
+            (H, 2M - 1, K), row r for the distance (key - query) r - (M - 1),
+            distances clamped to ±(M - 1): the logits then add
+            Srel[t, s] = q_t · E[s - t] before the 1/√K scaling (Huang et al.
+            2018, as `RelativeGlobalAttention`), computed per chunk pair from
+            the 2C - 1 distances it needs.
+
+    Returns:
+        (B, T, H, V) outputs in the value's dtype. Logits, the softmax and
+        the accumulation are in float32.
+
+    Raises:
+        ValueError: on a cached `masks` record or `chunk_size` < 1.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.layers.attention_masks import AttentionMasks
+    >>> x = np.random.default_rng(0).normal(size=(1, 6, 2, 4)).astype("float32")
+    >>> out = chunked_attention(x, x, x, AttentionMasks(use_causal_mask=True), chunk_size=4)
+    >>> tuple(out.shape)
+    (1, 6, 2, 4)
+    """
+    if masks is not None and masks.cached:
+        raise ValueError(
+            "chunked_attention: a cached call (keys from a decoding cache) is not "
+            "supported; use the dense core for decoding steps."
+        )
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(
+            f"chunked_attention: `chunk_size` must be an int >= 1. Received: "
+            f"chunk_size={chunk_size!r}."
+        )
+    output_dtype = value.dtype
+    scale = 1.0 / float(query.shape[-1]) ** 0.5
+    # (B, H, n, C, K): heads in front and the sequences cut into chunks.
+    query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
+    q = _chunks(ops.cast(query, "float32") * scale, chunk_size)
+    k = _chunks(ops.cast(key, "float32"), chunk_size)
+    v = _chunks(ops.cast(value, "float32"), chunk_size)
+    chunk_mask = _ChunkMask(masks, query_length, key_length, chunk_size)
+    if relative_embeddings is not None:
+        # A tensor (not the layer's variable) enters the custom gradient.
+        relative_embeddings = ops.cast(relative_embeddings, "float32")
+    outputs = _attention(q, k, v, relative_embeddings, chunk_mask)
+    # (B, H, nq, C, V) -> (B, T, H, V).
+    batch, heads, num_chunks, _, value_dim = ops.shape(outputs)
+    outputs = ops.reshape(outputs, (batch, heads, num_chunks * chunk_size, value_dim))
+    outputs = ops.transpose(outputs, (0, 2, 1, 3))[:, :query_length]
+    return ops.cast(outputs, output_dtype)
+
+
+def _chunks(x, chunk_size):
+    """(B, L, H, D) -> (B, H, ceil(L / C), C, D), zero-padded."""
+    length = ops.shape(x)[1]
+    padding = (-length) % chunk_size
+    x = ops.pad(x, ((0, 0), (0, padding), (0, 0), (0, 0)))
+    batch, padded, heads, dim = ops.shape(x)
+    x = ops.transpose(x, (0, 2, 1, 3))
+    return ops.reshape(x, (batch, heads, padded // chunk_size, chunk_size, dim))
+
+
+class _ChunkMask:
+    """The (B|1, H|1, C, C) bool mask of query chunk i against key chunk j,
+    made from the call's masks per chunk (a causal mask from iotas, the
+    padding and attention masks sliced), so the (T, S) mask never exists
+    unless the caller passed it."""
+
+    def __init__(self, masks, query_length, key_length, chunk_size):
+        self.chunk_size = chunk_size
+        self.key_length = key_length
+        self.causal = masks is not None and masks.use_causal_mask
+        self.cache_index = masks.cache_index if masks is not None else 0
+        self.padding = None
+        self.attention = None
+        if masks is not None and masks.padding_mask is not None:
+            padding = ops.cast(masks.padding_mask, "bool")
+            padding = ops.pad(padding, ((0, 0), (0, (-key_length) % chunk_size)))
+            self.padding = ops.reshape(padding, (ops.shape(padding)[0], -1, chunk_size))
+        if masks is not None and masks.attention_mask is not None:
+            attention = ops.cast(masks.attention_mask, "bool")
+            if len(attention.shape) == 3:
+                attention = attention[:, None]
+            attention = ops.pad(attention, (
+                (0, 0), (0, 0), (0, (-query_length) % chunk_size), (0, (-key_length) % chunk_size)
+            ))
+            batch, heads, rows, columns = ops.shape(attention)
+            self.attention = ops.reshape(attention, (
+                batch, heads, rows // chunk_size, chunk_size, columns // chunk_size, chunk_size
+            ))
+
+    def key_chunk_end(self, i, num_key_chunks):
+        """1 + the last key chunk query chunk i can see: with a causal mask
+        the chunks after the diagonal are skipped (half the work)."""
+        if not self.causal:
+            return num_key_chunks
+        last_query = i * self.chunk_size + self.chunk_size - 1 + ops.cast(self.cache_index, "int32")
+        return ops.minimum(num_key_chunks, last_query // self.chunk_size + 1)
+
+    def first_query_chunk(self, j):
+        """The first query chunk that can see key chunk j."""
+        if not self.causal:
+            return 0
+        return ops.maximum(0, (j * self.chunk_size - ops.cast(self.cache_index, "int32"))
+                           // self.chunk_size)
+
+    def __call__(self, i, j):
+        size = self.chunk_size
+        key_positions = ops.arange(size, dtype="int32") + j * size
+        # Padded keys past S are never visible.
+        mask = ops.less(key_positions, ops.cast(self.key_length, "int32"))[None, None, None, :]
+        if self.causal:
+            query_positions = (
+                ops.arange(size, dtype="int32") + i * size + ops.cast(self.cache_index, "int32")
+            )
+            causal = ops.greater_equal(query_positions[:, None], key_positions[None, :])
+            mask = ops.logical_and(mask, causal[None, None])
+        if self.padding is not None:
+            padding = ops.take(self.padding, j, axis=1)  # (B, C)
+            mask = ops.logical_and(mask, padding[:, None, None, :])
+        if self.attention is not None:
+            attention = ops.take(ops.take(self.attention, i, axis=2), j, axis=3)
+            mask = ops.logical_and(mask, attention)
+        return mask
+
+
+class _ChunkLogits:
+    """The scaled logits of query chunk i against key chunk j, (B, H, C, C),
+    and the gradients that flow back through them.
+
+    With relative embeddings E ((2M - 1, K), or (H, 2M - 1, K) per head;
+    row r is the distance r - (M - 1), distances clamped to ±(M - 1)), the
+    logits add Srel[t, s] = q_t · E[s - t]. A chunk pair needs only the
+    2C - 1 distances between its queries and keys: one (C, K) x (K, 2C - 1)
+    matmul, then the skew (pad, reshape, slice) that moves each logit to
+    its key, as `RelativeGlobalAttention` does for the whole sequence.
+    """
+
+    def __init__(self, q, k, relative_embeddings, chunk_size):
+        self.q, self.k, self.table = q, k, relative_embeddings
+        self.chunk_size = chunk_size
+        if relative_embeddings is not None:
+            self.limit = (relative_embeddings.shape[-2] - 1) // 2
+            self.shared = len(relative_embeddings.shape) == 2
+
+    def _rows(self, i, j):
+        """(2C - 1,) rows of E for the distances of chunk pair (i, j),
+        from (j - i) * C - (C - 1) up."""
+        size = self.chunk_size
+        distances = ops.arange(2 * size - 1, dtype="int32") + (j - i) * size - (size - 1)
+        return ops.clip(distances, -self.limit, self.limit) + self.limit
+
+    def __call__(self, i, j):
+        q_i = ops.take(self.q, i, axis=2)
+        logits = ops.einsum("bhqk,bhsk->bhqs", q_i, ops.take(self.k, j, axis=2))
+        if self.table is None:
+            return logits
+        table = ops.take(self.table, self._rows(i, j), axis=-2)
+        equation = "bhqk,wk->bhqw" if self.shared else "bhqk,hwk->bhqw"
+        return logits + _skew(ops.einsum(equation, q_i, table), self.chunk_size)
+
+    def query_gradient(self, i, j, ds):
+        grad = ops.einsum("bhqs,bhsk->bhqk", ds, ops.take(self.k, j, axis=2))
+        if self.table is None:
+            return grad
+        table = ops.take(self.table, self._rows(i, j), axis=-2)
+        equation = "bhqw,wk->bhqk" if self.shared else "bhqw,hwk->bhqk"
+        return grad + ops.einsum(equation, _unskew(ds, self.chunk_size), table)
+
+    def table_gradient(self, i, j, ds):
+        """dE of chunk pair (i, j): the skewed-back ds times the queries,
+        summed into the rows of the distances they used."""
+        q_i = ops.take(self.q, i, axis=2)
+        unskewed = _unskew(ds, self.chunk_size)
+        num_rows = self.table.shape[-2]
+        if self.shared:
+            per_distance = ops.einsum("bhqw,bhqk->wk", unskewed, q_i)
+            return ops.segment_sum(per_distance, self._rows(i, j), num_segments=num_rows)
+        per_distance = ops.einsum("bhqw,bhqk->whk", unskewed, q_i)
+        summed = ops.segment_sum(per_distance, self._rows(i, j), num_segments=num_rows)
+        return ops.transpose(summed, (1, 0, 2))
+
+
+def _skew(x, size):
+    """(..., C, 2C - 1) logits by distance -> (..., C, C) by key: element
+    [r, c] = x[r, c - r + C - 1]. Pad one column, flatten, drop the first
+    C - 1 entries and read rows of 2C - 1: each row starts one place
+    further left."""
+    lead = tuple(ops.shape(x)[:-2])
+    x = ops.pad(x, [(0, 0)] * len(lead) + [(0, 0), (0, 1)])
+    x = ops.reshape(x, lead + (size * 2 * size,))
+    x = x[..., size - 1:size - 1 + size * (2 * size - 1)]
+    return ops.reshape(x, lead + (size, 2 * size - 1))[..., :size]
+
+
+def _unskew(x, size):
+    """The transpose of `_skew`: (..., C, C) by key -> (..., C, 2C - 1) by
+    distance, zeros where no key had that distance."""
+    lead = tuple(ops.shape(x)[:-2])
+    x = ops.pad(x, [(0, 0)] * len(lead) + [(0, 0), (0, size - 1)])
+    x = ops.reshape(x, lead + (size * (2 * size - 1),))
+    x = ops.pad(x, [(0, 0)] * len(lead) + [(size - 1, 1)])
+    return ops.reshape(x, lead + (size, 2 * size))[..., :2 * size - 1]
+
+
+def _attention(q, k, v, relative_embeddings, chunk_mask):
+    """(B, H, nq, C, K), (B, H, nk, C, K), (B, H, nk, C, V) [, E] ->
+    (B, H, nq, C, V), with the gradient of `_backward`."""
+
+    def forward(*tensors):
+        q, k, v = tensors[:3]
+        logits = _ChunkLogits(q, k, tensors[3] if len(tensors) > 3 else None,
+                              chunk_mask.chunk_size)
+        outputs, logsumexp = _forward(logits, v, chunk_mask)
+
+        def gradient(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            return _backward(logits, v, outputs, logsumexp, upstream, chunk_mask)
+
+        return outputs, gradient
+
+    tensors = (q, k, v) if relative_embeddings is None else (q, k, v, relative_embeddings)
+    return ops.custom_gradient(forward)(*tensors)
+
+
+def _forward(logits, v, chunk_mask):
+    """Online softmax per query chunk: (outputs (B, H, nq, C, V), log-sum-exp
+    (B, H, nq, C), 0 for rows that see no key)."""
+    num_key_chunks = ops.shape(v)[2]
+
+    def query_chunk(i):
+        def key_chunk(j, carry):
+            maximum, total, accumulated = carry
+            mask = chunk_mask(i, j)
+            scores = ops.where(mask, logits(i, j), MASKED_LOGIT)
+            new_maximum = ops.maximum(maximum, ops.max(scores, axis=-1))
+            correction = ops.exp(maximum - new_maximum)
+            probabilities = ops.where(mask, ops.exp(scores - new_maximum[..., None]), 0.0)
+            total = total * correction + ops.sum(probabilities, axis=-1)
+            accumulated = accumulated * correction[..., None] + ops.einsum(
+                "bhqs,bhsv->bhqv", probabilities, ops.take(v, j, axis=2)
+            )
+            return new_maximum, total, accumulated
+
+        shape = tuple(ops.shape(logits.q)[:2]) + (chunk_mask.chunk_size,)
+        init = (
+            ops.full(shape, MASKED_LOGIT, "float32"),
+            ops.zeros(shape, "float32"),
+            ops.zeros(shape + (ops.shape(v)[-1],), "float32"),
+        )
+        maximum, total, accumulated = ops.fori_loop(
+            0, chunk_mask.key_chunk_end(i, num_key_chunks), key_chunk, init
+        )
+        seen = ops.greater(total, 0.0)
+        safe_total = ops.where(seen, total, 1.0)
+        outputs = ops.where(seen[..., None], accumulated / safe_total[..., None], 0.0)
+        logsumexp = ops.where(seen, maximum + ops.log(safe_total), 0.0)
+        return outputs, logsumexp
+
+    outputs, logsumexp = ops.map(query_chunk, ops.arange(ops.shape(logits.q)[2], dtype="int32"))
+    # map stacks on a new first axis: (nq, B, H, C, ...) -> (B, H, nq, C, ...).
+    return ops.moveaxis(outputs, 0, 2), ops.moveaxis(logsumexp, 0, 2)
+
+
+def _backward(logits, v, outputs, logsumexp, upstream, chunk_mask):
+    """Gradients of the chunked attention with respect to q, k, v (and E),
+    recomputing each chunk's probabilities P = exp(logits - lse):
+
+        dV = Pᵀ dO,  dS = P ∘ (dO Vᵀ - rowsum(dO ∘ O)),  dQ = dS K,  dK = dSᵀ Q,
+        dE = the skewed-back dS times Q, by distance.
+    """
+    q, k, table = logits.q, logits.k, logits.table
+    upstream = ops.cast(upstream, "float32")
+    # rowsum(dO ∘ O): (B, H, nq, C).
+    delta = ops.sum(upstream * outputs, axis=-1)
+    num_query_chunks, num_key_chunks = ops.shape(q)[2], ops.shape(k)[2]
+
+    def score_gradient(i, j):
+        do_i = ops.take(upstream, i, axis=2)
+        reference = ops.take(logsumexp, i, axis=2)[..., None]
+        probabilities = ops.where(chunk_mask(i, j), ops.exp(logits(i, j) - reference), 0.0)
+        dp = ops.einsum("bhqv,bhsv->bhqs", do_i, ops.take(v, j, axis=2))
+        ds = probabilities * (dp - ops.take(delta, i, axis=2)[..., None])
+        return do_i, probabilities, ds
+
+    def query_gradient(i):
+        def key_chunk(j, dq):
+            return dq + logits.query_gradient(i, j, score_gradient(i, j)[2])
+
+        return ops.fori_loop(0, chunk_mask.key_chunk_end(i, num_key_chunks), key_chunk,
+                             ops.zeros_like(ops.take(q, i, axis=2)))
+
+    def key_value_gradient(j):
+        def query_chunk(i, carry):
+            do_i, probabilities, ds = score_gradient(i, j)
+            q_i = ops.take(q, i, axis=2)
+            updated = (carry[0] + ops.einsum("bhqs,bhqk->bhsk", ds, q_i),
+                       carry[1] + ops.einsum("bhqs,bhqv->bhsv", probabilities, do_i))
+            if table is not None:
+                updated += (carry[2] + logits.table_gradient(i, j, ds),)
+            return updated
+
+        init = (ops.zeros_like(ops.take(k, j, axis=2)), ops.zeros_like(ops.take(v, j, axis=2)))
+        if table is not None:
+            init += (ops.zeros_like(table),)
+        return ops.fori_loop(chunk_mask.first_query_chunk(j), num_query_chunks, query_chunk, init)
+
+    dq = ops.map(query_gradient, ops.arange(num_query_chunks, dtype="int32"))
+    per_key_chunk = ops.map(key_value_gradient, ops.arange(num_key_chunks, dtype="int32"))
+    grads = (ops.moveaxis(dq, 0, 2),) + tuple(ops.moveaxis(g, 0, 2) for g in per_key_chunk[:2])
+    if table is not None:
+        grads += (ops.sum(per_key_chunk[2], axis=0),)
+    return grads

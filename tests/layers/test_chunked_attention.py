@@ -1,0 +1,253 @@
+import keras
+import numpy as np
+import pytest
+
+from keras_attn.layers import MultiHeadSelfAttention, RelativeGlobalAttention
+from keras_attn.layers.attention_masks import AttentionMasks
+from keras_attn.layers.chunked_attention import chunked_attention
+from tests import references
+from tests.test_case import gradients, run_layer_test
+
+RNG = np.random.default_rng(0)
+B, T, S, H, K = 2, 13, 11, 2, 4
+
+
+def _qkv(query_length=T, key_length=S, dtype="float32"):
+    rng = np.random.default_rng(query_length * 100 + key_length)
+    return [rng.normal(size=shape).astype(dtype) for shape in (
+        (B, query_length, H, K), (B, key_length, H, K), (B, key_length, H, K + 1)
+    )]
+
+
+def _reference(query, key, value, mask):
+    """NumPy, head by head (tests/references.py)."""
+    out = np.zeros(query.shape[:3] + (value.shape[-1],))
+    for b in range(query.shape[0]):
+        for h in range(query.shape[2]):
+            out[b, :, h], _ = references.softmax_attention(
+                query[b, :, h].astype(np.float64), key[b, :, h].astype(np.float64),
+                value[b, :, h].astype(np.float64), mask[b, h],
+            )
+    return out
+
+
+def _mask_cases():
+    padding = np.ones((B, S), bool)
+    padding[1, 7:] = False
+    padding[0, :4] = False  # with the causal mask, rows 0-3 of sequence 0 see nothing
+    attention = RNG.random((B, T, S)) > 0.4
+    attention_heads = RNG.random((B, H, T, S)) > 0.4
+    attention_heads[0, 1, 5] = False  # one fully masked row
+    return {
+        "none": (None, dict()),
+        "causal": (AttentionMasks(use_causal_mask=True), dict(causal=True)),
+        "padding_causal": (AttentionMasks(padding_mask=padding, use_causal_mask=True),
+                           dict(padding_mask=padding, causal=True)),
+        "attention": (AttentionMasks(attention_mask=attention), dict(attention_mask=attention)),
+        "attention_heads_padding": (
+            AttentionMasks(padding_mask=padding, attention_mask=attention_heads),
+            dict(padding_mask=padding, attention_mask=attention_heads, num_heads=H),
+        ),
+        "causal_offset": (AttentionMasks(use_causal_mask=True, cache_index=3),
+                          dict(causal=True, cache_index=3)),
+    }
+
+
+@pytest.mark.parametrize("case", list(_mask_cases()))
+@pytest.mark.parametrize("chunk_size", [1, 4, 32])
+def test_equals_naive_attention_with_every_mask(case, chunk_size):
+    masks, reference_masks = _mask_cases()[case]
+    query, key, value = _qkv()
+    mask = references.dense_mask(B, T, S, **reference_masks)
+    mask = np.broadcast_to(mask, (B, H, T, S))
+    out = keras.ops.convert_to_numpy(chunked_attention(query, key, value, masks, chunk_size))
+    np.testing.assert_allclose(out, _reference(query, key, value, mask), atol=2e-5)
+    empty = ~mask.any(-1)  # (B, H, T)
+    if empty.any():
+        assert np.all(out.transpose(0, 2, 1, 3)[empty] == 0.0)
+
+
+@pytest.mark.parametrize("case", ["causal", "padding_causal", "attention_heads_padding"])
+def test_gradients_equal_the_dense_core_and_stay_finite(case):
+    from keras_attn.layers import attention_ops
+
+    masks, _ = _mask_cases()[case]
+    query, key, value = _qkv()
+    weights = np.cos(np.arange(B * T * H * (K + 1))).reshape(B, T, H, K + 1).astype("float32")
+
+    def loss(core):
+        def fn(q, k, v):
+            out = core(q, k, v)
+            return keras.ops.sum(out * weights), out
+        return fn
+
+    dense_mask = masks.merged(B, T, S)
+    _, dense = gradients(loss(lambda q, k, v: attention_ops.scaled_dot_product_attention(
+        q, k, v, dense_mask)[0]), [query, key, value], [])
+    _, chunked = gradients(loss(lambda q, k, v: chunked_attention(q, k, v, masks, 4)),
+                           [query, key, value], [])
+    for want, got in zip(dense, chunked):
+        got = keras.ops.convert_to_numpy(got)
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, keras.ops.convert_to_numpy(want), atol=2e-5)
+
+
+def test_mixed_precision_inputs_give_their_dtype_and_the_float32_result():
+    query, key, value = _qkv()
+    masks = AttentionMasks(use_causal_mask=True)
+    half = [x.astype("float16") for x in (query, key, value)]
+    out = chunked_attention(*half, masks, 4)
+    assert keras.backend.standardize_dtype(out.dtype) == "float16"
+    mask = np.broadcast_to(references.dense_mask(B, T, S, causal=True), (B, H, T, S))
+    want = _reference(*[x.astype("float32") for x in half], mask)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out).astype("float32"), want, atol=2e-3)
+
+
+def test_errors():
+    query, key, value = _qkv()
+    with pytest.raises(ValueError, match=r"`chunk_size` must be an int >= 1.*chunk_size=0"):
+        chunked_attention(query, key, value, None, 0)
+    cached = AttentionMasks(use_causal_mask=True, valid_key_length=3)
+    with pytest.raises(ValueError, match="a cached call"):
+        chunked_attention(query, key, value, cached, 4)
+
+
+# ------------------------------------------------------------------ the layer
+def _layer_pair(chunk_size=5, **kwargs):
+    dense = MultiHeadSelfAttention(num_heads=2, key_dim=4, **kwargs)
+    chunked = MultiHeadSelfAttention.from_config({**dense.get_config(), "chunk_size": chunk_size})
+    dense.build((B, T, 8))
+    chunked.build((B, T, 8))
+    chunked.set_weights(dense.get_weights())
+    return dense, chunked
+
+
+def test_layer_with_chunk_size_equals_the_dense_layer_in_values_and_gradients():
+    dense, chunked = _layer_pair()
+    x = RNG.normal(size=(B, T, 8)).astype("float32")
+    padding = np.ones((B, T), bool)
+    padding[1, 9:] = False
+    for layer_kwargs in ({}, {"use_causal_mask": True}, {"padding_mask": padding}):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(chunked(x, **layer_kwargs)),
+            keras.ops.convert_to_numpy(dense(x, **layer_kwargs)), atol=2e-5,
+        )
+
+    def loss(layer):
+        def fn(inputs):
+            out = layer(inputs, padding_mask=padding, use_causal_mask=True)
+            return keras.ops.sum(out * keras.ops.cos(out)), out
+        return fn
+
+    _, want = gradients(loss(dense), [x], dense)
+    _, got = gradients(loss(chunked), [x], chunked)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(g), keras.ops.convert_to_numpy(w),
+                                   atol=3e-5)
+
+
+def test_layer_falls_back_to_the_dense_core_for_scores_cache_and_dropout():
+    dense, chunked = _layer_pair(dropout=0.5, seed=3)
+    x = RNG.normal(size=(B, T, 8)).astype("float32")
+    out, scores = chunked(x, use_causal_mask=True, return_attention_scores=True)
+    assert tuple(scores.shape) == (B, 2, T, T)
+    cache = chunked.init_cache(B, T)
+    step, _ = chunked(x[:, :3], cache=cache, cache_index=0, use_causal_mask=True)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(step),
+                               keras.ops.convert_to_numpy(out)[:, :3], atol=2e-5)
+    # Dropout in training: the dense core with the same seed (same draws).
+    keras.utils.set_random_seed(7)
+    want = keras.ops.convert_to_numpy(dense(x, training=True))
+    keras.utils.set_random_seed(7)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(chunked(x, training=True)), want,
+                               atol=2e-5)
+
+
+def test_layer_life_cycle():
+    run_layer_test(
+        MultiHeadSelfAttention,
+        {"num_heads": 2, "key_dim": 4, "chunk_size": 3},
+        np.random.default_rng(1).normal(size=(2, 7, 8)).astype("float32"),
+        call_kwargs={"use_causal_mask": True},
+        expected_output_shape=(2, 7, 8),
+    )
+
+
+def test_layer_errors():
+    from keras_attn.layers import LocalBlockAttention
+
+    with pytest.raises(ValueError, match=r"chunk_size.*Received: chunk_size=0"):
+        MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=0)
+    with pytest.raises(ValueError, match=r"LocalBlockAttention: `chunk_size` is only supported"):
+        LocalBlockAttention(num_heads=2, key_dim=4, block_size=4, chunk_size=4)
+
+
+def test_relative_layer_with_chunk_size_equals_the_dense_layer():
+    dense = RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=6)
+    chunked = RelativeGlobalAttention.from_config({**dense.get_config(), "chunk_size": 5})
+    dense.build((B, T, 8))
+    chunked.build((B, T, 8))
+    chunked.set_weights(dense.get_weights())
+    x = RNG.normal(size=(B, T, 8)).astype("float32")
+
+    def loss(layer):
+        def fn(inputs):
+            out = layer(inputs, use_causal_mask=True)
+            return keras.ops.sum(out * keras.ops.cos(out)), out
+        return fn
+
+    want_out, want = gradients(loss(dense), [x], dense)
+    got_out, got = gradients(loss(chunked), [x], chunked)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(got_out),
+                               keras.ops.convert_to_numpy(want_out), atol=2e-5)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(g), keras.ops.convert_to_numpy(w),
+                                   atol=3e-5)
+
+
+# ------------------------------------------------------- relative attention
+def _square_masks(case):
+    padding = np.ones((B, T), bool)
+    padding[1, 9:] = False
+    padding[0, :2] = False
+    return {
+        "causal": AttentionMasks(use_causal_mask=True),
+        "padding_causal": AttentionMasks(padding_mask=padding, use_causal_mask=True),
+        "attention": AttentionMasks(attention_mask=RNG.random((B, T, T)) > 0.4),
+    }[case]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("case", ["causal", "padding_causal", "attention"])
+def test_relative_logits_equal_the_dense_relative_attention(shared, case):
+    # Sequences of 13 in chunks of 4 with distances clamped at ±4: chunk
+    # pairs near and far from the diagonal, clamped and not.
+    masks = _square_masks(case)
+    query, key, value = _qkv(T, T)
+    layer = RelativeGlobalAttention(num_heads=H, key_dim=K, value_dim=K + 1,
+                                    max_relative_position=5,
+                                    heads_share_relative_embedding=shared)
+    layer.build((B, T, 8))
+    table = np.random.default_rng(4).normal(size=layer.relative_embeddings.shape)
+    layer.relative_embeddings.assign(table.astype("float32"))
+    weights = np.cos(np.arange(B * T * H * (K + 1))).reshape(B, T, H, K + 1).astype("float32")
+
+    def dense_loss(q, k, v):
+        out = layer._attend(q, k, v, masks, (T,), False, False)[0]
+        return keras.ops.sum(out * weights), out
+
+    def chunked_loss(q, k, v, e):
+        out = chunked_attention(q, k, v, masks, 4, relative_embeddings=e)
+        return keras.ops.sum(out * weights), out
+
+    dense_out, dense_grads = gradients(dense_loss, [query, key, value],
+                                       [layer.relative_embeddings])
+    chunked_out, chunked_grads = gradients(chunked_loss, [query, key, value,
+                                                          table.astype("float32")], [])
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(chunked_out),
+                               keras.ops.convert_to_numpy(dense_out), atol=2e-5)
+    # q, k, v, then the table (the dense path's comes from the variable).
+    for want, got in zip(dense_grads, chunked_grads):
+        got = keras.ops.convert_to_numpy(got)
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, keras.ops.convert_to_numpy(want), atol=5e-5)
