@@ -37,12 +37,26 @@ def report(args, model, data, make_dataset):
     print(f"Validation bits/dim: {figures['validation_bits_per_dim']:.3f} "
           f"({figures['validation_bits_per_dim_images']} images)")
     if args.mode == "super_resolution":
+        set_sampling_max_correction(model, args.sampling_max_correction)
         # Spread over the validation set (CIFAR-10 files are sorted by class).
         pick = np.linspace(0, len(validation_images) - 1, args.num_samples).round().astype(int)
         figures.update(super_resolution_samples(args, model, validation_images[pick]))
     else:
         figures.update(generated_samples(args, model))
     return figures
+
+
+def set_sampling_max_correction(model, levels):
+    """Bounds the offset prior's per-pixel consistency correction at
+    `levels` intensity levels for what follows (sampling, export); 0 or
+    None keeps the trained setting. Measured on the hour run's weights (32
+    validation images, T = 0.8): without a bound a block whose first pixels
+    overshot is pulled back by single pixels driven to black or white,
+    17.8 dB PSNR / 36.1 dB consistency; bounded at 24 levels 19.4 / 30.1.
+    """
+    if not levels or "low_resolution_logit_bias" not in [layer.name for layer in model.layers]:
+        return
+    model.get_layer("low_resolution_logit_bias").max_correction = float(levels)
 
 
 def _timed_sampler(model, inputs_name, jit_compile=True):

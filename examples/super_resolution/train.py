@@ -119,6 +119,10 @@ def parse_args(argv=None):
                         help="count the prior's offsets of green and blue from the "
                              "interpolated value alone, not shifted by the pixel's previous "
                              "channel's residual (super resolution)")
+    parser.add_argument("--sampling_max_correction", type=float, default=24,
+                        help="when sampling and exporting (not in training or bits/dim): "
+                             "bound, in intensity levels, on the prior's per-pixel consistency "
+                             "correction; 0 = as trained (super resolution)")
     parser.add_argument("--max_correction", type=float, default=0,
                         help="bound (intensity levels) on the prior's per-pixel consistency "
                              "correction; 0 = none (super resolution)")
@@ -345,7 +349,7 @@ def main(argv=None):
             "block_size", "memory_flange", "dropout", "position", "align_positions",
             "low_resolution_embedding", "low_resolution_logit_bias",
             "low_resolution_prior_scale", "consistency", "channel_residual",
-            "max_correction")},
+            "max_correction", "sampling_max_correction")},
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }
