@@ -61,6 +61,30 @@ def check_positive_int(owner, name, value):
         )
 
 
+def check_positive_number_or_none(owner, name, value, meaning):
+    """Raises a ValueError unless `value` is None or a real number > 0.
+
+    Args:
+        owner: the layer whose argument is checked (its class name starts
+            the message).
+        name: the argument's name.
+        value: the value received.
+        meaning: what the number is, and what None means, for the message
+            (e.g. "the Laplace scale in intensity levels; None = zeros").
+
+    Raises:
+        ValueError: if `value` is not None and not a number > 0 (bools
+            refused).
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+        raise ValueError(
+            f"{type(owner).__name__}: `{name}` must be a number > 0 or None ({meaning}). "
+            f"Received: {name}={value!r}."
+        )
+
+
 def check_index(value, name):
     """Raises a ValueError unless `value` is an integer scalar.
 

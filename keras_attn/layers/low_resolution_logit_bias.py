@@ -2,6 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster
 
 
@@ -129,25 +130,12 @@ class LowResolutionLogitBias(keras.layers.Layer):
         self.channels = channels
         self.num_intensities = num_intensities
         self.interpolation = interpolation
-        if prior_scale is not None and (
-            isinstance(prior_scale, bool) or not isinstance(prior_scale, (int, float))
-            or not prior_scale > 0
-        ):
-            raise ValueError(
-                f"{type(self).__name__}: `prior_scale` must be a number > 0 (the Laplace "
-                "scale in intensity levels) or None. Received: "
-                f"prior_scale={prior_scale!r}."
-            )
+        checks.check_positive_number_or_none(
+            self, "prior_scale", prior_scale, "the initial Laplace scale in intensity levels; "
+            "None = start from `bias_initializer`")
+        checks.check_positive_number_or_none(
+            self, "max_correction", max_correction, "a bound in intensity levels; None = no bound")
         self.prior_scale = prior_scale
-        if max_correction is not None and (
-            isinstance(max_correction, bool) or not isinstance(max_correction, (int, float))
-            or not max_correction > 0
-        ):
-            raise ValueError(
-                f"{type(self).__name__}: `max_correction` must be a number > 0 (intensity "
-                "levels) or None for no bound. Received: "
-                f"max_correction={max_correction!r}."
-            )
         self.max_correction = max_correction
         self.bias_initializer = keras.initializers.get(bias_initializer)
         # offsets[v, k] = k - v + N - 1: row v of the bias table, made once.

@@ -190,10 +190,12 @@ def test_errors():
         LowResolutionLogitBias(image_size=8, low_resolution_size=3)
     with pytest.raises(ValueError, match=r"`interpolation` must be one of.*'area'"):
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, interpolation="area")
-    with pytest.raises(ValueError, match=r"`prior_scale` must be a number > 0.*prior_scale=0"):
+    with pytest.raises(ValueError, match=r"`prior_scale` must be a number > 0 or None \(the initial Laplace.*prior_scale=0"):
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, prior_scale=0)
-    with pytest.raises(ValueError, match=r"`max_correction` must be a number > 0.*max_correction=-1"):
+    with pytest.raises(ValueError, match=r"`max_correction` must be a number > 0 or None \(a bound.*max_correction=-1"):
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, max_correction=-1)
+    with pytest.raises(ValueError, match=r"max_correction=True"):
+        LowResolutionLogitBias(image_size=8, low_resolution_size=2, max_correction=True)
     layer = LowResolutionLogitBias(image_size=8, low_resolution_size=2)
     with pytest.raises(ValueError, match=r"must end with num_intensities=256.*\(1, 192, 10\)"):
         layer(np.zeros((1, 192, 10), "float32"), np.zeros((1, 12), "int32"))
