@@ -114,12 +114,24 @@ class LowResolutionRaster:
         `previous_intensities` ((B, length) int), a pixel's second and later
         channels take `previous_channel_values` instead."""
         positions = self.positions(length, start_index)
+        upsampled = None
+        if self.interpolation == "bicubic" and (
+            block_sums is not None or (previous_intensities is not None and self.channels > 1)
+        ):
+            # Both corrections read the same float image: build it once (a
+            # decoding step calls this for every new intensity).
+            self.check_length(low_resolution)
+            upsampled = self._upsampled(low_resolution, rounded=False)
         if block_sums is None:
             values = self.values(low_resolution, positions)
         else:
-            values = self.consistent_values(low_resolution, positions, block_sums, max_correction)
+            values = self.consistent_values(
+                low_resolution, positions, block_sums, max_correction, upsampled=upsampled
+            )
         if previous_intensities is not None and self.channels > 1:
-            following = self.previous_channel_values(low_resolution, positions, previous_intensities)
+            following = self.previous_channel_values(
+                low_resolution, positions, previous_intensities, upsampled=upsampled
+            )
             values = ops.where((positions % self.channels > 0)[None, :], following, values)
         return values + ((positions % self.channels) * self.num_intensities)[None, :]
 
@@ -139,7 +151,8 @@ class LowResolutionRaster:
         block_width = width // low_width
         return (row % (height // low_height)) * block_width + column % block_width
 
-    def consistent_values(self, low_resolution, positions, block_sums, max_correction=None):
+    def consistent_values(self, low_resolution, positions, block_sums, max_correction=None,
+                          upsampled=None):
         """The interpolated value at each position, corrected so that its
         block averages to the low-resolution value given what was generated.
 
@@ -165,6 +178,8 @@ class LowResolutionRaster:
                 correction `(a * L - s - sum(b)) / r`: a block whose first
                 pixels went far off is then pulled back over its remaining
                 pixels without driving any single one to an extreme.
+            upsampled: None, or the (B, H*W*C) float bicubic image of
+                `low_resolution` (`rounded=False`), when the caller has it.
 
         Returns:
             (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
@@ -176,7 +191,8 @@ class LowResolutionRaster:
             # Every pixel of the block interpolates to L: no image to build.
             interpolated, remaining = low, low * pixels_left[None, :]
         else:
-            upsampled = self._upsampled(low_resolution, rounded=False)
+            if upsampled is None:
+                upsampled = self._upsampled(low_resolution, rounded=False)
             remaining = ops.take(self._remaining_sums(upsampled), positions, axis=1)
             interpolated = ops.take(upsampled, positions, axis=1)
         deficit = self.block_area * low - ops.cast(block_sums, "float32") - remaining
@@ -186,7 +202,8 @@ class LowResolutionRaster:
         value = ops.round(interpolated + correction)
         return ops.cast(ops.clip(value, 0, self.num_intensities - 1), "int32")
 
-    def previous_channel_values(self, low_resolution, positions, previous_intensities):
+    def previous_channel_values(self, low_resolution, positions, previous_intensities,
+                                upsampled=None):
         """The interpolated value at each position plus the residual of the
         position before it (generated minus interpolated there):
 
@@ -204,6 +221,8 @@ class LowResolutionRaster:
             previous_intensities: (B, T) int intensities at `positions - 1`
                 (the decoder's input tokens; ids past N - 1, the start
                 token, are clipped and should not be used).
+            upsampled: None, or the (B, H*W*C) float bicubic image of
+                `low_resolution` (`rounded=False`), when the caller has it.
 
         Returns:
             (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
@@ -215,7 +234,8 @@ class LowResolutionRaster:
             here = ops.take(low, self.covering_index(positions), axis=1)
             there = ops.take(low, self.covering_index(before), axis=1)
         else:
-            upsampled = self._upsampled(low_resolution, rounded=False)
+            if upsampled is None:
+                upsampled = self._upsampled(low_resolution, rounded=False)
             here, there = ops.take(upsampled, positions, axis=1), ops.take(upsampled, before, axis=1)
         previous = ops.cast(ops.clip(previous_intensities, 0, self.num_intensities - 1), "float32")
         value = ops.round(here + previous - there)
