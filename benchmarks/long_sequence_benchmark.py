@@ -47,9 +47,9 @@ def make_forward(name, chunk_size):
 
     from keras_attn.layers import MultiHeadSelfAttention, RelativeGlobalAttention
 
-    if name == "relative_chunked":
-        layer = RelativeGlobalAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM,
-                                        max_relative_position=1024, chunk_size=chunk_size)
+    if name.startswith("relative"):
+        layer = RelativeGlobalAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM, max_relative_position=1024,
+                                        chunk_size=chunk_size if name == "relative_chunked" else None)
         layer.build((None, None, MODEL_DIM))
         return (lambda x: layer(x, use_causal_mask=True)), layer
     if name == "keras_mha":
@@ -84,6 +84,9 @@ def main():
     parser.add_argument("--chunk_size", type=int, default=256)
     parser.add_argument("--sweep", action="store_true",
                         help="also time chunk sizes 256, 512, 1024 at T = 2048")
+    parser.add_argument("--crossover", action="store_true",
+                        help="only time dense against chunked, both layers, T = 512 .. 4096 "
+                             "(the measurement behind chunk_size='auto')")
     parser.add_argument("--large", action="store_true",
                         help="also measure the dense layers' memory at T = 8192 (about 10 GiB)")
     args = parser.parse_args()
@@ -98,6 +101,8 @@ def main():
         args.repeats = min(args.repeats, 2)
     env_start = harness.environment()
     tf = harness.setup_tensorflow()
+    if args.crossover:
+        return crossover(args, budget, env_start, tf)
 
     configs = [{"layer": "chunked", "length": t, "chunk_size": args.chunk_size} for t in chunked_lengths]
     configs += [{"layer": name, "length": t, "chunk_size": args.chunk_size}
@@ -178,6 +183,47 @@ def main():
                    for n, r in records.items()],
         "chunk_size_sweep": [{"chunk_size": n, **r} for n, r in sweep.items()],
         "peak_memory": [{"layer": n, "length": t, **r} for (n, t), r in memory.items()],
+        "table": "\n".join(lines),
+        "total_s": budget.elapsed(),
+    })
+
+
+def crossover(args, budget, env_start, tf):
+    """Dense against chunked core, MultiHeadSelfAttention and RelativeGlobalAttention,
+    interleaved in one process: where the chunked core starts to pay."""
+    names = ("chunked", "dense", "relative_chunked", "relative_dense")
+    steps = {name: make_step(name, args.chunk_size) for name in names}
+    lengths = [512] if args.quick else [512, 1024, 1536, 2048, 3072, 4096]
+
+    def candidates(length):
+        x = inputs(tf, length)
+        return {name: (lambda s=s: s(x)) for name, s in steps.items()}
+
+    compared = harness.compare(lengths, candidates, args.repeats, budget, log=lambda t: f"crossover T={t}")
+    env_end = harness.environment()
+    rows = []
+    for length in lengths:
+        r = compared.get(length, {})
+        rows.append([length, harness.fmt_ms(r.get("chunked")), harness.fmt_ms(r.get("dense")),
+                     harness.fmt_ratio(r.get("chunked"), r.get("dense")),
+                     harness.fmt_ms(r.get("relative_chunked")), harness.fmt_ms(r.get("relative_dense")),
+                     harness.fmt_ratio(r.get("relative_chunked"), r.get("relative_dense"))])
+    lines = [
+        f"Dense vs chunked core (chunk_size={args.chunk_size}), causal, batch {BATCH}, d_model {MODEL_DIM}, "
+        f"{NUM_HEADS} heads x {KEY_DIM}, forward + backward, no XLA, median of {args.repeats} "
+        "interleaved calls (ms); relative = RelativeGlobalAttention(max_relative_position=1024).",
+        "",
+        harness.markdown_table(["T", "MHSA chunked", "MHSA dense", "chunked / dense", "relative chunked",
+                                "relative dense", "chunked / dense"], rows),
+        "", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
+    ]
+    print("\n".join(lines))
+    harness.write_results(harness.output_path(args, "long_sequence_crossover"), {
+        "config": {"batch_size": BATCH, "model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
+                   "chunk_size": args.chunk_size, "repeats": args.repeats, "quick": args.quick},
+        "environment": {"start": env_start, "end": env_end},
+        "timing": [{"layer": n, "length": t, **r} for t, records in compared.items()
+                   for n, r in records.items()],
         "table": "\n".join(lines),
         "total_s": budget.elapsed(),
     })

@@ -109,15 +109,17 @@ def make_layer(name, length):
     import keras
 
     MultiHeadSelfAttention, RelativeGlobalAttention, ShawGatherAttention = _layers()
+    # The dense cores (chunk_size=None): this benchmark measures skewing against
+    # the gather; the chunked cores are long_sequence_benchmark.py's.
     if name == "skew":
         return RelativeGlobalAttention(NUM_HEADS, KEY_DIM, max_relative_position=length,
-                                       heads_share_relative_embedding=True)
+                                       heads_share_relative_embedding=True, chunk_size=None)
     if name == "gather":
         return ShawGatherAttention(NUM_HEADS, KEY_DIM, max_relative_position=length)
     if name == "keras_mha":
         return keras.layers.MultiHeadAttention(NUM_HEADS, KEY_DIM)
     if name == "mhsa":
-        return MultiHeadSelfAttention(NUM_HEADS, KEY_DIM)
+        return MultiHeadSelfAttention(NUM_HEADS, KEY_DIM, chunk_size=None)
     raise ValueError(f"Unknown implementation {name!r}; expected one of {TIMED}.")
 
 

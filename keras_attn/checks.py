@@ -85,6 +85,27 @@ def check_positive_number_or_none(owner, name, value, meaning):
         )
 
 
+def check_chunk_size(owner, value):
+    """Raises a ValueError unless `value` is an int >= 1, None or "auto" (the
+    `chunk_size` of the global attention layers).
+
+    Args:
+        owner: the layer whose argument is checked (its class name starts
+            the message).
+        value: the value received.
+
+    Raises:
+        ValueError: for anything else (bools and other strings refused).
+    """
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return
+    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(
+            f"{type(owner).__name__}: `chunk_size` must be an int >= 1, None or \"auto\". "
+            f"Received: chunk_size={value!r}."
+        )
+
+
 def check_index(value, name):
     """Raises a ValueError unless `value` is an integer scalar.
 

@@ -39,8 +39,11 @@ def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_em
             or None. A cached call (`masks.cached`) is not supported: a
             decoding step has no (T, S) buffer to save.
         chunk_size: C, positions per query chunk and per key chunk (int
-            >= 1). Memory per step is O(B * H * C * C); T and S are padded
-            to multiples of C (padded keys are masked).
+            >= 1). Memory per chunk pair is O(B * H * C * C), times the
+            loop iterations in flight: one on JAX (serial loops), up to
+            about 10 on TensorFlow (the default `parallel_iterations` of its
+            while loops; `benchmarks/README.md`). T and S are padded to
+            multiples of C (padded keys are masked).
         relative_embeddings: optional float32 table E of learned relative
             position embeddings, (2M - 1, K) shared by the heads or
             (H, 2M - 1, K), row r for the distance (key - query) r - (M - 1),

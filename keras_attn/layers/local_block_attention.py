@@ -161,6 +161,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
     def __init__(self, num_heads, key_dim, block_size, memory_flange=None, rolling_cache=False,
                  **kwargs):
+        kwargs.setdefault("chunk_size", None)  # no chunked core: the dense blocks
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         if not isinstance(rolling_cache, bool):
             raise ValueError(

@@ -1,3 +1,5 @@
+import numbers
+
 import keras
 from keras import ops
 
@@ -39,16 +41,24 @@ class MultiHeadSelfAttention(AttentionBase):
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
         seed: int seed of the attention dropout, for reproducible runs.
-        chunk_size: None (default: the dense core), or C, an int >= 1:
-            compute attention over chunks of C queries and C keys with an
-            online softmax and a gradient that recomputes each chunk
+        chunk_size: which attention core runs. An int C >= 1: compute
+            attention over chunks of C queries and C keys with an online
+            softmax and a gradient that recomputes each chunk
             (`keras_attn.layers.chunked_attention`), so no (B, H, T, S)
-            buffer is made and training memory grows linearly in T. The
-            results equal the dense core's to float tolerance. The dense
-            core still runs for decoding with a cache, with
-            `return_attention_scores=True`, and for dropout during training
-            (the chunked core has no dropout). `RelativeGlobalAttention`
-            has it too; `LocalBlockAttention` refuses it (already linear).
+            buffer is made and training memory grows linearly in T; the
+            results equal the dense core's to float tolerance. None: always
+            the dense core. "auto" (default): chunks of 256 when the key
+            length S is known when the call is traced and S >= 2048, the
+            dense core otherwise. Measured fwd+bwd on a 2-core CPU
+            (`benchmarks/long_sequence_benchmark.py --crossover`): from
+            S = 1536 the chunked core is the faster one here (0.74x the
+            dense time at 2048), and `RelativeGlobalAttention`'s takes
+            0.99-1.12x the dense time from 2048 while its memory stops
+            growing as S². Whatever the choice, the dense core runs for
+            decoding with a cache, with `return_attention_scores=True`, and
+            for dropout during training (the chunked core has no dropout).
+            `LocalBlockAttention` takes only None or "auto" (already
+            linear in T).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -113,18 +123,21 @@ class MultiHeadSelfAttention(AttentionBase):
     _input_ranks = (3,)
     # Whether the attention core can run chunked (`chunk_size`).
     _supports_chunking = True
+    # chunk_size="auto": the key length from which the chunked core runs, and
+    # its chunk size (measured: `long_sequence_benchmark.py --crossover`).
+    _auto_chunk_min_length = 2048
+    _auto_chunk_size = 256
 
-    def __init__(self, num_heads, key_dim, chunk_size=None, **kwargs):
+    def __init__(self, num_heads, key_dim, chunk_size="auto", **kwargs):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
-        if chunk_size is not None:
-            checks.check_positive_int(self, "chunk_size", chunk_size)
-            if not self._supports_chunking:
-                raise ValueError(
-                    f"{type(self).__name__}: `chunk_size` is only supported by global "
-                    "attention (MultiHeadSelfAttention, RelativeGlobalAttention); this "
-                    "layer's attention core is already linear in the sequence length. "
-                    f"Received: chunk_size={chunk_size!r}; pass None."
-                )
+        checks.check_chunk_size(self, chunk_size)
+        if isinstance(chunk_size, numbers.Integral) and not self._supports_chunking:
+            raise ValueError(
+                f"{type(self).__name__}: `chunk_size` is only supported by global "
+                "attention (MultiHeadSelfAttention, RelativeGlobalAttention); this "
+                "layer's attention core is already linear in the sequence length. "
+                f'Received: chunk_size={chunk_size!r}; pass None or "auto".'
+            )
         self.chunk_size = chunk_size
 
     def build(self, inputs_shape):
@@ -418,8 +431,9 @@ class MultiHeadSelfAttention(AttentionBase):
             `(outputs, probabilities)`: (B, T, H, V) and (B, H, T, S) float32
             (may be None when not requested).
         """
-        if self._runs_chunked(masks, return_attention_scores, training):
-            return chunked_attention(query, key, value, masks, self.chunk_size), None
+        chunk_size = self._core_chunk_size(key, masks, return_attention_scores, training)
+        if chunk_size is not None:
+            return chunked_attention(query, key, value, masks, chunk_size), None
         mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
         return attention_ops.scaled_dot_product_attention(
             query, key, value, mask,
@@ -427,12 +441,20 @@ class MultiHeadSelfAttention(AttentionBase):
             may_have_empty_rows=masks.may_have_empty_rows,
         )
 
-    def _runs_chunked(self, masks, return_attention_scores, training):
-        """Whether this call takes the chunked core (`chunk_size` set, no
-        cache, no scores asked for, no dropout in training)."""
+    def _core_chunk_size(self, key, masks, return_attention_scores, training):
+        """The chunk size this call's core runs with, or None for the dense
+        core (see `chunk_size`): never with a cache, scores asked for, or
+        dropout in training; with "auto", from the static key length."""
         dropout_active = training and self.dropout_layer is not None
-        return (self.chunk_size is not None and not masks.cached
-                and not return_attention_scores and not dropout_active)
+        if (self.chunk_size is None or not self._supports_chunking or masks.cached
+                or return_attention_scores or dropout_active):
+            return None
+        if self.chunk_size != "auto":
+            return self.chunk_size
+        key_length = key.shape[1]
+        if key_length is None or key_length < self._auto_chunk_min_length:
+            return None
+        return self._auto_chunk_size
 
     def get_config(self):
         config = super().get_config()

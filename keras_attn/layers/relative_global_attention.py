@@ -187,8 +187,9 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         return skew_padded(padded, key_length)
 
     def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
-        if self._runs_chunked(masks, return_attention_scores, training):
-            outputs = chunked_attention(query, key, value, masks, self.chunk_size,
+        chunk_size = self._core_chunk_size(key, masks, return_attention_scores, training)
+        if chunk_size is not None:
+            outputs = chunked_attention(query, key, value, masks, chunk_size,
                                         relative_embeddings=self.relative_embeddings)
             return outputs, None
         key_length = _dim(key, 1)

@@ -114,7 +114,7 @@ def test_errors():
 
 # ------------------------------------------------------------------ the layer
 def _layer_pair(chunk_size=5, **kwargs):
-    dense = MultiHeadSelfAttention(num_heads=2, key_dim=4, **kwargs)
+    dense = MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=None, **kwargs)
     chunked = MultiHeadSelfAttention.from_config({**dense.get_config(), "chunk_size": chunk_size})
     dense.build((B, T, 8))
     chunked.build((B, T, 8))
@@ -178,12 +178,66 @@ def test_layer_errors():
 
     with pytest.raises(ValueError, match=r"chunk_size.*Received: chunk_size=0"):
         MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=0)
+    with pytest.raises(ValueError, match=r'must be an int >= 1, None or "auto". Received: chunk_size=0'):
+        MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=0)
+    for bad in ("fast", True, 2.0):
+        with pytest.raises(ValueError, match=r"`chunk_size` must be an int >= 1.*Received: chunk_size="):
+            RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=4, chunk_size=bad)
     with pytest.raises(ValueError, match=r"LocalBlockAttention: `chunk_size` is only supported"):
         LocalBlockAttention(num_heads=2, key_dim=4, block_size=4, chunk_size=4)
+    # The inherited choices that never chunk are accepted (and change nothing).
+    for choice in (None, "auto"):
+        layer = LocalBlockAttention(num_heads=2, key_dim=4, block_size=4, chunk_size=choice)
+        assert layer.get_config()["chunk_size"] == choice
+    assert LocalBlockAttention(num_heads=2, key_dim=4, block_size=4).chunk_size is None
+
+
+@pytest.mark.parametrize("layer_class", [MultiHeadSelfAttention, RelativeGlobalAttention])
+def test_auto_chunk_size_runs_the_chunked_core_from_the_measured_length(monkeypatch, layer_class):
+    """chunk_size="auto" (the default): dense below the crossover length,
+    chunks of 256 from it, dense whatever the length with scores asked for."""
+    import importlib
+
+    crossover = 2048
+    module = importlib.import_module(layer_class.__module__)
+    calls = []
+    real = module.chunked_attention
+
+    def spy(query, key, value, masks, chunk_size, **kwargs):
+        calls.append((int(key.shape[1]), chunk_size))
+        return real(query, key, value, masks, chunk_size, **kwargs)
+
+    monkeypatch.setattr(module, "chunked_attention", spy)
+    kwargs = {"max_relative_position": 4} if layer_class is RelativeGlobalAttention else {}
+    layer = layer_class(num_heads=1, key_dim=2, **kwargs)
+    assert layer.chunk_size == "auto" and layer.get_config()["chunk_size"] == "auto"
+    for length in (crossover - 1, crossover):
+        layer(np.zeros((1, length, 2), "float32"), use_causal_mask=True)
+    assert calls == [(crossover, 256)]
+    layer(np.zeros((1, crossover, 2), "float32"), return_attention_scores=True)
+    forced = layer_class.from_config({**layer.get_config(), "chunk_size": None})
+    forced.build((1, crossover, 2))
+    forced(np.zeros((1, crossover, 2), "float32"))
+    assert calls == [(crossover, 256)]
+
+
+def test_auto_chunk_size_equals_the_dense_core_above_the_crossover():
+    dense = MultiHeadSelfAttention(num_heads=1, key_dim=4, chunk_size=None)
+    auto = MultiHeadSelfAttention.from_config({**dense.get_config(), "chunk_size": "auto"})
+    x = np.random.default_rng(2).normal(size=(1, 2048, 4)).astype("float32")
+    dense.build(x.shape)
+    auto.build(x.shape)
+    auto.set_weights(dense.get_weights())
+    padding = np.ones((1, 2048), bool)
+    padding[0, 1500:] = False
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(auto(x, padding_mask=padding, use_causal_mask=True)),
+        keras.ops.convert_to_numpy(dense(x, padding_mask=padding, use_causal_mask=True)), atol=2e-5,
+    )
 
 
 def test_relative_layer_with_chunk_size_equals_the_dense_layer():
-    dense = RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=6)
+    dense = RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=6, chunk_size=None)
     chunked = RelativeGlobalAttention.from_config({**dense.get_config(), "chunk_size": 5})
     dense.build((B, T, 8))
     chunked.build((B, T, 8))
