@@ -8,9 +8,10 @@ chunk, keeping a running maximum, a running sum of exponentials and a
 running weighted sum of values (the online softmax), so no buffer larger
 than (B, H, C, C) exists. The gradient is written out by hand and
 recomputes each chunk's probabilities from the saved log-sum-exp instead of
-storing them. Everything is `keras.ops` (loops are `ops.map` /
-`ops.fori_loop`, the gradient `ops.custom_gradient`), so it runs on every
-backend.
+storing them. Everything is `keras.ops` (loops are `ops.scan` with
+`unroll=1` over query chunks, so that TensorFlow runs them one at a time as
+JAX does, and `ops.fori_loop` over key chunks; the gradient
+`ops.custom_gradient`), so it runs on every backend.
 
 Reference:
     Rabe & Staats 2021, "Self-attention Does Not Need O(n²) Memory";
@@ -40,9 +41,9 @@ def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_em
             decoding step has no (T, S) buffer to save.
         chunk_size: C, positions per query chunk and per key chunk (int
             >= 1). Memory per chunk pair is O(B * H * C * C), times the
-            loop iterations in flight: one on JAX (serial loops), up to
-            about 10 on TensorFlow (the default `parallel_iterations` of its
-            while loops; `benchmarks/README.md`). T and S are padded to
+            key chunks in flight: one on JAX, up to 10 on TensorFlow (the
+            default `parallel_iterations` of `ops.fori_loop`'s while loop;
+            query chunks run one at a time on both). T and S are padded to
             multiples of C (padded keys are masked).
         relative_embeddings: optional float32 table E of learned relative
             position embeddings, (2M - 1, K) shared by the heads or
@@ -270,6 +271,20 @@ def _attention(q, k, v, relative_embeddings, chunk_mask):
     return ops.custom_gradient(forward)(*tensors)
 
 
+def _serial_map(f, n, zeros):
+    """`f(i)` for i = 0 .. n - 1, stacked on a new first axis, one i at a
+    time: `ops.scan` with `unroll=1`. (`ops.map` is TensorFlow's `map_fn`,
+    which runs up to 10 iterations at once, each with its chunk buffers.)
+    `zeros`: tensors of the structure, shapes and dtypes `f` returns (a
+    scan's outputs must match its carry on TensorFlow)."""
+
+    def step(carry, i):
+        outputs = f(i)
+        return outputs, outputs
+
+    return ops.scan(step, zeros, ops.arange(n, dtype="int32"), unroll=1)[1]
+
+
 def _forward(logits, v, chunk_mask):
     """Online softmax per query chunk: (outputs (B, H, nq, C, V), log-sum-exp
     (B, H, nq, C), 0 for rows that see no key)."""
@@ -304,7 +319,9 @@ def _forward(logits, v, chunk_mask):
         logsumexp = ops.where(seen, maximum + ops.log(safe_total), 0.0)
         return outputs, logsumexp
 
-    outputs, logsumexp = ops.map(query_chunk, ops.arange(ops.shape(logits.q)[2], dtype="int32"))
+    shape = tuple(ops.shape(logits.q)[:2]) + (chunk_mask.chunk_size,)
+    zeros = (ops.zeros(shape + (ops.shape(v)[-1],), "float32"), ops.zeros(shape, "float32"))
+    outputs, logsumexp = _serial_map(query_chunk, ops.shape(logits.q)[2], zeros)
     # map stacks on a new first axis: (nq, B, H, C, ...) -> (B, H, nq, C, ...).
     return ops.moveaxis(outputs, 0, 2), ops.moveaxis(logsumexp, 0, 2)
 
@@ -335,7 +352,7 @@ def _backward(logits, v, outputs, logsumexp, upstream, chunk_mask):
             return dq + logits.query_gradient(i, j, score_gradient(i, j)[2])
 
         return ops.fori_loop(0, chunk_mask.key_chunk_end(i, num_key_chunks), key_chunk,
-                             ops.zeros_like(ops.take(q, i, axis=2)))
+                             ops.zeros_like(ops.take(q, 0, axis=2)))
 
     def key_value_gradient(j):
         def query_chunk(i, carry):
@@ -347,13 +364,14 @@ def _backward(logits, v, outputs, logsumexp, upstream, chunk_mask):
                 updated += (carry[2] + logits.table_gradient(i, j, ds),)
             return updated
 
-        init = (ops.zeros_like(ops.take(k, j, axis=2)), ops.zeros_like(ops.take(v, j, axis=2)))
-        if table is not None:
-            init += (ops.zeros_like(table),)
-        return ops.fori_loop(chunk_mask.first_query_chunk(j), num_query_chunks, query_chunk, init)
+        return ops.fori_loop(chunk_mask.first_query_chunk(j), num_query_chunks, query_chunk,
+                             key_value_zeros)
 
-    dq = ops.map(query_gradient, ops.arange(num_query_chunks, dtype="int32"))
-    per_key_chunk = ops.map(key_value_gradient, ops.arange(num_key_chunks, dtype="int32"))
+    key_value_zeros = (ops.zeros_like(ops.take(k, 0, axis=2)), ops.zeros_like(ops.take(v, 0, axis=2)))
+    if table is not None:
+        key_value_zeros += (ops.zeros_like(table),)
+    dq = _serial_map(query_gradient, num_query_chunks, ops.zeros_like(ops.take(q, 0, axis=2)))
+    per_key_chunk = _serial_map(key_value_gradient, num_key_chunks, key_value_zeros)
     grads = (ops.moveaxis(dq, 0, 2),) + tuple(ops.moveaxis(g, 0, 2) for g in per_key_chunk[:2])
     if table is not None:
         grads += (ops.sum(per_key_chunk[2], axis=0),)

@@ -50,11 +50,10 @@ class MultiHeadSelfAttention(AttentionBase):
             the dense core. "auto" (default): chunks of 256 when the key
             length S is known when the call is traced and S >= 2048, the
             dense core otherwise. Measured fwd+bwd on a 2-core CPU
-            (`benchmarks/long_sequence_benchmark.py --crossover`): from
-            S = 1536 the chunked core is the faster one here (0.74x the
-            dense time at 2048), and `RelativeGlobalAttention`'s takes
-            0.99-1.12x the dense time from 2048 while its memory stops
-            growing as S². Whatever the choice, the dense core runs for
+            (`benchmarks/long_sequence_benchmark.py --crossover`): at
+            S = 2048 the chunked core takes 0.84x the dense time here, and
+            `RelativeGlobalAttention`'s 1.00-1.09x from 2048, while its
+            memory stops growing as S². Whatever the choice, the dense core runs for
             decoding with a cache, with `return_attention_scores=True`, and
             for dropout during training (the chunked core has no dropout).
             `LocalBlockAttention` takes only None or "auto" (already
