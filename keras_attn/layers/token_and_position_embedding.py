@@ -99,22 +99,20 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.max_wavelength = max_wavelength
         self.supports_masking = True
-        self.token_embedding = keras.layers.Embedding(
-            vocabulary_size,
-            embedding_dim,
-            embeddings_initializer=clone_initializer(self.embeddings_initializer),
-            dtype=self.dtype_policy,
-            name="token_embedding",
-        )
+        self.token_embedding = self._embedding(vocabulary_size, "token_embedding")
         self.position_embedding = None
         if position == "learned":
-            self.position_embedding = keras.layers.Embedding(
-                sequence_length,
-                embedding_dim,
-                embeddings_initializer=clone_initializer(self.embeddings_initializer),
-                dtype=self.dtype_policy,
-                name="position_embedding",
-            )
+            self.position_embedding = self._embedding(sequence_length, "position_embedding")
+
+    def _embedding(self, input_dim, name):
+        # The token and learned position tables differ only in their rows.
+        return keras.layers.Embedding(
+            input_dim,
+            self.embedding_dim,
+            embeddings_initializer=clone_initializer(self.embeddings_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
 
     def build(self, inputs_shape=None):
         self.token_embedding.build()
