@@ -112,6 +112,20 @@ class TransformerBlock(keras.layers.Layer):
         seed = None if self.seed is None else self.seed + offset
         return keras.layers.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy, name=name)
 
+    def _attention(self, attention_class, hidden_dim, name, offset):
+        """An attention sublayer made by the block (seeded like `_dropout`)."""
+        num_heads, key_dim = self._attention_sizes(hidden_dim)
+        return attention_class(
+            num_heads=num_heads,
+            key_dim=key_dim,
+            dropout=self.dropout,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            seed=None if self.seed is None else self.seed + offset,
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
     def _attention_sizes(self, hidden_dim):
         """(num_heads, key_dim) for attention sublayers made by the block."""
         num_heads = self.num_heads or self.self_attention.num_heads
@@ -138,17 +152,9 @@ class TransformerBlock(keras.layers.Layer):
             )
         hidden_dim = sequence_shape[-1]
         self._hidden_dim = hidden_dim
-        num_heads, key_dim = self._attention_sizes(hidden_dim)
         if self.self_attention is None:
-            self._self_attention_layer = MultiHeadSelfAttention(
-                num_heads=num_heads,
-                key_dim=key_dim,
-                dropout=self.dropout,
-                kernel_initializer=self.kernel_initializer,
-                bias_initializer=self.bias_initializer,
-                seed=self.seed,
-                dtype=self.dtype_policy,
-                name="self_attention",
+            self._self_attention_layer = self._attention(
+                MultiHeadSelfAttention, hidden_dim, "self_attention", 0
             )
         else:
             self._self_attention_layer = self.self_attention

@@ -102,16 +102,8 @@ class TransformerDecoder(TransformerBlock):
                 decoder_sequence_shape[0], self._positions(decoder_sequence_shape),
                 self._hidden_dim,
             )
-            num_heads, key_dim = self._attention_sizes(self._hidden_dim)
-            self._cross_attention_layer = MultiHeadAttention(
-                num_heads=num_heads,
-                key_dim=key_dim,
-                dropout=self.dropout,
-                kernel_initializer=self.kernel_initializer,
-                bias_initializer=self.bias_initializer,
-                seed=None if self.seed is None else self.seed + 3,
-                dtype=self.dtype_policy,
-                name="cross_attention",
+            self._cross_attention_layer = self._attention(
+                MultiHeadAttention, self._hidden_dim, "cross_attention", 3
             )
             self._cross_attention_layer.build(query_shape, tuple(encoder_sequence_shape))
             self._cross_attention_norm = self._layer_norm("cross_attention_norm")
