@@ -1,0 +1,59 @@
+"""The convention "`get_config` = base config + exactly the `__init__`
+arguments" (DESIGN.md), checked for every public layer at once."""
+
+import inspect
+
+import keras
+import pytest
+
+from keras_attn import layers
+
+# The smallest arguments each public layer accepts.
+_REQUIRED = {
+    "LocalBlockAttention": dict(num_heads=2, key_dim=4, block_size=4),
+    "LowResolutionBlockSums": dict(image_size=8, low_resolution_size=4),
+    "LowResolutionEmbedding": dict(embedding_dim=8, image_size=8, low_resolution_size=4),
+    "LowResolutionLogitBias": dict(image_size=8, low_resolution_size=4),
+    "MultiHeadAttention": dict(num_heads=2, key_dim=4),
+    "MultiHeadSelfAttention": dict(num_heads=2, key_dim=4),
+    "PixelEmbedding": dict(vocabulary_size=10, embedding_dim=8, image_size=4),
+    "PixelPositionEncoding": dict(image_size=4),
+    "RelativeGlobalAttention": dict(num_heads=2, key_dim=4, max_relative_position=4),
+    "SinusoidalPositionEncoding": {},
+    "TokenAndPositionEmbedding": dict(vocabulary_size=10, embedding_dim=8, sequence_length=4),
+    "TransformerDecoder": dict(intermediate_dim=8, num_heads=2),
+    "TransformerEncoder": dict(intermediate_dim=8, num_heads=2),
+}
+
+
+def _init_arguments(cls):
+    """The named `__init__` parameters of `cls` and of the keras_attn classes
+    its `**kwargs` reach, down to `keras.layers.Layer`."""
+    names = set()
+    for klass in cls.__mro__:
+        if klass is keras.layers.Layer or not issubclass(klass, keras.layers.Layer):
+            break
+        if "__init__" not in vars(klass):
+            continue
+        parameters = inspect.signature(klass.__init__).parameters
+        names |= {
+            name for name, p in parameters.items()
+            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        }
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+            break
+    return names
+
+
+def test_every_public_layer_is_listed():
+    assert set(_REQUIRED) == set(layers.__all__)
+
+
+@pytest.mark.parametrize("name", sorted(_REQUIRED))
+def test_get_config_holds_exactly_the_init_arguments(name):
+    cls = getattr(layers, name)
+    layer = cls(**_REQUIRED[name])
+    base = set(keras.layers.Layer().get_config())
+    assert set(layer.get_config()) - base == _init_arguments(cls)
+    restored = cls.from_config(layer.get_config())
+    assert restored.get_config() == layer.get_config()
