@@ -72,7 +72,6 @@ def export_translator(
         Vaswani et al. 2017 (beam 4, alpha 0.6); TF Serving's versioned
         model layout.
     """
-    from keras_attn.generation import CachedDecoder, beam_search, greedy_search
     from keras_attn.preprocessing.text import encode_source
 
     if max_length < 3:
@@ -81,24 +80,7 @@ def export_translator(
         raise ValueError(f"`num_beams` must be at least 1. Received: num_beams={num_beams}.")
     path = versioned_export_path(export_dir, version, overwrite)
     source_tokenizer = source_tokenizer or tokenizer
-    decoder = CachedDecoder(model)
-
-    # Padding and the start id are never generated (see translation_transformer).
-    suppressed = (tokenizer.pad_id, tokenizer.start_id)
-
-    def generate(encoder_tokens):
-        start = tf.fill([tf.shape(encoder_tokens)[0], 1], tokenizer.start_id)
-        inputs = {"encoder_tokens": encoder_tokens}
-        if num_beams == 1:
-            return greedy_search(
-                decoder, start, max_length, end_token_id=tokenizer.end_id, inputs=inputs,
-                suppressed_token_ids=suppressed,
-            )
-        return beam_search(
-            decoder, start, max_length, num_beams=num_beams,
-            length_penalty_alpha=length_penalty_alpha, end_token_id=tokenizer.end_id, inputs=inputs,
-            suppressed_token_ids=suppressed,
-        )
+    generate = translation_function(model, tokenizer, max_length, num_beams, length_penalty_alpha)
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])
     def serve_text(text):
@@ -118,3 +100,30 @@ def export_translator(
     return write_archive(
         path, trackables, {"serving_default": serve_text, "translate_tokens": serve_tokens}
     )
+
+
+def translation_function(model, tokenizer, max_length, num_beams=4, length_penalty_alpha=0.6):
+    """The decoding behind both signatures: (B, S) int32 source ids ->
+    (B, max_length) target ids, as `export_translator` serves it (trace it
+    with `tf.function`, also with `jit_compile=True`)."""
+    from keras_attn.generation import CachedDecoder, beam_search, greedy_search
+
+    decoder = CachedDecoder(model)
+    # Padding and the start id are never generated (see translation_transformer).
+    suppressed = (tokenizer.pad_id, tokenizer.start_id)
+
+    def generate(encoder_tokens):
+        start = tf.fill([tf.shape(encoder_tokens)[0], 1], tokenizer.start_id)
+        inputs = {"encoder_tokens": encoder_tokens}
+        if num_beams == 1:
+            return greedy_search(
+                decoder, start, max_length, end_token_id=tokenizer.end_id, inputs=inputs,
+                suppressed_token_ids=suppressed,
+            )
+        return beam_search(
+            decoder, start, max_length, num_beams=num_beams,
+            length_penalty_alpha=length_penalty_alpha, end_token_id=tokenizer.end_id, inputs=inputs,
+            suppressed_token_ids=suppressed,
+        )
+
+    return generate
