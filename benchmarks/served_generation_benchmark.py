@@ -27,6 +27,7 @@ and writes benchmarks/results/served_generation.json.
 """
 
 import argparse
+import inspect
 import json
 import os
 import statistics
@@ -40,20 +41,35 @@ import harness  # noqa: E402
 
 _REPLY = "@@reply "  # prefix of protocol lines on the worker's stdout
 
-# The worker: tensorflow only. It loads the SavedModel, answers "warm B" and
-# "time B" lines with the seconds one `serving_default` call took.
+# The worker: tensorflow (+ tensorflow_text for the translator's string
+# signature) only. It loads the SavedModel, answers "warm B" and "time B"
+# lines with the seconds one signature call took. argv: path, kind, JSON.
 _WORKER = r"""
 import json, os, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
-serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+path, kind, extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+if kind in ("text", "tokens"):  # the translator SavedModel holds TF Text ops
+    import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+model = tf.saved_model.load(path)
 assert "keras_attn" not in sys.modules
+def request(batch):
+    if kind == "super":
+        return "serving_default", {"image": tf.zeros((batch, 8, 8, 3), tf.uint8)}
+    if kind == "text":
+        return "serving_default", {"text": tf.constant([extra] * batch)}
+    if kind == "tokens":
+        return "translate_tokens", {"encoder_tokens": tf.constant([extra] * batch, tf.int32)}
+    return "serving_default", dict(
+        primer=tf.ones((batch, 1), tf.int32), num_steps=tf.constant(extra, tf.int32),
+        temperature=tf.constant(1.0), top_k=tf.constant(0), top_p=tf.constant(1.0),
+        seed=tf.constant(0))
 print("@@reply ready", flush=True)
 for line in sys.stdin:
     _, batch = line.split()
-    image = tf.zeros((int(batch), 8, 8, 3), tf.uint8)
+    name, inputs = request(int(batch))
     start = time.perf_counter()
-    serve(image=image)["image"].numpy()
+    [value.numpy() for value in model.signatures[name](**inputs).values()]
     print("@@reply " + json.dumps(time.perf_counter() - start), flush=True)
 """
 
@@ -70,17 +86,111 @@ def build_model():
     )
 
 
-# The served variants: name -> `export_super_resolver(jit_compile=...)`.
+# The served variants: name -> `jit_compile` of the exporter (served_xla only
+# for exporters that take it).
 SERVED = {"served": False, "served_xla": True}
+SENTENCE = "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt."
+TRANSLATION_LENGTH = 64  # export_translator's default max_length
+MUSIC_LENGTH = 256  # the music example's training window
 
 
-def _time_batch(tf, sampler, workers, batch, repeats, budget):
-    """Median seconds per image of each way to sample, calls interleaved."""
-    image = tf.zeros((batch, 8, 8, 3), tf.uint8)
+class Generator:
+    """One exported generator: the in-Python XLA call, its exports and how
+    a served worker calls them (`kind`, `extra`: see _WORKER)."""
+
+    def __init__(self, title, steps, python, make_input, exporter, export, workers):
+        self.title, self.steps, self.python, self.make_input = title, steps, python, make_input
+        export.exporter = exporter  # the keras_attn function: does it take jit_compile?
+        self.export, self.workers = export, workers  # workers: [(suffix, kind, extra)]
+
+
+def super_resolver(tf):
+    from keras_attn.export import export_super_resolver
+    from keras_attn.export.super_resolver import super_resolve
+
+    model = build_model()
+    return Generator(
+        "super resolution 8x8 -> 32x32 (the example's model)", 3072,
+        tf.function(lambda image: super_resolve(model, image), jit_compile=True),
+        lambda batch: (tf.zeros((batch, 8, 8, 3), tf.uint8),),
+        export_super_resolver, lambda path, **kw: export_super_resolver(model, path, version=1, **kw),
+        [("", "super", None)],
+    )
+
+
+def translator(tf):
+    import keras
+
+    from keras_attn.export import export_translator
+    from keras_attn.export.translator import translation_function
+    from keras_attn.models import translation_transformer
+    from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
+    from keras_attn.preprocessing.text import encode_source
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                    "examples", "translation"))
+    from multi30k import load_multi30k
+
+    german, english = load_multi30k(split="val")
+    tokenizer = SubwordTokenizer.train(german + english, vocabulary_size=2000)
+    keras.utils.set_random_seed(0)
+    # The README demo's size (2 layers, width 128, 4 heads, d_ff 512), random weights.
+    model = translation_transformer(tokenizer.vocabulary_size, num_layers=2, hidden_dim=128,
+                                    num_heads=4, intermediate_dim=512, dropout=0.0,
+                                    normalize_first=True)
+    generate = translation_function(model, tokenizer, TRANSLATION_LENGTH)
+    tokens = encode_source(tokenizer, tf.constant([SENTENCE]), TRANSLATION_LENGTH)
+    tokens = tokens.to_tensor(default_value=0, shape=[None, TRANSLATION_LENGTH])[0]
+    return Generator(
+        f"translation, beam 4, max_length {TRANSLATION_LENGTH} (the demo's size, random weights)",
+        TRANSLATION_LENGTH - 1, tf.function(generate, jit_compile=True),
+        lambda batch: (tf.tile(tokens[None], [batch, 1]),),
+        export_translator, lambda path, **kw: export_translator(model, tokenizer, path, max_length=TRANSLATION_LENGTH,
+                                             **kw),
+        [(" text", "text", SENTENCE), (" tokens", "tokens", tokens.numpy().tolist())],
+    )
+
+
+def music_generator(tf):
+    import keras
+
+    from keras_attn.export import export_music_generator
+    from keras_attn.export.music_generator import _generation_function
+    from keras_attn.models import music_transformer
+    from keras_attn.preprocessing import music
+
+    keras.utils.set_random_seed(0)
+    # The JSB example's size (3 layers, width 128, 4 heads, d_ff 512, relative), random weights.
+    model = music_transformer(music.JSB_VOCABULARY_SIZE, num_layers=3, hidden_dim=128,
+                              num_heads=4, intermediate_dim=512, dropout=0.0,
+                              max_relative_position=MUSIC_LENGTH)
+    # END never sampled: every row runs all its steps, served and in Python.
+    kernel, bias = model.get_layer("logits").get_weights()
+    bias[music.JSB_END_ID] = -1e4
+    model.get_layer("logits").set_weights([kernel, bias])
+    generate = _generation_function(model, MUSIC_LENGTH, None, music.JSB_END_ID)
+    steps = MUSIC_LENGTH - 1
+    return Generator(
+        f"music, JSB, 1 -> {MUSIC_LENGTH} events (the example's size, random weights)", steps,
+        tf.function(generate, jit_compile=True),
+        lambda batch: (tf.ones((batch, 1), tf.int32), tf.constant(steps), tf.constant(1.0),
+                       tf.constant(0), tf.constant(1.0), tf.constant(0)),
+        export_music_generator, lambda path, **kw: export_music_generator(model, path, max_length=MUSIC_LENGTH, **kw),
+        [("", "music", steps)],
+    )
+
+
+GENERATORS = {"super_resolver": super_resolver, "translator": translator,
+              "music_generator": music_generator}
+
+
+def _time_batch(generator, workers, batch, repeats, budget):
+    """Median seconds per call of each way to generate, calls interleaved."""
+    inputs = generator.make_input(batch)
 
     def python_call():
         start = time.perf_counter()
-        sampler(image).numpy()
+        tf_nest_numpy(generator.python(*inputs))
         return time.perf_counter() - start
 
     def served_call(worker, kind="time"):
@@ -97,14 +207,22 @@ def _time_batch(tf, sampler, workers, batch, repeats, budget):
         times["python_xla"].append(python_call())
         for name, worker in workers.items():
             times[name].append(served_call(worker))
-    record = {
-        name: {"samples_s": values, "median_s_per_image": statistics.median(values) / batch}
-        for name, values in times.items()
-    }
-    print(f"batch {batch}: " + ", ".join(
-        f"{name} {r['median_s_per_image']:.2f} s/image" for name, r in record.items()
+    record = {}
+    for name, values in times.items():
+        median = statistics.median(values)
+        record[name] = {"samples_s": values, "median_s_per_call": median,
+                        "median_s_per_item": median / batch,
+                        "median_ms_per_step": 1000 * median / generator.steps}
+    print(f"{generator.title}, batch {batch}: " + ", ".join(
+        f"{name} {r['median_s_per_call']:.3f} s/call" for name, r in record.items()
     ), file=sys.stderr, flush=True)
     return record
+
+
+def tf_nest_numpy(outputs):
+    import tensorflow as tf
+
+    return [value.numpy() for value in tf.nest.flatten(outputs)]
 
 
 def _reply(worker):
@@ -114,68 +232,94 @@ def _reply(worker):
     raise RuntimeError("the served worker stopped: " + worker.stderr.read()[-2000:])
 
 
+def _measure(tf, generator, batch_sizes, repeats, budget, tmp):
+    workers = {}
+    for name, jit_compile in SERVED.items():
+        exporter = getattr(generator.export, "exporter", None)
+        if jit_compile and "jit_compile" not in inspect.signature(exporter).parameters:
+            continue  # this exporter has no XLA option
+        options = {"jit_compile": True} if jit_compile else {}
+        path = generator.export(os.path.join(tmp, name), **options)
+        for suffix, kind, extra in generator.workers:
+            workers[name + suffix] = subprocess.Popen(
+                [sys.executable, "-c", _WORKER, path, kind, json.dumps(extra)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
+    results = {}
+    try:
+        for worker in workers.values():
+            _reply(worker)
+        for batch in batch_sizes:
+            results[batch] = _time_batch(generator, workers, batch, repeats, budget)
+    finally:
+        for worker in workers.values():
+            worker.stdin.close()
+            worker.wait(timeout=60)
+    return results
+
+
 def main():
     parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__), repeats=3)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--generators", nargs="+", choices=list(GENERATORS),
+                        default=list(GENERATORS),
+                        help="measure these; the others' results in the output file are kept")
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.repeats = [1], 1
     tf = harness.setup_tensorflow(constant_folding=True)
-    from keras_attn.export import export_super_resolver
-    from keras_attn.export.super_resolver import super_resolve
 
     budget = harness.Budget(args.budget)
     env_start = harness.environment()
-    model = build_model()
-    sampler = tf.function(lambda image: super_resolve(model, image), jit_compile=True)
-    results = {}
+    results, titles = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        workers = {}
-        for name, jit_compile in SERVED.items():
-            path = export_super_resolver(
-                model, os.path.join(tmp, name), version=1, jit_compile=jit_compile
-            )
-            workers[name] = subprocess.Popen(
-                [sys.executable, "-c", _WORKER, path], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )
-        try:
-            for worker in workers.values():
-                _reply(worker)
-            for batch in args.batch_sizes:
-                results[batch] = _time_batch(tf, sampler, workers, batch, args.repeats, budget)
-        finally:
-            for worker in workers.values():
-                worker.stdin.close()
-                worker.wait(timeout=60)
+        for name in args.generators:
+            generator = GENERATORS[name](tf)
+            titles[name] = generator.title
+            results[name] = _measure(tf, generator, args.batch_sizes, args.repeats, budget,
+                                     os.path.join(tmp, name))
     env_end = harness.environment()
 
     rows = []
-    for batch, record in results.items():
-        if "skipped" in record:
-            rows.append([batch, record["skipped"]] + ["-"] * 4)
-            continue
-        python_s = record["python_xla"]["median_s_per_image"]
-        row = [batch, f"{python_s:.2f}"]
-        for name in SERVED:
-            served_s = record[name]["median_s_per_image"]
-            row += [f"{served_s:.2f}", f"{served_s / python_s:.1f}x"]
-        rows.append(row)
+    for name, by_batch in results.items():
+        for batch, record in by_batch.items():
+            if "skipped" in record:
+                rows.append([titles[name], batch, record["skipped"]] + ["-"] * 4)
+                continue
+            python = record["python_xla"]
+            for variant, served in record.items():
+                if variant == "python_xla":
+                    continue
+                rows.append([
+                    titles[name], batch, variant,
+                    f"{python['median_s_per_call']:.3f} ({python['median_ms_per_step']:.2f} ms)",
+                    f"{served['median_s_per_call']:.3f} ({served['median_ms_per_step']:.2f} ms)",
+                    f"{served['median_s_per_call'] / python['median_s_per_call']:.1f}x",
+                ])
     print(
-        "Super resolution 8x8 -> 32x32 (3,072 cached decoding steps per image): in-Python "
-        "sampling compiled with XLA vs the exported SavedModel, without and with XLA inside "
-        f"(`jit_compile`), in a fresh tensorflow-only process; median of {args.repeats} "
-        "interleaved calls after a warm-up, seconds per image. Goal: served <= 2x Python.\n"
+        "Exported generators in a fresh tensorflow(+tensorflow_text)-only process vs the same "
+        "decoding in Python compiled with XLA; served = the default export (no XLA), "
+        "served_xla = `jit_compile=True` (XLA inside the SavedModel); median of "
+        f"{args.repeats} interleaved calls after a warm-up, seconds per call (ms per decoding "
+        "step: super resolution 3,072 per image; translation 63 positions, the cap; "
+        "music 255 events). Goal: served <= 2x Python.\n"
     )
     print(harness.markdown_table(
-        ["batch", "Python + XLA s/image", "served s/image", "served / Python",
-         "served + XLA s/image", "served + XLA / Python"], rows))
+        ["generator", "batch", "served variant", "Python + XLA s/call (per step)",
+         "served s/call (per step)", "served / Python"], rows))
     print(f"\nTotal {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.")
-    harness.write_results(
-        harness.output_path(args, "served_generation"),
-        {"results": {str(k): v for k, v in results.items()}, "environment": env_start,
-         "environment_end": env_end, "repeats": args.repeats},
-    )
+    output = harness.output_path(args, "served_generation")
+    if output is None:  # --quick: smoke run, nothing written
+        return
+    kept = {}
+    if os.path.exists(output):
+        with open(output) as file:
+            kept = json.load(file).get("generators", {})
+    for name, by_batch in results.items():
+        kept[name] = {"title": titles[name], "results": {str(k): v for k, v in by_batch.items()},
+                      "environment": env_start, "environment_end": env_end,
+                      "repeats": args.repeats}
+    harness.write_results(output, {"generators": kept})
 
 
 if __name__ == "__main__":
