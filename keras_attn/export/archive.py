@@ -42,6 +42,20 @@ def versioned_export_path(export_dir, version, overwrite=False):
     return path
 
 
+def xla_function(function, jit_compile):
+    """`function` as the `tf.function` an exporter serves its decoding loop
+    through: XLA-compiled with `jit_compile=True`, else a plain graph.
+
+    XLA inside a SavedModel runs where the server can compile it: TF
+    Serving's GPU builds, and its CPU builds only with
+    `--xla_cpu_compilation_enabled=true` (experimental there; without it
+    the request fails). The default (False) runs on any server.
+    """
+    import tensorflow as tf
+
+    return tf.function(function, jit_compile=bool(jit_compile), autograph=False)
+
+
 def write_archive(path, trackables, endpoints):
     """Writes a SavedModel with `keras.export.ExportArchive`, atomically.
 

@@ -5,7 +5,7 @@ import numbers
 
 import tensorflow as tf
 
-from keras_attn.export.archive import versioned_export_path, write_archive
+from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
 
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_SEED = 0
@@ -241,11 +241,11 @@ def export_super_resolver(
         raise ValueError(f"`default_seed` must be an int. Received: default_seed={default_seed!r}.")
     path = versioned_export_path(export_dir, version, overwrite)
     decoder = CachedDecoder(model)
-    sampler = tf.function(
+    sampler = xla_function(
         lambda image, seed, temperature, top_k=None, top_p=None: super_resolve(
             model, image, seed, temperature, decoder, top_k=top_k, top_p=top_p
         ),
-        jit_compile=jit_compile, autograph=False,
+        jit_compile,
     )
     image_spec = tf.TensorSpec((None, h, w, c), tf.uint8, name="image")
 

@@ -229,3 +229,22 @@ def test_fresh_process_with_only_tensorflow_and_the_session_loader(attention, tm
     np.testing.assert_array_equal(output["again"], expected)
     assert "ids must be events of the vocabulary" in output["error"]
     assert not [m for m in output["modules"] if m.startswith("keras_attn")], output["modules"]
+
+
+@pytest.mark.slow
+def test_xla_compiled_export_runs_in_a_fresh_process_like_the_default_one(exported, tmp_path):
+    model, path = exported
+    xla_path = export_music_generator(model, str(tmp_path), version=1, max_length=MAX_LENGTH,
+                                      max_primer_length=6, jit_compile=True)
+    stdout = run_fresh_python(f"""
+        import tensorflow as tf  # only this
+        request = dict(primer=tf.constant([[1, 5, 7], [1, 0, 0]]), num_steps=tf.constant(6),
+                       temperature=tf.constant(0.9), top_k=tf.constant(8), top_p=tf.constant(0.95),
+                       seed=tf.constant(5))
+        for path in ({path!r}, {xla_path!r}):
+            serve = tf.saved_model.load(path).signatures["serving_default"]
+            print(serve(**request)["events"].numpy().tolist())
+    """)
+    default, compiled = stdout.strip().splitlines()[-2:]
+    assert compiled == default
+    assert default == repr(_expected(model, [[1, 5, 7], [1, 0, 0]], 6).tolist())

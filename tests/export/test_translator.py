@@ -107,3 +107,27 @@ def test_runs_in_fresh_processes_and_under_the_session_loader(translator):
     source = encode_source(tokenizer, tf.constant(SENTENCES[:1]), 10).to_tensor().numpy().tolist()
     out = run_fresh_python(session_loader_code(tokens_path, {"encoder_tokens": repr(source)}, "tokens"))
     assert repr(ids.tolist()) in out
+
+
+@pytest.mark.slow
+def test_xla_compiled_export_runs_in_a_fresh_process_like_the_default_one(translator, tmp_path):
+    model, tokenizer, path, _ = translator
+    xla_path = export_translator(model, tokenizer, tmp_path, max_length=10, num_beams=1,
+                                 jit_compile=True)
+    beams_path = export_translator(model, tokenizer, tmp_path, version=2, max_length=10,
+                                   num_beams=3)
+    xla_beams_path = export_translator(model, tokenizer, tmp_path, version=3, max_length=10,
+                                       num_beams=3, jit_compile=True)
+    source = encode_source(tokenizer, tf.constant(SENTENCES), 10).to_tensor().numpy().tolist()
+    out = run_fresh_python(f"""
+        import tensorflow as tf, tensorflow_text  # only these
+        for path in ({str(path)!r}, {str(xla_path)!r}, {str(beams_path)!r}, {str(xla_beams_path)!r}):
+            model = tf.saved_model.load(path)
+            print(model.signatures["serving_default"](text=tf.constant({SENTENCES!r}))["translation"].numpy().tolist())
+            print(model.signatures["translate_tokens"](encoder_tokens=tf.constant({source!r}))["tokens"].numpy().tolist())
+    """)
+    lines = out.strip().splitlines()[-8:]
+    assert lines[2:4] == lines[0:2]  # greedy: XLA inside == default
+    assert lines[6:8] == lines[4:6]  # beam search: XLA inside == default
+    ids, texts = _expected(model, tokenizer, SENTENCES)
+    assert lines[0] == repr(texts.tolist()) and lines[1] == repr(ids.tolist())
