@@ -314,7 +314,9 @@ def main():
     kept = {}
     if os.path.exists(output):
         with open(output) as file:
-            kept = json.load(file).get("generators", {})
+            data = json.load(file)
+        # Files written before the translator and music were added hold the super resolver only.
+        kept = data.get("generators") or ({"super_resolver": data} if "results" in data else {})
     for name, by_batch in results.items():
         kept[name] = {"title": titles[name], "results": {str(k): v for k, v in by_batch.items()},
                       "environment": env_start, "environment_end": env_end,
