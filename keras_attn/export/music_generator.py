@@ -98,8 +98,9 @@ def export_music_generator(
             `MUSIC_SUPPRESSED_TOKEN_IDS` (padding, start).
         jit_compile: XLA-compile the sampling loop (prefill and steps;
             the checks of `primer` and `num_steps` run before it, outside
-            XLA). Measured about 10x faster on CPU for the JSB example's
-            size (benchmarks/README.md). The default graph runs on any
+            XLA). On CPU, the default export of the JSB example's size ran
+            11.5x slower than the same loop under XLA in Python
+            (benchmarks/served_generation_benchmark.py). The default graph runs on any
             server; XLA inside runs in TF Serving's GPU builds, and on CPU
             only with `--xla_cpu_compilation_enabled=true` (experimental;
             the request fails otherwise).

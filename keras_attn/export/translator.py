@@ -46,8 +46,9 @@ def export_translator(
 
     By default the decoding loop is a plain graph, which any server runs;
     `jit_compile=True` XLA-compiles the search (the encoder run and the
-    whole beam or greedy loop; tokenization stays outside XLA), measured
-    about 2x faster on CPU for the demo's model (benchmarks/README.md).
+    whole beam or greedy loop; tokenization stays outside XLA): on CPU, the
+    default export of the demo's size ran 2.2-2.4x slower than the same
+    search under XLA in Python (benchmarks/served_generation_benchmark.py).
     TF Serving runs it in its GPU builds, and on CPU only with
     `--xla_cpu_compilation_enabled=true` (experimental; the request fails
     otherwise).
