@@ -289,6 +289,10 @@ def _forward(logits, v, chunk_mask):
     """Online softmax per query chunk: (outputs (B, H, nq, C, V), log-sum-exp
     (B, H, nq, C), 0 for rows that see no key)."""
     num_key_chunks = ops.shape(v)[2]
+    # One query chunk's (B, H, C) row sums and (B, H, C, V) outputs, zero.
+    shape = tuple(ops.shape(logits.q)[:2]) + (chunk_mask.chunk_size,)
+    zero_sums = ops.zeros(shape, "float32")
+    zero_outputs = ops.zeros(shape + (ops.shape(v)[-1],), "float32")
 
     def query_chunk(i):
         def key_chunk(j, carry):
@@ -304,12 +308,7 @@ def _forward(logits, v, chunk_mask):
             )
             return new_maximum, total, accumulated
 
-        shape = tuple(ops.shape(logits.q)[:2]) + (chunk_mask.chunk_size,)
-        init = (
-            ops.full(shape, MASKED_LOGIT, "float32"),
-            ops.zeros(shape, "float32"),
-            ops.zeros(shape + (ops.shape(v)[-1],), "float32"),
-        )
+        init = (ops.full(shape, MASKED_LOGIT, "float32"), zero_sums, zero_outputs)
         maximum, total, accumulated = ops.fori_loop(
             0, chunk_mask.key_chunk_end(i, num_key_chunks), key_chunk, init
         )
@@ -319,9 +318,7 @@ def _forward(logits, v, chunk_mask):
         logsumexp = ops.where(seen, maximum + ops.log(safe_total), 0.0)
         return outputs, logsumexp
 
-    shape = tuple(ops.shape(logits.q)[:2]) + (chunk_mask.chunk_size,)
-    zeros = (ops.zeros(shape + (ops.shape(v)[-1],), "float32"), ops.zeros(shape, "float32"))
-    outputs, logsumexp = _serial_map(query_chunk, ops.shape(logits.q)[2], zeros)
+    outputs, logsumexp = _serial_map(query_chunk, ops.shape(logits.q)[2], (zero_outputs, zero_sums))
     # map stacks on a new first axis: (nq, B, H, C, ...) -> (B, H, nq, C, ...).
     return ops.moveaxis(outputs, 0, 2), ops.moveaxis(logsumexp, 0, 2)
 

@@ -445,8 +445,8 @@ class MultiHeadSelfAttention(AttentionBase):
         core (see `chunk_size`): never with a cache, scores asked for, or
         dropout in training; with "auto", from the static key length."""
         dropout_active = training and self.dropout_layer is not None
-        if (self.chunk_size is None or not self._supports_chunking or masks.cached
-                or return_attention_scores or dropout_active):
+        if (self.chunk_size is None or masks.cached or return_attention_scores
+                or dropout_active):
             return None
         if self.chunk_size != "auto":
             return self.chunk_size
