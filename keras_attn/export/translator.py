@@ -117,9 +117,26 @@ def export_translator(
 
 
 def translation_function(model, tokenizer, max_length, num_beams=4, length_penalty_alpha=0.6):
-    """The decoding behind both signatures: (B, S) int32 source ids ->
-    (B, max_length) target ids, as `export_translator` serves it (trace it
-    with `tf.function`, also with `jit_compile=True`)."""
+    """The decoding behind both of `export_translator`'s signatures, for
+    tracing with `tf.function` (also with `jit_compile=True`) or timing in
+    Python exactly what the SavedModel serves.
+
+    Args:
+        model: a `translation_transformer` model (inputs `encoder_tokens`,
+            `decoder_tokens`).
+        tokenizer: the `SubwordTokenizer` whose `start_id`, `end_id` and
+            `pad_id` the model was trained with (pad and start are never
+            generated).
+        max_length: target length L, the start token included.
+        num_beams: 1 for greedy search, else beam search with this many
+            beams (Wu et al. 2016 length penalty).
+        length_penalty_alpha: the GNMT length penalty's alpha (beams only).
+
+    Returns:
+        A function (B, S) int32 source ids -> (B, L) int32 target ids.
+        Argument errors are raised by `greedy_search` / `beam_search` when
+        it is called, as for `export_translator`.
+    """
     from keras_attn.generation import CachedDecoder, beam_search, greedy_search
 
     decoder = CachedDecoder(model)
