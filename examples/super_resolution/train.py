@@ -119,6 +119,9 @@ def parse_args(argv=None):
                         help="count the prior's offsets of green and blue from the "
                              "interpolated value alone, not shifted by the pixel's previous "
                              "channel's residual (super resolution)")
+    parser.add_argument("--left_residual", action="store_true",
+                        help="count the prior's offsets of red from the consistent value plus "
+                             "0.75 x the left pixel's residual (super resolution)")
     parser.add_argument("--sampling_max_correction", type=float, default=24,
                         help="when sampling and exporting (not in training or bits/dim): "
                              "bound, in intensity levels, on the prior's per-pixel consistency "
@@ -219,6 +222,7 @@ def build_model(args):
             low_resolution_consistency=args.consistency,
             low_resolution_channel_residual=args.channel_residual,
             low_resolution_max_correction=args.max_correction or None,
+            low_resolution_left_residual=args.left_residual,
             **sizes
         )
     else:
@@ -349,7 +353,7 @@ def main(argv=None):
             "block_size", "memory_flange", "dropout", "position", "align_positions",
             "low_resolution_embedding", "low_resolution_logit_bias",
             "low_resolution_prior_scale", "consistency", "channel_residual",
-            "max_correction", "sampling_max_correction")},
+            "left_residual", "max_correction", "sampling_max_correction")},
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }

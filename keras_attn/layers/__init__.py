@@ -9,6 +9,7 @@ from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_attn.layers.pixel_embedding import PixelEmbedding
 from keras_attn.layers.pixel_position_encoding import PixelPositionEncoding
 from keras_attn.layers.relative_global_attention import RelativeGlobalAttention
+from keras_attn.layers.sequence_delay import SequenceDelay
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
 from keras_attn.layers.transformer_decoder import TransformerDecoder
@@ -24,6 +25,7 @@ __all__ = [
     "PixelEmbedding",
     "PixelPositionEncoding",
     "RelativeGlobalAttention",
+    "SequenceDelay",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
     "TransformerDecoder",

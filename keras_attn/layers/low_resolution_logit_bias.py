@@ -27,14 +27,16 @@ class LowResolutionLogitBias(keras.layers.Layer):
     untrained model already samples near its input and training refines
     the prior together with the rest of the model.
 
-    Two optional call inputs move the value the offsets count from:
+    Three optional call inputs move the value the offsets count from:
     `block_sums` (the block-consistent value, so samples keep each block at
-    its input's average) and `previous_intensities` (green and blue follow
+    its input's average), `previous_intensities` (green and blue follow
     the residual of the pixel's channel before them, as colours of natural
-    images do). Measured on CIFAR-10 8x8 -> 32x32 (3,000 training images),
-    the entropy of the offsets, i.e. the bits/dim of the best context-free
-    prior: 6.14 from the bicubic value, 5.90 from the consistent value, 4.20
-    with the channel residual for green and blue. (Zero weights, the
+    images do) and `left_intensities` (red follows the residual of the
+    pixel to its left). Measured on CIFAR-10 8x8 -> 32x32 (3,000 training
+    images), the entropy of the offsets, i.e. the bits/dim of the best
+    context-free prior: 6.14 from the bicubic value, 5.90 from the
+    consistent value, 4.20 with the channel residual for green and blue,
+    4.05 with the left residual for red too. (Zero weights, the
     identity, learn slowly: an optimizer moves each weight by about the
     learning rate per step, and the prior spans several nats.)
 
@@ -84,6 +86,14 @@ class LowResolutionLogitBias(keras.layers.Layer):
             interpolated value plus the previous channel's residual
             (generated minus interpolated): colours move together
             (`LowResolutionRaster.previous_channel_values`).
+        left_intensities: optional (B, T) int, with `block_sums`: the
+            intensity of the same channel of the pixel to the left (the
+            decoder input delayed by C - 1, `SequenceDelay`). With it the
+            offsets count from the consistent value plus 0.75 times the
+            left pixel's residual from its own consistent value
+            (`LowResolutionRaster.left_residual_values`): neighbours deviate
+            from a smooth upsampling together. With `previous_intensities`
+            too, only a pixel's first channel uses it.
 
     Returns:
         (B, T, N) logits plus the offset bias, in the logits' dtype.
@@ -157,7 +167,7 @@ class LowResolutionLogitBias(keras.layers.Layer):
         return ops.convert_to_tensor(prior, dtype=dtype or "float32")
 
     def call(self, logits, low_resolution, start_index=0, block_sums=None,
-             previous_intensities=None):
+             previous_intensities=None, left_intensities=None):
         if logits.shape[-1] not in (None, self.num_intensities):
             raise ValueError(
                 f"{type(self).__name__}: `logits` must end with num_intensities="
@@ -170,7 +180,7 @@ class LowResolutionLogitBias(keras.layers.Layer):
         table = ops.reshape(table, (self.channels * self.num_intensities, self.num_intensities))
         ids = self.raster.channel_value_ids(
             low_resolution, ops.shape(logits)[1], start_index, block_sums,
-            previous_intensities, self.max_correction,
+            previous_intensities, self.max_correction, left_intensities,
         )
         return logits + ops.cast(ops.take(table, ids, axis=0), logits.dtype)
 

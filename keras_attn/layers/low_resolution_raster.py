@@ -13,6 +13,9 @@ from keras import ops
 from keras_attn.checks import check_image_size, check_positive_int
 
 INTERPOLATIONS = ("nearest", "bicubic")
+# How much of the left pixel's residual the first channel's prior centre
+# follows (`LowResolutionRaster.left_residual_values`; measured on CIFAR-10).
+LEFT_RESIDUAL_WEIGHT = 0.75
 
 
 class LowResolutionRaster:
@@ -104,15 +107,18 @@ class LowResolutionRaster:
         return ops.take(self._upsampled(low_resolution), positions, axis=1)
 
     def channel_value_ids(self, low_resolution, length, start_index=0, block_sums=None,
-                          previous_intensities=None, max_correction=None):
+                          previous_intensities=None, max_correction=None,
+                          left_intensities=None):
         """(B, h*w*C) low-resolution raster -> (B, length) int32 ids
         `channel * num_intensities + value` of positions `start_index ..
         start_index + length - 1`: the row of a per-channel table (C * N
         rows) that both low-resolution layers look up. With `block_sums`
         ((B, length) float), the value is `consistent_values` (its
-        correction capped at `max_correction` levels); with
-        `previous_intensities` ((B, length) int), a pixel's second and later
-        channels take `previous_channel_values` instead."""
+        correction capped at `max_correction` levels), or with
+        `left_intensities` too ((B, length) int) `left_residual_values`;
+        with `previous_intensities`
+        ((B, length) int), a pixel's second and later channels take
+        `previous_channel_values` instead."""
         positions = self.positions(length, start_index)
         upsampled = None
         if self.interpolation == "bicubic" and (
@@ -124,9 +130,14 @@ class LowResolutionRaster:
             upsampled = self._upsampled(low_resolution, rounded=False)
         if block_sums is None:
             values = self.values(low_resolution, positions)
-        else:
+        elif left_intensities is None:
             values = self.consistent_values(
                 low_resolution, positions, block_sums, max_correction, upsampled=upsampled
+            )
+        else:
+            values = self.left_residual_values(
+                low_resolution, positions, block_sums, left_intensities, max_correction,
+                upsampled=upsampled,
             )
         if previous_intensities is not None and self.channels > 1:
             following = self.previous_channel_values(
@@ -185,22 +196,89 @@ class LowResolutionRaster:
             (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
         """
         self.check_length(low_resolution)
+        if upsampled is None and self.interpolation == "bicubic":
+            upsampled = self._upsampled(low_resolution, rounded=False)
+        value = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
+        return self._intensities(value)
+
+    def _intensities(self, value):
+        """Float values -> int32 intensities, rounded and clipped."""
+        return ops.cast(ops.clip(ops.round(value), 0, self.num_intensities - 1), "int32")
+
+    def _interpolated(self, low_resolution, positions, upsampled):
+        """(B, T) float interpolated values at `positions` (the covering
+        value for nearest)."""
+        if self.interpolation == "nearest":
+            return ops.take(ops.cast(low_resolution, "float32"), self.covering_index(positions),
+                            axis=1)
+        return ops.take(upsampled, positions, axis=1)
+
+    def _consistent(self, low_resolution, positions, block_sums, max_correction, upsampled):
+        """`consistent_values` before rounding, (B, T) float32."""
         low = ops.take(ops.cast(low_resolution, "float32"), self.covering_index(positions), axis=1)
         pixels_left = ops.cast(self.block_area - self.order_in_block(positions), "float32")
         if self.interpolation == "nearest":
             # Every pixel of the block interpolates to L: no image to build.
             interpolated, remaining = low, low * pixels_left[None, :]
         else:
-            if upsampled is None:
-                upsampled = self._upsampled(low_resolution, rounded=False)
             remaining = ops.take(self._remaining_sums(upsampled), positions, axis=1)
             interpolated = ops.take(upsampled, positions, axis=1)
         deficit = self.block_area * low - ops.cast(block_sums, "float32") - remaining
         correction = deficit / pixels_left[None, :]
         if max_correction is not None:
             correction = ops.clip(correction, -max_correction, max_correction)
-        value = ops.round(interpolated + correction)
-        return ops.cast(ops.clip(value, 0, self.num_intensities - 1), "int32")
+        return interpolated + correction
+
+    def left_residual_values(self, low_resolution, positions, block_sums, left_intensities,
+                             max_correction=None, upsampled=None):
+        """The consistent value plus `LEFT_RESIDUAL_WEIGHT` times the
+        residual of the same channel of the pixel to the left:
+
+            value = c[p] + 0.75 * (x[p - C] - c[p - C])
+
+        with `c` the (unrounded) `consistent_values` and `C` channels. The
+        left pixel's own consistent value needs the block sum before it:
+        in the same block that is `s[p] - x[p - C]`; across a block's left
+        edge the sum is not at hand and the residual counts from the
+        interpolated value there instead (`x[p - C] - b[p - C]`). A pixel in
+        the image's first column has no left neighbour and keeps `c[p]`.
+        Neighbouring pixels of natural images deviate from a smooth
+        upsampling together: on 3,000 CIFAR-10 training images the entropy
+        of red's offsets falls from 5.93 bits (from `c`) to 5.48 bits (from
+        this value; 5.47 with the left sum at every edge). Weight 0.75
+        measured there (5.55 at 0.5, 5.54 at 1.0).
+
+        Args:
+            low_resolution: (B, h*w*C) int low-resolution raster.
+            positions: (T,) int32 high-resolution positions.
+            block_sums: (B, T) float, as for `consistent_values`.
+            left_intensities: (B, T) int intensity at `positions - C`, the
+                same channel of the pixel to the left (`SequenceDelay` of
+                the decoder input by C - 1); read only where a left
+                neighbour exists.
+            max_correction: as for `consistent_values`, for both pixels.
+            upsampled: None, or the (B, H*W*C) float bicubic image.
+
+        Returns:
+            (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
+        """
+        self.check_length(low_resolution)
+        if upsampled is None and self.interpolation == "bicubic":
+            upsampled = self._upsampled(low_resolution, rounded=False)
+        here = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
+        width, block_width = self.image_size[1], self.image_size[1] // self.low_resolution_size[1]
+        column = (positions // self.channels) % width
+        left_positions = ops.maximum(positions - self.channels, 0)
+        left = ops.cast(ops.clip(left_intensities, 0, self.num_intensities - 1), "float32")
+        left_consistent = self._consistent(
+            low_resolution, left_positions, ops.cast(block_sums, "float32") - left,
+            max_correction, upsampled,
+        )
+        left_interpolated = self._interpolated(low_resolution, left_positions, upsampled)
+        same_block = (column % block_width > 0)[None, :]
+        residual = left - ops.where(same_block, left_consistent, left_interpolated)
+        residual = ops.where((column > 0)[None, :], residual, 0.0)
+        return self._intensities(here + LEFT_RESIDUAL_WEIGHT * residual)
 
     def previous_channel_values(self, low_resolution, positions, previous_intensities,
                                 upsampled=None):

@@ -18,6 +18,7 @@ from keras_attn.layers import LowResolutionBlockSums
 from keras_attn.layers import LowResolutionEmbedding
 from keras_attn.layers import LowResolutionLogitBias
 from keras_attn.layers import PixelEmbedding
+from keras_attn.layers import SequenceDelay
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
 from keras_attn.checks import check_heads_divide, check_image_size, check_sizes
@@ -171,6 +172,7 @@ def super_resolution_transformer(
     low_resolution_consistency=True,
     low_resolution_channel_residual=True,
     low_resolution_max_correction=None,
+    low_resolution_left_residual=False,
     name="super_resolution_transformer",
 ):
     """Builds the Image Transformer for super resolution (e.g. 8x8 -> 32x32).
@@ -200,7 +202,7 @@ def super_resolution_transformer(
 
     Layer names: `encoder_embedding`, `encoder_embedding_dropout`,
     `encoder_layer_<i>`, `encoder_final_norm` (pre-norm),
-    `low_resolution_block_sums`, `low_resolution_embedding` and
+    `low_resolution_block_sums`, `left_intensities`, `low_resolution_embedding` and
     `add_low_resolution_embedding`, `low_resolution_logit_bias`, and the
     decoder's names as in `image_transformer`.
 
@@ -245,6 +247,14 @@ def super_resolution_transformer(
         low_resolution_max_correction: None (default), or a bound in
             intensity levels on the consistency correction of one pixel
             (`LowResolutionLogitBias(max_correction=...)`).
+        low_resolution_left_residual: with consistency, the logit bias
+            counts the offsets of a pixel's first channel (of every channel
+            without the channel residual) from the consistent value plus
+            0.75 times the residual of the pixel to its left
+            (`LowResolutionRaster.left_residual_values`; the left intensity
+            comes from the decoder input through `SequenceDelay`, layer
+            `left_intensities`, a cached layer of C - 1 tokens). Default
+            False.
 
     Returns:
         `keras.Model` with inputs `low_resolution` (B, h * w * C) int32
@@ -333,6 +343,11 @@ def super_resolution_transformer(
                 channels=channels, num_intensities=NUM_INTENSITIES, dtype="float32",
                 name="low_resolution_block_sums",
             )(decoder_tokens)
+        left_intensities = None
+        if low_resolution_consistency and low_resolution_left_residual:
+            # x[p - C] = the decoder input at p - (C - 1).
+            left_intensities = decoder_tokens if channels == 1 else SequenceDelay(
+                channels - 1, dtype="int32", name="left_intensities")(decoder_tokens)
         logits = LowResolutionLogitBias(
             image_size=(height, width), low_resolution_size=(low_height, low_width),
             channels=channels, num_intensities=NUM_INTENSITIES,
@@ -341,7 +356,8 @@ def super_resolution_transformer(
             max_correction=low_resolution_max_correction, dtype="float32",
             name="low_resolution_logit_bias",
         )(logits, low_resolution, block_sums=block_sums,
-          previous_intensities=decoder_tokens if low_resolution_channel_residual else None)
+          previous_intensities=decoder_tokens if low_resolution_channel_residual else None,
+          left_intensities=left_intensities)
     return keras.Model(
         {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
     )

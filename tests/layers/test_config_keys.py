@@ -19,6 +19,7 @@ _REQUIRED = {
     "PixelEmbedding": dict(vocabulary_size=10, embedding_dim=8, image_size=4),
     "PixelPositionEncoding": dict(image_size=4),
     "RelativeGlobalAttention": dict(num_heads=2, key_dim=4, max_relative_position=4),
+    "SequenceDelay": dict(delay=2),
     "SinusoidalPositionEncoding": {},
     "TokenAndPositionEmbedding": dict(vocabulary_size=10, embedding_dim=8, sequence_length=4),
     "TransformerDecoder": dict(intermediate_dim=8, num_heads=2),

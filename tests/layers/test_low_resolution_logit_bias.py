@@ -167,6 +167,67 @@ def test_previous_channel_residual_moves_green_and_blue_with_the_channel_before(
     np.testing.assert_allclose(np.concatenate(steps, axis=1), out[:, [0, 1, 2, 100]], atol=1e-6)
 
 
+def test_left_residual_centres_each_channel_on_its_left_neighbour_numpy_reference():
+    tf = pytest.importorskip("tensorflow")
+    layer = _layer_with_random_bias(image_size=8, low_resolution_size=2)
+    low = _low_image(11, size=(2, 2))
+    rng = np.random.default_rng(12)
+    sums = rng.integers(0, 16 * 255, (2, 192)).astype("float32")
+    left = rng.integers(0, 256, (2, 192)).astype("int32")
+    out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low, block_sums=sums,
+                           left_intensities=left))
+    # NumPy, position by position: c(q, s) = b + (16 L - s - remaining) / left;
+    # value = c(p, s_p) + 0.75 r with r the left pixel's residual: from its own
+    # consistent value c(p - 3, s_p - x_left) inside a block, from its bicubic
+    # value across a block's left edge, none in the first column.
+    upsampled = tf.image.resize(low.reshape(2, 2, 2, 3).astype("float32"), (8, 8), "bicubic")
+    bicubic = np.clip(np.asarray(upsampled), 0, 255).reshape(2, -1)
+    positions = np.arange(192)
+    pixel, channel = positions // 3, positions % 3
+    row, column = pixel // 8, pixel % 8
+    block = ((row // 4) * 2 + column // 4) * 3 + channel
+    order = (row % 4) * 4 + column % 4
+
+    def consistent(b, q, s):
+        remaining = bicubic[b, (block == block[q]) & (order >= order[q])].sum()
+        return bicubic[b, q] + (16 * low[b, block[q]] - s - remaining) / (16 - order[q])
+
+    value = np.zeros((2, 192))
+    for b in range(2):
+        for p in positions:
+            residual = 0.0
+            if column[p] % 4:
+                residual = left[b, p] - consistent(b, p - 3, sums[b, p] - left[b, p])
+            elif column[p]:
+                residual = left[b, p] - bicubic[b, p - 3]
+            value[b, p] = consistent(b, p, sums[b, p]) + 0.75 * residual
+    value = np.clip(np.round(value), 0, 255).astype(int)
+    bias = np.asarray(layer.offset_bias)
+    index = np.arange(256)[None, None, :] - value[..., None] + 255
+    np.testing.assert_allclose(out, bias[channel[None, :, None], index], atol=1e-6)
+    steps = [np.asarray(layer(np.zeros((2, 1, 256), "float32"), low, start_index=t,
+                              block_sums=sums[:, t:t + 1], left_intensities=left[:, t:t + 1]))
+             for t in (0, 3, 12, 100)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), out[:, [0, 3, 12, 100]], atol=1e-6)
+
+
+def test_left_residual_hand_computed_on_one_channel():
+    # 4x2 over 2x1, one channel, nearest: the top block is pixels 0, 1 (row
+    # 0) and 2, 3 (row 1), L = 100, so 400 in all. Generated 120, 90, 100:
+    # pixel 1 (left 120 in its block): c = 100 + (400 - 120 - 300) / 3 =
+    # 93.33, the left pixel's c = 100 (nothing before it), residual 20, peak
+    # 93.33 + 15 = 108; pixel 2 is in the first column: c = 100 + (400 - 210
+    # - 200) / 2 = 95; pixel 3: c = 100 + (400 - 310 - 100) = 90, its left
+    # pixel's c = 95 (sum 210), residual 5, peak 93.75 -> 94.
+    layer = LowResolutionLogitBias(image_size=(4, 2), low_resolution_size=(2, 1), channels=1,
+                                   interpolation="nearest", prior_scale=4.0)
+    sums = np.array([[0.0, 120.0, 210.0, 310.0]], "float32")
+    left = np.array([[0, 120, 0, 100]], "int32")
+    out = np.asarray(layer(np.zeros((1, 4, 256), "float32"), np.array([[100, 50]], "int32"),
+                           block_sums=sums, left_intensities=left))
+    assert out.argmax(-1).tolist() == [[100, 108, 95, 94]]
+
+
 def test_layer_life_cycle():
     run_layer_test(
         LowResolutionLogitBias,

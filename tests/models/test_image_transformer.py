@@ -80,7 +80,7 @@ def test_no_future_leak_and_conditioning_reaches_every_position(cifar):
 
 @pytest.mark.requires_tensorflow  # in a tf.function: eager loops of 48 steps are slow
 @pytest.mark.parametrize(
-    "kind", ["super_resolution", "super_resolution_logit_bias",
+    "kind", ["super_resolution", "super_resolution_logit_bias", "super_resolution_left_residual",
              pytest.param("class_conditional", marks=pytest.mark.slow)]
 )
 def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
@@ -88,8 +88,9 @@ def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
 
     high = _small_images(cifar, 4, 3)
     if kind.startswith("super_resolution"):
-        bias = "bicubic" if kind.endswith("logit_bias") else None
-        model = _super_resolution(low_resolution_logit_bias=bias)
+        bias = None if kind == "super_resolution" else "bicubic"
+        model = _super_resolution(low_resolution_logit_bias=bias,
+                                  low_resolution_left_residual=kind.endswith("left_residual"))
         inputs = {"low_resolution": images.to_raster(images.downsample(high, 2))}
         if bias:
             weights = model.get_layer("low_resolution_logit_bias").offset_bias

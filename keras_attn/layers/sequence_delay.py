@@ -1,0 +1,112 @@
+import keras
+from keras import ops
+
+from keras_attn import checks
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class SequenceDelay(keras.layers.Layer):
+    """The input sequence delayed by a fixed number of positions: what the
+    sequence held `delay` positions back, at every position.
+
+        outputs[:, t] = inputs[:, t - delay]    (t >= delay)
+        outputs[:, t] = fill_value              (t <  delay)
+
+    A causal layer with a cache, so an autoregressive model can read a
+    token from further back than its input position without attention:
+    the Image Transformer's super resolver reads the red intensity of the
+    pixel to the left (three positions back in raster order, i.e. its
+    decoder input token delayed by 2) to centre its prior on red
+    (`LowResolutionLogitBias(left_intensities=...)`).
+
+    A cached layer in the sense of `keras_attn.generation.CachedDecoder`:
+    `init_cache` gives the last `delay` inputs, (B, delay, ...) filled with
+    `fill_value`, and a call with `cache` and `cache_index` returns the
+    delayed chunk and the new cache, so decoding one position at a time
+    equals the full pass. The cache does not grow with the output.
+
+    Args:
+        delay: positions to delay by, an int >= 1.
+        fill_value: the output at the first `delay` positions (0). Cast to
+            the input's dtype.
+        **kwargs: base `keras.layers.Layer` arguments (for integer tokens,
+            pass `dtype="int32"` so the cache keeps their dtype).
+
+    Call arguments:
+        inputs: (B, T, ...) tensor of any dtype, positions
+            `cache_index .. cache_index + T - 1`.
+        cache: None, or the (B, delay, ...) inputs before them, from
+            `init_cache` or the previous call.
+        cache_index: int or int32 scalar, the absolute position of
+            `inputs[:, 0]` (the cache protocol; the cache already holds what
+            came before, so it is not read). Defaults to 0.
+
+    Returns:
+        (B, T, ...) delayed inputs, in the inputs' dtype; with a cache,
+        `(outputs, new_cache)`.
+
+    Raises:
+        ValueError: for a `delay` that is not an int >= 1, or inputs of
+            rank < 2.
+
+    Example:
+    >>> import keras
+    >>> from keras_attn.layers import SequenceDelay
+    >>> delay = SequenceDelay(delay=2, fill_value=-1, dtype="int32")
+    >>> tokens = keras.ops.array([[5, 6, 7, 8]], "int32")
+    >>> keras.ops.convert_to_numpy(delay(tokens)).tolist()
+    [[-1, -1, 5, 6]]
+    >>> cache = delay.init_cache(batch_size=1)
+    >>> step, cache = delay(tokens[:, :3], cache=cache, cache_index=0)
+    >>> step, cache = delay(tokens[:, 3:], cache=cache, cache_index=3)
+    >>> keras.ops.convert_to_numpy(step).tolist()
+    [[6]]
+    """
+
+    def __init__(self, delay, fill_value=0, **kwargs):
+        super().__init__(**kwargs)
+        checks.check_positive_int(self, "delay", delay)
+        self.delay = delay
+        self.fill_value = fill_value
+        self._feature_shape = None
+
+    def build(self, inputs_shape=None):
+        if inputs_shape is not None:
+            self._check_rank(inputs_shape)
+            self._feature_shape = tuple(inputs_shape[2:])
+        self.built = True
+
+    def _check_rank(self, shape):
+        if len(shape) < 2:
+            raise ValueError(
+                f"{type(self).__name__}: `inputs` must be (batch, length, ...). "
+                f"Received: inputs.shape={tuple(shape)}."
+            )
+
+    def init_cache(self, batch_size, max_length=None):
+        """(B, delay, ...) `fill_value`: nothing seen yet. `max_length` is
+        accepted for the cache protocol; the cache does not grow with it."""
+        shape = (batch_size, self.delay) + (self._feature_shape or ())
+        return ops.full(shape, self.fill_value, self.compute_dtype)
+
+    def call(self, inputs, cache=None, cache_index=0):
+        self._check_rank(inputs.shape)
+        length = ops.shape(inputs)[1]
+        if cache is None:
+            shape = (ops.shape(inputs)[0], self.delay) + tuple(ops.shape(inputs)[2:])
+            cache = ops.full(shape, self.fill_value, inputs.dtype)
+            history = ops.concatenate([cache, inputs], axis=1)
+            return history[:, :length]
+        history = ops.concatenate([ops.cast(cache, inputs.dtype), inputs], axis=1)
+        return history[:, :length], history[:, length:]
+
+    def compute_output_spec(self, inputs, cache=None, cache_index=0):
+        outputs = keras.KerasTensor(tuple(inputs.shape), dtype=inputs.dtype)
+        if cache is None:
+            return outputs
+        return outputs, keras.KerasTensor(tuple(cache.shape), dtype=inputs.dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"delay": self.delay, "fill_value": self.fill_value})
+        return config

@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+
+from keras_attn.layers import SequenceDelay
+from tests.test_case import run_layer_test
+
+
+def test_hand_computed_delay_and_fill():
+    layer = SequenceDelay(delay=2, fill_value=-1, dtype="int32")
+    out = np.asarray(layer(np.array([[5, 6, 7, 8], [1, 2, 3, 4]], "int32")))
+    np.testing.assert_array_equal(out, [[-1, -1, 5, 6], [-1, -1, 1, 2]])
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7])
+def test_cached_chunks_equal_the_full_pass(chunk):
+    # Features after the time axis are delayed with it.
+    rng = np.random.default_rng(0)
+    inputs = rng.normal(size=(2, 7, 3)).astype("float32")
+    layer = SequenceDelay(delay=3)
+    full = np.asarray(layer(inputs))
+    np.testing.assert_array_equal(full[:, 3:], inputs[:, :4])
+    np.testing.assert_array_equal(full[:, :3], 0.0)
+    cache = layer.init_cache(2, 7)
+    assert tuple(cache.shape) == (2, 3, 3)
+    pieces = []
+    for start in range(0, 7, chunk):
+        out, cache = layer(inputs[:, start:start + chunk], cache=cache, cache_index=start)
+        pieces.append(np.asarray(out))
+    np.testing.assert_array_equal(np.concatenate(pieces, axis=1), full)
+    # The cache ends holding the last `delay` inputs.
+    np.testing.assert_array_equal(np.asarray(cache), inputs[:, -3:])
+
+
+def test_integer_tokens_keep_their_dtype_in_the_cache():
+    layer = SequenceDelay(delay=1, fill_value=256, dtype="int32")
+    tokens = np.array([[3, 4]], "int32")
+    layer(tokens)
+    cache = layer.init_cache(1)
+    assert "int32" in str(cache.dtype) and np.asarray(cache).tolist() == [[256]]
+    out, cache = layer(tokens[:, :1], cache=cache, cache_index=0)
+    assert np.asarray(out).tolist() == [[256]] and np.asarray(cache).tolist() == [[3]]
+
+
+def test_layer_life_cycle():
+    run_layer_test(
+        SequenceDelay,
+        dict(delay=2),
+        np.random.default_rng(1).normal(size=(2, 5, 4)).astype("float32"),
+        expected_output_shape=(2, 5, 4),
+        expected_num_trainable_weights=0,
+        run_fit=False,
+    )
+
+
+def test_errors():
+    for delay in (0, -1, 1.5):
+        with pytest.raises(ValueError, match=r"delay"):
+            SequenceDelay(delay=delay)
+    with pytest.raises(ValueError, match=r"must be \(batch, length, \.\.\.\).*shape=\(4,\)"):
+        SequenceDelay(delay=1)(np.zeros((4,), "float32"))
