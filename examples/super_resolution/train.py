@@ -122,6 +122,10 @@ def parse_args(argv=None):
     parser.add_argument("--left_residual", action="store_true",
                         help="count the prior's offsets of red from the consistent value plus "
                              "0.75 x the left pixel's residual (super resolution)")
+    parser.add_argument("--channel_consistency", action="store_true",
+                        help="green and blue count from their own block-consistent value plus "
+                             "the previous channel's residual from its consistent value "
+                             "(super resolution)")
     parser.add_argument("--sampling_max_correction", type=float, default=24,
                         help="when sampling and exporting (not in training or bits/dim): "
                              "bound, in intensity levels, on the prior's per-pixel consistency "
@@ -223,6 +227,7 @@ def build_model(args):
             low_resolution_channel_residual=args.channel_residual,
             low_resolution_max_correction=args.max_correction or None,
             low_resolution_left_residual=args.left_residual,
+            low_resolution_channel_consistency=args.channel_consistency,
             **sizes
         )
     else:
@@ -353,7 +358,7 @@ def main(argv=None):
             "block_size", "memory_flange", "dropout", "position", "align_positions",
             "low_resolution_embedding", "low_resolution_logit_bias",
             "low_resolution_prior_scale", "consistency", "channel_residual",
-            "left_residual", "max_correction", "sampling_max_correction")},
+            "left_residual", "channel_consistency", "max_correction", "sampling_max_correction")},
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }

@@ -94,6 +94,13 @@ class LowResolutionLogitBias(keras.layers.Layer):
             (`LowResolutionRaster.left_residual_values`): neighbours deviate
             from a smooth upsampling together. With `previous_intensities`
             too, only a pixel's first channel uses it.
+        previous_block_sums: optional (B, T) float, with `block_sums` and
+            `previous_intensities`: the block sums one position back
+            (`SequenceDelay` of `block_sums`). With it a pixel's second and
+            later channels count from their own consistent value plus the
+            previous channel's residual from *its* consistent value
+            (`LowResolutionRaster.previous_channel_consistent_values`), so
+            every channel keeps its block at the input's average.
 
     Returns:
         (B, T, N) logits plus the offset bias, in the logits' dtype.
@@ -167,7 +174,7 @@ class LowResolutionLogitBias(keras.layers.Layer):
         return ops.convert_to_tensor(prior, dtype=dtype or "float32")
 
     def call(self, logits, low_resolution, start_index=0, block_sums=None,
-             previous_intensities=None, left_intensities=None):
+             previous_intensities=None, left_intensities=None, previous_block_sums=None):
         if logits.shape[-1] not in (None, self.num_intensities):
             raise ValueError(
                 f"{type(self).__name__}: `logits` must end with num_intensities="
@@ -180,7 +187,7 @@ class LowResolutionLogitBias(keras.layers.Layer):
         table = ops.reshape(table, (self.channels * self.num_intensities, self.num_intensities))
         ids = self.raster.channel_value_ids(
             low_resolution, ops.shape(logits)[1], start_index, block_sums,
-            previous_intensities, self.max_correction, left_intensities,
+            previous_intensities, self.max_correction, left_intensities, previous_block_sums,
         )
         return logits + ops.cast(ops.take(table, ids, axis=0), logits.dtype)
 

@@ -108,7 +108,7 @@ class LowResolutionRaster:
 
     def channel_value_ids(self, low_resolution, length, start_index=0, block_sums=None,
                           previous_intensities=None, max_correction=None,
-                          left_intensities=None):
+                          left_intensities=None, previous_block_sums=None):
         """(B, h*w*C) low-resolution raster -> (B, length) int32 ids
         `channel * num_intensities + value` of positions `start_index ..
         start_index + length - 1`: the row of a per-channel table (C * N
@@ -118,7 +118,9 @@ class LowResolutionRaster:
         `left_intensities` too ((B, length) int) `left_residual_values`;
         with `previous_intensities`
         ((B, length) int), a pixel's second and later channels take
-        `previous_channel_values` instead."""
+        `previous_channel_values` instead, or with `block_sums` and
+        `previous_block_sums` ((B, length) float, the block sums one position
+        back) `previous_channel_consistent_values`."""
         positions = self.positions(length, start_index)
         upsampled = None
         if self.interpolation == "bicubic" and (
@@ -140,9 +142,15 @@ class LowResolutionRaster:
                 upsampled=upsampled,
             )
         if previous_intensities is not None and self.channels > 1:
-            following = self.previous_channel_values(
-                low_resolution, positions, previous_intensities, upsampled=upsampled
-            )
+            if block_sums is not None and previous_block_sums is not None:
+                following = self.previous_channel_consistent_values(
+                    low_resolution, positions, block_sums, previous_intensities,
+                    previous_block_sums, max_correction, upsampled=upsampled,
+                )
+            else:
+                following = self.previous_channel_values(
+                    low_resolution, positions, previous_intensities, upsampled=upsampled
+                )
             values = ops.where((positions % self.channels > 0)[None, :], following, values)
         return values + ((positions % self.channels) * self.num_intensities)[None, :]
 
@@ -318,6 +326,46 @@ class LowResolutionRaster:
         previous = ops.cast(ops.clip(previous_intensities, 0, self.num_intensities - 1), "float32")
         value = ops.round(here + previous - there)
         return ops.cast(ops.clip(value, 0, self.num_intensities - 1), "int32")
+
+    def previous_channel_consistent_values(self, low_resolution, positions, block_sums,
+                                           previous_intensities, previous_block_sums,
+                                           max_correction=None, upsampled=None):
+        """The consistent value at each position plus the residual of the
+        position before it from *its* consistent value:
+
+            value = c[p] + (x[p - 1] - c[p - 1])
+
+        Like `previous_channel_values`, a pixel's second and later channels
+        follow the channel before them, but each keeps its own block at its
+        input's average (`previous_channel_values` counts both from the
+        interpolated value, so only the first channel's correction steers
+        the block). On 3,000 CIFAR-10 training images the offsets of green
+        and blue from this value have an entropy of 3.43 and 3.59 bits
+        (3.25 and 3.48 from `previous_channel_values`).
+
+        Args:
+            low_resolution: (B, h*w*C) int low-resolution raster.
+            positions: (T,) int32 high-resolution positions.
+            block_sums: (B, T) float block sums at `positions`, as for
+                `consistent_values`.
+            previous_intensities: (B, T) int intensities at `positions - 1`.
+            previous_block_sums: (B, T) float block sums at `positions - 1`
+                (`SequenceDelay` of `block_sums` by one).
+            max_correction: as for `consistent_values`, for both.
+            upsampled: None, or the (B, H*W*C) float bicubic image.
+
+        Returns:
+            (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
+        """
+        self.check_length(low_resolution)
+        if upsampled is None and self.interpolation == "bicubic":
+            upsampled = self._upsampled(low_resolution, rounded=False)
+        here = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
+        before = ops.maximum(positions - 1, 0)
+        there = self._consistent(low_resolution, before, previous_block_sums, max_correction,
+                                 upsampled)
+        previous = ops.cast(ops.clip(previous_intensities, 0, self.num_intensities - 1), "float32")
+        return self._intensities(here + previous - there)
 
     def _remaining_sums(self, raster):
         """(B, H*W*C) float raster -> (B, H*W*C): at each position, the sum

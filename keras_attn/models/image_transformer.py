@@ -173,6 +173,7 @@ def super_resolution_transformer(
     low_resolution_channel_residual=True,
     low_resolution_max_correction=None,
     low_resolution_left_residual=False,
+    low_resolution_channel_consistency=False,
     name="super_resolution_transformer",
 ):
     """Builds the Image Transformer for super resolution (e.g. 8x8 -> 32x32).
@@ -202,7 +203,8 @@ def super_resolution_transformer(
 
     Layer names: `encoder_embedding`, `encoder_embedding_dropout`,
     `encoder_layer_<i>`, `encoder_final_norm` (pre-norm),
-    `low_resolution_block_sums`, `left_intensities`, `low_resolution_embedding` and
+    `low_resolution_block_sums`, `left_intensities`, `previous_block_sums`,
+    `low_resolution_embedding` and
     `add_low_resolution_embedding`, `low_resolution_logit_bias`, and the
     decoder's names as in `image_transformer`.
 
@@ -255,6 +257,14 @@ def super_resolution_transformer(
             comes from the decoder input through `SequenceDelay`, layer
             `left_intensities`, a cached layer of C - 1 tokens). Default
             False.
+        low_resolution_channel_consistency: with consistency and the
+            channel residual, a pixel's second and later channels count
+            from their own consistent value plus the previous channel's
+            residual from its consistent value
+            (`LowResolutionRaster.previous_channel_consistent_values`; the
+            block sums one position back come through `SequenceDelay`,
+            layer `previous_block_sums`), so every channel is steered to
+            its block's average, not only the first. Default False.
 
     Returns:
         `keras.Model` with inputs `low_resolution` (B, h * w * C) int32
@@ -348,6 +358,11 @@ def super_resolution_transformer(
             # x[p - C] = the decoder input at p - (C - 1).
             left_intensities = decoder_tokens if channels == 1 else SequenceDelay(
                 channels - 1, dtype="int32", name="left_intensities")(decoder_tokens)
+        previous_block_sums = None
+        if (low_resolution_consistency and low_resolution_channel_residual
+                and low_resolution_channel_consistency):
+            previous_block_sums = SequenceDelay(1, dtype="float32",
+                                                name="previous_block_sums")(block_sums)
         logits = LowResolutionLogitBias(
             image_size=(height, width), low_resolution_size=(low_height, low_width),
             channels=channels, num_intensities=NUM_INTENSITIES,
@@ -357,7 +372,7 @@ def super_resolution_transformer(
             name="low_resolution_logit_bias",
         )(logits, low_resolution, block_sums=block_sums,
           previous_intensities=decoder_tokens if low_resolution_channel_residual else None,
-          left_intensities=left_intensities)
+          left_intensities=left_intensities, previous_block_sums=previous_block_sums)
     return keras.Model(
         {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
     )

@@ -211,6 +211,39 @@ def test_left_residual_centres_each_channel_on_its_left_neighbour_numpy_referenc
     np.testing.assert_allclose(np.concatenate(steps, axis=1), out[:, [0, 3, 12, 100]], atol=1e-6)
 
 
+def test_previous_channel_consistent_value_numpy_reference():
+    tf = pytest.importorskip("tensorflow")
+    layer = _layer_with_random_bias(image_size=8, low_resolution_size=2)
+    low = _low_image(13, size=(2, 2))
+    rng = np.random.default_rng(14)
+    sums = rng.integers(0, 16 * 255, (2, 192)).astype("float32")
+    before_sums = rng.integers(0, 16 * 255, (2, 192)).astype("float32")
+    previous = rng.integers(0, 256, (2, 192)).astype("int32")
+    out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low, block_sums=sums,
+                           previous_intensities=previous, previous_block_sums=before_sums))
+    # NumPy: red at c(p, s_p); green and blue at c(p, s_p) + x[p-1] - c(p-1, s'_p).
+    upsampled = tf.image.resize(low.reshape(2, 2, 2, 3).astype("float32"), (8, 8), "bicubic")
+    bicubic = np.clip(np.asarray(upsampled), 0, 255).reshape(2, -1)
+    positions = np.arange(192)
+    pixel, channel = positions // 3, positions % 3
+    row, column = pixel // 8, pixel % 8
+    block = ((row // 4) * 2 + column // 4) * 3 + channel
+    order = (row % 4) * 4 + column % 4
+
+    def consistent(b, q, s):
+        remaining = bicubic[b, (block == block[q]) & (order >= order[q])].sum()
+        return bicubic[b, q] + (16 * low[b, block[q]] - s - remaining) / (16 - order[q])
+
+    value = np.array([[
+        consistent(b, p, sums[b, p]) + (
+            previous[b, p] - consistent(b, p - 1, before_sums[b, p]) if channel[p] else 0.0)
+        for p in positions] for b in range(2)])
+    value = np.clip(np.round(value), 0, 255).astype(int)
+    bias = np.asarray(layer.offset_bias)
+    index = np.arange(256)[None, None, :] - value[..., None] + 255
+    np.testing.assert_allclose(out, bias[channel[None, :, None], index], atol=1e-6)
+
+
 def test_left_residual_hand_computed_on_one_channel():
     # 4x2 over 2x1, one channel, nearest: the top block is pixels 0, 1 (row
     # 0) and 2, 3 (row 1), L = 100, so 400 in all. Generated 120, 90, 100:

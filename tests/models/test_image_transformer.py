@@ -80,7 +80,7 @@ def test_no_future_leak_and_conditioning_reaches_every_position(cifar):
 
 @pytest.mark.requires_tensorflow  # in a tf.function: eager loops of 48 steps are slow
 @pytest.mark.parametrize(
-    "kind", ["super_resolution", "super_resolution_logit_bias", "super_resolution_left_residual",
+    "kind", ["super_resolution", "super_resolution_logit_bias", "super_resolution_delays",
              pytest.param("class_conditional", marks=pytest.mark.slow)]
 )
 def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
@@ -89,8 +89,11 @@ def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
     high = _small_images(cifar, 4, 3)
     if kind.startswith("super_resolution"):
         bias = None if kind == "super_resolution" else "bicubic"
+        # The last kind adds both delayed inputs (left intensity, previous block sums).
+        delays = kind.endswith("delays")
         model = _super_resolution(low_resolution_logit_bias=bias,
-                                  low_resolution_left_residual=kind.endswith("left_residual"))
+                                  low_resolution_left_residual=delays,
+                                  low_resolution_channel_consistency=delays)
         inputs = {"low_resolution": images.to_raster(images.downsample(high, 2))}
         if bias:
             weights = model.get_layer("low_resolution_logit_bias").offset_bias
@@ -118,10 +121,11 @@ def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
     assert not np.array_equal(run(CachedDecoder(model), 12), cached)
 
 
-@pytest.mark.parametrize("consistency,channel_residual",
-                         [(True, False), (True, True), (False, False)])
+@pytest.mark.parametrize("consistency,channel_residual,channel_consistency",
+                         [(True, False, False), (True, True, False), (False, False, False),
+                          (True, True, True)])
 def test_prior_led_decoding_keeps_each_block_at_its_input_average(
-    cifar, consistency, channel_residual
+    cifar, consistency, channel_residual, channel_consistency
 ):
     # With the network's logits silenced, greedy decoding follows the prior's
     # peak: with consistency it spreads each 2x2 block's deficit over the
@@ -129,11 +133,13 @@ def test_prior_led_decoding_keeps_each_block_at_its_input_average(
     # (to the rounding of the last pixel); without it, the rounded bicubic
     # values, whose block averages drift from the input. With the channel
     # residual, green and blue follow red's residual instead of their own
-    # deficit: only red keeps its average exactly.
+    # deficit: only red keeps its average exactly, unless they count from
+    # their own consistent value too (channel consistency).
     high = _small_images(cifar, 4, 6)
     low = images.downsample(high, 2)
     model = _super_resolution(low_resolution_consistency=consistency,
-                              low_resolution_channel_residual=channel_residual)
+                              low_resolution_channel_residual=channel_residual,
+                              low_resolution_channel_consistency=channel_consistency)
     logits_layer = model.get_layer("logits")
     logits_layer.kernel.assign(np.zeros(logits_layer.kernel.shape, "float32"))
     logits_layer.bias.assign(np.zeros(logits_layer.bias.shape, "float32"))
@@ -145,13 +151,13 @@ def test_prior_led_decoding_keeps_each_block_at_its_input_average(
     error = np.abs(images.downsample(out.astype(np.uint8), 2).astype(int) - low)
     if consistency:
         assert error[..., 0].max() <= 1
-        if channel_residual:
+        if channel_residual and not channel_consistency:
             assert error[..., 1:].max() > 1
         else:
             assert error.max() <= 1
     else:
         assert error.max() > 1
-    if channel_residual:
+    if channel_residual and not channel_consistency:
         # Green and blue sit at the bicubic value plus red's residual there.
         import tensorflow as tf
 
