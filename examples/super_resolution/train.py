@@ -122,10 +122,11 @@ def parse_args(argv=None):
     parser.add_argument("--left_residual", action="store_true",
                         help="count the prior's offsets of red from the consistent value plus "
                              "0.75 x the left pixel's residual (super resolution)")
-    parser.add_argument("--channel_consistency", action="store_true",
-                        help="green and blue count from their own block-consistent value plus "
-                             "the previous channel's residual from its consistent value "
-                             "(super resolution)")
+    parser.add_argument("--no_channel_consistency", dest="channel_consistency",
+                        action="store_false",
+                        help="green and blue count from the interpolated value plus the "
+                             "previous channel's residual from its interpolated value, not "
+                             "from their own block-consistent value (super resolution)")
     parser.add_argument("--sampling_max_correction", type=float, default=24,
                         help="when sampling and exporting (not in training or bits/dim): "
                              "bound, in intensity levels, on the prior's per-pixel consistency "

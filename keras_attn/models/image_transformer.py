@@ -173,7 +173,7 @@ def super_resolution_transformer(
     low_resolution_channel_residual=True,
     low_resolution_max_correction=None,
     low_resolution_left_residual=False,
-    low_resolution_channel_consistency=False,
+    low_resolution_channel_consistency=True,
     name="super_resolution_transformer",
 ):
     """Builds the Image Transformer for super resolution (e.g. 8x8 -> 32x32).
@@ -256,7 +256,10 @@ def super_resolution_transformer(
             (`LowResolutionRaster.left_residual_values`; the left intensity
             comes from the decoder input through `SequenceDelay`, layer
             `left_intensities`, a cached layer of C - 1 tokens). Default
-            False.
+            False: measured on CIFAR-10 (200 steps) it lowers bits/dim by
+            0.11 but its samples contradict the input more (consistency
+            at T = 0.8 35.2 dB instead of 37.6, with the channel
+            consistency 37.3 instead of 42.0).
         low_resolution_channel_consistency: with consistency and the
             channel residual, a pixel's second and later channels count
             from their own consistent value plus the previous channel's
@@ -264,7 +267,10 @@ def super_resolution_transformer(
             (`LowResolutionRaster.previous_channel_consistent_values`; the
             block sums one position back come through `SequenceDelay`,
             layer `previous_block_sums`), so every channel is steered to
-            its block's average, not only the first. Default False.
+            its block's average, not only the first. Default True.
+            (Measured on CIFAR-10, 200 steps, T = 0.8: consistency 42.0 dB
+            instead of 37.6, PSNR 19.65 instead of 19.70 dB, 4.387
+            bits/dim instead of 4.342.)
 
     Returns:
         `keras.Model` with inputs `low_resolution` (B, h * w * C) int32
