@@ -123,13 +123,10 @@ class LowResolutionRaster:
         back) `previous_channel_consistent_values`."""
         positions = self.positions(length, start_index)
         upsampled = None
-        if self.interpolation == "bicubic" and (
-            block_sums is not None or (previous_intensities is not None and self.channels > 1)
-        ):
-            # Both corrections read the same float image: build it once (a
+        if block_sums is not None or (previous_intensities is not None and self.channels > 1):
+            # Every correction reads the same float image: build it once (a
             # decoding step calls this for every new intensity).
-            self.check_length(low_resolution)
-            upsampled = self._upsampled(low_resolution, rounded=False)
+            upsampled = self._float_image(low_resolution)
         if block_sums is None:
             values = self.values(low_resolution, positions)
         elif left_intensities is None:
@@ -203,11 +200,18 @@ class LowResolutionRaster:
         Returns:
             (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
         """
+        upsampled = self._float_image(low_resolution, upsampled)
+        value = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
+        return self._intensities(value)
+
+    def _float_image(self, low_resolution, upsampled=None):
+        """Checks `low_resolution`; returns the (B, H*W*C) float bicubic
+        image the corrections read (`upsampled` when given; None for
+        nearest, which reads the low-resolution raster)."""
         self.check_length(low_resolution)
         if upsampled is None and self.interpolation == "bicubic":
             upsampled = self._upsampled(low_resolution, rounded=False)
-        value = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
-        return self._intensities(value)
+        return upsampled
 
     def _intensities(self, value):
         """Float values -> int32 intensities, rounded and clipped."""
@@ -270,9 +274,7 @@ class LowResolutionRaster:
         Returns:
             (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
         """
-        self.check_length(low_resolution)
-        if upsampled is None and self.interpolation == "bicubic":
-            upsampled = self._upsampled(low_resolution, rounded=False)
+        upsampled = self._float_image(low_resolution, upsampled)
         here = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
         width, block_width = self.image_size[1], self.image_size[1] // self.low_resolution_size[1]
         column = (positions // self.channels) % width
@@ -313,19 +315,12 @@ class LowResolutionRaster:
         Returns:
             (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
         """
-        self.check_length(low_resolution)
+        upsampled = self._float_image(low_resolution, upsampled)
         before = ops.maximum(positions - 1, 0)
-        if self.interpolation == "nearest":
-            low = ops.cast(low_resolution, "float32")
-            here = ops.take(low, self.covering_index(positions), axis=1)
-            there = ops.take(low, self.covering_index(before), axis=1)
-        else:
-            if upsampled is None:
-                upsampled = self._upsampled(low_resolution, rounded=False)
-            here, there = ops.take(upsampled, positions, axis=1), ops.take(upsampled, before, axis=1)
+        here = self._interpolated(low_resolution, positions, upsampled)
+        there = self._interpolated(low_resolution, before, upsampled)
         previous = ops.cast(ops.clip(previous_intensities, 0, self.num_intensities - 1), "float32")
-        value = ops.round(here + previous - there)
-        return ops.cast(ops.clip(value, 0, self.num_intensities - 1), "int32")
+        return self._intensities(here + previous - there)
 
     def previous_channel_consistent_values(self, low_resolution, positions, block_sums,
                                            previous_intensities, previous_block_sums,
@@ -357,9 +352,7 @@ class LowResolutionRaster:
         Returns:
             (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
         """
-        self.check_length(low_resolution)
-        if upsampled is None and self.interpolation == "bicubic":
-            upsampled = self._upsampled(low_resolution, rounded=False)
+        upsampled = self._float_image(low_resolution, upsampled)
         here = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
         before = ops.maximum(positions - 1, 0)
         there = self._consistent(low_resolution, before, previous_block_sums, max_correction,

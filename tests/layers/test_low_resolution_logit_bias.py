@@ -18,6 +18,37 @@ def _layer_with_random_bias(**kwargs):
     return layer
 
 
+class _Reference:
+    """NumPy geometry of an 8x8 RGB image over a 2x2 one (blocks of 4x4):
+    the bicubic image, each position's channel, column, block and order in
+    its block, and the consistent value c(q, s) = b + (16 L - s - sum of b
+    from q to the block's end) / (pixels left)."""
+
+    def __init__(self, low):
+        import tensorflow as tf
+
+        self.low = low
+        upsampled = tf.image.resize(low.reshape(2, 2, 2, 3).astype("float32"), (8, 8), "bicubic")
+        self.bicubic = np.clip(np.asarray(upsampled), 0, 255).reshape(2, -1)
+        self.positions = np.arange(192)
+        pixel, self.channel = self.positions // 3, self.positions % 3
+        row, self.column = pixel // 8, pixel % 8
+        self.block = ((row // 4) * 2 + self.column // 4) * 3 + self.channel
+        self.order = (row % 4) * 4 + self.column % 4
+
+    def consistent(self, b, q, s):
+        remaining = self.bicubic[b, (self.block == self.block[q]) & (self.order >= self.order[q])]
+        return self.bicubic[b, q] + (16 * self.low[b, self.block[q]] - s - remaining.sum()) / (
+            16 - self.order[q])
+
+    def assert_bias_at(self, layer, out, value):
+        """`out` = the layer's bias rows at the rounded, clipped `value`."""
+        value = np.clip(np.round(value), 0, 255).astype(int)
+        index = np.arange(256)[None, None, :] - value[..., None] + 255
+        bias = np.asarray(layer.offset_bias)
+        np.testing.assert_allclose(out, bias[self.channel[None, :, None], index], atol=1e-6)
+
+
 def test_adds_the_bias_of_each_offset_from_the_covering_value():
     layer = _layer_with_random_bias(image_size=(4, 6), low_resolution_size=(2, 3),
                                     interpolation="nearest")
@@ -101,29 +132,17 @@ def test_consistent_value_spreads_the_block_deficit_hand_computed():
 
 
 def test_consistent_value_corrects_the_bicubic_upsampling():
-    tf = pytest.importorskip("tensorflow")
+    pytest.importorskip("tensorflow")
     layer = _layer_with_random_bias(image_size=8, low_resolution_size=2)
     low = _low_image(7, size=(2, 2))
     rng = np.random.default_rng(8)
     sums = rng.integers(0, 16 * 255, (2, 192)).astype("float32")
     out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low, block_sums=sums))
     # NumPy: b + (16 L - s - sum of b from here to the block's end) / left.
-    upsampled = tf.image.resize(low.reshape(2, 2, 2, 3).astype("float32"), (8, 8), "bicubic")
-    bicubic = np.clip(np.asarray(upsampled), 0, 255).reshape(2, -1)
-    positions = np.arange(192)
-    pixel, channel = positions // 3, positions % 3
-    row, column = pixel // 8, pixel % 8
-    block = ((row // 4) * 2 + column // 4) * 3 + channel
-    order = (row % 4) * 4 + column % 4
-    remaining = np.stack([
-        [bicubic[b, (block == block[p]) & (order >= order[p])].sum() for p in positions]
-        for b in range(2)
-    ])
-    value = bicubic + (16 * low[:, block] - sums - remaining) / (16 - order)
-    value = np.clip(np.round(value), 0, 255).astype(int)
-    bias = np.asarray(layer.offset_bias)
-    index = np.arange(256)[None, None, :] - value[..., None] + 255
-    np.testing.assert_allclose(out, bias[channel[None, :, None], index], atol=1e-6)
+    ref = _Reference(low)
+    value = np.array([[ref.consistent(b, p, sums[b, p]) for p in ref.positions]
+                      for b in range(2)])
+    ref.assert_bias_at(layer, out, value)
 
 
 def test_max_correction_bounds_the_consistency_correction_hand_computed():
@@ -168,7 +187,7 @@ def test_previous_channel_residual_moves_green_and_blue_with_the_channel_before(
 
 
 def test_left_residual_centres_each_channel_on_its_left_neighbour_numpy_reference():
-    tf = pytest.importorskip("tensorflow")
+    pytest.importorskip("tensorflow")
     layer = _layer_with_random_bias(image_size=8, low_resolution_size=2)
     low = _low_image(11, size=(2, 2))
     rng = np.random.default_rng(12)
@@ -180,31 +199,17 @@ def test_left_residual_centres_each_channel_on_its_left_neighbour_numpy_referenc
     # value = c(p, s_p) + 0.75 r with r the left pixel's residual: from its own
     # consistent value c(p - 3, s_p - x_left) inside a block, from its bicubic
     # value across a block's left edge, none in the first column.
-    upsampled = tf.image.resize(low.reshape(2, 2, 2, 3).astype("float32"), (8, 8), "bicubic")
-    bicubic = np.clip(np.asarray(upsampled), 0, 255).reshape(2, -1)
-    positions = np.arange(192)
-    pixel, channel = positions // 3, positions % 3
-    row, column = pixel // 8, pixel % 8
-    block = ((row // 4) * 2 + column // 4) * 3 + channel
-    order = (row % 4) * 4 + column % 4
-
-    def consistent(b, q, s):
-        remaining = bicubic[b, (block == block[q]) & (order >= order[q])].sum()
-        return bicubic[b, q] + (16 * low[b, block[q]] - s - remaining) / (16 - order[q])
-
+    ref = _Reference(low)
     value = np.zeros((2, 192))
     for b in range(2):
-        for p in positions:
+        for p in ref.positions:
             residual = 0.0
-            if column[p] % 4:
-                residual = left[b, p] - consistent(b, p - 3, sums[b, p] - left[b, p])
-            elif column[p]:
-                residual = left[b, p] - bicubic[b, p - 3]
-            value[b, p] = consistent(b, p, sums[b, p]) + 0.75 * residual
-    value = np.clip(np.round(value), 0, 255).astype(int)
-    bias = np.asarray(layer.offset_bias)
-    index = np.arange(256)[None, None, :] - value[..., None] + 255
-    np.testing.assert_allclose(out, bias[channel[None, :, None], index], atol=1e-6)
+            if ref.column[p] % 4:
+                residual = left[b, p] - ref.consistent(b, p - 3, sums[b, p] - left[b, p])
+            elif ref.column[p]:
+                residual = left[b, p] - ref.bicubic[b, p - 3]
+            value[b, p] = ref.consistent(b, p, sums[b, p]) + 0.75 * residual
+    ref.assert_bias_at(layer, out, value)
     steps = [np.asarray(layer(np.zeros((2, 1, 256), "float32"), low, start_index=t,
                               block_sums=sums[:, t:t + 1], left_intensities=left[:, t:t + 1]))
              for t in (0, 3, 12, 100)]
@@ -212,7 +217,7 @@ def test_left_residual_centres_each_channel_on_its_left_neighbour_numpy_referenc
 
 
 def test_previous_channel_consistent_value_numpy_reference():
-    tf = pytest.importorskip("tensorflow")
+    pytest.importorskip("tensorflow")
     layer = _layer_with_random_bias(image_size=8, low_resolution_size=2)
     low = _low_image(13, size=(2, 2))
     rng = np.random.default_rng(14)
@@ -222,26 +227,12 @@ def test_previous_channel_consistent_value_numpy_reference():
     out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low, block_sums=sums,
                            previous_intensities=previous, previous_block_sums=before_sums))
     # NumPy: red at c(p, s_p); green and blue at c(p, s_p) + x[p-1] - c(p-1, s'_p).
-    upsampled = tf.image.resize(low.reshape(2, 2, 2, 3).astype("float32"), (8, 8), "bicubic")
-    bicubic = np.clip(np.asarray(upsampled), 0, 255).reshape(2, -1)
-    positions = np.arange(192)
-    pixel, channel = positions // 3, positions % 3
-    row, column = pixel // 8, pixel % 8
-    block = ((row // 4) * 2 + column // 4) * 3 + channel
-    order = (row % 4) * 4 + column % 4
-
-    def consistent(b, q, s):
-        remaining = bicubic[b, (block == block[q]) & (order >= order[q])].sum()
-        return bicubic[b, q] + (16 * low[b, block[q]] - s - remaining) / (16 - order[q])
-
+    ref = _Reference(low)
     value = np.array([[
-        consistent(b, p, sums[b, p]) + (
-            previous[b, p] - consistent(b, p - 1, before_sums[b, p]) if channel[p] else 0.0)
-        for p in positions] for b in range(2)])
-    value = np.clip(np.round(value), 0, 255).astype(int)
-    bias = np.asarray(layer.offset_bias)
-    index = np.arange(256)[None, None, :] - value[..., None] + 255
-    np.testing.assert_allclose(out, bias[channel[None, :, None], index], atol=1e-6)
+        ref.consistent(b, p, sums[b, p]) + (
+            previous[b, p] - ref.consistent(b, p - 1, before_sums[b, p]) if ref.channel[p] else 0)
+        for p in ref.positions] for b in range(2)])
+    ref.assert_bias_at(layer, out, value)
 
 
 def test_left_residual_hand_computed_on_one_channel():
