@@ -46,8 +46,8 @@ class SequenceDelay(keras.layers.Layer):
         `(outputs, new_cache)`.
 
     Raises:
-        ValueError: for a `delay` that is not an int >= 1, or inputs of
-            rank < 2.
+        ValueError: for a `delay` that is not an int >= 1, inputs of
+            rank < 2, or a cache that is not (B, delay, ...).
 
     Example:
     >>> import keras
@@ -97,6 +97,12 @@ class SequenceDelay(keras.layers.Layer):
             cache = ops.full(shape, self.fill_value, inputs.dtype)
             history = ops.concatenate([cache, inputs], axis=1)
             return history[:, :length]
+        if len(cache.shape) != len(inputs.shape) or cache.shape[1] not in (None, self.delay):
+            raise ValueError(
+                f"{type(self).__name__}: `cache` must be (batch, delay={self.delay}, ...) "
+                f"like `init_cache` returns, for inputs of shape {tuple(inputs.shape)}. "
+                f"Received: cache.shape={tuple(cache.shape)}."
+            )
         history = ops.concatenate([ops.cast(cache, inputs.dtype), inputs], axis=1)
         return history[:, :length], history[:, length:]
 

@@ -58,3 +58,7 @@ def test_errors():
             SequenceDelay(delay=delay)
     with pytest.raises(ValueError, match=r"must be \(batch, length, \.\.\.\).*shape=\(4,\)"):
         SequenceDelay(delay=1)(np.zeros((4,), "float32"))
+    layer = SequenceDelay(delay=2)
+    with pytest.raises(ValueError, match=r"`cache` must be \(batch, delay=2, \.\.\.\).*"
+                                         r"cache.shape=\(1, 3\)"):
+        layer(np.zeros((1, 1), "float32"), cache=np.zeros((1, 3), "float32"), cache_index=0)
