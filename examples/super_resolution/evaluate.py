@@ -141,7 +141,8 @@ def super_resolution_samples(args, model, originals):
     print(f"Sampling: {figures['sampling_seconds_per_image']:.2f} s per 32x32 image "
           f"(batch of {batch_size}, cached, XLA; first call with compilation "
           f"{figures['sampling_seconds_first_call_with_compilation']:.0f} s)")
-    rows = slice(0, 8)
+    # Eight rows spread over the samples (the file is sorted by class).
+    rows = np.linspace(0, len(originals) - 1, min(8, len(originals))).round().astype(int)
     columns = [
         ("low resolution 8x8", np.repeat(np.repeat(low[rows], 4, axis=1), 4, axis=2)),
         ("bicubic", bicubic[rows]),
