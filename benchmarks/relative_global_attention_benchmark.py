@@ -28,13 +28,16 @@ Measured (shared code in `harness.py`):
    wall and process CPU time (on a shared machine the CPU time is the
    steadier comparison), and the achieved GFLOP/s of the keras MHA and
    skew calls next to the float32 matmul roofline of this run.
-3. Cached sampling: time per token of a jit-compiled one-token decoding step
+3. Forward only at T = 1024 and 2048, with and without XLA: the skew layer
+   as users get it (default `chunk_size="auto"`, chunked from T = 2048),
+   the dense skew core, keras MHA and MHSA, interleaved.
+4. Cached sampling: time per token of a jit-compiled one-token decoding step
    at positions ~128, 512 and 2040 of a 2048-slot cache, for the skew layer
    and for MultiHeadSelfAttention (the same cache, no relative term),
    interleaved.
 
 Goals (issue 7): skew <= 1.3x keras MHA time; >= 10x less memory than the
-gather version at T = 2048.
+gather version at T = 2048. Issue 15: forward <= 1.2x keras MHA at T = 2048.
 
 Run: `python benchmarks/relative_global_attention_benchmark.py [--quick]
 [--repeats 5] [--budget 280]`. Prints markdown tables and writes
@@ -57,7 +60,13 @@ TIMED = IMPLEMENTATIONS + ("mhsa",)
 DECODE_POSITIONS = (128, 512, 2040)
 DECODE_CACHE_LENGTH = 2048
 DECODE_STEPS = 8
-NAMES = {"skew": "skew", "gather": "gather", "keras_mha": "keras MHA", "mhsa": "MHSA"}
+NAMES = {"skew": "skew", "gather": "gather", "keras_mha": "keras MHA", "mhsa": "MHSA",
+         "skew_default": "skew (default core)"}
+# Forward-only timing (issue 15's goal: skew <= 1.2x keras MHA at T = 2048),
+# with the layer as users get it (chunk_size="auto": chunked from T = 2048)
+# beside the dense skew core.
+FORWARD_LENGTHS = (1024, 2048)
+FORWARD_TIMED = ("skew_default", "skew", "keras_mha", "mhsa")
 
 
 def _layers():
@@ -81,23 +90,17 @@ def _layers():
                 initializer=keras.initializers.RandomNormal(stddev=self.key_dim ** -0.5),
             )
 
-        def _attend(self, query, key, value, padding_mask, attention_mask, use_causal_mask,
-                    query_offset, valid_key_length, cached, spatial_shape,
-                    return_attention_scores, training):
+        def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores,
+                    training):
             query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
             limit = self.max_relative_position - 1
             distances = ops.arange(key_length)[None, :] - (
-                ops.arange(query_length)[:, None] + ops.cast(query_offset, "int32")
+                ops.arange(query_length)[:, None] + ops.cast(masks.cache_index, "int32")
             )
             rows = ops.clip(distances, -limit, limit) + limit
             relative = ops.take(self.relative_embeddings, rows, axis=0)  # (T, S, K)
             extra = ops.einsum("bthk,tsk->bhts", query, relative)
-            mask = attention_ops.merge_masks(
-                ops.shape(query)[0], query_length, key_length,
-                key_padding_mask=padding_mask, attention_mask=attention_mask,
-                use_causal_mask=use_causal_mask, query_offset=query_offset,
-                valid_key_length=valid_key_length,
-            )
+            mask = masks.merged(ops.shape(query)[0], query_length, key_length)
             return attention_ops.scaled_dot_product_attention(
                 query, key, value, mask, may_have_empty_rows=False, extra_logits=extra,
             )
@@ -114,6 +117,9 @@ def make_layer(name, length):
     if name == "skew":
         return RelativeGlobalAttention(NUM_HEADS, KEY_DIM, max_relative_position=length,
                                        heads_share_relative_embedding=True, chunk_size=None)
+    if name == "skew_default":
+        return RelativeGlobalAttention(NUM_HEADS, KEY_DIM, max_relative_position=length,
+                                       heads_share_relative_embedding=True)
     if name == "gather":
         return ShawGatherAttention(NUM_HEADS, KEY_DIM, max_relative_position=length)
     if name == "keras_mha":
@@ -123,7 +129,9 @@ def make_layer(name, length):
     raise ValueError(f"Unknown implementation {name!r}; expected one of {TIMED}.")
 
 
-def make_step(name, length, jit_compile):
+def make_step(name, length, jit_compile, backward=True):
+    """The compiled causal call of one implementation: forward + backward
+    (gradients of the inputs and weights), or forward only."""
     layer = make_layer(name, length)
     shape = (BATCH, length, MODEL_DIM)
     if name == "keras_mha":
@@ -132,6 +140,8 @@ def make_step(name, length, jit_compile):
     else:
         layer.build(shape)
         forward = lambda x: layer(x, use_causal_mask=True)  # noqa: E731
+    if not backward:
+        return harness.forward_step(forward, jit_compile)
     return harness.forward_backward_step(forward, layer.trainable_weights, jit_compile)
 
 
@@ -204,6 +214,17 @@ def main():
     sampling = time_cached_sampling(tf, 3 if not args.quick else 1)
     print(f"cached sampling done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
 
+    def forward_candidates(config):
+        length, jit = config
+        x = inputs(tf, length)
+        steps = {name: make_step(name, length, jit, backward=False) for name in FORWARD_TIMED}
+        return {name: (lambda s=s: s(x)) for name, s in steps.items()}
+
+    forward_configs = [(t, jit) for t in (lengths if args.quick else FORWARD_LENGTHS)
+                       for jit in (False, True)]
+    forward = harness.compare(forward_configs, forward_candidates, args.repeats, budget,
+                              group=lambda c: c[1], log=lambda c: f"forward T={c[0]} jit={c[1]}")
+
     def candidates(config):
         length, jit = config
         x = inputs(tf, length)
@@ -247,6 +268,22 @@ def main():
             + [f"{NAMES[n]} CPU ms" for n in TIMED] + ["skew / keras MHA (CPU)", "GFLOP/s skew / keras MHA"],
             rows),
     ]
+    forward_rows = []
+    for length, jit in forward_configs:
+        records = forward.get((length, jit), {})
+        mha = records.get("keras_mha")
+        forward_rows.append(
+            [length, "yes" if jit else "no"] + [ms(records.get(n)) for n in FORWARD_TIMED]
+            + [ratio(records.get(n), mha) for n in ("skew_default", "skew")]
+            + [ratio(records.get(n), mha, "cpu_median_s") for n in ("skew_default", "skew")])
+    lines += ["", "Forward only, the same layers and interleaving; skew (default core) = "
+              "RelativeGlobalAttention with its default chunk_size=\"auto\" (chunks of 256 from "
+              "T = 2048), skew = the dense core (chunk_size=None). Goal: <= 1.2x keras MHA at T = 2048.",
+              "",
+              harness.markdown_table(
+                  ["T", "XLA"] + [f"{NAMES[n]} ms" for n in FORWARD_TIMED]
+                  + ["default / keras MHA (wall)", "dense / keras MHA (wall)",
+                     "default / keras MHA (CPU)", "dense / keras MHA (CPU)"], forward_rows)]
     if memory:
         mem_rows = []
         for length in lengths:
@@ -277,6 +314,8 @@ def main():
                    "quick": args.quick, "budget_s": args.budget},
         "environment": {"start": env_start, "end": env_end},
         "matmul_roofline": roofline,
+        "forward": [{"implementation": n, "jit_compile": j, "length": t, **r}
+                    for (t, j), records in forward.items() for n, r in records.items()],
         "forward_backward": [{"implementation": n, "jit_compile": j, "length": t, **r}
                              for (t, j), records in compared.items() for n, r in records.items()],
         "peak_memory_mib": [{"implementation": n, "length": t, "jit_compile": False, **r}
