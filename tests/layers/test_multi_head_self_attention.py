@@ -117,6 +117,30 @@ def test_cached_decoding_equals_full_pass(chunks):
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5)
 
 
+def test_cached_steps_with_masks_equal_full_pass():
+    # One query per call is the decoding step's own core (multiply-and-reduce
+    # on TensorFlow, matmuls on JAX): with padding and attention masks,
+    # scores, and an example whose every key is padding, it must give the
+    # full pass's values, and zeros for the empty rows.
+    x = _inputs(batch=3, length=5)
+    padding = np.array([[1, 1, 1, 1, 1], [1, 0, 1, 1, 0], [0, 0, 0, 0, 0]], bool)
+    attention = RNG.random((3, 5, 5)) > 0.3
+    attention[:, :, 0] = True
+    layer = _layer(value_dim=3)
+    full, full_scores = layer(x, padding_mask=padding, attention_mask=attention,
+                              use_causal_mask=True, return_attention_scores=True)
+    cache = layer.init_cache(3, 5)
+    for t in range(5):
+        y, scores, cache = layer(
+            x[:, t:t + 1], padding_mask=padding, attention_mask=attention[:, t:t + 1],
+            cache=cache, cache_index=t, use_causal_mask=True, return_attention_scores=True,
+        )
+        np.testing.assert_allclose(np.asarray(y), np.asarray(full)[:, t:t + 1], atol=1e-5)
+        np.testing.assert_allclose(np.asarray(scores), np.asarray(full_scores)[:, :, t:t + 1], atol=1e-6)
+        assert (np.asarray(scores)[2] == 0).all()
+        np.testing.assert_allclose(np.asarray(y)[2, 0], np.asarray(layer.output_dense.bias), atol=1e-6)
+
+
 @pytest.mark.requires_tensorflow
 def test_cache_under_jit_compiled_loop():
     import tensorflow as tf
