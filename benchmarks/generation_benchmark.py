@@ -36,12 +36,21 @@ warm-up plus at least 3 timed calls per side: ~8 minutes, over the 5-minute
 budget of a script. The 16-step programs measure the same steps
 (same cache size, same positions) in a fraction of the time.
 
+3. With --floor (lengths default to N = 256, 2048, 8192): the per-token
+   cost next to the memory-bound floor of a step, (bytes of the weights a
+   step reads + bytes of all caches at L) / the read bandwidth measured in
+   the same run (`harness.read_bandwidth`: a 256 MiB array summed, and read
+   by a matvec, under XLA; the faster of the two). A step reads every
+   weight once except the embedding tables, of which it reads one row.
+
 Run: `python benchmarks/generation_benchmark.py [--quick] [--num-layers 6]
-[--attention MultiHeadSelfAttention ...] [--repeats 5] [--budget 280]`.
-Prints markdown tables and writes benchmarks/results/generation.json.
+[--attention MultiHeadSelfAttention ...] [--repeats 5] [--budget 280]
+[--floor]`. Prints markdown tables and writes
+benchmarks/results/generation.json (with --floor: generation_floor.json).
 """
 
 import argparse
+import math
 import os
 import sys
 
@@ -50,6 +59,7 @@ import harness  # noqa: E402
 
 PROMPT_LENGTH = 16
 LENGTHS = (128, 512, 2048)
+FLOOR_LENGTHS = (256, 2048, 8192)
 STEPS = 16  # decoding steps per timed program of the per-token measurement
 KINDS = ("MultiHeadSelfAttention", "LocalBlockAttention", "RelativeGlobalAttention")
 
@@ -123,6 +133,22 @@ class KerasHubLM:
                                    self_attention_cache_update_index=index)
             caches.append(layer_cache)
         return self.dense(x), ops.stack(caches, axis=1)
+
+
+def step_bytes(model, batch_size, max_length):
+    """Bytes one decoding step must read: the weights (one row of each
+    embedding table) and every layer's cache at `max_length` slots."""
+    weights = 0
+    for variable in model.weights:
+        size = 4 * int(math.prod(variable.shape))
+        if "embedding" in variable.path:
+            size = 4 * int(variable.shape[-1])  # one row of the table
+        weights += size
+    caches = 0
+    for layer in model._flatten_layers():
+        if hasattr(layer, "init_cache") and not hasattr(layer, "self_attention"):
+            caches += 4 * int(math.prod(layer.init_cache(batch_size, max_length).shape))
+    return weights, caches
 
 
 def prompt_tokens(tf, batch_size):
@@ -219,7 +245,12 @@ def main():
                         help="self-attention types of the keras_attn model (the first is compared with "
                              "keras-hub end to end)")
     parser.add_argument("--skip-keras-hub", action="store_true")
+    parser.add_argument("--floor", action="store_true",
+                        help="report ms/token against the memory-bound floor (lengths 256 2048 8192 "
+                             "unless --lengths is given)")
     args = parser.parse_args()
+    if args.floor and args.lengths == list(LENGTHS):
+        args.lengths = list(FLOOR_LENGTHS)
     lengths = sorted(args.lengths)
     if args.quick:
         lengths, args.num_layers = [128], 2
@@ -236,6 +267,8 @@ def main():
         except ImportError:
             use_hub = False
     roofline = [harness.matmul_roofline()]
+    bandwidth = [harness.read_bandwidth()] if args.floor else []
+    floor_bytes = {}
 
     # 1. Per-token cost by position, per cache size.
     per_token, params = {}, {}
@@ -245,6 +278,8 @@ def main():
             keras.utils.set_random_seed(0)
             model = build_keras_attn(kind, args, max_length)
             params[kind] = model.count_params()
+            if args.floor and kind_index == 0:
+                floor_bytes[n] = step_bytes(model, args.batch_size, max_length)
             hub = KerasHubLM(args, max_length) if use_hub and kind_index == 0 else None
             if hub is not None:
                 params["keras_hub"] = hub.num_params
@@ -294,6 +329,8 @@ def main():
         print(f"end to end N={n}: " + ", ".join(f"{k} {r['tokens_per_s']:.1f} tok/s" for k, r in records.items())
               + f" ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
     roofline.append(harness.matmul_roofline())
+    if args.floor:
+        bandwidth.append(harness.read_bandwidth())
     env_end = harness.environment()
 
     rows = []
@@ -328,12 +365,47 @@ def main():
         "",
         f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
+    floor_rows = []
+    if args.floor:
+        gbps = max(b["gbps"] for b in bandwidth)
+        for n in lengths:
+            weights, caches = floor_bytes[n]
+            floor_ms = 1e3 * (weights + caches) / (gbps * 1e9)
+            ours, hub_entry = per_token.get((kind, n)), per_token.get(("keras_hub", n))
+            if not ours:
+                continue
+            ms = 1e3 / ours["tokens_per_s"]
+            full = end_to_end.get(n, {})
+            e2e = full.get("keras_attn") if "skipped" not in full else None
+            floor_rows.append([
+                n, PROMPT_LENGTH + n, f"{weights / 2**20:.1f}", f"{caches / 2**20:.1f}", f"{floor_ms:.2f}",
+                f"{ms:.2f}", f"{ms / floor_ms:.2f}x",
+                f"{1e3 * e2e['median_s'] / n:.2f} ({1e3 * e2e['median_s'] / n / floor_ms:.2f}x)" if e2e else "-",
+                f"{1e3 / hub_entry['tokens_per_s']:.2f}" if hub_entry else "-",
+                f"{ours['tokens_per_s'] / hub_entry['tokens_per_s']:.2f}x" if hub_entry else "-"])
+        lines += [
+            "",
+            f"Per-token cost vs the memory-bound floor ({kind}): floor = (weight bytes a step reads + all "
+            f"caches at L) / {gbps:.1f} GB/s, the read bandwidth of this run (best of a 256 MiB float32 sum "
+            "and a (1, 4096) x (4096, 16384) matvec under XLA: " + "; ".join(
+                f"sum {b['sum_gbps']:.1f}, matvec {b['matvec_gbps']:.1f} GB/s" for b in bandwidth)
+            + " at start and end). ms/token: mean of early and late 16-step programs; end to end: "
+            "(prefill + N steps) / N.",
+            "",
+            harness.markdown_table(
+                ["N", "cache L", "weights MiB", "caches MiB", "floor ms/token", "ms/token",
+                 "measured / floor", "end-to-end ms/token (/ floor)", "keras-hub ms/token",
+                 "tokens/s vs keras-hub"], floor_rows),
+        ]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "generation"), {
+    harness.write_results(harness.output_path(args, "generation_floor" if args.floor else "generation"), {
         "config": {**{k: v for k, v in vars(args).items() if k not in ("output", "memory_worker")},
                    "lengths": lengths, "prompt_length": PROMPT_LENGTH, "steps_per_program": STEPS},
         "environment": {"start": env_start, "end": env_end},
         "matmul_roofline": roofline,
+        "read_bandwidth": bandwidth,
+        "floor": [{"generated_tokens": n, "weight_bytes": w, "cache_bytes": c}
+                  for n, (w, c) in floor_bytes.items()],
         "parameters": params,
         "per_token": [{"model": k, "generated_tokens": n, "cache_length": PROMPT_LENGTH + n, **v}
                       for (k, n), v in per_token.items()],

@@ -298,6 +298,42 @@ def matmul_roofline(size=2048, repeats=5, jit_compile=False):
             "median_gflops": flops / statistics.median(times) / 1e9}
 
 
+def read_bandwidth(mebibytes=256, repeats=5):
+    """GB/s at which an XLA program reads a large float32 array, two ways.
+
+    The memory-bound floor of a decoding step (every weight and the cache
+    read once) is bytes / this rate. Both programs read `mebibytes` of
+    float32 that no cache holds: `sum`, the sum of a flat array (one
+    streaming reduction), and `matvec`, a (1, 4096) x (4096, n) product
+    (the shape of a decoding step's projections). Compiled with
+    `jit_compile=True`, as the decoding programs; best of `repeats` calls.
+
+    Returns:
+        {"mebibytes", "sum_gbps", "matvec_gbps", "gbps" (the larger)}.
+    """
+    import tensorflow as tf
+
+    count = mebibytes * 2 ** 20 // 4
+    flat = tf.random.stateless_uniform((count,), seed=(0, 3))
+    matrix = tf.reshape(flat, (4096, count // 4096))
+    vector = tf.ones((1, 4096))
+    programs = {
+        "sum": (compile_function(tf.reduce_sum, True), (flat,)),
+        "matvec": (compile_function(lambda v, m: tf.reduce_sum(tf.matmul(v, m)), True), (vector, matrix)),
+    }
+    result = {"mebibytes": mebibytes}
+    for name, (fn, args) in programs.items():
+        block(fn(*args))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            block(fn(*args))
+            times.append(time.perf_counter() - start)
+        result[f"{name}_gbps"] = 4.0 * count / min(times) / 1e9
+    result["gbps"] = max(result["sum_gbps"], result["matvec_gbps"])
+    return result
+
+
 def attention_flops(batch, length, model_dim, num_heads, key_dim, key_length=None, backward=False,
                     projections=True):
     """Multiply-adds x 2 of one multi-head attention call.
