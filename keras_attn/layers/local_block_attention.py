@@ -4,6 +4,7 @@ import numbers
 import keras
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers import attention_ops, blocking
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 
@@ -43,6 +44,20 @@ class LocalBlockAttention(MultiHeadSelfAttention):
       It never sees the right flange of its own rows (the next block).
       This is causal in block-raster order, not in plain raster order.
 
+    Block-raster sequences (`image_size` given, 2D only): the layer takes
+    sequences (B, T, D) whose position i is pixel i of an image of
+    `image_size` in block-raster order, instead of images, with the same
+    windows as above. Query blocks are then a plain reshape of the sequence
+    and each block gathers its window through a table of positions. This
+    is the layout of 2D-local generation: a token-sequence model (embedding
+    (B, T) -> blocks -> logits) that `keras_attn.generation` decodes with a
+    cache, each step reading only its window's
+    (fh + bh) * (bw + 2 fw) cached positions, so a whole image takes time
+    linear in its pixels. A sequence may stop early (a prefix of the
+    image) and may have one position more than the image: a start token
+    shifts the image right by one, and generation feeds the last pixel
+    too; that position past the image sees no key (zero output).
+
     Blocks are anchored at position 0 (or pixel (0, 0)). Lengths and image
     sides not divisible by the block are padded inside the layer; padded
     keys are masked and the padded queries dropped, so the result equals
@@ -65,12 +80,16 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             pair `(fh, fw)` (rows, columns) for 2D; non-negative. Defaults
             to `block_size` (the previous block, as in the paper's 1D
             masked setting).
-        rolling_cache: False (default): `init_cache` holds every position
+        rolling_cache: (1D only) False (default): `init_cache` holds every position
             (B, max_length, H, K + V). True (1D causal decoding): it holds
             only the last W = `block_size + memory_flange` positions, the
             most a query can see, (B, W, H, K + V) whatever `max_length`:
             generating a sequence of any length takes constant cache memory
             and each step copies W rows, not max_length.
+        image_size: None (default), or a pair (height, width) of positive
+            ints, 2D `block_size` only, each a multiple of the block's side:
+            the layer then takes sequences of pixels of that image in
+            block-raster order (see above), and has a cache.
         **kwargs: the other arguments of `MultiHeadSelfAttention`
             (`value_dim`, `dropout`, `use_bias`, `output_dim`,
             `kernel_initializer`, `bias_initializer`, `seed`), and the base
@@ -78,20 +97,28 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
     Call arguments:
         inputs: (B, T, D) for an int `block_size`; (B, height, width, D)
-            for a pair. For 2D, height and width must be static.
+            for a pair, height and width static; (B, T, D) for a pair with
+            `image_size`, T <= height * width + 1 positions in block-raster
+            order.
         padding_mask: `True` = real token, applied to the keys: (B, T) in
-            1D, (B, height, width) in 2D; with a cache, (B, max_length)
-            over absolute positions (also with a rolling cache).
+            1D and with `image_size`, (B, height, width) for images; with a
+            cache, (B, max_length) over absolute positions (also with a
+            rolling cache).
             Defaults to the Keras implicit mask of `inputs` (no cache).
         attention_mask: (B, T, S) or (B, H, T, S) bool, `True` = query t may
-            attend to key s (2D: t and s are raster indices over the image).
+            attend to key s (2D: t and s are raster indices over the image;
+            block-raster positions with `image_size`).
             It is AND-ed with the local window: only its entries inside the
             window are read (gathered per block), so it cannot widen the
             window. Passing it costs the O(T * S) of the mask itself.
         use_causal_mask: causal local attention as described above (raster
             order in 1D, block-raster order in 2D).
-        cache: (B, max_length, H, K + V) tensor from `init_cache`; 1D and
-            `use_causal_mask=True` only. The new keys/values are written at
+        cache: (B, max_length, H, K + V) tensor from `init_cache`; 1D, or
+            2D with `image_size` (slot i = block-raster position i, any
+            chunk: single pixels, part of a block, several blocks), with
+            `use_causal_mask=True` only. In 2D a query gathers the
+            (fh + bh) * (bw + 2 fw) slots of its block's window. In 1D the
+            new keys/values are written at
             `cache_index`; each query attends only to its window, sliced out
             of the cache (`block_size + memory_flange + T - 1` keys for a
             chunk of T <= block_size tokens), so the attention work of a
@@ -114,18 +141,25 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         probabilities before dropout (T = S = height * width in 2D; S =
         max_length with a cache; with a rolling cache S = W + T, column j
         being position `cache_index - W + j`); then the updated `cache`
-        (B, max_length or W, H, K + V) when a `cache` was passed.
+        (B, max_length or W, H, K + V) when a `cache` was passed. With
+        `image_size`, T = S = the sequence's length (S = max_length with a
+        cache), over block-raster positions.
 
     Raises:
         ValueError: on a `block_size` that is not a positive int or pair of
             positive ints; on a `memory_flange` that is negative or of
-            another rank than `block_size`; on inputs of the wrong rank for
-            the block (rank 3 for 1D, 4 for 2D), of unknown image size, or of
+            another rank than `block_size`; on an `image_size` with an int
+            `block_size`, or whose sides are not multiples of the block's;
+            on inputs of the wrong rank for the block (rank 3 for 1D and
+            with `image_size`, 4 for 2D images), of unknown image size, of
+            more than height * width + 1 positions with `image_size`, or of
             another width than the one the layer was built with; on empty
             batches or sequences; on masks that are not boolean/integer or
-            of the wrong rank or shape; on a `cache` with 2D blocks, without
-            `use_causal_mask=True` or of another batch size (or, rolling,
-            another length than W); on a non-bool `rolling_cache`; on a
+            of the wrong rank or shape; on a `cache` with 2D blocks and no
+            `image_size`, without `use_causal_mask=True`, of another batch
+            size (or, rolling, another length than W) or, with
+            `image_size`, longer than height * width + 1 (`init_cache` too);
+            on a non-bool `rolling_cache`, or True with a 2D block; on a
             `cache_index` that is not an integer scalar or lies outside the
             cache (a rolling cache takes any index >= 0). A `block_size`
             longer than the sequence is valid (one block: full attention,
@@ -151,16 +185,33 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     ...                           memory_flange=(2, 2))(image).shape)
     (1, 10, 7, 16)
 
+    Block-raster sequences over a 4x6 image, full pass and pixel by pixel:
+    >>> raster = LocalBlockAttention(2, 8, block_size=(2, 3),
+    ...                              memory_flange=(2, 3), image_size=(4, 6))
+    >>> pixels = keras.random.normal((1, 24, 16))
+    >>> full = raster(pixels, use_causal_mask=True)
+    >>> cache = raster.init_cache(batch_size=1, max_length=24)
+    >>> steps = []
+    >>> for i in range(24):
+    ...     y, cache = raster(pixels[:, i:i + 1], cache=cache, cache_index=i,
+    ...                       use_causal_mask=True)
+    ...     steps.append(y)
+    >>> bool(keras.ops.all(keras.ops.isclose(
+    ...     keras.ops.concatenate(steps, axis=1), full, atol=1e-5)))
+    True
+
     Reference:
         Parmar et al. 2018, "Image Transformer", section 3.2 (local
-        self-attention: 1D and 2D query blocks with a memory flange).
+        self-attention: 1D and 2D query blocks with a memory flange; the
+        block-raster order of masked 2D local attention is tensor2tensor's
+        `common_attention.masked_local_attention_2d`).
     """
 
     # Already linear in the sequence length: no chunked core.
     _supports_chunking = False
 
     def __init__(self, num_heads, key_dim, block_size, memory_flange=None, rolling_cache=False,
-                 **kwargs):
+                 image_size=None, **kwargs):
         kwargs.setdefault("chunk_size", None)  # no chunked core: the dense blocks
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         if not isinstance(rolling_cache, bool):
@@ -198,7 +249,50 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         )
         self._block = block
         self._flange = flange
-        self._input_ranks = (2 + len(block),)
+        if rolling_cache and len(block) == 2:
+            raise ValueError(
+                f"{type(self).__name__}: `rolling_cache` is for 1D local "
+                "attention: a 2D window reaches back a whole row of blocks, "
+                "not a fixed number of positions. Received: "
+                f"block_size={self.block_size!r}, rolling_cache=True. Pass "
+                "rolling_cache=False (with `image_size` for a 2D cache)."
+            )
+        self.image_size = self._check_image_size(image_size)
+        self._input_ranks = (3,) if self.image_size else (2 + len(block),)
+
+    def _check_image_size(self, image_size):
+        """None, or (height, width) for block-raster sequences; refused with
+        a 1D block or sides that are not multiples of the block."""
+        if image_size is None:
+            return None
+        if len(self._block) != 2:
+            raise ValueError(
+                f"{type(self).__name__}: `image_size` is only for 2D local "
+                "attention (a pair `block_size`): it is the image whose "
+                "block-raster sequences the layer takes. Received: "
+                f"block_size={self.block_size!r}, image_size={image_size!r}. "
+                "Pass block_size=(rows, columns), or drop image_size."
+            )
+        height, width = checks.check_image_size(image_size, owner=self)
+        (bh, bw) = self._block
+        if height % bh or width % bw:
+            raise ValueError(
+                f"{type(self).__name__}: with `image_size`, the image's sides "
+                "must be multiples of the block's, so that a block-raster "
+                "sequence is a whole number of blocks. Received: "
+                f"image_size={(height, width)}, block_size={self.block_size!r}. "
+                "Pad the image to multiples of the block, or pick a block "
+                "that divides it."
+            )
+        return (height, width)
+
+    @property
+    def _max_positions(self):
+        """Positions a block-raster sequence may have: the image's pixels,
+        plus one past it (a start token shifts the image right by one;
+        generation feeds that last position, whose window is empty)."""
+        height, width = self.image_size
+        return height * width + 1
 
     def _as_sizes(self, name, value):
         """int -> (int,); pair of ints -> tuple; anything else refused."""
@@ -220,14 +314,19 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         config = super().get_config()
         config.update(
             {"block_size": self.block_size, "memory_flange": self.memory_flange,
-             "rolling_cache": self.rolling_cache}
+             "rolling_cache": self.rolling_cache, "image_size": self.image_size}
         )
         return config
 
     # ------------------------------------------------------------- checks
     def _check_inputs_shape(self, shape):
         if len(shape) not in self._input_ranks:
-            if len(self._block) == 1:
+            if self.image_size is not None:
+                hint = ("with `image_size` it takes sequences (batch, length, "
+                        "features) of pixels in block-raster order; drop "
+                        "`image_size` to pass images (batch, height, width, "
+                        "features)")
+            elif len(self._block) == 1:
                 hint = ("an int `block_size` means 1D local attention over "
                         "sequences (batch, length, features); use a pair "
                         "(height, width) for images")
@@ -240,7 +339,17 @@ class LocalBlockAttention(MultiHeadSelfAttention):
                 f"expects inputs of rank {self._input_ranks[0]} ({hint}). "
                 f"Received inputs of rank {len(shape)} with shape {tuple(shape)}."
             )
-        if len(self._block) == 2 and None in tuple(shape[1:3]):
+        if self.image_size is not None and shape[1] is not None and (
+            shape[1] > self._max_positions
+        ):
+            raise ValueError(
+                f"{type(self).__name__} with image_size={self.image_size} takes "
+                f"at most {self._max_positions} positions (the image's "
+                f"{self._max_positions - 1} pixels in block-raster order, plus "
+                f"one past it). Received inputs of shape {tuple(shape)}. Pass "
+                "a larger `image_size`, or a shorter sequence."
+            )
+        if len(self._block) == 2 and self.image_size is None and None in tuple(shape[1:3]):
             raise ValueError(
                 f"{type(self).__name__} needs the height and width of its "
                 f"image inputs to be known when the layer is called. Received "
@@ -251,12 +360,25 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
     def init_cache(self, batch_size, max_length, dtype=None):
         """As `MultiHeadSelfAttention.init_cache` (zeros of shape (B,
-        max_length, H, key_dim + value_dim)), for causal 1D decoding only.
+        max_length, H, key_dim + value_dim)), for causal decoding: 1D, or 2D
+        with `image_size` (slot i = block-raster position i).
 
         Raises:
-            ValueError: if the layer is 2D, or a size is not positive.
+            ValueError: if the layer is 2D without `image_size`, a size is
+                not positive, or (2D) `max_length` exceeds the image's
+                pixels plus one.
         """
         self._check_cache_supported(True)
+        if self.image_size is not None:
+            known = checks.static_int(max_length)
+            if known is not None and known > self._max_positions:
+                raise ValueError(
+                    f"{type(self).__name__} with image_size={self.image_size} "
+                    f"caches at most {self._max_positions} positions (the "
+                    f"image's {self._max_positions - 1} pixels plus one past "
+                    f"it). Received: max_length={max_length}. Pass "
+                    f"max_length<={self._max_positions}, or a larger `image_size`."
+                )
         if not self.rolling_cache:
             return super().init_cache(batch_size, max_length, dtype)
         self._check_cache_sizes(batch_size, max_length)
@@ -279,13 +401,14 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         return attended, attended[:, -self._rolling_length:]
 
     def _check_cache_supported(self, use_causal_mask):
-        if len(self._block) != 1:
+        if len(self._block) != 1 and self.image_size is None:
             raise ValueError(
                 f"{type(self).__name__} with a 2D block_size="
-                f"{self.block_size!r} has no key/value cache: a decoding step "
-                "would receive pixels without their place in the image. Run "
-                "the full forward pass over the image (use_causal_mask=True) "
-                "at each generation step instead."
+                f"{self.block_size!r} and no `image_size` has no key/value "
+                "cache: a decoding step would receive pixels without their "
+                "place in the image. Pass image_size=(height, width) to the "
+                "layer: it then takes sequences of pixels in block-raster "
+                "order, with a cache."
             )
         if not use_causal_mask:
             raise ValueError(
@@ -305,6 +428,13 @@ class LocalBlockAttention(MultiHeadSelfAttention):
                 f"`cache` must be (batch, {self._rolling_length}, "
                 f"{self.num_heads}, {self.key_dim + self._value_dim}) as returned "
                 f"by `init_cache`. Received: cache.shape={tuple(cache.shape)}."
+            )
+        if self.image_size is not None and (cache.shape[1] or 0) > self._max_positions:
+            raise ValueError(
+                f"{type(self).__name__} with image_size={self.image_size} "
+                f"caches at most {self._max_positions} positions. Received: "
+                f"cache.shape={tuple(cache.shape)}. Create the cache with "
+                f"`init_cache(batch_size, max_length<={self._max_positions})`."
             )
         return super()._check_cache(cache, cache_index, inputs, use_causal_mask)
 
@@ -342,6 +472,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         return ops.logical_or(above, ops.logical_or(left, ops.logical_and(inside, earlier)))
 
     def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
+        if self.image_size is not None:
+            return self._attend_block_raster(
+                query, key, value, masks, return_attention_scores, training
+            )
         if masks.cached:
             return self._attend_cached(query, key, value, masks, return_attention_scores, training)
         padding_mask, attention_mask = masks.padding_mask, masks.attention_mask
@@ -446,6 +580,171 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         row, col = positions // width, positions % width
         delta_row = row[None, :] - ((row // bh) * bh - before[0])[:, None]
         delta_col = col[None, :] - ((col // bw) * bw - before[1])[:, None]
+        inside = ops.logical_and(
+            ops.logical_and(ops.greater_equal(delta_row, 0), ops.less(delta_row, window_h)),
+            ops.logical_and(ops.greater_equal(delta_col, 0), ops.less(delta_col, window_w)),
+        )
+        return delta_row * window_w + delta_col, inside
+
+    # ------------------------------------------- block-raster sequences (2D)
+    def _attend_block_raster(self, query, key, value, masks, return_attention_scores, training):
+        """2D local attention over a sequence in block-raster order
+        (`image_size` given), full pass or cached.
+
+        The queries are grouped, and each group gathers the memory window
+        of its block through `_raster_memory`: in the full pass and in a
+        cached prefill, one group per query block (a plain reshape of the
+        sequence, padded to whole blocks); in a cached step of at most one
+        block's length, one group per query, so that a step reads the M
+        slots of its window, never the whole cache. `key` is (B, S, H, K)
+        with `value` (B, S, H, V), or the cache (B, L, H, K + V) with
+        `value` None.
+        """
+        block_length = self._block[0] * self._block[1]
+        batch, length = blocking.dims(query)[:2]
+        key_length = blocking.dims(key)[1]
+        causal = masks.use_causal_mask
+        attention_mask = masks.attention_mask
+        if attention_mask is not None and len(attention_mask.shape) == 3:
+            attention_mask = attention_mask[:, None]
+        structure = self._structure_mask(causal)  # (Q, M) or None
+        start = ops.cast(masks.cache_index, "int32") if masks.cached else 0
+
+        def heads_first(x):  # (B, G, R, H, ·) -> (B, H, G, R, ·)
+            return ops.transpose(x, (0, 3, 1, 2, 4))
+
+        if masks.cached and isinstance(length, int) and length <= block_length:
+            # One group per query: (B, H, T, 1, K) over (T, M) windows.
+            positions = start + ops.arange(length, dtype="int32")
+            block_ids = positions // block_length
+            query_groups = heads_first(query[:, :, None])
+            query_rows = ops.arange(length, dtype="int32")[:, None]
+            structure = ops.take(structure, positions % block_length, axis=0)[:, None]
+            kept = None
+        else:
+            # One group per block touched, as the 1D prefill: (B, H, N, Q, K).
+            lead = start % block_length if masks.cached else 0
+            count = blocking.num_blocks(
+                length + (block_length - 1 if masks.cached else 0), block_length
+            )
+            if masks.cached:
+                rows = ops.arange(count * block_length, dtype="int32") - lead
+                query_index = ops.clip(rows, 0, length - 1)
+                grouped = ops.take(query, query_index, axis=1)
+                kept = lead + ops.arange(length, dtype="int32")
+            else:
+                query_index = ops.minimum(
+                    ops.arange(count * block_length, dtype="int32"), length - 1
+                )
+                grouped = blocking.pad_to_multiple(query, block_length, axis=1)
+                kept = slice(0, length)
+            query_groups = heads_first(
+                ops.reshape(grouped, [batch, count, block_length] + blocking.dims(query)[2:])
+            )
+            block_ids = start // block_length + ops.arange(count, dtype="int32")
+            query_rows = ops.reshape(query_index, (count, block_length))
+            if structure is not None:
+                structure = structure[None]
+
+        memory = self._raster_memory(block_ids, causal)  # (G, M)
+        # Keys past the input (or not yet written to the cache) are masked.
+        mask = ops.logical_and(
+            ops.greater_equal(memory, 0), ops.less(memory, start + length)
+        )[None, None, :, None, :]
+        if structure is not None:
+            mask = ops.logical_and(mask, structure[None, None])
+        if masks.padding_mask is not None:
+            mask = ops.logical_and(
+                mask, _take_positions(masks.padding_mask, memory, 1)[:, None, :, None, :]
+            )
+        if attention_mask is not None:
+            group_dims = blocking.dims(query_rows)
+            rows = ops.take(attention_mask, ops.reshape(query_rows, (-1,)), axis=2)
+            mask_dims = blocking.dims(rows)
+            rows = ops.reshape(rows, mask_dims[:2] + group_dims + mask_dims[3:])
+            columns = ops.clip(memory, 0, mask_dims[3] - 1)[None, None, :, None, :]
+            mask = ops.logical_and(mask, ops.take_along_axis(rows, columns, axis=-1))
+
+        memory_index = ops.clip(memory, 0, key_length - 1)
+        if value is None:
+            memory_keys, memory_values = self._split_keys_values(
+                ops.take(key, memory_index, axis=1), query.dtype
+            )
+        else:
+            memory_keys = ops.take(key, memory_index, axis=1)
+            memory_values = ops.take(value, memory_index, axis=1)
+        # A query past the image (position height * width) sees no key.
+        inside_image = isinstance(key_length, int) and key_length < self._max_positions
+        outputs, probs = _local_attention(
+            query_groups, heads_first(memory_keys), heads_first(memory_values), mask,
+            self.dropout_layer, training, masks.may_have_empty_rows or not inside_image,
+        )
+
+        def ungroup(x):  # (B, H, G, R, ·) -> (B, H, T, ·)
+            x_dims = blocking.dims(x)
+            x = ops.reshape(x, x_dims[:2] + [x_dims[2] * x_dims[3], x_dims[4]])
+            if isinstance(kept, slice):
+                return x[:, :, kept]
+            return x if kept is None else ops.take(x, kept, axis=2)
+
+        outputs = ops.transpose(ungroup(outputs), (0, 2, 1, 3))
+        scores = None
+        if return_attention_scores:
+            query_positions = start + ops.arange(length, dtype="int32")
+            slot, inside = self._raster_window_slots(query_positions, key_length, causal)
+            scores = _scatter_rows(ungroup(probs), slot, inside)
+        return outputs, scores
+
+    def _raster_geometry(self, causal):
+        """(grid width in blocks, window (before, after) per axis, window
+        height, window width) of block-raster mode."""
+        (bh, bw) = self._block
+        before, after = self._window(causal)
+        return (self.image_size[1] // bw, before, before[0] + bh + after[0],
+                before[1] + bw + after[1])
+
+    def _raster_memory(self, block_ids, causal):
+        """(G, M) int32: the block-raster position of every slot of the
+        memory window of blocks `block_ids` (G,) (slots in raster order over
+        the window, as `overlapping_blocks` lays them out), -1 outside the
+        image."""
+        height, width = self.image_size
+        (bh, bw) = self._block
+        grid_width, before, window_h, window_w = self._raster_geometry(causal)
+        slots = ops.arange(window_h * window_w, dtype="int32")[None, :]
+        block_ids = block_ids[:, None]
+        row = (block_ids // grid_width) * bh - before[0] + slots // window_w
+        col = (block_ids % grid_width) * bw - before[1] + slots % window_w
+        inside = ops.logical_and(
+            ops.logical_and(ops.greater_equal(row, 0), ops.less(row, height)),
+            ops.logical_and(ops.greater_equal(col, 0), ops.less(col, width)),
+        )
+        # A block past the image (the position after its last pixel) has
+        # no memory, though the window above it would reach into the image.
+        inside = ops.logical_and(inside, ops.less(block_ids, (height // bh) * grid_width))
+        position = ((row // bh) * grid_width + col // bw) * (bh * bw) + (row % bh) * bw + col % bw
+        return ops.where(inside, position, -1)
+
+    def _raster_window_slots(self, query_positions, key_length, causal):
+        """As `_window_slots`, over block-raster positions: for queries at
+        `query_positions` (T,) and keys 0 .. key_length - 1, the key's slot
+        in the query block's window and whether it lies there ((T, S) int32,
+        (T, S) bool). Only used to build dense scores."""
+        (bh, bw) = self._block
+        block_length = bh * bw
+        grid_width, before, window_h, window_w = self._raster_geometry(causal)
+
+        def pixel(position):  # block-raster position -> (row, column)
+            block, inner = position // block_length, position % block_length
+            return ((block // grid_width) * bh + inner // bw,
+                    (block % grid_width) * bw + inner % bw)
+
+        query_block = query_positions // block_length
+        top = (query_block // grid_width) * bh - before[0]
+        left = (query_block % grid_width) * bw - before[1]
+        key_row, key_col = pixel(ops.arange(key_length, dtype="int32"))
+        delta_row = key_row[None, :] - top[:, None]
+        delta_col = key_col[None, :] - left[:, None]
         inside = ops.logical_and(
             ops.logical_and(ops.greater_equal(delta_row, 0), ops.less(delta_row, window_h)),
             ops.logical_and(ops.greater_equal(delta_col, 0), ops.less(delta_col, window_w)),

@@ -412,7 +412,7 @@ def test_call_errors():
         image_layer(x)
     with pytest.raises(ValueError, match=r"padding_mask` must have rank 3.*Received: padding_mask.shape=\(2, 20\)"):
         image_layer(image, padding_mask=np.ones((2, 20), bool))
-    with pytest.raises(ValueError, match="2D block_size=\\(2, 2\\) has no key/value cache"):
+    with pytest.raises(ValueError, match="2D block_size=\\(2, 2\\) and no `image_size` has no key/value cache"):
         image_layer.init_cache(2, 20)
     with pytest.raises(ValueError, match="height and width of its image inputs to be known"):
         _layer(block_size=(2, 2), memory_flange=(1, 1))(keras.Input((None, 5, 16)))
