@@ -75,6 +75,26 @@ def gradients(fn, inputs, variables):
     raise NotImplementedError(f"`gradients` has no implementation for the {backend!r} backend.")
 
 
+def decode_in_chunks(layer, x, chunks, cache, **call_kwargs):
+    """Runs `x` (B, T, D) through a self-attention layer's cache, `chunks`
+    positions per call (causal, scores asked for), from `cache_index` 0.
+
+    Returns:
+        NumPy (outputs (B, sum(chunks), ·), scores (B, H, sum(chunks), S)),
+        concatenated over the calls.
+    """
+    outputs, score_rows, index = [], [], 0
+    for size in chunks:
+        y, scores, cache = layer(
+            x[:, index:index + size], cache=cache, cache_index=index, use_causal_mask=True,
+            return_attention_scores=True, **call_kwargs,
+        )
+        outputs.append(np.asarray(y))
+        score_rows.append(np.asarray(scores))
+        index += size
+    return np.concatenate(outputs, axis=1), np.concatenate(score_rows, axis=2)
+
+
 def run_layer_test(
     layer_cls,
     init_kwargs,

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from keras_attn.layers import LocalBlockAttention, MultiHeadSelfAttention
 from tests import references
-from tests.test_case import gradients, run_layer_test
+from tests.test_case import decode_in_chunks, gradients, run_layer_test
 
 RNG = np.random.default_rng(11)
 
@@ -194,18 +194,11 @@ def test_cached_decoding_equals_full_pass(chunks):
     full, full_scores = layer(
         x, padding_mask=padding[:, :13], use_causal_mask=True, return_attention_scores=True
     )
-    cache = layer.init_cache(2, 16)
-    pieces, score_rows, index = [], [], 0
-    for size in chunks:
-        y, scores, cache = layer(
-            x[:, index:index + size], padding_mask=padding, cache=cache, cache_index=index,
-            use_causal_mask=True, return_attention_scores=True,
-        )
-        pieces.append(np.asarray(y))
-        score_rows.append(np.asarray(scores)[..., :13])
-        index += size
-    np.testing.assert_allclose(np.concatenate(pieces, axis=1), np.asarray(full), atol=1e-5)
-    np.testing.assert_allclose(np.concatenate(score_rows, axis=2), np.asarray(full_scores), atol=1e-6)
+    outputs, scores = decode_in_chunks(
+        layer, x, chunks, layer.init_cache(2, 16), padding_mask=padding
+    )
+    np.testing.assert_allclose(outputs, np.asarray(full), atol=1e-5)
+    np.testing.assert_allclose(scores[..., :13], np.asarray(full_scores), atol=1e-6)
 
 
 @pytest.mark.parametrize("chunks", [[1] * 29, [3, 1, 2, 7, 9, 7], [29], [10, 19]])

@@ -9,7 +9,7 @@ import pytest
 from keras_attn.generation import CachedDecoder
 from keras_attn.layers import LocalBlockAttention, TokenAndPositionEmbedding, TransformerDecoder
 from tests import references
-from tests.test_case import run_layer_test
+from tests.test_case import decode_in_chunks, run_layer_test
 
 RNG = np.random.default_rng(7)
 
@@ -108,17 +108,8 @@ def test_full_pass_matches_dense_reference(image_size, block, flange, causal, le
 
 
 def _decode(layer, x, chunks, max_length, padding=None):
-    cache = layer.init_cache(x.shape[0], max_length)
-    outputs, score_rows, index = [], [], 0
-    for size in chunks:
-        y, scores, cache = layer(
-            x[:, index:index + size], padding_mask=padding, cache=cache, cache_index=index,
-            use_causal_mask=True, return_attention_scores=True,
-        )
-        outputs.append(np.asarray(y))
-        score_rows.append(np.asarray(scores))
-        index += size
-    return np.concatenate(outputs, axis=1), np.concatenate(score_rows, axis=2)
+    return decode_in_chunks(layer, x, chunks, layer.init_cache(x.shape[0], max_length),
+                            padding_mask=padding)
 
 
 @pytest.mark.parametrize("image_size, block, flange, chunks", [
