@@ -459,9 +459,15 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             query = ops.arange(b, dtype="int32")[:, None]
             memory = ops.arange(f + b, dtype="int32")[None, :]
             return ops.less_equal(memory - f, query)
+        return self._structure_rows(ops.arange(self._block[0] * self._block[1], dtype="int32"))
+
+    def _structure_rows(self, query_slots):
+        """The rows of the 2D causal `_structure_mask` of the query slots
+        `query_slots` (T,) inside their blocks: (T, M) bool, built directly
+        (a decoding step needs one row, not the (Q, M) mask)."""
         (bh, bw), (fh, fw) = self._block, self._flange
         width = bw + 2 * fw
-        query = ops.arange(bh * bw, dtype="int32")[:, None]
+        query = query_slots[:, None]
         memory = ops.arange((fh + bh) * width, dtype="int32")[None, :]
         row = memory // width - fh  # row inside the block; < 0 above it
         col = memory % width - fw  # column inside the block
@@ -607,7 +613,6 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         attention_mask = masks.attention_mask
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = attention_mask[:, None]
-        structure = self._structure_mask(causal)  # (Q, M) or None
         start = ops.cast(masks.cache_index, "int32") if masks.cached else 0
 
         def heads_first(x):  # (B, G, R, H, ·) -> (B, H, G, R, ·)
@@ -619,7 +624,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             block_ids = positions // block_length
             query_groups = heads_first(query[:, :, None])
             query_rows = ops.arange(length, dtype="int32")[:, None]
-            structure = ops.take(structure, positions % block_length, axis=0)[:, None]
+            structure = self._structure_rows(positions % block_length)[:, None]
             kept = None
         else:
             # One group per block touched, as the 1D prefill: (B, H, N, Q, K).
@@ -643,6 +648,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             )
             block_ids = start // block_length + ops.arange(count, dtype="int32")
             query_rows = ops.reshape(query_index, (count, block_length))
+            structure = self._structure_mask(causal)  # (Q, M) or None
             if structure is not None:
                 structure = structure[None]
 
