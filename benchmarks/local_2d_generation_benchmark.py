@@ -23,12 +23,13 @@ Measured (shared code in `harness.py`), each one XLA program
 --repeats:
 
 1. `sample` (temperature 1) of one whole image: 3072 new tokens after the
-   start token, batch 1 and batch 8 (as the budget allows).
+   start token, batch 1, then (after 3.) batch 8 as the budget allows.
 2. Linearity: half an image (1536 new tokens) vs the whole image, batch 1.
 3. The 2D model without a cache: `RecomputingDecoder` (the full model over
    the 3073-token buffer at every step), a program of 8 steps; seconds per
-   image *extrapolated* as 3072 x its per-step cost (a whole image would take
-   hours on 2 cores, so it is never run).
+   image *extrapolated* as 3072 x its per-step cost (a whole image takes
+   minutes per call, past the 5-minute budget with warm-up and repeats, so
+   it is never run).
 
 Run: `python benchmarks/local_2d_generation_benchmark.py [--quick]
 [--num-layers 2] [--hidden-dim 128] [--repeats 3] [--budget 280]`.
