@@ -344,4 +344,3 @@ def _single_query_attention(
         ops.cast(weights, "float32") * ops.cast(value, "float32"), axis=1, keepdims=True
     )  # (B, 1, H, V)
     return ops.cast(outputs, value.dtype), probs
-

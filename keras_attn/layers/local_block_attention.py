@@ -597,80 +597,23 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         """2D local attention over a sequence in block-raster order
         (`image_size` given), full pass or cached.
 
-        The queries are grouped, and each group gathers the memory window
-        of its block through `_raster_memory`: in the full pass and in a
-        cached prefill, one group per query block (a plain reshape of the
-        sequence, padded to whole blocks); in a cached step of at most one
-        block's length, one group per query, so that a step reads the M
-        slots of its window, never the whole cache. `key` is (B, S, H, K)
-        with `value` (B, S, H, V), or the cache (B, L, H, K + V) with
-        `value` None.
+        The queries are grouped (`_raster_query_groups`) and each group
+        gathers the memory window of its block through `_raster_memory`.
+        `key` is (B, S, H, K) with `value` (B, S, H, V), or the cache
+        (B, L, H, K + V) with `value` None.
         """
-        block_length = self._block[0] * self._block[1]
-        batch, length = blocking.dims(query)[:2]
+        length = blocking.dims(query)[1]
         key_length = blocking.dims(key)[1]
-        causal = masks.use_causal_mask
-        attention_mask = masks.attention_mask
-        if attention_mask is not None and len(attention_mask.shape) == 3:
-            attention_mask = attention_mask[:, None]
         start = ops.cast(masks.cache_index, "int32") if masks.cached else 0
 
         def heads_first(x):  # (B, G, R, H, ·) -> (B, H, G, R, ·)
             return ops.transpose(x, (0, 3, 1, 2, 4))
 
-        if masks.cached and isinstance(length, int) and length <= block_length:
-            # One group per query: (B, H, T, 1, K) over (T, M) windows.
-            positions = start + ops.arange(length, dtype="int32")
-            block_ids = positions // block_length
-            query_groups = heads_first(query[:, :, None])
-            query_rows = ops.arange(length, dtype="int32")[:, None]
-            structure = self._structure_rows(positions % block_length)[:, None]
-            kept = None
-        else:
-            # One group per block touched, as the 1D prefill: (B, H, N, Q, K).
-            lead = start % block_length if masks.cached else 0
-            count = blocking.num_blocks(
-                length + (block_length - 1 if masks.cached else 0), block_length
-            )
-            if masks.cached:
-                rows = ops.arange(count * block_length, dtype="int32") - lead
-                query_index = ops.clip(rows, 0, length - 1)
-                grouped = ops.take(query, query_index, axis=1)
-                kept = lead + ops.arange(length, dtype="int32")
-            else:
-                query_index = ops.minimum(
-                    ops.arange(count * block_length, dtype="int32"), length - 1
-                )
-                grouped = blocking.pad_to_multiple(query, block_length, axis=1)
-                kept = slice(0, length)
-            query_groups = heads_first(
-                ops.reshape(grouped, [batch, count, block_length] + blocking.dims(query)[2:])
-            )
-            block_ids = start // block_length + ops.arange(count, dtype="int32")
-            query_rows = ops.reshape(query_index, (count, block_length))
-            structure = self._structure_mask(causal)  # (Q, M) or None
-            if structure is not None:
-                structure = structure[None]
-
-        memory = self._raster_memory(block_ids, causal)  # (G, M)
-        # Keys past the input (or not yet written to the cache) are masked.
-        mask = ops.logical_and(
-            ops.greater_equal(memory, 0), ops.less(memory, start + length)
-        )[None, None, :, None, :]
-        if structure is not None:
-            mask = ops.logical_and(mask, structure[None, None])
-        if masks.padding_mask is not None:
-            mask = ops.logical_and(
-                mask, _take_positions(masks.padding_mask, memory, 1)[:, None, :, None, :]
-            )
-        if attention_mask is not None:
-            group_dims = blocking.dims(query_rows)
-            rows = ops.take(attention_mask, ops.reshape(query_rows, (-1,)), axis=2)
-            mask_dims = blocking.dims(rows)
-            rows = ops.reshape(rows, mask_dims[:2] + group_dims + mask_dims[3:])
-            columns = ops.clip(memory, 0, mask_dims[3] - 1)[None, None, :, None, :]
-            mask = ops.logical_and(mask, ops.take_along_axis(rows, columns, axis=-1))
-
+        query_groups, block_ids, query_rows, structure, kept = self._raster_query_groups(
+            query, start, masks
+        )
+        memory = self._raster_memory(block_ids, masks.use_causal_mask)  # (G, M)
+        mask = self._raster_mask(memory, start + length, structure, query_rows, masks)
         memory_index = ops.clip(memory, 0, key_length - 1)
         if value is None:
             memory_keys, memory_values = self._split_keys_values(
@@ -682,8 +625,9 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         # A query past the image (position height * width) sees no key.
         inside_image = isinstance(key_length, int) and key_length < self._max_positions
         outputs, probs = _local_attention(
-            query_groups, heads_first(memory_keys), heads_first(memory_values), mask,
-            self.dropout_layer, training, masks.may_have_empty_rows or not inside_image,
+            heads_first(query_groups), heads_first(memory_keys), heads_first(memory_values),
+            mask, self.dropout_layer, training,
+            masks.may_have_empty_rows or not inside_image,
         )
 
         def ungroup(x):  # (B, H, G, R, ·) -> (B, H, T, ·)
@@ -697,9 +641,81 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         scores = None
         if return_attention_scores:
             query_positions = start + ops.arange(length, dtype="int32")
-            slot, inside = self._raster_window_slots(query_positions, key_length, causal)
+            slot, inside = self._raster_window_slots(
+                query_positions, key_length, masks.use_causal_mask
+            )
             scores = _scatter_rows(ungroup(probs), slot, inside)
         return outputs, scores
+
+    def _raster_query_groups(self, query, start, masks):
+        """Groups the queries (B, T, H, K) of block-raster mode.
+
+        In the full pass and a cached prefill, one group per query block
+        touched (a plain reshape of the sequence, padded to whole blocks,
+        as the 1D prefill); in a cached step of at most one block's length,
+        one group per query, so that a step reads the M slots of its
+        window, never the whole cache.
+
+        Returns:
+            (groups (B, G, R, H, K), block_ids (G,) int32, query_rows (G, R)
+            int32 index of each grouped query in the input, structure
+            (G or 1, R, M) bool causal mask inside the window or None,
+            kept: what of the G * R grouped rows are the T queries — None
+            (all), a slice, or (T,) int32 indices).
+        """
+        block_length = self._block[0] * self._block[1]
+        batch, length = blocking.dims(query)[:2]
+        if masks.cached and isinstance(length, int) and length <= block_length:
+            positions = start + ops.arange(length, dtype="int32")
+            structure = self._structure_rows(positions % block_length)[:, None]
+            return (query[:, :, None], positions // block_length,
+                    ops.arange(length, dtype="int32")[:, None], structure, None)
+        lead = start % block_length if masks.cached else 0
+        count = blocking.num_blocks(
+            length + (block_length - 1 if masks.cached else 0), block_length
+        )
+        if masks.cached:
+            rows = ops.arange(count * block_length, dtype="int32") - lead
+            query_index = ops.clip(rows, 0, length - 1)
+            grouped = ops.take(query, query_index, axis=1)
+            kept = lead + ops.arange(length, dtype="int32")
+        else:
+            query_index = ops.minimum(ops.arange(count * block_length, dtype="int32"), length - 1)
+            grouped = blocking.pad_to_multiple(query, block_length, axis=1)
+            kept = slice(0, length)
+        groups = ops.reshape(grouped, [batch, count, block_length] + blocking.dims(query)[2:])
+        block_ids = start // block_length + ops.arange(count, dtype="int32")
+        structure = self._structure_mask(masks.use_causal_mask)  # (Q, M) or None
+        if structure is not None:
+            structure = structure[None]
+        return groups, block_ids, ops.reshape(query_index, (count, block_length)), structure, kept
+
+    def _raster_mask(self, memory, end, structure, query_rows, masks):
+        """(B or 1, H or 1, G, R, M) bool: which window slots `memory` (G, M)
+        each grouped query (`query_rows` (G, R)) may attend to — slots in
+        the image and before `end` (keys past the input, or not yet written
+        to the cache, are masked), AND the causal `structure`, the padding
+        mask and the attention mask gathered at those slots."""
+        mask = ops.logical_and(
+            ops.greater_equal(memory, 0), ops.less(memory, end)
+        )[None, None, :, None, :]
+        if structure is not None:
+            mask = ops.logical_and(mask, structure[None, None])
+        if masks.padding_mask is not None:
+            mask = ops.logical_and(
+                mask, _take_positions(masks.padding_mask, memory, 1)[:, None, :, None, :]
+            )
+        attention_mask = masks.attention_mask
+        if attention_mask is not None:
+            if len(attention_mask.shape) == 3:
+                attention_mask = attention_mask[:, None]
+            group_dims = blocking.dims(query_rows)
+            rows = ops.take(attention_mask, ops.reshape(query_rows, (-1,)), axis=2)
+            mask_dims = blocking.dims(rows)
+            rows = ops.reshape(rows, mask_dims[:2] + group_dims + mask_dims[3:])
+            columns = ops.clip(memory, 0, mask_dims[3] - 1)[None, None, :, None, :]
+            mask = ops.logical_and(mask, ops.take_along_axis(rows, columns, axis=-1))
+        return mask
 
     def _raster_geometry(self, causal):
         """(grid width in blocks, window (before, after) per axis, window
