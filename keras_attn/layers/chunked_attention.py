@@ -230,24 +230,29 @@ class _ChunkLogits:
 
 def _skew(x, size):
     """(..., C, 2C - 1) logits by distance -> (..., C, C) by key: element
-    [r, c] = x[r, c - r + C - 1]. Pad one column, flatten, drop the first
-    C - 1 entries and read rows of 2C - 1: each row starts one place
-    further left."""
+    [r, c] = x[r, c - r + C - 1], which lies at flat offset
+    (C - 1) + r (2C - 2) + c. So drop the first C - 1 entries (and the
+    last), read rows of 2C - 2 and keep their first C: two copies, no
+    padding. (C = 1: x is already (..., 1, 1).)"""
+    if size == 1:
+        return x
     lead = tuple(ops.shape(x)[:-2])
-    x = ops.pad(x, [(0, 0)] * len(lead) + [(0, 0), (0, 1)])
-    x = ops.reshape(x, lead + (size * 2 * size,))
-    x = x[..., size - 1:size - 1 + size * (2 * size - 1)]
-    return ops.reshape(x, lead + (size, 2 * size - 1))[..., :size]
+    x = ops.reshape(x, lead + (size * (2 * size - 1),))
+    x = x[..., size - 1:size - 1 + size * (2 * size - 2)]
+    return ops.reshape(x, lead + (size, 2 * size - 2))[..., :size]
 
 
 def _unskew(x, size):
     """The transpose of `_skew`: (..., C, C) by key -> (..., C, 2C - 1) by
-    distance, zeros where no key had that distance."""
+    distance, zeros where no key had that distance: rows of 2C - 2 (the
+    C keys, then zeros), flattened, shifted by C - 1 places."""
+    if size == 1:
+        return x
     lead = tuple(ops.shape(x)[:-2])
-    x = ops.pad(x, [(0, 0)] * len(lead) + [(0, 0), (0, size - 1)])
-    x = ops.reshape(x, lead + (size * (2 * size - 1),))
+    x = ops.pad(x, [(0, 0)] * len(lead) + [(0, 0), (0, size - 2)])
+    x = ops.reshape(x, lead + (size * (2 * size - 2),))
     x = ops.pad(x, [(0, 0)] * len(lead) + [(size - 1, 1)])
-    return ops.reshape(x, lead + (size, 2 * size))[..., :2 * size - 1]
+    return ops.reshape(x, lead + (size, 2 * size - 1))
 
 
 def _attention(q, k, v, relative_embeddings, chunk_mask):

@@ -4,7 +4,7 @@ import pytest
 
 from keras_attn.layers import MultiHeadSelfAttention, RelativeGlobalAttention
 from keras_attn.layers.attention_masks import AttentionMasks
-from keras_attn.layers.chunked_attention import chunked_attention
+from keras_attn.layers.chunked_attention import _skew, _unskew, chunked_attention
 from tests import references
 from tests.test_case import gradients, run_layer_test
 
@@ -305,3 +305,20 @@ def test_relative_logits_equal_the_dense_relative_attention(shared, case):
         got = keras.ops.convert_to_numpy(got)
         assert np.all(np.isfinite(got))
         np.testing.assert_allclose(got, keras.ops.convert_to_numpy(want), atol=5e-5)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_skew_moves_each_distance_to_its_key_and_unskew_is_its_transpose(size):
+    # Row r of a chunk pair's relative logits holds distances
+    # -(C - 1) .. C - 1 in columns 0 .. 2C - 2; key c is at distance c - r.
+    by_distance = np.arange(2 * 3 * size * (2 * size - 1), dtype="float32").reshape(
+        2, 3, size, 2 * size - 1)
+    by_key = np.cos(np.arange(2 * 3 * size * size, dtype="float32")).reshape(2, 3, size, size)
+    want_skew = np.zeros((2, 3, size, size), "float32")
+    want_unskew = np.zeros((2, 3, size, 2 * size - 1), "float32")
+    for r in range(size):
+        for c in range(size):
+            want_skew[..., r, c] = by_distance[..., r, c - r + size - 1]
+            want_unskew[..., r, c - r + size - 1] = by_key[..., r, c]
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(_skew(by_distance, size)), want_skew)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(_unskew(by_key, size)), want_unskew)
