@@ -309,34 +309,15 @@ def super_resolution_transformer(
     _check_width(hidden_dim, num_heads, position, dropout)
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
-    coordinate_scale = 1
-    if align_positions and position == "sinusoidal":
-        if height % low_height or width % low_width or height // low_height != width // low_width:
-            raise ValueError(
-                "`align_positions=True` places the low-resolution pixels on the "
-                "high-resolution grid, which needs one integer upscaling factor for "
-                f"both sides. Received: low_resolution_size={(low_height, low_width)}, "
-                f"image_size={(height, width)}. Pass align_positions=False."
-            )
-        coordinate_scale = height // low_height
     low_resolution = keras.Input(
         (low_height * low_width * channels,), dtype="int32", name="low_resolution"
     )
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
-
-    e = PixelEmbedding(
-        NUM_INTENSITIES, hidden_dim, image_size=(low_height, low_width), channels=channels,
-        position=position, scale_token_embeddings=True, coordinate_scale=coordinate_scale,
-        name="encoder_embedding",
-    )(low_resolution)
-    e = keras.layers.Dropout(dropout, name="encoder_embedding_dropout")(e)
-    for i in range(num_encoder_layers):
-        e = TransformerEncoder(
-            intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
-            normalize_first=normalize_first, name=f"encoder_layer_{i}",
-        )(e)
-    if normalize_first:
-        e = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_final_norm")(e)
+    e = _low_resolution_encoder(
+        low_resolution, (low_height, low_width), (height, width), channels,
+        num_encoder_layers, hidden_dim, num_heads, intermediate_dim, dropout, position,
+        normalize_first, align_positions,
+    )
 
     x = PixelEmbedding(
         NUM_INTENSITIES + 1, hidden_dim, image_size=(height, width), channels=channels,
@@ -382,6 +363,38 @@ def super_resolution_transformer(
     return keras.Model(
         {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
     )
+
+
+def _low_resolution_encoder(low_resolution, low_resolution_size, image_size, channels,
+                            num_layers, hidden_dim, num_heads, intermediate_dim, dropout,
+                            position, normalize_first, align_positions):
+    """The encoder of `super_resolution_transformer`: the low-resolution
+    intensities (B, h * w * C) -> (B, h * w * C, hidden_dim)."""
+    (low_height, low_width), (height, width) = low_resolution_size, image_size
+    coordinate_scale = 1
+    if align_positions and position == "sinusoidal":
+        if height % low_height or width % low_width or height // low_height != width // low_width:
+            raise ValueError(
+                "`align_positions=True` places the low-resolution pixels on the "
+                "high-resolution grid, which needs one integer upscaling factor for "
+                f"both sides. Received: low_resolution_size={(low_height, low_width)}, "
+                f"image_size={(height, width)}. Pass align_positions=False."
+            )
+        coordinate_scale = height // low_height
+    e = PixelEmbedding(
+        NUM_INTENSITIES, hidden_dim, image_size=(low_height, low_width), channels=channels,
+        position=position, scale_token_embeddings=True, coordinate_scale=coordinate_scale,
+        name="encoder_embedding",
+    )(low_resolution)
+    e = keras.layers.Dropout(dropout, name="encoder_embedding_dropout")(e)
+    for i in range(num_layers):
+        e = TransformerEncoder(
+            intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
+            normalize_first=normalize_first, name=f"encoder_layer_{i}",
+        )(e)
+    if normalize_first:
+        e = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_final_norm")(e)
+    return e
 
 
 def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate_dim,
