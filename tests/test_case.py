@@ -9,6 +9,17 @@ import keras
 import numpy as np
 
 
+def property_examples(count):
+    """Hypothesis examples of a property test: `count` on TensorFlow, a
+    third of it (at least 5) on other backends. JAX compiles every new
+    shape an example draws, so one example costs seconds there; the
+    TensorFlow run checks the full count, the JAX run that the backend's
+    own paths hold on a sample."""
+    if keras.backend.backend() == "tensorflow":
+        return count
+    return max(5, count // 3)
+
+
 def gradients(fn, inputs, variables):
     """Gradients of `fn` on the current Keras backend: `tf.GradientTape` on
     TensorFlow, `jax.grad` on JAX, so gradient checks (finite gradients on

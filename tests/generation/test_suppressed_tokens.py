@@ -13,6 +13,7 @@ from keras_attn.generation import RecomputingDecoder, beam_search, greedy_search
 from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS, music_transformer
 from keras_attn.preprocessing import music
 from tests.generation import tiny_models
+from tests.test_case import property_examples
 
 VOCABULARY = 24
 PAD, START, END = music.PAD_ID, music.START_ID, music.END_ID
@@ -71,7 +72,7 @@ def test_without_suppression_these_models_do_generate_padding_and_start():
     assert set(SUPPRESSED) <= found
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=property_examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     strategy=st.sampled_from(["sample", "sample", "greedy", "beam"]),
     attention=st.sampled_from(["relative", "absolute"]),

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from keras_attn.layers import LocalBlockAttention, MultiHeadSelfAttention
 from tests import references
-from tests.test_case import decode_in_chunks, gradients, run_layer_test
+from tests.test_case import decode_in_chunks, gradients, property_examples, run_layer_test
 
 RNG = np.random.default_rng(11)
 
@@ -338,7 +338,7 @@ def test_fully_masked_rows_are_zero_with_finite_gradients(policy, shape, block, 
     )
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=property_examples(25), deadline=None)
 @given(
     data=st.data(),
     two_d=st.booleans(),

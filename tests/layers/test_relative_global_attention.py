@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from keras_attn.layers import RelativeGlobalAttention
 from keras_attn.layers.relative_global_attention import skew, skew_padded
 from tests import references
-from tests.test_case import gradients, run_layer_test
+from tests.test_case import gradients, property_examples, run_layer_test
 
 RNG = np.random.default_rng(11)
 
@@ -303,7 +303,7 @@ def test_config_and_call_errors():
 
 # Length 1 makes a softmax over one key, about which Keras warns.
 @pytest.mark.filterwarnings("ignore:You are using a softmax over axis -1")
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=property_examples(25), deadline=None)
 @given(
     length=st.integers(1, 9),
     num_heads=st.integers(1, 3),

@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 from keras_attn.layers import MultiHeadAttention, MultiHeadSelfAttention
 from tests import references
 from tests import attention_kinds as kinds
+from tests.test_case import property_examples
 
 # A softmax over one key makes Keras warn; a length of 1 is a case we want.
 pytestmark = pytest.mark.filterwarnings("ignore:You are using a softmax over axis -1")
 
-PROPERTY = settings(max_examples=20, deadline=None)
+PROPERTY = settings(max_examples=property_examples(20), deadline=None)
 
 
 def _random_masks(rng, batch, heads, queries, keys, per_head):
@@ -139,7 +140,7 @@ def _chunks(data, length):
     return sizes
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=property_examples(25), deadline=None)
 @given(
     data=st.data(),
     kind=st.sampled_from(kinds.SELF_ATTENTION_KINDS),
@@ -166,7 +167,7 @@ def test_cached_equals_full_pass_for_random_chunkings(data, kind, length, extra_
     np.testing.assert_allclose(np.concatenate(outs, axis=1), full, atol=1e-5)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=property_examples(10), deadline=None)
 @given(
     data=st.data(),
     kind=st.sampled_from(kinds.SELF_ATTENTION_KINDS),
