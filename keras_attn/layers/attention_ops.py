@@ -317,9 +317,13 @@ def _single_query_attention(
     so with the cache's (B, S, H, K) layout it first copies the keys and
     values into new buffers, which costs more than the attention itself
     (new memory is paged in at about 1 GB/s here: 8 ms per step and layer
-    for a 2,064-slot cache of 8 heads x 128). Under XLA a multiply followed
-    by a sum over K (or S) fuses into one loop that reads the cache in
-    place, slices of the cache included.
+    for a 2,064-slot cache of 8 heads x 128). The multiply reads the
+    cache's key and value slices in place; TensorFlow 2.21's XLA on CPU
+    still writes the (B, S, H, K) product and sums it in a second kernel
+    (optimized HLO of a 6-layer step loop), so a step moves about three
+    times the cache's bytes. A matmul form that avoids the transpose (the
+    cache rows (S, H * K) times a block-diagonal query) measured 1.3-1.7x
+    slower: XLA copies the strided slices before the dot.
 
     That holds for TensorFlow's XLA only: `scaled_dot_product_attention`
     keeps the matmuls on JAX (see there).
