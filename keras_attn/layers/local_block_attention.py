@@ -51,12 +51,12 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     and each block gathers its window through a table of positions. This
     is the layout of 2D-local generation: a token-sequence model (embedding
     (B, T) -> blocks -> logits) that `keras_attn.generation` decodes with a
-    cache, each step reading only its window's
-    (fh + bh) * (bw + 2 fw) cached positions, so a whole image takes time
-    linear in its pixels. A sequence may stop early (a prefix of the
-    image) and may have one position more than the image: a start token
-    shifts the image right by one, and generation feeds the last pixel
-    too; that position past the image sees no key (zero output).
+    cache, each step reading only the cached blocks around its window (one
+    contiguous run of positions per block-row of the window), so a whole
+    image takes time linear in its pixels. A sequence may stop early (a
+    prefix of the image) and may have one position more than the image: a
+    start token shifts the image right by one, and generation feeds the
+    last pixel too; that position past the image sees no key (zero output).
 
     Blocks are anchored at position 0 (or pixel (0, 0)). Lengths and image
     sides not divisible by the block are padded inside the layer; padded
@@ -116,13 +116,17 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         cache: (B, max_length, H, K + V) tensor from `init_cache`; 1D, or
             2D with `image_size` (slot i = block-raster position i, any
             chunk: single pixels, part of a block, several blocks), with
-            `use_causal_mask=True` only. In 2D a query gathers the
-            (fh + bh) * (bw + 2 fw) slots of its block's window. In 1D the
-            new keys/values are written at
-            `cache_index`; each query attends only to its window, sliced out
-            of the cache (`block_size + memory_flange + T - 1` keys for a
-            chunk of T <= block_size tokens), so the attention work of a
-            decoding step does not grow with the position. With
+            `use_causal_mask=True` only. In 2D a step of T <= bh * bw
+            queries reads, with dynamic slices, one contiguous run of
+            cached positions per block-row of its window (the blocks from
+            ceil(fw / bw) left to as many right of its block; in its own
+            block-row up to the block), and masks what they hold outside
+            the window; a longer chunk gathers the windows' slots. In 1D
+            the new keys/values are written at `cache_index`; each query
+            attends only to its window, sliced out of the cache
+            (`block_size + memory_flange + T - 1` keys for a chunk of
+            T <= block_size tokens), so the attention work of a decoding
+            step does not grow with the position. With
             `rolling_cache=True`, (B, W, H, K + V): the last W positions
             before `cache_index`, oldest first.
         cache_index: int or int32 scalar tensor, absolute position of
@@ -209,6 +213,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
     # Already linear in the sequence length: no chunked core.
     _supports_chunking = False
+    # Block-raster cached steps read contiguous runs of the cache
+    # (`_attend_raster_step`); False: the element gather of the window's
+    # slots, which stays for caches of dynamic length (benchmarks compare).
+    _read_runs = True
 
     def __init__(self, num_heads, key_dim, block_size, memory_flange=None, rolling_cache=False,
                  image_size=None, **kwargs):
@@ -598,12 +606,18 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         (`image_size` given), full pass or cached.
 
         The queries are grouped (`_raster_query_groups`) and each group
-        gathers the memory window of its block through `_raster_memory`.
+        gathers the memory window of its block through `_raster_memory`;
+        a cached step of at most one block's length (static cache length)
+        reads contiguous runs of the cache instead (`_attend_raster_step`).
         `key` is (B, S, H, K) with `value` (B, S, H, V), or the cache
         (B, L, H, K + V) with `value` None.
         """
         length = blocking.dims(query)[1]
         key_length = blocking.dims(key)[1]
+        static = isinstance(length, int) and isinstance(key_length, int)
+        step = masks.cached and static and length <= self._block[0] * self._block[1]
+        if step and self._read_runs:
+            return self._attend_raster_step(query, key, masks, return_attention_scores, training)
         start = ops.cast(masks.cache_index, "int32") if masks.cached else 0
 
         def heads_first(x):  # (B, G, R, H, ·) -> (B, H, G, R, ·)
@@ -652,9 +666,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
         In the full pass and a cached prefill, one group per query block
         touched (a plain reshape of the sequence, padded to whole blocks,
-        as the 1D prefill); in a cached step of at most one block's length,
-        one group per query, so that a step reads the M slots of its
-        window, never the whole cache.
+        as the 1D prefill); in a cached step of at most one block's length
+        that gathers (a cache of dynamic length; `_attend_raster_step`
+        otherwise), one group per query, so that a step reads the M slots
+        of its window, never the whole cache.
 
         Returns:
             (groups (B, G, R, H, K), block_ids (G,) int32, query_rows (G, R)
@@ -753,18 +768,11 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         in the query block's window and whether it lies there ((T, S) int32,
         (T, S) bool). Only used to build dense scores."""
         (bh, bw) = self._block
-        block_length = bh * bw
         grid_width, before, window_h, window_w = self._raster_geometry(causal)
-
-        def pixel(position):  # block-raster position -> (row, column)
-            block, inner = position // block_length, position % block_length
-            return ((block // grid_width) * bh + inner // bw,
-                    (block % grid_width) * bw + inner % bw)
-
-        query_block = query_positions // block_length
+        query_block = query_positions // (bh * bw)
         top = (query_block // grid_width) * bh - before[0]
         left = (query_block % grid_width) * bw - before[1]
-        key_row, key_col = pixel(ops.arange(key_length, dtype="int32"))
+        key_row, key_col = self._raster_pixel(ops.arange(key_length, dtype="int32"))
         delta_row = key_row[None, :] - top[:, None]
         delta_col = key_col[None, :] - left[:, None]
         inside = ops.logical_and(
@@ -772,6 +780,158 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             ops.logical_and(ops.greater_equal(delta_col, 0), ops.less(delta_col, window_w)),
         )
         return delta_row * window_w + delta_col, inside
+
+    def _raster_pixel(self, position):
+        """Block-raster positions (any shape, int32) -> (row, column) of
+        their pixels (row height for the position past the image)."""
+        (bh, bw) = self._block
+        grid_width = self.image_size[1] // bw
+        block, inner = position // (bh * bw), position % (bh * bw)
+        return ((block // grid_width) * bh + inner // bw,
+                (block % grid_width) * bw + inner % bw)
+
+    def _raster_step_runs(self, first_block, length, cache_length):
+        """The contiguous ranges of the cache that a cached step of `length`
+        <= one block's queries, the first in block `first_block`, reads.
+
+        In block-raster order the blocks of one block-row are consecutive,
+        so the blocks covering a window are one run of block ids per
+        block-row of the window: the ceil(fh / bh) block-rows above, from
+        ceil(fw / bw) blocks left to as many right of the query block, and
+        its own block-row up to the block (right of it is the future). A
+        chunk that reaches the next block reads one block more per run;
+        where that block starts the next block-row, each run covers the
+        next block-row's part of that block's window (the runs of the block
+        ids just after). Starts are clamped into the cache; runs longer
+        than it in all give one run, the whole cache.
+
+        Returns:
+            (starts: list of R int32 scalars, nondecreasing, sizes: list of
+            R ints), R = ceil(fh / bh) + 1 or 1.
+        """
+        (bh, bw), (fh, fw) = self._block, self._flange
+        block_length = bh * bw
+        grid_width = self.image_size[1] // bw
+        rows_above, side = -(-fh // bh), -(-fw // bw)
+        extra = 1 if length > 1 else 0
+        sizes = [(2 * side + 1 + extra) * block_length] * rows_above
+        sizes.append((side + 1 + extra) * block_length)
+        if sum(sizes) >= cache_length:
+            return [ops.convert_to_tensor(0, "int32")], [cache_length]
+        starts = []
+        for run, size in enumerate(sizes):
+            block = first_block - (rows_above - run) * grid_width - side
+            starts.append(ops.clip(block * block_length, 0, cache_length - size))
+        return starts, sizes
+
+    def _raster_step_mask(self, positions, fresh, query_positions, masks):
+        """(B or 1, H or 1, 1, T, N) bool: which of the N cache positions
+        read (`positions` (N,), `fresh` (N,) False where a run repeats a
+        position of an earlier one) each query at `query_positions` (T,)
+        may attend to: in its block's window, at or before it in
+        block-raster order (that is the causal structure: the rows above
+        and the left flange come before the block, the right flange of its
+        rows after), in the image, and allowed by the padding and attention
+        masks."""
+        (bh, bw), (fh, fw) = self._block, self._flange
+        height, width = self.image_size
+        query_block = query_positions // (bh * bw)
+        grid_width = width // bw
+        top = (query_block // grid_width) * bh - fh
+        left = (query_block % grid_width) * bw - fw
+        row, col = self._raster_pixel(positions)
+        delta_row = row[None, :] - top[:, None]
+        delta_col = col[None, :] - left[:, None]
+        mask = ops.logical_and(
+            ops.logical_and(ops.greater_equal(delta_row, 0), ops.less(delta_row, fh + bh)),
+            ops.logical_and(ops.greater_equal(delta_col, 0), ops.less(delta_col, bw + 2 * fw)),
+        )
+        # A query past the image (its block past the last) sees no key.
+        query_ok = ops.less(query_block, (height // bh) * grid_width)[:, None]
+        mask = ops.logical_and(mask, ops.logical_and(query_ok, fresh[None, :]))
+        mask = ops.logical_and(mask, ops.less_equal(positions[None, :], query_positions[:, None]))
+        mask = mask[None, None, None]
+        if masks.padding_mask is not None:
+            mask = ops.logical_and(
+                mask, _take_positions(masks.padding_mask, positions, 1)[:, None, None, None, :]
+            )
+        attention_mask = masks.attention_mask
+        if attention_mask is not None:
+            if len(attention_mask.shape) == 3:
+                attention_mask = attention_mask[:, None]
+            mask = ops.logical_and(mask, _take_positions(attention_mask, positions, 3)[:, :, None])
+        return mask
+
+    def _attend_raster_step(self, query, cache, masks, return_attention_scores, training):
+        """Cached step of T <= one block's queries (B, T, H, K) in
+        block-raster mode: attends over the contiguous runs of the cache
+        (B, L, H, K + V) that cover the window (`_raster_step_runs`), read
+        with dynamic slices instead of an element gather of the window's
+        (fh + bh) * (bw + 2 fw) slots; the positions read outside the
+        window, or twice, are masked (`_raster_step_mask`) and their values
+        zeroed, so the result depends on the window's slots only."""
+        length = blocking.dims(query)[1]
+        cache_dims = blocking.dims(cache)
+        cache_length = cache_dims[1]
+        start = ops.cast(masks.cache_index, "int32")
+        query_positions = start + ops.arange(length, dtype="int32")
+        starts, sizes = self._raster_step_runs(
+            start // (self._block[0] * self._block[1]), length, cache_length
+        )
+        runs, positions, fresh = [], [], []
+        read_end = ops.convert_to_tensor(0, "int32")
+        for run_start, size in zip(starts, sizes):
+            run_shape = [cache_dims[0], size] + cache_dims[2:]
+            runs.append(ops.slice(cache, [0, run_start, 0, 0], run_shape))
+            run_positions = run_start + ops.arange(size, dtype="int32")
+            positions.append(run_positions)
+            fresh.append(ops.greater_equal(run_positions, read_end))
+            read_end = ops.maximum(read_end, run_start + size)
+        read = runs[0] if len(runs) == 1 else ops.concatenate(runs, axis=1)
+        mask = self._raster_step_mask(
+            ops.concatenate(positions, axis=0), ops.concatenate(fresh, axis=0), query_positions,
+            masks,
+        )
+        keys, values = self._split_keys_values(read, query.dtype)
+        # Masked slots get zero weight; zero their values too, so that what
+        # the runs read outside the window (even inf or NaN) cannot leak.
+        seen = ops.any(mask, axis=(1, 2, 3))  # (B or 1, N)
+        values = ops.where(seen[:, :, None, None], values, ops.zeros_like(values[:1, :1]))
+
+        def one_block(x):  # (B, T or N, H, ·) -> (B, H, 1, T or N, ·)
+            return ops.transpose(x, (0, 2, 1, 3))[:, :, None]
+
+        inside_image = cache_length < self._max_positions
+        outputs, probs = _local_attention(
+            one_block(query), one_block(keys), one_block(values), mask, self.dropout_layer,
+            training, masks.may_have_empty_rows or not inside_image,
+        )
+        outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
+        scores = None
+        if return_attention_scores:
+            scores = self._raster_step_scores(probs[:, :, 0], starts, sizes, cache_length)
+        return outputs, scores
+
+    def _raster_step_scores(self, probs, starts, sizes, cache_length):
+        """Dense (B, H, T, L) scores from the probabilities (B, H, T, N) of
+        a step over the runs `starts`, `sizes`: position s takes the slot
+        of the first run that holds it (the others are masked)."""
+        position = ops.arange(cache_length, dtype="int32")
+        slot = ops.zeros((cache_length,), "int32")
+        found = ops.zeros((cache_length,), "bool")
+        offset = 0
+        for run_start, size in zip(starts, sizes):
+            here = ops.logical_and(
+                ops.logical_and(ops.greater_equal(position, run_start),
+                                ops.less(position, run_start + size)),
+                ops.logical_not(found),
+            )
+            slot = ops.where(here, offset + position - run_start, slot)
+            found = ops.logical_or(found, here)
+            offset += size
+        length = blocking.dims(probs)[2]
+        return _scatter_rows(probs, ops.broadcast_to(slot, (length, cache_length)),
+                             ops.broadcast_to(found, (length, cache_length)))
 
     def _cached_keys_values(self, cache, dtype):
         # A step reads only its window: hand the core the cache itself

@@ -141,19 +141,25 @@ def test_cached_decoding_equals_full_pass(image_size, block, flange, chunks):
     np.testing.assert_allclose(scores, np.asarray(full_scores), atol=1e-6)
 
 
-def test_cached_step_reads_only_its_window():
+@pytest.mark.parametrize("image_size, block, flange", [
+    ((6, 4), (2, 2), (1, 1)),
+    ((8, 16), (2, 4), (3, 5)),  # flange no multiple of the block: runs overlap
+])
+def test_cached_step_reads_only_its_window(image_size, block, flange):
     # Cache slots outside the step's window rectangle (fh + bh rows by
     # bw + 2 fw columns around its block; slot 0 excepted, which stands in
-    # for the window's slots outside the image) hold NaN: a step that read
-    # them, or attended over the whole cache, would return NaN.
-    (height, width), (bh, bw), (fh, fw) = (6, 4), (2, 2), (1, 1)
+    # for the window's slots outside the image) hold NaN: a step whose
+    # output depended on them (a masked slot it read but did not zero, or
+    # attention over the whole cache) would return NaN.
+    (height, width), (bh, bw), (fh, fw) = image_size, block, flange
+    pixels = height * width
     layer = _layer((height, width), (bh, bw), (fh, fw))
-    x = _inputs((1, 24))
+    x = _inputs((1, pixels))
     full = np.asarray(layer(x, use_causal_mask=True))
     perm = _block_raster_permutation(height, width, (bh, bw))
     rows, cols = perm // width, perm % width  # pixel of each block-raster position
-    clean = np.array(layer.init_cache(1, 24))
-    for index in range(24):
+    clean = np.array(layer.init_cache(1, pixels))
+    for index in range(pixels):
         top, left = (rows[index] // bh) * bh - fh, (cols[index] // bw) * bw - fw
         window = ((rows >= top) & (rows < top + fh + bh)
                   & (cols >= left) & (cols < left + bw + 2 * fw))
@@ -164,6 +170,68 @@ def test_cached_step_reads_only_its_window():
                          use_causal_mask=True)
         np.testing.assert_allclose(np.asarray(y)[:, 0], full[:, index], atol=1e-5)
         clean[:, index] = np.asarray(cache)[:, index]
+
+
+# Images several blocks wide and tall, so that a step's runs of the cache
+# (one per block-row of its window) are shorter than the cache: a flange no
+# multiple of the block (runs longer than a block-row: they overlap and
+# wrap), runs of 3 blocks in block-rows of 4 (they wrap at the image's
+# edges), and the flange equal to the block (the benchmark's geometry).
+RUN_SHAPES = [
+    ((8, 16), (2, 4), (3, 5)),
+    ((8, 8), (2, 2), (1, 1)),
+    ((9, 16), (3, 4), (3, 4)),
+]
+
+
+@pytest.mark.parametrize("image_size, block, flange", RUN_SHAPES)
+@pytest.mark.parametrize("chunks", ["steps", "mixed"])
+def test_cached_steps_over_runs_equal_full_pass(image_size, block, flange, chunks):
+    # The image and one position past it, with padding and attention masks;
+    # "mixed": chunks of at most one block, across blocks and block-rows.
+    length = image_size[0] * image_size[1] + 1
+    block_length = block[0] * block[1]
+    sizes = [1] if chunks == "steps" else [1, block_length, 3, block_length - 1, 2]
+    chunks = []
+    while sum(chunks) < length:
+        chunks.append(min(sizes[len(chunks) % len(sizes)], length - sum(chunks)))
+    layer = _layer(image_size, block, flange, value_dim=3)
+    x = _inputs((2, length))
+    padding = RNG.random((2, length)) > 0.2
+    attention = RNG.random((2, 2, length, length)) > 0.2
+    full, full_scores = layer(
+        x, padding_mask=padding, attention_mask=attention, use_causal_mask=True,
+        return_attention_scores=True,
+    )
+    cache, index, outputs, scores = layer.init_cache(2, length), 0, [], []
+    for size in chunks:
+        y, rows, cache = layer(
+            x[:, index:index + size], padding_mask=padding,
+            attention_mask=attention[:, :, index:index + size], cache=cache, cache_index=index,
+            use_causal_mask=True, return_attention_scores=True,
+        )
+        outputs.append(np.asarray(y))
+        scores.append(np.asarray(rows))
+        index += size
+    np.testing.assert_allclose(np.concatenate(outputs, axis=1), np.asarray(full), atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(scores, axis=2), np.asarray(full_scores), atol=1e-6)
+
+
+def test_cached_step_gather_and_runs_agree():
+    # The element gather (kept for caches of dynamic length) and the runs.
+    layer = _layer((8, 16), (2, 4), (3, 5))
+    x = _inputs((2, 129))
+    cache = layer.init_cache(2, 129)
+    _, cache = layer(x[:, :100], cache=cache, cache_index=0, use_causal_mask=True)
+    gather = _layer((8, 16), (2, 4), (3, 5))
+    gather._read_runs = False
+    gather.build(x.shape)
+    gather.set_weights(layer.get_weights())
+    for index, size in [(100, 1), (101, 5), (127, 2)]:
+        chunk = x[:, index:index + size]
+        runs, _ = layer(chunk, cache=cache, cache_index=index, use_causal_mask=True)
+        gathered, _ = gather(chunk, cache=cache, cache_index=index, use_causal_mask=True)
+        np.testing.assert_allclose(np.asarray(runs), np.asarray(gathered), atol=1e-6)
 
 
 def test_future_pixels_change_no_past_output():
