@@ -14,12 +14,16 @@ the tokens drawn.
   rolling_cache=True)` over raster order (a query sees its row of 96
   intensities up to itself and the row above: a cache of 192 slots).
 - 2D local: `LocalBlockAttention(block_size=(8, 24), memory_flange=(8, 24),
-  image_size=(32, 96))` over block-raster order (a query gathers the
-  (8 + 8) x (24 + 2 * 24) = 1152 slots of its block's window from a cache
-  of 3073 slots).
+  image_size=(32, 96))` over block-raster order: a step reads the blocks
+  around its window as 2 contiguous runs of the cache of 3073 slots (the
+  block-row above: 3 blocks of 192; its own: 2), 960 slots, masking those
+  outside the (8 + 8) x (24 + 2 * 24) = 1152-slot window.
+- "2D gather" (unless --no-gather): the same 2D model whose steps gather
+  the window's 1152 slots element by element (`_read_runs = False`, the
+  step before the runs; still the path of caches of dynamic length).
 
 Measured (shared code in `harness.py`), each one XLA program
-(`tf.function(jit_compile=True)`), 1D and 2D interleaved, median of
+(`tf.function(jit_compile=True)`), the models interleaved, median of
 --repeats:
 
 1. `sample` (temperature 1) of one whole image: 3072 new tokens after the
@@ -32,7 +36,7 @@ Measured (shared code in `harness.py`), each one XLA program
    it is never run).
 
 Run: `python benchmarks/local_2d_generation_benchmark.py [--quick]
-[--num-layers 2] [--hidden-dim 128] [--repeats 3] [--budget 280]`.
+[--num-layers 2] [--hidden-dim 128] [--repeats 3] [--budget 400] [--no-gather]`.
 Prints a markdown table and writes benchmarks/results/local_2d_generation.json.
 """
 
@@ -67,9 +71,18 @@ def build_model(kind, args):
         else:
             attention = attn.LocalBlockAttention(block_size=tuple(args.block), memory_flange=tuple(args.flange),
                                                  image_size=(HEIGHT, WIDTH), **common)
+            attention._read_runs = kind != "2D gather"
         x = attn.TransformerDecoder(args.intermediate_dim, self_attention=attention,
                                     name=f"decoder_layer_{i}")(x)
     return keras.Model(tokens, keras.layers.Dense(START_TOKEN, name="logits")(x))
+
+
+def _run_sizes(args):
+    """Slots of the contiguous runs a 2D step reads: ceil(fh / bh) block-rows
+    above of 2 ceil(fw / bw) + 1 blocks, its own of ceil(fw / bw) + 1."""
+    (bh, bw), (fh, fw) = args.block, args.flange
+    side = -(-fw // bw)
+    return [(2 * side + 1) * bh * bw] * -(-fh // bh) + [(side + 1) * bh * bw]
 
 
 def sample_program(tf, model, batch_size, new_tokens):
@@ -123,7 +136,7 @@ def time_recomputing(tf, model, budget):
 
 def main():
     parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
-                                          repeats=3)
+                                          repeats=3, budget=400.0)
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--hidden-dim", type=int, default=128)
     parser.add_argument("--num-heads", type=int, default=4)
@@ -131,6 +144,8 @@ def main():
     parser.add_argument("--block", type=int, nargs=2, default=[8, 24], help="2D query block (rows, columns)")
     parser.add_argument("--flange", type=int, nargs=2, default=[8, 24], help="2D memory flange")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--no-gather", action="store_true",
+                        help="skip the 2D model whose steps gather the window (the step before the runs)")
     args = parser.parse_args()
     if args.quick:
         args.num_layers, args.batch_sizes = 1, [1]
@@ -140,8 +155,9 @@ def main():
     tf = harness.setup_tensorflow()
     import keras
 
+    kinds = ("1D", "2D") if args.no_gather else ("1D", "2D", "2D gather")
     models, params = {}, {}
-    for kind in ("1D", "2D"):
+    for kind in kinds:
         keras.utils.set_random_seed(0)
         models[kind] = build_model(kind, args)
         params[kind] = models[kind].count_params()
@@ -185,9 +201,11 @@ def main():
         return f"{record[kind]['median_s']:.2f}" if kind in record else "-"
 
     rows = []
-    for kind in ("1D", "2D"):
-        window = (f"{2 * WIDTH} (rolling cache)" if kind == "1D" else
-                  f"{(args.flange[0] + args.block[0]) * (args.block[1] + 2 * args.flange[1])}")
+    window_slots = (args.flange[0] + args.block[0]) * (args.block[1] + 2 * args.flange[1])
+    run_slots = sum(_run_sizes(args))
+    for kind in kinds:
+        window = {"1D": f"{2 * WIDTH} (rolling cache)", "2D": f"{window_slots} (reads {run_slots} in runs)",
+                  "2D gather": f"{window_slots} (gathered)"}[kind]
         half, whole = timings.get((1, PIXELS // 2), {}), timings.get((1, PIXELS), {})
         ratio = (f"{whole[kind]['median_s'] / half[kind]['median_s']:.2f}"
                  if kind in half and kind in whole else "-")
@@ -202,7 +220,9 @@ def main():
         f"Sampling one 32x32x3 image (3072 intensities after a start token), decoder-only LM: "
         f"{args.num_layers} layers, d {args.hidden_dim}, {args.num_heads} heads, d_ff {args.intermediate_dim}, "
         f"random weights; 1D: block 96, flange 96, rolling cache; 2D: block {tuple(args.block)}, flange "
-        f"{tuple(args.flange)}, image (32, 96) in block-raster order. One XLA program per call, median of "
+        f"{tuple(args.flange)}, image (32, 96) in block-raster order, steps reading contiguous runs of the cache"
+        + ("" if args.no_gather else "; 2D gather: the same 2D model, its steps gathering the window element "
+           "by element") + ". One XLA program per call, median of "
         f"{repeats} interleaved calls, seconds.",
         "",
         harness.markdown_table(
