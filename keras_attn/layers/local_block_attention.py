@@ -656,7 +656,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         if return_attention_scores:
             query_positions = start + ops.arange(length, dtype="int32")
             slot, inside = self._raster_window_slots(
-                query_positions, key_length, masks.use_causal_mask
+                query_positions, ops.arange(key_length, dtype="int32"), masks.use_causal_mask
             )
             scores = _scatter_rows(ungroup(probs), slot, inside)
         return outputs, scores
@@ -762,17 +762,18 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         position = ((row // bh) * grid_width + col // bw) * (bh * bw) + (row % bh) * bw + col % bw
         return ops.where(inside, position, -1)
 
-    def _raster_window_slots(self, query_positions, key_length, causal):
+    def _raster_window_slots(self, query_positions, key_positions, causal):
         """As `_window_slots`, over block-raster positions: for queries at
-        `query_positions` (T,) and keys 0 .. key_length - 1, the key's slot
-        in the query block's window and whether it lies there ((T, S) int32,
-        (T, S) bool). Only used to build dense scores."""
+        `query_positions` (T,) and keys at `key_positions` (S,), the key's
+        slot in the query block's window and whether it lies there ((T, S)
+        int32, (T, S) bool). Builds dense scores, and the window part of a
+        cached step's mask over the runs it reads."""
         (bh, bw) = self._block
         grid_width, before, window_h, window_w = self._raster_geometry(causal)
         query_block = query_positions // (bh * bw)
         top = (query_block // grid_width) * bh - before[0]
         left = (query_block % grid_width) * bw - before[1]
-        key_row, key_col = self._raster_pixel(ops.arange(key_length, dtype="int32"))
+        key_row, key_col = self._raster_pixel(key_positions)
         delta_row = key_row[None, :] - top[:, None]
         delta_col = key_col[None, :] - left[:, None]
         inside = ops.logical_and(
@@ -833,21 +834,12 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         and the left flange come before the block, the right flange of its
         rows after), in the image, and allowed by the padding and attention
         masks."""
-        (bh, bw), (fh, fw) = self._block, self._flange
+        (bh, bw) = self._block
         height, width = self.image_size
-        query_block = query_positions // (bh * bw)
-        grid_width = width // bw
-        top = (query_block // grid_width) * bh - fh
-        left = (query_block % grid_width) * bw - fw
-        row, col = self._raster_pixel(positions)
-        delta_row = row[None, :] - top[:, None]
-        delta_col = col[None, :] - left[:, None]
-        mask = ops.logical_and(
-            ops.logical_and(ops.greater_equal(delta_row, 0), ops.less(delta_row, fh + bh)),
-            ops.logical_and(ops.greater_equal(delta_col, 0), ops.less(delta_col, bw + 2 * fw)),
-        )
+        _, mask = self._raster_window_slots(query_positions, positions, causal=True)
         # A query past the image (its block past the last) sees no key.
-        query_ok = ops.less(query_block, (height // bh) * grid_width)[:, None]
+        query_block = query_positions // (bh * bw)
+        query_ok = ops.less(query_block, (height // bh) * (width // bw))[:, None]
         mask = ops.logical_and(mask, ops.logical_and(query_ok, fresh[None, :]))
         mask = ops.logical_and(mask, ops.less_equal(positions[None, :], query_positions[:, None]))
         mask = mask[None, None, None]
