@@ -86,9 +86,11 @@ def gradients(fn, inputs, variables):
     raise NotImplementedError(f"`gradients` has no implementation for the {backend!r} backend.")
 
 
-def decode_in_chunks(layer, x, chunks, cache, **call_kwargs):
+def decode_in_chunks(layer, x, chunks, cache, attention_mask=None, **call_kwargs):
     """Runs `x` (B, T, D) through a self-attention layer's cache, `chunks`
     positions per call (causal, scores asked for), from `cache_index` 0.
+    `attention_mask` (B, [H,] T, S), if given, passes each call the rows of
+    its queries.
 
     Returns:
         NumPy (outputs (B, sum(chunks), ·), scores (B, H, sum(chunks), S)),
@@ -96,6 +98,8 @@ def decode_in_chunks(layer, x, chunks, cache, **call_kwargs):
     """
     outputs, score_rows, index = [], [], 0
     for size in chunks:
+        if attention_mask is not None:
+            call_kwargs["attention_mask"] = attention_mask[..., index:index + size, :]
         y, scores, cache = layer(
             x[:, index:index + size], cache=cache, cache_index=index, use_causal_mask=True,
             return_attention_scores=True, **call_kwargs,

@@ -203,18 +203,12 @@ def test_cached_steps_over_runs_equal_full_pass(image_size, block, flange, chunk
         x, padding_mask=padding, attention_mask=attention, use_causal_mask=True,
         return_attention_scores=True,
     )
-    cache, index, outputs, scores = layer.init_cache(2, length), 0, [], []
-    for size in chunks:
-        y, rows, cache = layer(
-            x[:, index:index + size], padding_mask=padding,
-            attention_mask=attention[:, :, index:index + size], cache=cache, cache_index=index,
-            use_causal_mask=True, return_attention_scores=True,
-        )
-        outputs.append(np.asarray(y))
-        scores.append(np.asarray(rows))
-        index += size
-    np.testing.assert_allclose(np.concatenate(outputs, axis=1), np.asarray(full), atol=1e-5)
-    np.testing.assert_allclose(np.concatenate(scores, axis=2), np.asarray(full_scores), atol=1e-6)
+    outputs, scores = decode_in_chunks(
+        layer, x, chunks, layer.init_cache(2, length), attention_mask=attention,
+        padding_mask=padding,
+    )
+    np.testing.assert_allclose(outputs, np.asarray(full), atol=1e-5)
+    np.testing.assert_allclose(scores, np.asarray(full_scores), atol=1e-6)
 
 
 def test_cached_step_gather_and_runs_agree():
