@@ -118,10 +118,11 @@ class CachedDecoder(Decoder):
     State: a dict of fixed-shape tensors, batch first, so decoding loops
     compile under `tf.function(jit_compile=True)`:
     `{"caches": (one cache per cached layer, in graph order, as its
-    `init_cache` returns it: (B, max_length, H, K + V) for self-attention,
-    (B, W, H, K + V) for a rolling local one), "padding_masks": (one (B, max_length)
+    `init_cache` returns it: (B, H, K + V, max_length) for global
+    self-attention, (B, max_length, H, K + V) for a local one, (B, W, H,
+    K + V) for a rolling local one), "padding_masks": (one (B, max_length)
     bool buffer per cached layer that has a padding mask), "memory":
-    (pairs (cross-attention cache (B, S, H, K + V), encoder padding mask
+    (pairs (cross-attention cache (B, H, K + V, S), encoder padding mask
     (B, S) bool) and other encoder-side tensors the decoder path reads)}`.
     The beams of a row share its "memory".
 

@@ -247,14 +247,14 @@ def _softmax(logits, axis):
 
 def scaled_dot_product_attention(
     query, key, value, mask=None, dropout_layer=None, training=None,
-    may_have_empty_rows=True, extra_logits=None,
+    may_have_empty_rows=True, extra_logits=None, cache_layout=False,
 ):
     """Dense attention core: softmax(Q·Kᵀ/√K [+ extra]) · V.
 
     Args:
         query: (B, T, H, K).
-        key: (B, S, H, K).
-        value: (B, S, H, V).
+        key: (B, S, H, K), or with `cache_layout` (B, H, K, S).
+        value: (B, S, H, V), or with `cache_layout` (B, H, V, S).
         mask: boolean, broadcastable to (B, H, T, S), True = may attend.
         dropout_layer: optional `keras.layers.Dropout` applied to the
             attention probabilities.
@@ -262,6 +262,9 @@ def scaled_dot_product_attention(
         may_have_empty_rows: see `masked_softmax`.
         extra_logits: optional (B, H, T, S) logits added to Q·Kᵀ before the
             scaling (the relative-position term of Huang et al. 2018).
+        cache_layout: whether `key` and `value` come in the layout of a
+            key/value cache, heads first and positions last (see
+            `MultiHeadSelfAttention.init_cache`).
 
     Returns:
         `(outputs, probabilities)`: (B, T, H, V) in the query's dtype, and
@@ -276,23 +279,16 @@ def scaled_dot_product_attention(
     # (B, H, T, S) product.
     query = ops.cast(query, "float32")
     key = ops.cast(key, "float32")
-    # One query (a decoding step) on JAX stays on the matmuls below: JAX's
-    # XLA (jaxlib 0.10) runs the multiply-and-reduce 5-8x slower, and fuses
-    # the cache's update into the slices that feed it, so the update is no
-    # longer in place (two copies of the cache per layer and step; with
-    # matmuls, none). One layer's loop at L = 528 / 2,064: 3.8 / 22 ms per
-    # step with the reduction, 0.6 / 3.7 ms with matmuls; on TensorFlow
-    # 0.53 ms with the reduction, 2.2 ms with matmuls at L = 528.
-    if query.shape[1] == 1 and keras.backend.backend() != "jax":
-        return _single_query_attention(
-            query, key, value, mask, scale, dropout_layer, training,
-            may_have_empty_rows, extra_logits,
-        )
+    # In the cache layout each head's keys (K, S) and values (V, S) are
+    # contiguous, so both products are plain batched matmuls that read the
+    # cache in place; a decoding step (T = 1) is then a matrix-vector
+    # product per head, memory-bound, on TensorFlow and JAX alike.
+    key_subscripts, value_subscripts = ("bhks", "bhvs") if cache_layout else ("bshk", "bshv")
     if extra_logits is None:
         # Scaling the (B, T, H, K) query is cheaper than the (B, H, T, S) logits.
-        logits = ops.einsum("bthk,bshk->bhts", query * scale, key)
+        logits = ops.einsum(f"bthk,{key_subscripts}->bhts", query * scale, key)
     else:
-        logits = ops.einsum("bthk,bshk->bhts", query, key) + ops.cast(
+        logits = ops.einsum(f"bthk,{key_subscripts}->bhts", query, key) + ops.cast(
             extra_logits, "float32"
         )
         logits = logits * scale
@@ -300,51 +296,5 @@ def scaled_dot_product_attention(
     weights = ops.cast(probs, value.dtype)
     if dropout_layer is not None:
         weights = dropout_layer(weights, training=training)
-    outputs = ops.einsum("bhts,bshv->bthv", weights, value)
+    outputs = ops.einsum(f"bhts,{value_subscripts}->bthv", weights, value)
     return outputs, probs
-
-
-def _single_query_attention(
-    query, key, value, mask, scale, dropout_layer, training,
-    may_have_empty_rows, extra_logits,
-):
-    """`scaled_dot_product_attention` for one query per sequence (T = 1,
-    a decoding step over a cache), as multiply-and-reduce instead of
-    matmuls.
-
-    A decoding step is memory-bound: it reads each cached key and value
-    once. A matmul wants its operands with the batch axes (B, H) in front,
-    so with the cache's (B, S, H, K) layout it first copies the keys and
-    values into new buffers, which costs more than the attention itself
-    (new memory is paged in at about 1 GB/s here: 8 ms per step and layer
-    for a 2,064-slot cache of 8 heads x 128). The multiply reads the
-    cache's key and value slices in place; TensorFlow 2.21's XLA on CPU
-    still writes the (B, S, H, K) product and sums it in a second kernel
-    (optimized HLO of a 6-layer step loop), so a step moves about three
-    times the cache's bytes. A matmul form that avoids the transpose (the
-    cache rows (S, H * K) times a block-diagonal query) measured 1.3-1.7x
-    slower: XLA copies the strided slices before the dot.
-
-    That holds for TensorFlow's XLA only: `scaled_dot_product_attention`
-    keeps the matmuls on JAX (see there).
-    """
-    # (B, 1, H, K) * (B, S, H, K) summed over K -> (B, S, H).
-    if extra_logits is None:
-        logits = ops.sum((query * scale) * key, axis=-1)
-    else:
-        logits = ops.sum(query * key, axis=-1)
-    logits = ops.expand_dims(ops.transpose(logits, (0, 2, 1)), 2)  # (B, H, 1, S)
-    if extra_logits is not None:
-        logits = (logits + ops.cast(extra_logits, "float32")) * scale
-    probs = masked_softmax(logits, mask, may_have_empty_rows=may_have_empty_rows)
-    weights = ops.cast(probs, value.dtype)
-    if dropout_layer is not None:
-        weights = dropout_layer(weights, training=training)
-    # (B, H, 1, S) -> (B, S, H, 1), times (B, S, H, V), summed over S,
-    # accumulated in float32 as a matmul would (the casts are no-ops in
-    # float32 and fuse into the reduction under XLA).
-    weights = ops.expand_dims(ops.transpose(weights[:, :, 0, :], (0, 2, 1)), -1)
-    outputs = ops.sum(
-        ops.cast(weights, "float32") * ops.cast(value, "float32"), axis=1, keepdims=True
-    )  # (B, 1, H, V)
-    return ops.cast(outputs, value.dtype), probs

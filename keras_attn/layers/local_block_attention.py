@@ -367,9 +367,13 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         super()._check_inputs_shape(shape)
 
     def init_cache(self, batch_size, max_length, dtype=None):
-        """As `MultiHeadSelfAttention.init_cache` (zeros of shape (B,
-        max_length, H, key_dim + value_dim)), for causal decoding: 1D, or 2D
-        with `image_size` (slot i = block-raster position i).
+        """As `MultiHeadSelfAttention.init_cache`, for causal decoding: 1D,
+        or 2D with `image_size` (slot i = block-raster position i); but
+        positions first: zeros of shape (B, max_length, H, key_dim +
+        value_dim) ((B, block + flange, H, key_dim + value_dim) with
+        `rolling_cache`), keys `cache[..., :key_dim]`, values
+        `cache[..., key_dim:]`. A step reads only its window, a few
+        contiguous runs of positions, so this layout suits it.
 
         Raises:
             ValueError: if the layer is 2D without `image_size`, a size is
@@ -397,12 +401,19 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         """W = block + flange: the positions a causal 1D step can read."""
         return self._block[0] + self._flange[0]
 
+    def _cache_shape(self, batch_size, max_length):
+        return (batch_size, max_length, self.num_heads, self.key_dim + self._value_dim)
+
+    def _cache_length(self, cache):
+        return cache.shape[1]
+
     def _cache_capacity(self, cache):
         return None if self.rolling_cache else cache.shape[1]
 
     def _write_cache(self, cache, key_value, cache_index):
         if not self.rolling_cache:
-            return super()._write_cache(cache, key_value, cache_index)
+            cache = ops.slice_update(cache, (0, cache_index, 0, 0), key_value)
+            return cache, cache
         # The queries read [old W positions | new T]; the cache keeps the
         # last W of them, oldest first.
         attended = ops.concatenate([cache, key_value], axis=1)

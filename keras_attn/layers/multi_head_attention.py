@@ -36,7 +36,7 @@ class MultiHeadAttention(AttentionBase):
         attention_mask: (B, T, S) or (B, H, T, S) bool, True = may attend.
         value_padding_mask: (B, S) bool, True = real key/value position.
             Defaults to the Keras implicit mask of `value`.
-        cache: (B, S, H, K + V) keys and values from `compute_cache`; when
+        cache: (B, H, K + V, S) keys and values from `compute_cache`; when
             given, `key` and `value` are not projected again.
         return_attention_scores: if True, also return the probabilities.
         training: Python bool; enables dropout.
@@ -130,15 +130,22 @@ class MultiHeadAttention(AttentionBase):
             key: optional (B, S, Dk) tensor; defaults to `value`.
 
         Returns:
-            (B, S, H, key_dim + value_dim) tensor: keys in `[..., :key_dim]`,
-            values in `[..., key_dim:]`, in the layer's compute dtype.
+            (B, H, key_dim + value_dim, S) tensor in the layer's compute
+            dtype, heads first and positions last as
+            `MultiHeadSelfAttention.init_cache`: the keys of head h in
+            `[:, h, :key_dim]`, its values in `[:, h, key_dim:]`.
         """
-        key = value if key is None else key
         if not self.built:
             raise ValueError(
                 "MultiHeadAttention.compute_cache needs a built layer. Call "
                 "the layer once on (query, value), or `build` it."
             )
+        key, value = self._project_memory(value, key)
+        return ops.transpose(ops.concatenate([key, value], axis=-1), (0, 2, 3, 1))
+
+    def _project_memory(self, value, key=None):
+        """Checked projections of the memory: keys (B, S, H, K), values (B, S, H, V)."""
+        key = value if key is None else key
         self._check_rank("value", tuple(value.shape))
         self._check_rank("key", tuple(key.shape))
         for dimension, axis in (("batch size", 0), ("length", 1)):
@@ -151,7 +158,7 @@ class MultiHeadAttention(AttentionBase):
         value = ops.reshape(
             self.value_dense(value), (batch_size, length, self.num_heads, self._value_dim)
         )
-        return ops.concatenate([key, value], axis=-1)
+        return key, value
 
     def call(
         self,
@@ -172,16 +179,17 @@ class MultiHeadAttention(AttentionBase):
                     "to) or a `cache` from `compute_cache`. Received neither."
                 )
             memory_name, memory_shape = "value", value.shape
-            cache = self.compute_cache(value, key)
+            static_key_length = value.shape[1]
         else:
             memory_name, memory_shape = "cache", cache.shape
             expected = (self.num_heads, self.key_dim + self._value_dim)
-            if len(cache.shape) != 4 or tuple(cache.shape[2:]) != expected:
+            if len(cache.shape) != 4 or tuple(cache.shape[1:3]) != expected:
                 raise ValueError(
-                    f"`cache` must have shape (batch, length, {expected[0]}, "
-                    f"{expected[1]}) as returned by `compute_cache`. "
+                    f"`cache` must have shape (batch, {expected[0]}, {expected[1]}, "
+                    f"length) as returned by `compute_cache`. "
                     f"Received: cache.shape={tuple(cache.shape)}."
                 )
+            static_key_length = cache.shape[-1]
         self._check_same(
             "batch size", 0, [("query", query.shape), (memory_name, memory_shape)],
             "Each query sequence attends to the memory of its own example: "
@@ -189,7 +197,6 @@ class MultiHeadAttention(AttentionBase):
         )
         if value_padding_mask is None and value is not None:
             value_padding_mask = attention_ops.get_implicit_mask(value)
-        static_key_length = cache.shape[1]
         value_padding_mask = attention_ops.check_mask(
             value_padding_mask, "value_padding_mask", 2, (query.shape[0], static_key_length)
         )
@@ -201,19 +208,23 @@ class MultiHeadAttention(AttentionBase):
         projected_query = ops.reshape(
             self.query_dense(query), (batch_size, query_length, self.num_heads, self.key_dim)
         )
-        cache = ops.cast(cache, projected_query.dtype)
+        if cache is None:
+            # Without a cache the memory is projected in the sequence layout:
+            # no concatenation or transpose into a cache's layout.
+            key, value = self._project_memory(value, key)
+            key_length = ops.shape(key)[1]
+        else:
+            key, value = ops.split(ops.cast(cache, projected_query.dtype), [self.key_dim], axis=2)
+            key_length = ops.shape(key)[-1]
         mask = attention_ops.merge_masks(
-            batch_size, query_length, ops.shape(cache)[1],
+            batch_size, query_length, key_length,
             key_padding_mask=value_padding_mask,
             attention_mask=attention_mask,
         )
         outputs, scores = attention_ops.scaled_dot_product_attention(
-            projected_query,
-            cache[..., : self.key_dim],
-            cache[..., self.key_dim:],
-            mask,
-            dropout_layer=self.dropout_layer,
-            training=training,
+            projected_query, key, value, mask,
+            dropout_layer=self.dropout_layer, training=training,
+            cache_layout=cache is not None,
         )
         outputs = self.output_dense(
             ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim))
@@ -234,7 +245,7 @@ class MultiHeadAttention(AttentionBase):
         )
         if not return_attention_scores:
             return outputs
-        key_length = (cache if cache is not None else value).shape[1]
+        key_length = cache.shape[-1] if cache is not None else value.shape[1]
         scores = keras.KerasTensor(
             (query.shape[0], self.num_heads, query.shape[1], key_length),
             self.compute_dtype,

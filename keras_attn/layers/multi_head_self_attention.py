@@ -73,7 +73,7 @@ class MultiHeadSelfAttention(AttentionBase):
             attend to key s. Combined with the other masks by logical AND.
         use_causal_mask: if True, query t (at absolute position
             `cache_index + t`) attends only to keys at positions <= its own.
-        cache: (B, max_length, H, K + V) tensor from `init_cache`; the
+        cache: (B, H, K + V, max_length) tensor from `init_cache`; the
             keys/values of `inputs` are written at `cache_index`, and
             attention runs over the cache. Slots not written yet are masked.
         cache_index: int or int32 scalar tensor, absolute position of
@@ -86,7 +86,7 @@ class MultiHeadSelfAttention(AttentionBase):
         `outputs` (B, T, output_dim); then, in this order and only when asked
         for: `attention_scores` (B, H, T, S) (the probabilities, before
         dropout; exactly zero where masked), and the updated `cache`
-        (B, max_length, H, K + V) when a `cache` was passed.
+        (B, H, K + V, max_length) when a `cache` was passed.
 
     Raises:
         ValueError: on invalid constructor arguments; on inputs that are not
@@ -204,17 +204,26 @@ class MultiHeadSelfAttention(AttentionBase):
             dtype: dtype of the cache; defaults to the layer's compute dtype.
 
         Returns:
-            Zeros of shape (B, max_length, H, key_dim + value_dim): the keys
-            are `cache[..., :key_dim]`, the values `cache[..., key_dim:]`.
+            Zeros of shape (B, H, key_dim + value_dim, max_length): heads
+            first and positions last, the keys of head h in
+            `cache[:, h, :key_dim]` and its values in `cache[:, h, key_dim:]`,
+            position i in `cache[..., i]`. In this layout a decoding step
+            reads each head's keys and values as contiguous (K, S) and
+            (V, S) matrices, in place: a matrix-vector product per head.
 
         Raises:
             ValueError: if `batch_size` or `max_length` is not positive.
         """
         self._check_cache_sizes(batch_size, max_length)
-        return ops.zeros(
-            (batch_size, max_length, self.num_heads, self.key_dim + self._value_dim),
-            dtype=dtype or self.compute_dtype,
-        )
+        return ops.zeros(self._cache_shape(batch_size, max_length), dtype=dtype or self.compute_dtype)
+
+    def _cache_shape(self, batch_size, max_length):
+        """The shape of a cache of `max_length` positions (None = any)."""
+        return (batch_size, self.num_heads, self.key_dim + self._value_dim, max_length)
+
+    def _cache_length(self, cache):
+        """The number of positions (slots) a cache has."""
+        return cache.shape[-1]
 
     @staticmethod
     def _check_cache_sizes(batch_size, max_length):
@@ -340,29 +349,31 @@ class MultiHeadSelfAttention(AttentionBase):
     def _write_cache(self, cache, key_value, cache_index):
         """Writes the new positions' [k | v] (B, T, H, K + V) into the cache;
         returns (what the attention core reads, the updated cache): here
-        both are the cache with the new rows at `cache_index`."""
-        cache = ops.slice_update(cache, (0, cache_index, 0, 0), key_value)
+        both are the cache with the new columns at `cache_index`."""
+        key_value = ops.transpose(key_value, (0, 2, 3, 1))  # (B, H, K + V, T)
+        cache = ops.slice_update(cache, (0, 0, 0, cache_index), key_value)
         return cache, cache
 
     def _cache_capacity(self, cache):
         """The positions a cache can hold (its length; None = unbounded)."""
-        return cache.shape[1]
+        return self._cache_length(cache)
 
     def _cached_keys_values(self, cache, dtype):
-        """The keys (B, L, H, K) and values (B, L, H, V) the attention core
-        gets from the updated cache (B, L, H, K + V)."""
-        return ops.split(ops.cast(cache, dtype), [self.key_dim], axis=-1)
+        """The keys (B, H, K, L) and values (B, H, V, L) the attention core
+        gets from the updated cache (B, H, K + V, L), in place."""
+        return ops.split(ops.cast(cache, dtype), [self.key_dim], axis=2)
 
     def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
         """Validates the cache and index (a subclass may refuse a cache for
         the call, e.g. without `use_causal_mask`); returns (offset, static
         cache length)."""
-        expected = (self.num_heads, self.key_dim + self._value_dim)
-        if len(cache.shape) != 4 or tuple(cache.shape[2:]) != expected:
+        expected = self._cache_shape("batch", "max_length")
+        if len(cache.shape) != len(expected) or any(
+            isinstance(e, int) and d != e for d, e in zip(cache.shape, expected)
+        ):
             raise ValueError(
-                f"`cache` must have shape (batch, max_length, {expected[0]}, "
-                f"{expected[1]}) as returned by `init_cache`. Received: "
-                f"cache.shape={tuple(cache.shape)}."
+                f"`cache` must have shape ({', '.join(map(str, expected))}) as "
+                f"returned by `init_cache`. Received: cache.shape={tuple(cache.shape)}."
             )
         if cache.shape[0] is not None and inputs.shape[0] is not None and (
             cache.shape[0] != inputs.shape[0]
@@ -417,7 +428,9 @@ class MultiHeadSelfAttention(AttentionBase):
         Args:
             query: (B, T, H, K) projected queries (the input flattened to a
                 sequence when it had spatial dimensions).
-            key: (B, S, H, K); value: (B, S, H, V). With a cache, S is the
+            key: (B, S, H, K); value: (B, S, H, V). With a cache, what
+                `_cached_keys_values` returns: for this layer, keys (B, H, K,
+                S) and values (B, H, V, S) in the cache's layout, S the
                 cache length.
             masks: the call's `AttentionMasks` (padding, attention and
                 causal masks, cache index, filled cache length).
@@ -433,12 +446,18 @@ class MultiHeadSelfAttention(AttentionBase):
         chunk_size = self._core_chunk_size(key, masks, return_attention_scores, training)
         if chunk_size is not None:
             return chunked_attention(query, key, value, masks, chunk_size), None
-        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
+        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], self._key_length(key, masks))
         return attention_ops.scaled_dot_product_attention(
             query, key, value, mask,
             dropout_layer=self.dropout_layer, training=training,
             may_have_empty_rows=masks.may_have_empty_rows,
+            cache_layout=masks.cached,
         )
+
+    @staticmethod
+    def _key_length(key, masks):
+        """S, of keys (B, S, H, K), or with a cache (B, H, K, S)."""
+        return ops.shape(key)[-1] if masks.cached else ops.shape(key)[1]
 
     def _core_chunk_size(self, key, masks, return_attention_scores, training):
         """The chunk size this call's core runs with, or None for the dense
@@ -477,7 +496,7 @@ class MultiHeadSelfAttention(AttentionBase):
                 length = 1
                 for d in shape[1:-1]:
                     length *= d
-            key_length = cache.shape[1] if cache is not None else length
+            key_length = self._cache_length(cache) if cache is not None else length
             results += (
                 keras.KerasTensor(
                     (shape[0], self.num_heads, length, key_length), self.compute_dtype

@@ -74,8 +74,8 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         As `MultiHeadSelfAttention.call`: `inputs` (B, T, D); `padding_mask`
         (B, S) bool (S = T, or the cache length with a cache; defaults to
         the implicit mask without a cache); `attention_mask` (B, T, S) or
-        (B, H, T, S) bool; `use_causal_mask`; `cache` (B, max_length, H,
-        K + V) from `init_cache`; `cache_index` (the absolute position of
+        (B, H, T, S) bool; `use_causal_mask`; `cache` (B, H, K + V,
+        max_length) from `init_cache`; `cache_index` (the absolute position of
         `inputs[:, 0]`, which the relative distances are measured from, so
         cached decoding equals the full pass); `return_attention_scores`;
         `training`. Masks: bool, True = may attend, AND-ed together.
@@ -192,8 +192,8 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             outputs = chunked_attention(query, key, value, masks, chunk_size,
                                         relative_embeddings=self.relative_embeddings)
             return outputs, None
-        key_length = _dim(key, 1)
-        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], ops.shape(key)[1])
+        key_length = _dim(key, -1 if masks.cached else 1)
+        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], self._key_length(key, masks))
         relative_logits = self._relative_logits(
             query, key_length, masks.cache_index, causal=bool(masks.use_causal_mask)
         )
@@ -202,6 +202,7 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             dropout_layer=self.dropout_layer, training=training,
             may_have_empty_rows=masks.may_have_empty_rows,
             extra_logits=relative_logits,
+            cache_layout=masks.cached,
         )
 
     def get_config(self):

@@ -52,10 +52,12 @@ class TransformerDecoder(TransformerBlock):
         encoder_padding_mask: (B, S) bool, True = real source token. Defaults
             to the implicit mask of `encoder_sequence`.
         use_causal_mask: True (default) = position t sees positions <= t.
-        self_attention_cache: (B, max_length, H, K + V) from `init_cache`.
+        self_attention_cache: the self-attention layer's cache from
+            `init_cache` ((B, H, K + V, max_length) for
+            `MultiHeadSelfAttention`).
         cache_index: int or int32 scalar, absolute position of
             `decoder_sequence[:, 0]`.
-        cross_attention_cache: (B, S, H, K + V), the encoder's projected keys
+        cross_attention_cache: (B, H, K + V, S), the encoder's projected keys
             and values. Computed from `encoder_sequence` (and returned) when a
             self-attention cache is given and this is None.
         return_attention_scores: if True, also return the attention
@@ -115,7 +117,9 @@ class TransformerDecoder(TransformerBlock):
         """The self-attention cache: see `MultiHeadSelfAttention.init_cache`.
 
         Returns:
-            Zeros of shape (B, max_length, H, K + V).
+            Its empty cache: zeros of shape (B, H, K + V, max_length) for
+            `MultiHeadSelfAttention` and `RelativeGlobalAttention`, (B,
+            max_length, H, K + V) for `LocalBlockAttention`.
         """
         if not self.built:
             raise ValueError(
@@ -126,7 +130,7 @@ class TransformerDecoder(TransformerBlock):
 
     def compute_cross_attention_cache(self, encoder_sequence):
         """Projects the encoder sequence once into the cross-attention keys
-        and values, (B, S, H, K + V)."""
+        and values, (B, H, K + V, S) (see `MultiHeadAttention.compute_cache`)."""
         self._check_cross_attention(True)
         return self._cross_attention_layer.compute_cache(encoder_sequence)
 
@@ -220,15 +224,18 @@ class TransformerDecoder(TransformerBlock):
         if encoder_sequence is not None and encoder_padding_mask is None:
             encoder_padding_mask = attention_ops.get_implicit_mask(encoder_sequence)
         if encoder_sequence is not None or cross_attention_cache is not None:
-            memory = encoder_sequence if encoder_sequence is not None else cross_attention_cache
+            memory_length = (
+                encoder_sequence.shape[1] if encoder_sequence is not None
+                else cross_attention_cache.shape[-1]  # (B, H, K + V, S)
+            )
             encoder_padding_mask = attention_ops.check_mask(
                 encoder_padding_mask, "encoder_padding_mask", 2,
-                (decoder_sequence.shape[0], memory.shape[1]),
+                (decoder_sequence.shape[0], memory_length),
             )
         # Without a cache the mask has the layout of the positions:
         # (B, T), or (B, height, width) for an image.
         positions_shape = (
-            (self_attention_cache.shape[1],) if cached
+            (self._cache_positions(self_attention_cache),) if cached
             else tuple(decoder_sequence.shape[1:-1])
         )
         decoder_padding_mask = attention_ops.check_mask(
@@ -236,6 +243,12 @@ class TransformerDecoder(TransformerBlock):
             (decoder_sequence.shape[0],) + positions_shape,
         )
         return decoder_padding_mask, encoder_padding_mask
+
+    def _cache_positions(self, cache):
+        """The number of positions of a self-attention cache, as its layer
+        lays it out (None when the layer does not say)."""
+        length = getattr(self._self_attention_layer, "_cache_length", None)
+        return length(cache) if length is not None else None
 
     def _cross_attention_block(
         self, x, encoder_sequence, encoder_padding_mask, cross_attention_cache,
@@ -283,7 +296,7 @@ class TransformerDecoder(TransformerBlock):
         with_cross = encoder_sequence is not None or cross_attention_cache is not None
         memory_length = None
         if cross_attention_cache is not None:
-            memory_length = cross_attention_cache.shape[1]
+            memory_length = cross_attention_cache.shape[-1]
         elif encoder_sequence is not None:
             memory_length = encoder_sequence.shape[1]
         num_heads = self._self_attention_layer.num_heads
@@ -294,11 +307,14 @@ class TransformerDecoder(TransformerBlock):
                     shape, dtype = cross_attention_cache.shape, cross_attention_cache.dtype
                 else:
                     cross = self._cross_attention_layer
-                    shape = (batch, memory_length, cross.num_heads, cross.key_dim + cross._value_dim)
+                    shape = (batch, cross.num_heads, cross.key_dim + cross._value_dim, memory_length)
                     dtype = None
                 results += (spec(shape, dtype),)
         if return_attention_scores:
-            key_length = self_attention_cache.shape[1] if self_attention_cache is not None else length
+            key_length = (
+                self._cache_positions(self_attention_cache) if self_attention_cache is not None
+                else length
+            )
             scores = {"self_attention": spec((batch, num_heads, length, key_length))}
             if with_cross:
                 scores["cross_attention"] = spec(

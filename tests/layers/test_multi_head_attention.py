@@ -36,7 +36,7 @@ def test_cache_gives_the_same_outputs():
     padding = np.array([[1] * 7, [1] * 3 + [0] * 4], bool)
     full = layer(query, value, value_padding_mask=padding)
     cache = layer.compute_cache(value)
-    assert tuple(cache.shape) == (2, 7, 2, 8)
+    assert tuple(cache.shape) == (2, 2, 8, 7)  # (B, H, K + V, S)
     step = layer(query[:, 1:2], cache=cache, value_padding_mask=padding)
     np.testing.assert_allclose(np.asarray(step), np.asarray(full)[:, 1:2], atol=1e-6)
 

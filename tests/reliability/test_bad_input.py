@@ -152,8 +152,10 @@ def test_cache_errors(kind):
             layer(X[:, :1], cache=cache, cache_index=index, **step)
     with pytest.raises(ValueError, match=r"`cache` holds 3 sequences but the inputs have batch size 2.*init_cache\(batch_size=2"):
         layer(X[:, :1], cache=layer.init_cache(3, 6), cache_index=0, **step)
-    with pytest.raises(ValueError, match=r"`cache` must have shape \(batch, max_length, 2, 8\) as returned by `init_cache`"):
-        layer(X[:, :1], cache=cache[..., :5], cache_index=0, **step)
+    # Global layers lay a cache out (B, H, K + V, L), local ones (B, L, H, K + V).
+    expected = r"\(batch, (2, 8, max_length|max_length, 2, 8)\)"
+    with pytest.raises(ValueError, match=rf"`cache` must have shape {expected} as returned by `init_cache`"):
+        layer(X[:, :1], cache=np.zeros((2, 6, 2, 5), "float32"), cache_index=0, **step)
     with pytest.raises(ValueError, match=r"`batch_size` must be positive\. Received: batch_size=0"):
         layer.init_cache(0, 6)
     with pytest.raises(ValueError, match=r"`max_length` must be positive\. Received: max_length=-2"):
@@ -206,7 +208,7 @@ def test_cross_attention_errors():
     with pytest.raises(ValueError, match=r"needs the same batch size for query and value\. Received: query\.shape=\(2, 4, 8\), value\.shape=\(1, 7, 6\)\..*one memory per query"):
         layer(query, value[:1])
     layer(query, value)
-    with pytest.raises(ValueError, match=r"same batch size for query and cache.*cache\.shape=\(1, 7, 2, 8\)"):
+    with pytest.raises(ValueError, match=r"same batch size for query and cache.*cache\.shape=\(1, 2, 8, 7\)"):
         layer(query, cache=layer.compute_cache(value[:1]))
     with pytest.raises(ValueError, match=r"`attention_mask` has shape \(3, 4, 7\): its batch axis"):
         layer(query, value, attention_mask=np.ones((3, 4, 7), bool))
