@@ -117,6 +117,21 @@ def test_cached_decoding_equals_full_pass(chunks):
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5)
 
 
+def test_cache_layout_is_heads_first_positions_last():
+    # init_cache's documented layout (B, H, K + V, L): position i's key of
+    # head h in cache[:, h, :K, i], its value in cache[:, h, K:, i].
+    x = _inputs(length=3)
+    layer = _layer(value_dim=3)
+    layer.build(x.shape)
+    cache = layer.init_cache(2, 5)
+    assert tuple(cache.shape) == (2, 2, 4 + 3, 5)
+    _, cache = layer(x, cache=cache, cache_index=1, use_causal_mask=True)
+    qkv = np.asarray(layer.query_key_value_dense(x)).reshape(2, 3, 2, 4 + 4 + 3)  # per head [q | k | v]
+    cache = np.asarray(cache)
+    np.testing.assert_allclose(cache[..., 1:4], qkv[..., 4:].transpose(0, 2, 3, 1), atol=1e-6)
+    np.testing.assert_array_equal(cache[..., [0, 4]], 0.0)
+
+
 def test_cached_steps_with_masks_equal_full_pass():
     # One query per call is the decoding step's own core (multiply-and-reduce
     # on TensorFlow, matmuls on JAX): with padding and attention masks,
