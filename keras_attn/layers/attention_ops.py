@@ -279,22 +279,16 @@ def scaled_dot_product_attention(
     # (B, H, T, S) product.
     query = ops.cast(query, "float32")
     key = ops.cast(key, "float32")
-    # In the cache layout each head's keys (K, S) and values (V, S) are
-    # contiguous, so both products read the cache in place: batched matmuls
-    # (on JAX a decoding step is then one matrix-vector product per head),
-    # or, for one query on TensorFlow, multiply-and-reduce (see
-    # `_single_query_attention`).
-    if cache_layout and query.shape[1] == 1 and keras.backend.backend() == "tensorflow":
-        return _single_query_attention(
+    if cache_layout:
+        return _attention_over_cache(
             query, key, value, mask, scale, dropout_layer, training,
             may_have_empty_rows, extra_logits,
         )
-    key_subscripts, value_subscripts = ("bhks", "bhvs") if cache_layout else ("bshk", "bshv")
     if extra_logits is None:
         # Scaling the (B, T, H, K) query is cheaper than the (B, H, T, S) logits.
-        logits = ops.einsum(f"bthk,{key_subscripts}->bhts", query * scale, key)
+        logits = ops.einsum("bthk,bshk->bhts", query * scale, key)
     else:
-        logits = ops.einsum(f"bthk,{key_subscripts}->bhts", query, key) + ops.cast(
+        logits = ops.einsum("bthk,bshk->bhts", query, key) + ops.cast(
             extra_logits, "float32"
         )
         logits = logits * scale
@@ -302,42 +296,43 @@ def scaled_dot_product_attention(
     weights = ops.cast(probs, value.dtype)
     if dropout_layer is not None:
         weights = dropout_layer(weights, training=training)
-    outputs = ops.einsum(f"bhts,{value_subscripts}->bthv", weights, value)
+    outputs = ops.einsum("bhts,bshv->bthv", weights, value)
     return outputs, probs
 
 
-def _single_query_attention(
+def _attention_over_cache(
     query, key, value, mask, scale, dropout_layer, training,
     may_have_empty_rows, extra_logits,
 ):
-    """`scaled_dot_product_attention` for one query per sequence over keys
-    (B, H, K, S) and values (B, H, V, S) in the cache layout (a decoding
-    step), as multiply-and-reduce instead of matmuls: TensorFlow only.
+    """`scaled_dot_product_attention` over keys (B, H, K, S) and values
+    (B, H, V, S) in the cache layout, as matmuls with one batch axis of
+    B * H (a free reshape: each head's keys and values are contiguous).
 
-    TensorFlow 2.21's XLA on CPU runs a batched matmul of B * H
-    matrix-vector products poorly once B > 1, while the elementwise product
-    and its sum fuse into loops that stream over the positions S (the
-    contiguous axis). Hand-written 6-layer d512 step loops, ms per token:
-    batch 1, L 272 / 2,064: 4.3 / 9.0 with matmuls, 4.5 / 9.7 with this;
-    batch 8: 25.5 / 127 with matmuls, 13.1 / 77 with this (15.5 / 98 with
-    the earlier (B, L, H, K + V) layout). JAX's XLA is the other way round
-    (batch 8, L 2,064: 130 ms with matmuls, 279 with this), so JAX keeps
-    the matmuls.
+    A decoding step (T = 1) is then B * H matrix-vector products that read
+    the cache in place. One batch axis rather than two matters on CPU XLA:
+    6-layer d512 decoding step loops (TensorFlow 2.21, L 2,064), ms per
+    token: batch 1 / 2 / 8: batched matmuls over (B, H) 8.0 / 28.8 / 114,
+    multiply-and-reduce 8.6 / 14.4 / 61, over B * H 7.8 / 13.8 / 54.
     """
-    query = ops.transpose(query, (0, 2, 3, 1))  # (B, H, K, 1)
-    # Sum over K -> (B, H, S), in float32.
+    batch, heads, _, length = ops.shape(key)
+    value_dim = value.shape[2]
+    query_length = ops.shape(query)[1]
+
+    def flat(x):  # (B, H, ·, ·) -> (B * H, ·, ·)
+        return ops.reshape(x, (batch * heads,) + tuple(ops.shape(x)[2:]))
+
+    query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, K)
     if extra_logits is None:
-        logits = ops.sum((query * scale) * key, axis=2)
+        logits = ops.matmul(flat(query * scale), flat(key))
+        logits = ops.reshape(logits, (batch, heads, query_length, length))
     else:
-        logits = ops.sum(query * key, axis=2)
-    logits = ops.expand_dims(logits, 2)  # (B, H, 1, S)
-    if extra_logits is not None:
+        logits = ops.matmul(flat(query), flat(key))
+        logits = ops.reshape(logits, (batch, heads, query_length, length))
         logits = (logits + ops.cast(extra_logits, "float32")) * scale
     probs = masked_softmax(logits, mask, may_have_empty_rows=may_have_empty_rows)
     weights = ops.cast(probs, value.dtype)
     if dropout_layer is not None:
         weights = dropout_layer(weights, training=training)
-    # (B, H, 1, S) * (B, H, V, S) summed over S, accumulated in float32 as
-    # a matmul would (the casts are no-ops in float32).
-    outputs = ops.sum(ops.cast(weights, "float32") * ops.cast(value, "float32"), axis=-1)
-    return ops.cast(outputs[:, None], value.dtype), probs  # (B, 1, H, V)
+    outputs = ops.matmul(flat(weights), ops.swapaxes(flat(value), -1, -2))  # (B * H, T, V)
+    outputs = ops.reshape(outputs, (batch, heads, query_length, value_dim))
+    return ops.transpose(outputs, (0, 2, 1, 3)), probs
