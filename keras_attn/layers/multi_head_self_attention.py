@@ -218,7 +218,9 @@ class MultiHeadSelfAttention(AttentionBase):
         return ops.zeros(self._cache_shape(batch_size, max_length), dtype=dtype or self.compute_dtype)
 
     def _cache_shape(self, batch_size, max_length):
-        """The shape of a cache of `max_length` positions (None = any)."""
+        """The shape of a cache of `max_length` positions for `batch_size`
+        sequences (the two are placed as given: ints, or names in the
+        shape an error message shows)."""
         return (batch_size, self.num_heads, self.key_dim + self._value_dim, max_length)
 
     def _cache_length(self, cache):
