@@ -279,16 +279,11 @@ def scaled_dot_product_attention(
     # (B, H, T, S) product.
     query = ops.cast(query, "float32")
     key = ops.cast(key, "float32")
-    if cache_layout:
-        return _attention_over_cache(
-            query, key, value, mask, scale, dropout_layer, training,
-            may_have_empty_rows, extra_logits,
-        )
     if extra_logits is None:
         # Scaling the (B, T, H, K) query is cheaper than the (B, H, T, S) logits.
-        logits = ops.einsum("bthk,bshk->bhts", query * scale, key)
+        logits = _query_key_products(query * scale, key, cache_layout)
     else:
-        logits = ops.einsum("bthk,bshk->bhts", query, key) + ops.cast(
+        logits = _query_key_products(query, key, cache_layout) + ops.cast(
             extra_logits, "float32"
         )
         logits = logits * scale
@@ -296,43 +291,43 @@ def scaled_dot_product_attention(
     weights = ops.cast(probs, value.dtype)
     if dropout_layer is not None:
         weights = dropout_layer(weights, training=training)
-    outputs = ops.einsum("bhts,bshv->bthv", weights, value)
-    return outputs, probs
+    return _weighted_values(weights, value, cache_layout), probs
 
 
-def _attention_over_cache(
-    query, key, value, mask, scale, dropout_layer, training,
-    may_have_empty_rows, extra_logits,
-):
-    """`scaled_dot_product_attention` over keys (B, H, K, S) and values
-    (B, H, V, S) in the cache layout, as matmuls with one batch axis of
-    B * H (a free reshape: each head's keys and values are contiguous).
+# With `cache_layout` the products are matmuls over one batch axis of B * H,
+# a free reshape (each head's keys (K, S) and values (V, S) are contiguous),
+# so a decoding step (T = 1) is B * H matrix-vector products that read the
+# cache in place. One batch axis rather than two matters on CPU XLA: 6-layer
+# d512 decoding step loops (TensorFlow 2.21, L 2,064), ms per token at batch
+# 1 / 2 / 8: matmuls over (B, H) 8.0 / 28.8 / 114, multiply-and-reduce
+# 8.6 / 14.4 / 61, over B * H 7.8 / 13.8 / 54.
 
-    A decoding step (T = 1) is then B * H matrix-vector products that read
-    the cache in place. One batch axis rather than two matters on CPU XLA:
-    6-layer d512 decoding step loops (TensorFlow 2.21, L 2,064), ms per
-    token: batch 1 / 2 / 8: batched matmuls over (B, H) 8.0 / 28.8 / 114,
-    multiply-and-reduce 8.6 / 14.4 / 61, over B * H 7.8 / 13.8 / 54.
-    """
+
+def _merge_batch_heads(x):
+    """(B, H, ·, ·) -> (B * H, ·, ·)."""
+    dims = ops.shape(x)
+    return ops.reshape(x, (dims[0] * dims[1],) + tuple(dims[2:]))
+
+
+def _query_key_products(query, key, cache_layout):
+    """Q·Kᵀ (B, H, T, S) of queries (B, T, H, K) and keys (B, S, H, K), or
+    with `cache_layout` keys (B, H, K, S)."""
+    if not cache_layout:
+        return ops.einsum("bthk,bshk->bhts", query, key)
     batch, heads, _, length = ops.shape(key)
-    value_dim = value.shape[2]
-    query_length = ops.shape(query)[1]
-
-    def flat(x):  # (B, H, ·, ·) -> (B * H, ·, ·)
-        return ops.reshape(x, (batch * heads,) + tuple(ops.shape(x)[2:]))
-
     query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, K)
-    if extra_logits is None:
-        logits = ops.matmul(flat(query * scale), flat(key))
-        logits = ops.reshape(logits, (batch, heads, query_length, length))
-    else:
-        logits = ops.matmul(flat(query), flat(key))
-        logits = ops.reshape(logits, (batch, heads, query_length, length))
-        logits = (logits + ops.cast(extra_logits, "float32")) * scale
-    probs = masked_softmax(logits, mask, may_have_empty_rows=may_have_empty_rows)
-    weights = ops.cast(probs, value.dtype)
-    if dropout_layer is not None:
-        weights = dropout_layer(weights, training=training)
-    outputs = ops.matmul(flat(weights), ops.swapaxes(flat(value), -1, -2))  # (B * H, T, V)
-    outputs = ops.reshape(outputs, (batch, heads, query_length, value_dim))
-    return ops.transpose(outputs, (0, 2, 1, 3)), probs
+    products = ops.matmul(_merge_batch_heads(query), _merge_batch_heads(key))
+    return ops.reshape(products, (batch, heads, ops.shape(query)[2], length))
+
+
+def _weighted_values(weights, value, cache_layout):
+    """Outputs (B, T, H, V) of weights (B, H, T, S) over values (B, S, H, V),
+    or with `cache_layout` values (B, H, V, S)."""
+    if not cache_layout:
+        return ops.einsum("bhts,bshv->bthv", weights, value)
+    batch, heads, value_dim, _ = ops.shape(value)
+    outputs = ops.matmul(  # (B * H, T, V)
+        _merge_batch_heads(weights), ops.swapaxes(_merge_batch_heads(value), -1, -2)
+    )
+    outputs = ops.reshape(outputs, (batch, heads, ops.shape(weights)[2], value_dim))
+    return ops.transpose(outputs, (0, 2, 1, 3))

@@ -192,8 +192,8 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             outputs = chunked_attention(query, key, value, masks, chunk_size,
                                         relative_embeddings=self.relative_embeddings)
             return outputs, None
-        key_length = _dim(key, -1 if masks.cached else 1)
-        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], self._key_length(key, masks))
+        key_length = self._key_length(key, masks)
+        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], key_length)
         relative_logits = self._relative_logits(
             query, key_length, masks.cache_index, causal=bool(masks.use_causal_mask)
         )
