@@ -91,7 +91,10 @@ class CachedDecoder(Decoder):
       padding-mask argument must fall back to it when None (as keras_attn's
       layers do, with `attention_ops.get_implicit_mask`), or the full model
       would not mask what the engine masks. A cached layer that also takes
-      `start_index` gets `start_index=cache_index` as a position-aware one;
+      `start_index` gets `start_index=cache_index` as a position-aware one.
+      One whose cache keeps only the last positions says so with
+      `rolling_cache = True` (positions are then written in order, never
+      again: see `keeps_every_position`);
     * **position-aware** layers take a `start_index` call argument (the
       absolute position of the first input position): they are replayed
       with all their recorded arguments and `start_index=cache_index` (plus
@@ -335,6 +338,8 @@ class CachedDecoder(Decoder):
                 "to run through it."
             )
         step.update(kind="cached", call=call, sequence=sequence, reads=[sequence])
+        if getattr(op, "rolling_cache", False):
+            self.keeps_every_position = False
         if "start_index" in parameters:
             step["start_index"] = self._recorded_start(name, given, parameters)
         self._plan_padding_mask(step, name, given.get(call["padding_mask"]), call["padding_mask"])

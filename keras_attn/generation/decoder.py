@@ -45,6 +45,13 @@ class Decoder:
     #: State entries shared by the beams of a row (not reordered).
     shared_state_keys = ()
 
+    #: Whether the state holds every position, so that a position can be
+    #: written again. The generation functions rewrite the positions after
+    #: the shortest prompt of a batch; a decoder whose caches keep only the
+    #: last positions (rolling caches) sets this to False, and they then
+    #: feed a batch of unequal prompts one position at a time.
+    keeps_every_position = True
+
     def __init__(self, model, token_input=None):
         self.model = model
         self._input_names = _input_names(model)

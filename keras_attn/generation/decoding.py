@@ -102,15 +102,45 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
 
 
 def prefill(decoder, tokens, width, start, max_length, inputs):
-    """Runs the whole prompt through the caches in one pass.
+    """Runs the prompt through the caches: the whole width P in one pass.
+
+    The generation loop then goes on from `start` = the shortest prompt's
+    length, writing again the positions [start, P) that longer rows take
+    from their prompt. A decoder that cannot write a position twice
+    (`keeps_every_position=False`: rolling caches, which keep the last
+    positions only, in order) gets the one-pass prefill only when every
+    prompt has the full width; otherwise positions [0, start) one at a
+    time.
 
     Returns:
         `(logits, state)`: logits (B, V) float32 at position `start - 1` (the
-        prediction of position `start`), and the filled state.
+        prediction of position `start`), and the state filled up to `start`
+        (or further, with positions the loop writes again).
     """
     batch_size = ops.shape(tokens)[0]
     state = decoder.initial_state(batch_size, max_length, inputs)
-    logits, state = decoder(tokens[:, :width], 0, state, logits_index=start - 1)
+
+    def whole_prompt():
+        return decoder(tokens[:, :width], 0, state, logits_index=start - 1)
+
+    def position_by_position():
+        logits, first = decoder(tokens[:, :1], 0, state)
+
+        def body(index, logits, state):
+            token = ops.take(tokens, ops.reshape(index, (1,)), axis=1)
+            logits, state = decoder(token, index, state)
+            return index + 1, logits, state
+
+        _, logits, last = ops.while_loop(
+            lambda index, logits, state: ops.less(index, start), body,
+            (ops.ones((), "int32"), logits, first), maximum_iterations=width - 1,
+        )
+        return logits, last
+
+    if width == 1 or getattr(decoder, "keeps_every_position", True):
+        logits, state = whole_prompt()
+    else:
+        logits, state = ops.cond(ops.equal(start, width), whole_prompt, position_by_position)
     return ops.cast(logits[:, 0], "float32"), state
 
 

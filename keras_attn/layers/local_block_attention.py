@@ -85,7 +85,11 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             only the last W = `block_size + memory_flange` positions, the
             most a query can see, (B, W, H, K + V) whatever `max_length`:
             generating a sequence of any length takes constant cache memory
-            and each step copies W rows, not max_length.
+            and each step copies W rows, not max_length. Its slots hold the
+            W positions before the call's `cache_index`, so calls must go
+            forward, each starting where the last one ended: writing a
+            position again (going back) is not supported and not detected
+            (the generation functions take care of it).
         image_size: None (default), or a pair (height, width) of positive
             ints, 2D `block_size` only, each a multiple of the block's side:
             the layer then takes sequences of pixels of that image in

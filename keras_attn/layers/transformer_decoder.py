@@ -119,7 +119,8 @@ class TransformerDecoder(TransformerBlock):
         Returns:
             Its empty cache: zeros of shape (B, H, K + V, max_length) for
             `MultiHeadSelfAttention` and `RelativeGlobalAttention`, (B,
-            max_length, H, K + V) for `LocalBlockAttention`.
+            max_length, H, K + V) for `LocalBlockAttention`, (B, W, H,
+            K + V) for a rolling one (see `rolling_cache`).
         """
         if not self.built:
             raise ValueError(
@@ -127,6 +128,13 @@ class TransformerDecoder(TransformerBlock):
                 "once, or `build` it with the decoder and encoder shapes)."
             )
         return self._self_attention_layer.init_cache(batch_size, max_length, dtype)
+
+    @property
+    def rolling_cache(self):
+        """Whether the self-attention cache keeps only the last positions
+        (`LocalBlockAttention(rolling_cache=True)`): positions must then be
+        written in order, never again."""
+        return bool(getattr(self.self_attention, "rolling_cache", False))
 
     def compute_cross_attention_cache(self, encoder_sequence):
         """Projects the encoder sequence once into the cross-attention keys
@@ -233,9 +241,10 @@ class TransformerDecoder(TransformerBlock):
                 (decoder_sequence.shape[0], memory_length),
             )
         # Without a cache the mask has the layout of the positions:
-        # (B, T), or (B, height, width) for an image.
+        # (B, T), or (B, height, width) for an image; with one, it covers
+        # the positions the cache can hold (any number for a rolling cache).
         positions_shape = (
-            (self._cache_positions(self_attention_cache),) if cached
+            (self._cache_capacity(self_attention_cache),) if cached
             else tuple(decoder_sequence.shape[1:-1])
         )
         decoder_padding_mask = attention_ops.check_mask(
@@ -249,6 +258,12 @@ class TransformerDecoder(TransformerBlock):
         lays it out (None when the layer does not say)."""
         length = getattr(self._self_attention_layer, "_cache_length", None)
         return length(cache) if length is not None else None
+
+    def _cache_capacity(self, cache):
+        """The positions a self-attention cache can hold: its length, or
+        None for a rolling cache (or when the layer does not say)."""
+        capacity = getattr(self._self_attention_layer, "_cache_capacity", None)
+        return capacity(cache) if capacity is not None else None
 
     def _cross_attention_block(
         self, x, encoder_sequence, encoder_padding_mask, cross_attention_cache,

@@ -9,7 +9,9 @@ from keras_attn.models import translation_transformer
 from tests import attention_kinds
 
 VOCABULARY = 13
-KINDS = attention_kinds.SELF_ATTENTION_KINDS
+# "rolling": local attention whose cache keeps the last block + flange
+# positions only (no position can be written twice).
+KINDS = attention_kinds.SELF_ATTENTION_KINDS + ("rolling",)
 
 
 def self_attention(kind, index):
@@ -19,10 +21,11 @@ def self_attention(kind, index):
     options = {
         "multi_head": {},
         "local": {"block_size": 3, "memory_flange": 2},
+        "rolling": {"block_size": 3, "memory_flange": 2, "rolling_cache": True},
         "relative": {"max_relative_position": 4},
     }[kind]
     return attention_kinds.self_attention(
-        kind, key_dim=8, bias_initializer="zeros", name=f"{kind}_{index}", **options
+        "local" if kind == "rolling" else kind, key_dim=8, bias_initializer="zeros", name=f"{kind}_{index}", **options
     )
 
 
