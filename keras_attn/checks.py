@@ -144,6 +144,27 @@ def check_index(value, name):
         )
 
 
+def check_float_tensor(value, name, origin):
+    """Raises a ValueError unless `value` is a floating-point tensor.
+
+    Args:
+        value: the tensor received (e.g. a key/value cache).
+        name: the argument's name.
+        origin: where a valid one comes from, for the message (e.g. "as
+            returned by `init_cache`").
+
+    Raises:
+        ValueError: if `value`'s dtype is not floating (an integer or
+            boolean cache would truncate the keys and values).
+    """
+    dtype = keras.backend.standardize_dtype(value.dtype)
+    if "float" not in dtype:
+        raise ValueError(
+            f"`{name}` must be a floating-point tensor {origin}. Received: "
+            f"{name}.dtype={dtype}."
+        )
+
+
 def check_rate(owner, name, value):
     """Raises a ValueError unless `value` is a float in [0, 1).
 

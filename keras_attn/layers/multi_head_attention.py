@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers import attention_ops
 from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
 
@@ -183,12 +184,15 @@ class MultiHeadAttention(AttentionBase):
         else:
             memory_name, memory_shape = "cache", cache.shape
             expected = (self.num_heads, self.key_dim + self._value_dim)
-            if len(cache.shape) != 4 or tuple(cache.shape[1:3]) != expected:
+            if not hasattr(cache, "shape") or len(cache.shape) != 4 or any(
+                d is not None and d != e for d, e in zip(cache.shape[1:3], expected)
+            ):
                 raise ValueError(
                     f"`cache` must have shape (batch, {expected[0]}, {expected[1]}, "
-                    f"length) as returned by `compute_cache`. "
-                    f"Received: cache.shape={tuple(cache.shape)}."
+                    f"length) as returned by `compute_cache`. Received: cache.shape="
+                    f"{tuple(getattr(cache, 'shape', ())) or type(cache).__name__}."
                 )
+            checks.check_float_tensor(cache, "cache", "as returned by `compute_cache`")
             static_key_length = cache.shape[-1]
         self._check_same(
             "batch size", 0, [("query", query.shape), (memory_name, memory_shape)],
@@ -214,7 +218,8 @@ class MultiHeadAttention(AttentionBase):
             key, value = self._project_memory(value, key)
             key_length = ops.shape(key)[1]
         else:
-            key, value = ops.split(ops.cast(cache, projected_query.dtype), [self.key_dim], axis=2)
+            cache = ops.cast(cache, projected_query.dtype)  # slices: any axis may be unknown here
+            key, value = cache[:, :, : self.key_dim], cache[:, :, self.key_dim:]
             key_length = ops.shape(key)[-1]
         mask = attention_ops.merge_masks(
             batch_size, query_length, key_length,

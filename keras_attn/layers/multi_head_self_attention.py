@@ -212,10 +212,23 @@ class MultiHeadSelfAttention(AttentionBase):
             (V, S) matrices, in place: a matrix-vector product per head.
 
         Raises:
-            ValueError: if `batch_size` or `max_length` is not positive.
+            ValueError: if `batch_size` or `max_length` is not a positive
+                int (or int tensor), or `dtype` is not the layer's compute
+                dtype (Keras casts floating call arguments to it, so a cache
+                of another dtype would come back in the compute dtype).
         """
         self._check_cache_sizes(batch_size, max_length)
-        return ops.zeros(self._cache_shape(batch_size, max_length), dtype=dtype or self.compute_dtype)
+        dtype = keras.backend.standardize_dtype(dtype or self.compute_dtype)
+        if dtype != self.compute_dtype:
+            raise ValueError(
+                f"{type(self).__name__}.init_cache: the cache must have the "
+                f"layer's compute dtype {self.compute_dtype} (Keras casts "
+                "floating call arguments to it, so a cache of another dtype "
+                f"would come back as {self.compute_dtype}). Received: "
+                f"dtype={dtype}. For a float16 cache, give the layer a "
+                "float16 compute dtype (e.g. dtype='mixed_float16')."
+            )
+        return ops.zeros(self._cache_shape(batch_size, max_length), dtype=dtype)
 
     def _cache_shape(self, batch_size, max_length):
         """The shape of a cache of `max_length` positions for `batch_size`
@@ -229,12 +242,19 @@ class MultiHeadSelfAttention(AttentionBase):
 
     @staticmethod
     def _check_cache_sizes(batch_size, max_length):
-        """`init_cache`'s checks: known sizes must be positive."""
+        """`init_cache`'s checks: sizes are ints (or int tensors), known
+        ones positive."""
         for arg, value in (("batch_size", batch_size), ("max_length", max_length)):
             known = checks.static_int(value)
-            if known is not None and known <= 0:
+            integral = hasattr(value, "dtype") and "int" in str(
+                keras.backend.standardize_dtype(value.dtype)
+            )
+            if isinstance(value, bool) or (known is None and not integral) or (
+                known is not None and known <= 0
+            ):
                 raise ValueError(
-                    f"`{arg}` must be positive. Received: {arg}={value}."
+                    f"`{arg}` must be a positive int (or int scalar tensor). "
+                    f"Received: {arg}={value!r}."
                 )
 
     # ------------------------------------------------------------------- call
@@ -363,20 +383,24 @@ class MultiHeadSelfAttention(AttentionBase):
     def _cached_keys_values(self, cache, dtype):
         """The keys (B, H, K, L) and values (B, H, V, L) the attention core
         gets from the updated cache (B, H, K + V, L), in place."""
-        return ops.split(ops.cast(cache, dtype), [self.key_dim], axis=2)
+        cache = ops.cast(cache, dtype)  # slices, not split: any axis may be unknown here
+        return cache[:, :, : self.key_dim], cache[:, :, self.key_dim:]
 
     def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
         """Validates the cache and index (a subclass may refuse a cache for
         the call, e.g. without `use_causal_mask`); returns (offset, static
         cache length)."""
         expected = self._cache_shape("batch", "max_length")
-        if len(cache.shape) != len(expected) or any(
-            isinstance(e, int) and d != e for d, e in zip(cache.shape, expected)
+        if not hasattr(cache, "shape") or len(cache.shape) != len(expected) or any(
+            isinstance(e, int) and d is not None and d != e
+            for d, e in zip(cache.shape, expected)
         ):
             raise ValueError(
                 f"`cache` must have shape ({', '.join(map(str, expected))}) as "
-                f"returned by `init_cache`. Received: cache.shape={tuple(cache.shape)}."
+                f"returned by `init_cache`. Received: cache.shape="
+                f"{tuple(getattr(cache, 'shape', ())) or type(cache).__name__}."
             )
+        checks.check_float_tensor(cache, "cache", "as returned by `init_cache`")
         if cache.shape[0] is not None and inputs.shape[0] is not None and (
             cache.shape[0] != inputs.shape[0]
         ):
@@ -392,13 +416,13 @@ class MultiHeadSelfAttention(AttentionBase):
         index = checks.static_int(cache_index)
         max_length = self._cache_capacity(cache)
         length = inputs.shape[1]
-        if index is not None and index < 0 and max_length is None:
+        if index is not None and index < 0:
             raise ValueError(
                 f"`cache_index` must be >= 0 (the position of the first input). "
                 f"Received: cache_index={index}."
             )
         if index is not None and max_length is not None and length is not None:
-            if index < 0 or index + length > max_length:
+            if index + length > max_length:
                 raise ValueError(
                     f"`cache_index` + input length must fit in the cache. "
                     f"Received: cache_index={index}, input length {length}, "

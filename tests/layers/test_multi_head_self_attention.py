@@ -289,7 +289,7 @@ def test_call_errors():
         layer(x, cache=cache, cache_index=4)
     with pytest.raises(ValueError, match="init_cache"):
         layer(x, cache=cache[..., :3], cache_index=0)
-    with pytest.raises(ValueError, match="max_length` must be positive"):
+    with pytest.raises(ValueError, match=r"max_length` must be a positive int \(or int scalar tensor\)\. Received: max_length=0"):
         layer.init_cache(2, 0)
 
 

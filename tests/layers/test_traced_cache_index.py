@@ -47,3 +47,24 @@ def test_rolling_cache_takes_any_index_but_a_negative_one():
         layer(x, cache=cache, cache_index=-1, use_causal_mask=True)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message + r"\] \[-1"):
         step(tf.constant(-1))
+
+
+def test_cache_of_unknown_shape_at_trace_time_is_accepted():
+    # A served signature may leave every axis of the cache unknown: only
+    # known axes are checked while tracing.
+    from keras_attn.layers import MultiHeadAttention
+
+    x = np.random.RandomState(0).rand(1, 1, 8).astype("float32")
+    layer = MultiHeadSelfAttention(2, 4)
+    cache = layer.init_cache(1, 6)
+    want = layer(x, cache=cache, cache_index=2, use_causal_mask=True)
+    unknown = tf.TensorSpec([None] * 4, tf.float32)
+    step = tf.function(lambda c: layer(x, cache=c, cache_index=2, use_causal_mask=True),
+                       input_signature=[unknown])
+    for got, expected in zip(step(cache), want):
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    cross = MultiHeadAttention(2, 4)
+    memory = np.random.RandomState(1).rand(1, 5, 8).astype("float32")
+    want = cross(x, memory)
+    attend = tf.function(lambda c: cross(x, cache=c), input_signature=[unknown])
+    np.testing.assert_allclose(attend(cross.compute_cache(memory)), want, rtol=1e-5, atol=1e-6)

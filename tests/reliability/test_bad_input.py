@@ -126,8 +126,8 @@ def test_self_attention_input_errors(kind):
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
     "index",
-    [6, -1, np.int64(6), keras.ops.convert_to_tensor(6, "int32")],
-    ids=["int", "negative", "numpy", "backend_tensor"],
+    [6, np.int64(6), keras.ops.convert_to_tensor(6, "int32")],
+    ids=["int", "numpy", "backend_tensor"],
 )
 def test_cache_index_outside_the_cache(kind, index):
     layer = kinds.self_attention(kind)
@@ -156,10 +156,19 @@ def test_cache_errors(kind):
     expected = r"\(batch, (2, 8, max_length|max_length, 2, 8)\)"
     with pytest.raises(ValueError, match=rf"`cache` must have shape {expected} as returned by `init_cache`"):
         layer(X[:, :1], cache=np.zeros((2, 6, 2, 5), "float32"), cache_index=0, **step)
-    with pytest.raises(ValueError, match=r"`batch_size` must be positive\. Received: batch_size=0"):
-        layer.init_cache(0, 6)
-    with pytest.raises(ValueError, match=r"`max_length` must be positive\. Received: max_length=-2"):
-        layer.init_cache(2, -2)
+    with pytest.raises(ValueError, match=r"`cache_index` must be >= 0 \(the position of the first input\)\. Received: cache_index=-1\.(?!.*Allocate)"):
+        layer(X[:, :1], cache=cache, cache_index=-1, **step)
+    for dtype in ("int32", "bool"):
+        with pytest.raises(ValueError, match=rf"`cache` must be a floating-point tensor as returned by `init_cache`\. Received: cache\.dtype={dtype}"):
+            layer(X[:, :1], cache=keras.ops.cast(cache, dtype), cache_index=0, **step)
+    with pytest.raises(ValueError, match=r"`cache` must have shape .*Received: cache\.shape=list"):
+        layer(X[:, :1], cache=[[0.0]], cache_index=0, **step)
+    for args, received in (((0, 6), "batch_size=0"), ((2, -2), "max_length=-2"), ((2, 3.5), "max_length=3.5"),
+                           ((None, 6), "batch_size=None"), ((2, True), "max_length=True")):
+        with pytest.raises(ValueError, match=rf"must be a positive int \(or int scalar tensor\)\. Received: {received}"):
+            layer.init_cache(*args)
+    with pytest.raises(ValueError, match=r"the cache must have the layer's compute dtype float32.*Received: dtype=float16\. For a float16 cache"):
+        layer.init_cache(2, 6, dtype="float16")
 
 
 @pytest.mark.parametrize(
@@ -210,6 +219,8 @@ def test_cross_attention_errors():
     layer(query, value)
     with pytest.raises(ValueError, match=r"same batch size for query and cache.*cache\.shape=\(1, 2, 8, 7\)"):
         layer(query, cache=layer.compute_cache(value[:1]))
+    with pytest.raises(ValueError, match=r"`cache` must be a floating-point tensor as returned by `compute_cache`\. Received: cache\.dtype=int32"):
+        layer(query, cache=keras.ops.cast(layer.compute_cache(value), "int32"))
     with pytest.raises(ValueError, match=r"`attention_mask` has shape \(3, 4, 7\): its batch axis"):
         layer(query, value, attention_mask=np.ones((3, 4, 7), bool))
     with pytest.raises(ValueError, match=r"`attention_mask` has shape \(2, 3, 4, 7\): its heads axis"):
