@@ -8,6 +8,7 @@ from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_attn.layers.pixel_embedding import PixelEmbedding
 from keras_attn.layers.pixel_position_encoding import PixelPositionEncoding
+from keras_attn.layers.projection import Projection
 from keras_attn.layers.relative_global_attention import RelativeGlobalAttention
 from keras_attn.layers.sequence_delay import SequenceDelay
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
@@ -24,6 +25,7 @@ __all__ = [
     "MultiHeadSelfAttention",
     "PixelEmbedding",
     "PixelPositionEncoding",
+    "Projection",
     "RelativeGlobalAttention",
     "SequenceDelay",
     "SinusoidalPositionEncoding",

@@ -3,6 +3,7 @@ import inspect
 import keras
 
 from keras_attn import checks
+from keras_attn.layers.projection import Projection
 
 
 def clone_initializer(initializer):
@@ -90,7 +91,7 @@ class AttentionBase(keras.layers.Layer):
         self._value_dim = value_dim or key_dim
 
     def _make_dense(self, units, name):
-        return keras.layers.Dense(
+        return Projection(
             units,
             use_bias=self.use_bias,
             kernel_initializer=clone_initializer(self.kernel_initializer),

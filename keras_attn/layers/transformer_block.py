@@ -3,6 +3,7 @@ import keras
 from keras_attn import checks
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
+from keras_attn.layers.projection import Projection
 
 
 class TransformerBlock(keras.layers.Layer):
@@ -94,7 +95,7 @@ class TransformerBlock(keras.layers.Layer):
 
     # ----------------------------------------------------------- sublayers
     def _dense(self, units, name, activation=None):
-        return keras.layers.Dense(
+        return Projection(
             units,
             activation=activation,
             kernel_initializer=clone_initializer(self.kernel_initializer),

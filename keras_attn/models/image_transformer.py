@@ -18,6 +18,7 @@ from keras_attn.layers import LowResolutionBlockSums
 from keras_attn.layers import LowResolutionEmbedding
 from keras_attn.layers import LowResolutionLogitBias
 from keras_attn.layers import PixelEmbedding
+from keras_attn.layers import Projection
 from keras_attn.layers import SequenceDelay
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
@@ -414,7 +415,7 @@ def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate
         x = block(x) if encoder_outputs is None else block(x, encoder_outputs)
     if normalize_first:
         x = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")(x)
-    return keras.layers.Dense(NUM_INTENSITIES, dtype="float32", name="logits")(x)
+    return Projection(NUM_INTENSITIES, dtype="float32", name="logits")(x)
 
 
 def _check_width(hidden_dim, num_heads, position, dropout):

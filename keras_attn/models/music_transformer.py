@@ -5,7 +5,7 @@ import math
 
 import keras
 
-from keras_attn.layers import RelativeGlobalAttention, TokenAndPositionEmbedding, TransformerDecoder
+from keras_attn.layers import Projection, RelativeGlobalAttention, TokenAndPositionEmbedding, TransformerDecoder
 from keras_attn.checks import check_heads_divide, check_sizes
 from keras_attn.preprocessing import music
 
@@ -172,5 +172,5 @@ def music_transformer(
         )(x)
     if normalize_first:
         x = keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")(x)
-    logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(x)
+    logits = Projection(vocabulary_size, dtype="float32", name="logits")(x)
     return keras.Model(tokens, logits, name=name)

@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_attn.layers import TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
+from keras_attn.layers import Projection, TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
 from keras_attn.checks import check_heads_divide, check_sizes
 
 
@@ -111,7 +111,7 @@ def translation_transformer(
         y = TransformerDecoder(**block_kwargs, name=f"decoder_layer_{i}")(y, encoder_outputs)
     if normalize_first:
         y = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")(y)
-    logits = keras.layers.Dense(decoder_vocabulary_size, dtype="float32", name="logits")(y)
+    logits = Projection(decoder_vocabulary_size, dtype="float32", name="logits")(y)
     return keras.Model(
         {"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens}, logits, name=name
     )

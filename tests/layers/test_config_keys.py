@@ -18,6 +18,7 @@ _REQUIRED = {
     "MultiHeadSelfAttention": dict(num_heads=2, key_dim=4),
     "PixelEmbedding": dict(vocabulary_size=10, embedding_dim=8, image_size=4),
     "PixelPositionEncoding": dict(image_size=4),
+    "Projection": dict(units=4),
     "RelativeGlobalAttention": dict(num_heads=2, key_dim=4, max_relative_position=4),
     "SequenceDelay": dict(delay=2),
     "SinusoidalPositionEncoding": {},
@@ -55,6 +56,13 @@ def test_get_config_holds_exactly_the_init_arguments(name):
     cls = getattr(layers, name)
     layer = cls(**_REQUIRED[name])
     base = set(keras.layers.Layer().get_config())
-    assert set(layer.get_config()) - base == _init_arguments(cls)
+    init_owner = next(k for k in cls.__mro__ if "__init__" in vars(k))
+    if init_owner.__module__.startswith("keras."):
+        # A keras layer with another `call` (Projection: Dense): its config
+        # is its keras base's, whose own convention it keeps.
+        expected = set(init_owner(**_REQUIRED[name]).get_config())
+        assert set(layer.get_config()) == expected
+    else:
+        assert set(layer.get_config()) - base == _init_arguments(cls)
     restored = cls.from_config(layer.get_config())
     assert restored.get_config() == layer.get_config()
