@@ -2,8 +2,8 @@
 
 The same decoder-only LM as `generation_benchmark.py` (token + learned
 position embedding, --num-layers (default 6) post-norm TransformerDecoder
-blocks of width 512 with MultiHeadSelfAttention, 8 heads, d_ff 2048, Dense
-to 512 logits; batch 1; prompt = the 16 token ids 1..16; greedy, no end
+blocks of width 512 with MultiHeadSelfAttention, 8 heads, d_ff 2048, Projection
+(Dense) to 512 logits; batch 1; prompt = the 16 token ids 1..16; greedy, no end
 token), decoded end to end (prefill + N steps) by `greedy_search` over
 `CachedDecoder`, compiled by `keras_attn.generation.compile_generation`:
 `tf.function(jit_compile=True)` on TensorFlow, `jax.jit` (weights passed in
@@ -61,7 +61,7 @@ def build_model(args, sequence_length):
                 num_heads=args.num_heads, key_dim=args.hidden_dim // args.num_heads,
                 name=f"self_attention_{i}"),
             name=f"decoder_layer_{i}")(x)
-    return keras.Model(tokens, keras.layers.Dense(args.vocabulary_size, name="logits")(x))
+    return keras.Model(tokens, attn.Projection(args.vocabulary_size, name="logits")(x))
 
 
 def worker(args):

@@ -3,7 +3,7 @@
 Decoder-only language model, untrained (speed does not depend on the
 weights or the tokens): token + learned position embedding, --num-layers
 (default 6) post-norm TransformerDecoder blocks of width 512, 8 heads,
-d_ff 2048, and a Dense to the --vocabulary-size (512) logits; batch 1;
+d_ff 2048, and a Projection (Dense) to the --vocabulary-size (512) logits; batch 1;
 prompt = the 16 token ids 1..16; greedy, no end token.
 
 - keras_attn: `TokenAndPositionEmbedding`, `TransformerDecoder` with
@@ -88,7 +88,7 @@ def build_keras_attn(kind, args, max_length):
     for i in range(args.num_layers):
         x = attn.TransformerDecoder(args.intermediate_dim, self_attention=self_attention(kind, args, i),
                                     name=f"decoder_layer_{i}")(x)
-    logits = keras.layers.Dense(args.vocabulary_size, name="logits")(x)
+    logits = attn.Projection(args.vocabulary_size, name="logits")(x)  # as keras_attn.models do
     return keras.Model(tokens, logits)
 
 
