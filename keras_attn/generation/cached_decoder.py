@@ -517,7 +517,15 @@ class CachedDecoder(Decoder):
         Returns:
             `(logits, state)`: logits (B, T, V) float (or (B, 1, V) with
             `logits_index`), and the state with updated caches.
+
+        Raises:
+            ValueError: if `token_ids` is not (B, T) integers, `cache_index`
+                is not an integer scalar, or B differs from the state's batch
+                size (when both are known); and the cached layers' errors
+                (e.g. positions past the caches).
         """
+        checks.check_index(cache_index, "cache_index")
+        self._check_step_tokens(token_ids, state)
         memory = state["memory"]
         caches = list(state["caches"])
         masks = list(state["padding_masks"])
@@ -569,6 +577,26 @@ class CachedDecoder(Decoder):
             values[id(self._logits_tensor)]
         )
         return logits, {"caches": tuple(caches), "padding_masks": tuple(masks), "memory": memory}
+
+    def _check_step_tokens(self, token_ids, state):
+        if not hasattr(token_ids, "shape"):
+            token_ids = ops.convert_to_tensor(token_ids)
+        dtype = keras.backend.standardize_dtype(token_ids.dtype)
+        if len(token_ids.shape) != 2 or "int" not in dtype:
+            raise ValueError(
+                f"CachedDecoder: `token_ids` must be integer token ids of shape "
+                f"(batch, length). Received dtype {dtype} and shape "
+                f"{tuple(token_ids.shape)}."
+            )
+        batch = token_ids.shape[0]
+        for buffer in keras.tree.flatten((state["caches"], state["padding_masks"])):
+            if batch is not None and buffer.shape[0] is not None and buffer.shape[0] != batch:
+                raise ValueError(
+                    f"CachedDecoder: `token_ids` has batch size {batch} but the "
+                    f"state holds {buffer.shape[0]} sequences (token_ids.shape="
+                    f"{tuple(token_ids.shape)}). Make the state with "
+                    f"`initial_state(batch_size={batch}, ...)`."
+                )
 
     def _cached_step(self, step, values, masks, cache, cache_index, memory):
         """Calls a cached layer on the new positions; returns (outputs, cache)."""

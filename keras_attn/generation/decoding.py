@@ -63,7 +63,8 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
 
     Raises:
         ValueError: if the prompt is not a rank-2 integer tensor of static
-            width 1 <= P <= max_length.
+            width 1 <= P <= max_length, or `prompt_lengths` is not (B,)
+            integers in [0, P] (values checked when known).
     """
     checks.check_max_length(
         max_length, "the total length of the returned sequences (prompt included), a static shape"
@@ -89,6 +90,7 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
     if prompt_lengths is None:
         lengths = ops.sum(ops.cast(ops.not_equal(prompt, pad_token_id), "int32"), axis=1)
     else:
+        _check_prompt_lengths(prompt_lengths, prompt, width)
         lengths = ops.cast(ops.reshape(prompt_lengths, (-1,)), "int32")
     # A row needs one token to predict from: an empty row starts from its
     # first (pad) token.
@@ -99,6 +101,30 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
     prompt_mask = ops.less(ops.arange(max_length, dtype="int32")[None, :], lengths[:, None])
     tokens = ops.where(prompt_mask, tokens, ops.cast(pad_token_id, "int32"))
     return tokens, lengths, prompt_mask, ops.min(lengths), width
+
+
+def _check_prompt_lengths(prompt_lengths, prompt, width):
+    """Integer (B,) lengths in [0, P] (0: the row starts from its first
+    token); their values are checked when known (eagerly), else clipped."""
+    if not hasattr(prompt_lengths, "dtype"):
+        prompt_lengths = np.asarray(prompt_lengths)
+    dtype = keras.backend.standardize_dtype(prompt_lengths.dtype)
+    batch = prompt.shape[0]
+    shape = tuple(prompt_lengths.shape)
+    if "int" not in dtype or len(shape) != 1 or (
+        None not in (batch, shape[0]) and shape[0] != batch
+    ):
+        raise ValueError(
+            "`prompt_lengths` must be integers of shape (batch,), one length "
+            f"per prompt row. Received dtype {dtype} and shape {shape} for a "
+            f"prompt of shape {tuple(prompt.shape)}."
+        )
+    known = checks.known_value(prompt_lengths)
+    if known is not None and ((known < 0) | (known > width)).any():
+        raise ValueError(
+            f"`prompt_lengths` must be in [0, {width}] (the prompt's width). "
+            f"Received: prompt_lengths={known.tolist()}."
+        )
 
 
 def prefill(decoder, tokens, width, start, max_length, inputs):

@@ -44,8 +44,9 @@ def greedy_search(
             end tokens do not count); later positions get `pad_token_id`.
             None = always generate to `max_length`.
         pad_token_id: id of padding (0 in keras_attn models).
-        prompt_lengths: (B,) int prompt lengths; defaults to the number of
-            tokens != `pad_token_id` per row.
+        prompt_lengths: (B,) int prompt lengths in [0, P] (0: the row
+            starts from its first token); defaults to the number of tokens
+            != `pad_token_id` per row.
         inputs: the model's other inputs by name, e.g.
             `{"encoder_tokens": (B, S) int}` for a translation model; None for
             decoder-only models.
@@ -63,7 +64,9 @@ def greedy_search(
     Raises:
         ValueError: if the model cannot be adapted (see `CachedDecoder`), the
             prompt is not (B, P) integers with static 1 <= P <= max_length,
-            `max_length` is not a positive int, a token id is invalid, or
+            `prompt_lengths` is not (B,) integers in [0, P] (values checked
+            when known), `max_length` is not a positive int, a token id is
+            invalid, or
             `suppressed_token_ids` holds ids outside the vocabulary, the end
             id, or every id.
 

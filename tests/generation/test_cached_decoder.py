@@ -132,6 +132,20 @@ def test_errors_name_the_unexpected_layer():
         CachedDecoder(tiny_models.language_model(max_length=16)).initial_state(1, 20)
 
 
+def test_step_errors():
+    decoder = CachedDecoder(tiny_models.language_model())
+    state = decoder.initial_state(2, 8)
+    tokens = np.ones((2, 1), "int32")
+    with pytest.raises(ValueError, match=r"`token_ids` has batch size 3 but the state holds 2 sequences.*initial_state\(batch_size=3"):
+        decoder(np.ones((3, 1), "int32"), 0, state)
+    with pytest.raises(ValueError, match=r"`cache_index` must be an integer scalar.*Received: cache_index=1\.0"):
+        decoder(tokens, 1.0, state)
+    with pytest.raises(ValueError, match=r"`token_ids` must be integer token ids of shape \(batch, length\)\. Received dtype float32 and shape \(2, 1\)"):
+        decoder(tokens.astype("float32"), 0, state)
+    logits, _ = decoder(tokens, 0, state)  # the valid call runs
+    assert tuple(logits.shape) == (2, 1, tiny_models.VOCABULARY)
+
+
 class _ConditionedOffset(keras.layers.Layer):
     """A user's own position-aware layer, unknown to keras_attn: follows the
     engine's protocol (a `start_index` call argument) and reads a second,

@@ -159,3 +159,10 @@ def test_errors():
         greedy_search(model, prompt, 5, end_token_id=-1)
     with pytest.raises(ValueError, match="Expected a functional `keras.Model` or a decoder"):
         greedy_search(lambda x: x, prompt, 5)
+    two = np.array([[1, 2, 3, 0], [4, 5, 0, 0]], "int32")
+    for lengths, received in (([0, 9], r"\[0, 9\]"), ([-1, 2], r"\[-1, 2\]")):
+        with pytest.raises(ValueError, match=rf"`prompt_lengths` must be in \[0, 4\].*Received: prompt_lengths={received}"):
+            greedy_search(model, two, 6, prompt_lengths=np.array(lengths))
+    for lengths, received in (([2.0, 3.0], r"dtype float(32|64) and shape \(2,\)"), ([2, 3, 1], r"dtype int(32|64) and shape \(3,\)")):
+        with pytest.raises(ValueError, match=rf"`prompt_lengths` must be integers of shape \(batch,\).*{received}"):
+            greedy_search(model, two, 6, prompt_lengths=np.array(lengths))
