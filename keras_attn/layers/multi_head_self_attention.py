@@ -282,6 +282,7 @@ class MultiHeadSelfAttention(AttentionBase):
             cache_index, static_key_length = self._check_cache(
                 cache, cache_index, inputs, use_causal_mask
             )
+            cache = self._check_cache_batch_in_graph(cache, inputs)
         else:
             cache_index, static_key_length = 0, static_length
 
@@ -385,6 +386,20 @@ class MultiHeadSelfAttention(AttentionBase):
         gets from the updated cache (B, H, K + V, L), in place."""
         cache = ops.cast(cache, dtype)  # slices, not split: any axis may be unknown here
         return cache[:, :, : self.key_dim], cache[:, :, self.key_dim:]
+
+    @staticmethod
+    def _check_cache_batch_in_graph(cache, inputs):
+        """The cache, checked in the graph (TensorFlow) against the inputs'
+        batch size when either is known only at run time: the eager
+        message of `_check_cache`, before anything reads the cache."""
+        if keras.backend.backend() != "tensorflow" or None not in (cache.shape[0], inputs.shape[0]):
+            return cache
+        cache_batch, inputs_batch = ops.shape(cache)[0], ops.shape(inputs)[0]
+        return checks.check_in_graph(ops.equal(cache_batch, inputs_batch), [
+            "`cache` holds ", cache_batch, " sequences but the inputs have batch size ",
+            inputs_batch, ". Create the cache with `init_cache(batch_size=", inputs_batch,
+            ", max_length)`.",
+        ], cache)
 
     def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
         """Validates the cache and index (a subclass may refuse a cache for

@@ -68,3 +68,23 @@ def test_cache_of_unknown_shape_at_trace_time_is_accepted():
     want = cross(x, memory)
     attend = tf.function(lambda c: cross(x, cache=c), input_signature=[unknown])
     np.testing.assert_allclose(attend(cross.compute_cache(memory)), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MultiHeadSelfAttention(2, 4),
+    lambda: LocalBlockAttention(2, 4, block_size=2, memory_flange=2),
+    lambda: LocalBlockAttention(2, 4, block_size=2, memory_flange=2, rolling_cache=True),
+], ids=["mhsa", "local", "rolling"])
+def test_batch_known_only_at_run_time_is_checked_in_the_graph(make):
+    layer = make()
+    x = np.random.RandomState(0).rand(2, 1, 8).astype("float32")
+    cache = layer.init_cache(3, 6)
+    with pytest.raises(ValueError, match=r"`cache` holds 3 sequences but the inputs have batch size 2"):
+        layer(x, cache=cache, cache_index=0, use_causal_mask=True)
+    spec = tf.TensorSpec([None, 1, 8], tf.float32)
+    step = tf.function(lambda x: layer(x, cache=cache, cache_index=0, use_causal_mask=True),
+                       input_signature=[spec])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"`cache` holds \] \[3\] \[ sequences but the inputs have batch size \] \[2"):
+        step(x)
+    step(np.concatenate([x, x[:1]]))  # the matching batch runs
