@@ -149,7 +149,7 @@ def report(args, model, tokenizer):
         bleu = sacrebleu.corpus_bleu(hypotheses, [references])
         results[name] = {"bleu": round(bleu.score, 2), "signature": str(bleu), "seconds": round(seconds, 1),
                          "num_beams": beams, "sentences": len(sources)}
-        print(f"{name} (beams={beams}): {bleu}  [{seconds:.0f} s]")
+        print(f"{name} (beams={beams}), {len(sources)} sentences of {args.eval_split}: {bleu}  [{seconds:.0f} s]")
         if name == strategies[0][0]:
             with open(os.path.join(args.output_dir, "translations.txt"), "w") as f:
                 for src, hyp, ref in zip(sources, hypotheses, references):
