@@ -295,7 +295,8 @@ class TimeBudget(keras.callbacks.Callback):
         if self.path and os.path.exists(self.path):
             with open(self.path) as f:
                 spent = float(f.read() or 0)
-        self.start = time.time() - spent
+        self._process_start = time.time()
+        self.start = self._process_start - spent
         if self.progress:
             print(f"Training for {self.seconds / 60:g} min (the bar is the time budget):")
             self._bar = _BudgetBar(int(round(self.seconds)))
@@ -310,6 +311,11 @@ class TimeBudget(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
+        # An epoch that ends less than one step before the budget would be
+        # followed by a one-step epoch (and its validation): stop here.
+        elapsed = time.time() - self.start
+        if self.steps and elapsed + self._seconds_per_step() > self.seconds:
+            self.model.stop_training = True
         if self.path:
             with open(self.path, "w") as f:
                 f.write(str(time.time() - self.start))
@@ -319,6 +325,10 @@ class TimeBudget(keras.callbacks.Callback):
             )
             print(f"\n  epoch {epoch + 1} done at {(time.time() - self.start) / 60:.1f} min, "
                   f"{self.steps} steps" + (f" - {shown}" if shown else ""), flush=True)
+
+    def _seconds_per_step(self):
+        """Mean wall time of this process's steps so far."""
+        return (time.time() - self._process_start) / max(self.steps, 1)
 
     def on_train_end(self, logs=None):
         if self._bar is not None:

@@ -1,0 +1,69 @@
+"""`TimeBudget` (examples/training_utils.py): training stops at the budget,
+and no epoch starts that would run a single step past it."""
+
+import importlib.util
+import os
+
+import pytest
+
+pytest.importorskip("tensorflow")  # the examples' helpers import it
+pytestmark = pytest.mark.requires_tensorflow
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "training_utils.py")
+
+
+def _training_utils():
+    spec = importlib.util.spec_from_file_location("training_utils_under_test", _PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class _Model:
+    stop_training = False
+
+
+def _run(monkeypatch, epochs, steps_per_epoch, step_seconds, minutes):
+    """Drives the callback like `fit` does with a fake clock; returns the
+    steps run per epoch."""
+    module = _training_utils()
+    clock = _Clock()
+    monkeypatch.setattr(module.time, "time", clock)
+    budget = module.TimeBudget(minutes)
+    budget.set_model(_Model())
+    budget.on_train_begin()
+    done = []
+    for epoch in range(epochs):
+        steps = 0
+        for batch in range(steps_per_epoch):
+            clock.now += step_seconds
+            steps += 1
+            budget.on_train_batch_end(batch)
+            if budget.model.stop_training:
+                break
+        done.append(steps)
+        budget.on_epoch_end(epoch, {"loss": 1.0})
+        if budget.model.stop_training:
+            break
+    return done
+
+
+def test_stops_inside_an_epoch_at_the_budget(monkeypatch):
+    # 1-minute budget, 7 s steps: the 9th step (63 s) passes it.
+    assert _run(monkeypatch, epochs=3, steps_per_epoch=5, step_seconds=7.0, minutes=1) == [5, 4]
+
+
+def test_no_one_step_epoch_after_an_epoch_ending_just_before_the_budget(monkeypatch):
+    # 10 steps of 5.9 s end the epoch at 59 s: one more step would pass
+    # the minute, so the next epoch does not start.
+    assert _run(monkeypatch, epochs=3, steps_per_epoch=10, step_seconds=5.9, minutes=1) == [10]
+    # With room for more than a step, it does.
+    assert _run(monkeypatch, epochs=3, steps_per_epoch=10, step_seconds=5.0, minutes=1.5) == [10, 9]
