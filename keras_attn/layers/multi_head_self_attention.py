@@ -290,6 +290,8 @@ class MultiHeadSelfAttention(AttentionBase):
             original_inputs, inputs, padding_mask, attention_mask,
             cache is not None, static_key_length,
         )
+        if cache is not None and static_key_length is None and padding_mask is not None:
+            padding_mask = self._check_mask_reaches_inputs(padding_mask, cache_index, inputs)
         query, key, value, cache = self._project_query_key_value(
             inputs, cache, cache_index
         )
@@ -386,6 +388,32 @@ class MultiHeadSelfAttention(AttentionBase):
         gets from the updated cache (B, H, K + V, L), in place."""
         cache = ops.cast(cache, dtype)  # slices, not split: any axis may be unknown here
         return cache[:, :, : self.key_dim], cache[:, :, self.key_dim:]
+
+    @staticmethod
+    def _check_mask_reaches_inputs(padding_mask, offset, inputs):
+        """With a cache of no fixed length (rolling), the padding mask is over
+        absolute positions: it must reach the last input's, cache_index +
+        T - 1 (checked eagerly, or in the graph on TensorFlow)."""
+        length, index, count = padding_mask.shape[1], checks.static_int(offset), inputs.shape[1]
+        message = (
+            "`padding_mask` must cover every position up to the last input "
+            "(a rolling cache keeps only the last positions; the mask is over "
+            "absolute positions): shape (batch, >= cache_index + input length)."
+        )
+        if None not in (length, index, count):
+            if length < index + count:
+                raise ValueError(
+                    f"{message} Received: padding_mask.shape={tuple(padding_mask.shape)}, "
+                    f"cache_index={index}, input length {count}."
+                )
+            return padding_mask
+        if keras.backend.backend() != "tensorflow":
+            return padding_mask
+        needed = offset + ops.shape(inputs)[1]
+        return checks.check_in_graph(ops.greater_equal(ops.shape(padding_mask)[1], needed), [
+            f"{message} Received: padding_mask length ", ops.shape(padding_mask)[1],
+            ", cache_index + input length ", needed, ".",
+        ], padding_mask)
 
     @staticmethod
     def _check_cache_batch_in_graph(cache, inputs):

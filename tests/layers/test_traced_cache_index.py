@@ -88,3 +88,20 @@ def test_batch_known_only_at_run_time_is_checked_in_the_graph(make):
                        match=r"`cache` holds \] \[3\] \[ sequences but the inputs have batch size \] \[2"):
         step(x)
     step(np.concatenate([x, x[:1]]))  # the matching batch runs
+
+
+def test_rolling_cache_padding_mask_must_reach_the_inputs():
+    # The mask is over absolute positions; a short one used to be read at
+    # its last entry for every later position.
+    layer = LocalBlockAttention(2, 4, block_size=2, memory_flange=2, rolling_cache=True)
+    x = np.random.RandomState(0).rand(1, 1, 8).astype("float32")
+    cache = layer.init_cache(1, 6)
+    message = r"`padding_mask` must cover every position up to the last input"
+    with pytest.raises(ValueError, match=message + r".*padding_mask\.shape=\(1, 3\), cache_index=5, input length 1"):
+        layer(x, cache=cache, cache_index=5, use_causal_mask=True, padding_mask=np.ones((1, 3), bool))
+    layer(x, cache=cache, cache_index=5, use_causal_mask=True, padding_mask=np.ones((1, 6), bool))
+    step = tf.function(lambda i: layer(x, cache=cache, cache_index=i, use_causal_mask=True,
+                                       padding_mask=np.ones((1, 3), bool)))
+    step(tf.constant(2))  # reaches position 2
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message + r".*padding_mask length \] \[3\] \[, cache_index \+ input length \] \[6"):
+        step(tf.constant(5))
