@@ -94,9 +94,12 @@ class MultiHeadSelfAttention(AttentionBase):
             with; on empty batches or sequences; on masks that are not
             boolean/integer (float masks included) or of the wrong rank or
             shape (an `attention_mask`'s batch and head axes must be B or
-            H, or 1); on a `cache` of another batch size than the inputs;
-            on a `cache_index` that is not an integer scalar, or lies
-            outside the cache: at once when it is known at call time
+            H, or 1); on a `cache` that is not a floating tensor of the
+            `init_cache` shape (unknown axes pass); on a `cache` of another
+            batch size than the inputs, or a rolling cache's padding mask
+            that does not reach the last input position; on a
+            `cache_index` that is not an integer scalar, or lies outside
+            the cache: all at once when known at call time
             (eagerly, or a Python int); when traced, under TensorFlow, by an
             in-graph check with the same message (`InvalidArgumentError`
             when the graph runs; no measurable cost). Not checked when
