@@ -144,24 +144,36 @@ def check_index(value, name):
         )
 
 
-def check_float_tensor(value, name, origin):
-    """Raises a ValueError unless `value` is a floating-point tensor.
+def check_cache(cache, expected_shape, origin):
+    """Raises a ValueError unless `cache` is a floating tensor of the
+    expected shape (a key/value cache of an attention layer).
 
     Args:
-        value: the tensor received (e.g. a key/value cache).
-        name: the argument's name.
+        cache: the cache received.
+        expected_shape: its expected shape: ints for fixed axes, names
+            (e.g. "batch", "max_length") for axes of any size, as the
+            message shows them. Axes unknown while tracing pass.
         origin: where a valid one comes from, for the message (e.g. "as
             returned by `init_cache`").
 
     Raises:
-        ValueError: if `value`'s dtype is not floating (an integer or
+        ValueError: if `cache` has no shape, another rank, another size on
+            a fixed axis, or a dtype that is not floating (an integer or
             boolean cache would truncate the keys and values).
     """
-    dtype = keras.backend.standardize_dtype(value.dtype)
+    shape = tuple(getattr(cache, "shape", ()))
+    if not shape or len(shape) != len(expected_shape) or any(
+        isinstance(e, int) and d is not None and d != e for d, e in zip(shape, expected_shape)
+    ):
+        raise ValueError(
+            f"`cache` must have shape ({', '.join(map(str, expected_shape))}) {origin}. "
+            f"Received: cache.shape={shape or type(cache).__name__}."
+        )
+    dtype = keras.backend.standardize_dtype(cache.dtype)
     if "float" not in dtype:
         raise ValueError(
-            f"`{name}` must be a floating-point tensor {origin}. Received: "
-            f"{name}.dtype={dtype}."
+            f"`cache` must be a floating-point tensor {origin}. Received: "
+            f"cache.dtype={dtype}."
         )
 
 

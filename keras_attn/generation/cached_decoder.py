@@ -338,8 +338,6 @@ class CachedDecoder(Decoder):
                 "to run through it."
             )
         step.update(kind="cached", call=call, sequence=sequence, reads=[sequence])
-        if getattr(op, "rolling_cache", False):
-            self.keeps_every_position = False
         if "start_index" in parameters:
             step["start_index"] = self._recorded_start(name, given, parameters)
         self._plan_padding_mask(step, name, given.get(call["padding_mask"]), call["padding_mask"])
@@ -577,6 +575,15 @@ class CachedDecoder(Decoder):
             values[id(self._logits_tensor)]
         )
         return logits, {"caches": tuple(caches), "padding_masks": tuple(masks), "memory": memory}
+
+    @property
+    def keeps_every_position(self):
+        """False when a cached layer's cache keeps only the last positions
+        (`rolling_cache = True`): see `Decoder.keeps_every_position`."""
+        return not any(
+            getattr(step["op"], "rolling_cache", False)
+            for step in self._steps if step["kind"] == "cached"
+        )
 
     def _check_step_tokens(self, token_ids, state):
         if not hasattr(token_ids, "shape"):

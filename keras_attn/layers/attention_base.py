@@ -1,6 +1,7 @@
 import inspect
 
 import keras
+from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers.projection import Projection
@@ -99,6 +100,13 @@ class AttentionBase(keras.layers.Layer):
             dtype=self.dtype_policy,
             name=name,
         )
+
+    def _cached_keys_values(self, cache, dtype):
+        """The keys (B, H, K, L) and values (B, H, V, L) of a cache laid out
+        heads first, (B, H, K + V, L) (`MultiHeadSelfAttention.init_cache`,
+        `MultiHeadAttention.compute_cache`), read in place."""
+        cache = ops.cast(cache, dtype)  # slices, not split: any axis may be unknown here
+        return cache[:, :, : self.key_dim], cache[:, :, self.key_dim:]
 
     def _make_dropout(self):
         if not self.dropout:

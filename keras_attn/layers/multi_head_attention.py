@@ -182,17 +182,11 @@ class MultiHeadAttention(AttentionBase):
             memory_name, memory_shape = "value", value.shape
             static_key_length = value.shape[1]
         else:
+            checks.check_cache(
+                cache, ("batch", self.num_heads, self.key_dim + self._value_dim, "length"),
+                "as returned by `compute_cache`",
+            )
             memory_name, memory_shape = "cache", cache.shape
-            expected = (self.num_heads, self.key_dim + self._value_dim)
-            if not hasattr(cache, "shape") or len(cache.shape) != 4 or any(
-                d is not None and d != e for d, e in zip(cache.shape[1:3], expected)
-            ):
-                raise ValueError(
-                    f"`cache` must have shape (batch, {expected[0]}, {expected[1]}, "
-                    f"length) as returned by `compute_cache`. Received: cache.shape="
-                    f"{tuple(getattr(cache, 'shape', ())) or type(cache).__name__}."
-                )
-            checks.check_float_tensor(cache, "cache", "as returned by `compute_cache`")
             static_key_length = cache.shape[-1]
         self._check_same(
             "batch size", 0, [("query", query.shape), (memory_name, memory_shape)],
@@ -218,8 +212,7 @@ class MultiHeadAttention(AttentionBase):
             key, value = self._project_memory(value, key)
             key_length = ops.shape(key)[1]
         else:
-            cache = ops.cast(cache, projected_query.dtype)  # slices: any axis may be unknown here
-            key, value = cache[:, :, : self.key_dim], cache[:, :, self.key_dim:]
+            key, value = self._cached_keys_values(cache, projected_query.dtype)
             key_length = ops.shape(key)[-1]
         mask = attention_ops.merge_masks(
             batch_size, query_length, key_length,

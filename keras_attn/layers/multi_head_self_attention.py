@@ -386,12 +386,6 @@ class MultiHeadSelfAttention(AttentionBase):
         """The positions a cache can hold (its length; None = unbounded)."""
         return self._cache_length(cache)
 
-    def _cached_keys_values(self, cache, dtype):
-        """The keys (B, H, K, L) and values (B, H, V, L) the attention core
-        gets from the updated cache (B, H, K + V, L), in place."""
-        cache = ops.cast(cache, dtype)  # slices, not split: any axis may be unknown here
-        return cache[:, :, : self.key_dim], cache[:, :, self.key_dim:]
-
     @staticmethod
     def _check_mask_reaches_inputs(padding_mask, offset, inputs):
         """With a cache of no fixed length (rolling), the padding mask is over
@@ -436,17 +430,7 @@ class MultiHeadSelfAttention(AttentionBase):
         """Validates the cache and index (a subclass may refuse a cache for
         the call, e.g. without `use_causal_mask`); returns (offset, static
         cache length)."""
-        expected = self._cache_shape("batch", "max_length")
-        if not hasattr(cache, "shape") or len(cache.shape) != len(expected) or any(
-            isinstance(e, int) and d is not None and d != e
-            for d, e in zip(cache.shape, expected)
-        ):
-            raise ValueError(
-                f"`cache` must have shape ({', '.join(map(str, expected))}) as "
-                f"returned by `init_cache`. Received: cache.shape="
-                f"{tuple(getattr(cache, 'shape', ())) or type(cache).__name__}."
-            )
-        checks.check_float_tensor(cache, "cache", "as returned by `init_cache`")
+        checks.check_cache(cache, self._cache_shape("batch", "max_length"), "as returned by `init_cache`")
         if cache.shape[0] is not None and inputs.shape[0] is not None and (
             cache.shape[0] != inputs.shape[0]
         ):

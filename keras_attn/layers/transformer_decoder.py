@@ -244,7 +244,7 @@ class TransformerDecoder(TransformerBlock):
         # (B, T), or (B, height, width) for an image; with one, it covers
         # the positions the cache can hold (any number for a rolling cache).
         positions_shape = (
-            (self._cache_capacity(self_attention_cache),) if cached
+            (self._ask_self_attention("_cache_capacity", self_attention_cache),) if cached
             else tuple(decoder_sequence.shape[1:-1])
         )
         decoder_padding_mask = attention_ops.check_mask(
@@ -253,17 +253,13 @@ class TransformerDecoder(TransformerBlock):
         )
         return decoder_padding_mask, encoder_padding_mask
 
-    def _cache_positions(self, cache):
-        """The number of positions of a self-attention cache, as its layer
-        lays it out (None when the layer does not say)."""
-        length = getattr(self._self_attention_layer, "_cache_length", None)
-        return length(cache) if length is not None else None
-
-    def _cache_capacity(self, cache):
-        """The positions a self-attention cache can hold: its length, or
-        None for a rolling cache (or when the layer does not say)."""
-        capacity = getattr(self._self_attention_layer, "_cache_capacity", None)
-        return capacity(cache) if capacity is not None else None
+    def _ask_self_attention(self, hook, cache):
+        """What the self-attention layer's cache hook says of `cache`:
+        `_cache_length` (its positions, as the layer lays it out) or
+        `_cache_capacity` (the positions it can hold; None for a rolling
+        cache). None when the layer has no such hook."""
+        method = getattr(self._self_attention_layer, hook, None)
+        return method(cache) if method is not None else None
 
     def _cross_attention_block(
         self, x, encoder_sequence, encoder_padding_mask, cross_attention_cache,
@@ -327,7 +323,8 @@ class TransformerDecoder(TransformerBlock):
                 results += (spec(shape, dtype),)
         if return_attention_scores:
             key_length = (
-                self._cache_positions(self_attention_cache) if self_attention_cache is not None
+                self._ask_self_attention("_cache_length", self_attention_cache)
+                if self_attention_cache is not None
                 else length
             )
             scores = {"self_attention": spec((batch, num_heads, length, key_length))}
