@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn import checks
+from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.projection import Projection
 
 
@@ -41,7 +42,7 @@ def bound_call_arguments(layer, args, kwargs):
     return bound.arguments
 
 
-class AttentionBase(keras.layers.Layer):
+class AttentionBase(ArgumentsConfig, keras.layers.Layer):
     """Constructor arguments, config and sublayer factories shared by every
     attention layer of the library (not exported: use a concrete layer).
 
@@ -114,20 +115,3 @@ class AttentionBase(keras.layers.Layer):
         return keras.layers.Dropout(
             self.dropout, seed=self.seed, dtype=self.dtype_policy, name="attention_dropout"
         )
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "num_heads": self.num_heads,
-                "key_dim": self.key_dim,
-                "value_dim": self.value_dim,
-                "dropout": self.dropout,
-                "use_bias": self.use_bias,
-                "output_dim": self.output_dim,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "seed": self.seed,
-            }
-        )
-        return config

@@ -322,14 +322,6 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             f"local attention over images). Received: {name}={value!r}."
         )
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {"block_size": self.block_size, "memory_flange": self.memory_flange,
-             "rolling_cache": self.rolling_cache, "image_size": self.image_size}
-        )
-        return config
-
     # ------------------------------------------------------------- checks
     def _check_inputs_shape(self, shape):
         if len(shape) not in self._input_ranks:

@@ -1,11 +1,12 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class LowResolutionBlockSums(keras.layers.Layer):
+class LowResolutionBlockSums(ArgumentsConfig, keras.layers.Layer):
     """For each position of a super resolver's output, the sum of the
     intensities already generated in its low-resolution block.
 
@@ -124,8 +125,3 @@ class LowResolutionBlockSums(keras.layers.Layer):
         if cache is None:
             return sums
         return sums, keras.KerasTensor(tuple(cache.shape), dtype="float32")
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(self.raster.config())
-        return config

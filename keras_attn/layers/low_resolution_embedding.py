@@ -2,12 +2,13 @@ import keras
 from keras import ops
 
 from keras_attn import checks
+from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class LowResolutionEmbedding(keras.layers.Layer):
+class LowResolutionEmbedding(ArgumentsConfig, keras.layers.Layer):
     """Embeds, at each position of a high-resolution raster sequence, the
     low-resolution image's intensity there.
 
@@ -137,19 +138,4 @@ class LowResolutionEmbedding(keras.layers.Layer):
 
     def compute_output_shape(self, inputs_shape, low_resolution_shape=None):
         return (inputs_shape[0], inputs_shape[1], self.embedding_dim)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(self.raster.config())
-        config.update(
-            {
-                "embedding_dim": self.embedding_dim,
-                "interpolation": self.interpolation,
-                "scale_embeddings": self.scale_embeddings,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
-            }
-        )
-        return config
 

@@ -3,11 +3,12 @@ import numpy as np
 from keras import ops
 
 from keras_attn import checks
+from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class LowResolutionLogitBias(keras.layers.Layer):
+class LowResolutionLogitBias(ArgumentsConfig, keras.layers.Layer):
     """Adds to each intensity's logits a learned log-prior over its offset
     from the low-resolution value at that position.
 
@@ -193,16 +194,3 @@ class LowResolutionLogitBias(keras.layers.Layer):
 
     def compute_output_shape(self, logits_shape, low_resolution_shape=None, *args, **kwargs):
         return tuple(logits_shape)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(self.raster.config())
-        config.update(
-            {
-                "interpolation": self.interpolation,
-                "prior_scale": self.prior_scale,
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "max_correction": self.max_correction,
-            }
-        )
-        return config

@@ -65,16 +65,6 @@ class LowResolutionRaster:
             for small, big in zip(self.low_resolution_size, self.image_size)
         )
 
-    def config(self):
-        """The geometry as layer config entries (image_size,
-        low_resolution_size, channels, num_intensities)."""
-        return {
-            "image_size": self.image_size,
-            "low_resolution_size": self.low_resolution_size,
-            "channels": self.channels,
-            "num_intensities": self.num_intensities,
-        }
-
     @property
     def num_positions(self):
         """Intensities of the high-resolution image (H * W * C)."""

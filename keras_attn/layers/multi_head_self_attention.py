@@ -530,11 +530,6 @@ class MultiHeadSelfAttention(AttentionBase):
             return None
         return self._auto_chunk_size
 
-    def get_config(self):
-        config = super().get_config()
-        config["chunk_size"] = self.chunk_size
-        return config
-
     # ------------------------------------------------------- shapes and masks
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape[:-1]) + (self.output_dim or inputs_shape[-1],)

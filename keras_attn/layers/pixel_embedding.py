@@ -2,12 +2,13 @@ import keras
 from keras import ops
 
 from keras_attn import checks
+from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.pixel_position_encoding import PixelPositionEncoding
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class PixelEmbedding(keras.layers.Layer):
+class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
     """Channel-specific intensity embeddings plus 2D position encodings.
 
     The input layer of the Image Transformer. An image is a sequence of
@@ -159,22 +160,3 @@ class PixelEmbedding(keras.layers.Layer):
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape) + (self.embedding_dim,)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "vocabulary_size": self.vocabulary_size,
-                "embedding_dim": self.embedding_dim,
-                "image_size": self.image_size,
-                "channels": self.channels,
-                "position": self.position,
-                "scale_token_embeddings": self.scale_token_embeddings,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
-                "max_wavelength": self.max_wavelength,
-                "coordinate_scale": self.coordinate_scale,
-            }
-        )
-        return config

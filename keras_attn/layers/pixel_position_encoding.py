@@ -4,11 +4,12 @@ import keras
 from keras import ops
 
 from keras_attn import checks
+from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class PixelPositionEncoding(keras.layers.Layer):
+class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
     """2D position encoding of an image's channel intensities in raster order.
 
     For a sequence of channel intensities in raster order (pixel by pixel,
@@ -226,22 +227,6 @@ class PixelPositionEncoding(keras.layers.Layer):
 
     def compute_mask(self, inputs, previous_mask=None):
         return previous_mask
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "image_size": self.image_size,
-                "channels": self.channels,
-                "position": self.position,
-                "max_wavelength": self.max_wavelength,
-                "coordinate_scale": self.coordinate_scale,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
-            }
-        )
-        return config
 
 
 def _sinusoids(positions, dim, max_wavelength):

@@ -205,16 +205,6 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             cache_layout=masks.cached,
         )
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "max_relative_position": self.max_relative_position,
-                "heads_share_relative_embedding": self.heads_share_relative_embedding,
-            }
-        )
-        return config
-
 
 def skew(relative_logits, key_length=None):
     """Turns logits indexed by relative distance into logits indexed by key.

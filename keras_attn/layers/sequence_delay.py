@@ -2,10 +2,11 @@ import keras
 from keras import ops
 
 from keras_attn import checks
+from keras_attn.layers.arguments_config import ArgumentsConfig
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class SequenceDelay(keras.layers.Layer):
+class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
     """The input sequence delayed by a fixed number of positions: what the
     sequence held `delay` positions back, at every position.
 
@@ -111,8 +112,3 @@ class SequenceDelay(keras.layers.Layer):
         if cache is None:
             return outputs
         return outputs, keras.KerasTensor(tuple(cache.shape), dtype=inputs.dtype)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"delay": self.delay, "fill_value": self.fill_value})
-        return config

@@ -1,9 +1,11 @@
 import keras
 from keras import ops
 
+from keras_attn.layers.arguments_config import ArgumentsConfig
+
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class SinusoidalPositionEncoding(keras.layers.Layer):
+class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
     """Fixed sine/cosine position encoding of Vaswani et al. 2017.
 
     Returns the encoding to add to the inputs (as keras-hub's
@@ -68,11 +70,6 @@ class SinusoidalPositionEncoding(keras.layers.Layer):
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config.update({"max_wavelength": self.max_wavelength})
-        return config
 
 
 def sinusoids(length, dim, start_index=0, max_wavelength=10000):

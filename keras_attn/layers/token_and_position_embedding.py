@@ -2,12 +2,13 @@ import keras
 from keras import ops
 
 from keras_attn import checks
+from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.sinusoidal_position_encoding import sinusoids
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class TokenAndPositionEmbedding(keras.layers.Layer):
+class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
     """Token embedding plus a learned or sinusoidal position encoding.
 
     The input of every sequence model in the library: token ids become
@@ -178,21 +179,3 @@ class TokenAndPositionEmbedding(keras.layers.Layer):
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape) + (self.embedding_dim,)
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "vocabulary_size": self.vocabulary_size,
-                "embedding_dim": self.embedding_dim,
-                "sequence_length": self.sequence_length,
-                "position": self.position,
-                "mask_zero": self.mask_zero,
-                "scale_token_embeddings": self.scale_token_embeddings,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
-                "max_wavelength": self.max_wavelength,
-            }
-        )
-        return config

@@ -1,12 +1,13 @@
 import keras
 
 from keras_attn import checks
+from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_attn.layers.projection import Projection
 
 
-class TransformerBlock(keras.layers.Layer):
+class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
     """What `TransformerEncoder` and `TransformerDecoder` share: the
     self-attention sublayer, the position-wise feed-forward network, and the
     residual + layer-norm wiring around each (not exported: use one of the two).
@@ -222,26 +223,3 @@ class TransformerBlock(keras.layers.Layer):
 
     def compute_mask(self, inputs, previous_mask=None):
         return previous_mask
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "intermediate_dim": self.intermediate_dim,
-                "num_heads": self.num_heads,
-                "key_dim": self.key_dim,
-                "dropout": self.dropout,
-                "activation": keras.activations.serialize(self.activation),
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "normalize_first": self.normalize_first,
-                "self_attention": (
-                    None
-                    if self.self_attention is None
-                    else keras.layers.serialize(self.self_attention)
-                ),
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "seed": self.seed,
-            }
-        )
-        return config
