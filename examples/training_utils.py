@@ -337,8 +337,10 @@ class TimeBudget(keras.callbacks.Callback):
 
 class _BudgetBar(keras.utils.Progbar):
     """A `keras.utils.Progbar` over seconds of budget: the metric values it
-    shows are the latest ones, not averages over seconds, and it shows no
-    "s/step" rate (its unit is a second)."""
+    shows are the latest ones, not averages over seconds, it shows no
+    "s/step" rate, and its ETA is the budget left (its unit is a second of
+    wall time; Keras' estimate from the first updates would count the
+    compilation before them, or the time of a resumed run, as progress)."""
 
     def __init__(self, seconds):
         super().__init__(seconds, stateful_metrics=None, unit_name="s")
@@ -346,6 +348,9 @@ class _BudgetBar(keras.utils.Progbar):
 
     def _format_time(self, time_per_unit, unit_name):
         return ""
+
+    def _estimate_step_duration(self, current, now):
+        return 1.0
 
 
 class _Everything:

@@ -1,8 +1,10 @@
 """`TimeBudget` (examples/training_utils.py): training stops at the budget,
-and no epoch starts that would run a single step past it."""
+no epoch starts that would run a single step past it, and the bar's ETA is
+the budget left."""
 
 import importlib.util
 import os
+import re
 
 import pytest
 
@@ -67,3 +69,17 @@ def test_no_one_step_epoch_after_an_epoch_ending_just_before_the_budget(monkeypa
     assert _run(monkeypatch, epochs=3, steps_per_epoch=10, step_seconds=5.9, minutes=1) == [10]
     # With room for more than a step, it does.
     assert _run(monkeypatch, epochs=3, steps_per_epoch=10, step_seconds=5.0, minutes=1.5) == [10, 9]
+
+
+def test_the_bar_eta_is_the_budget_left(capsys):
+    # The first update comes after compilation (here 40 s in) and the next
+    # one at once: Keras' estimate, from the time between updates, would
+    # show an ETA of about 0 s; a second of budget is a second.
+    bar = _training_utils()._BudgetBar(300)
+    bar.interval = 0
+    bar.update(40, [("loss", 2.5)])
+    bar.update(41, [("loss", 2.4)])
+    shown = re.sub("\x1b\\[[0-9;]*m", "", capsys.readouterr().out.split("\r")[-1])
+    assert shown.startswith(" 41/300 ")
+    assert " 4:19 " in shown  # the ETA: 300 - 41 s
+    assert "loss: 2.4" in shown
