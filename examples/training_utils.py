@@ -1,6 +1,7 @@
 """What the training examples share: the `--strategy` flag (one GPU, several
 GPUs, several machines, a TPU), a backup that resumes a killed run
-exactly, a wall-time budget, a throughput log and the training-curve plot.
+exactly, a wall-time budget, a throughput log, the training-curve plot and
+a Ctrl-C that says how to resume (`run`).
 
 Each example's train.py does
 
@@ -22,12 +23,27 @@ run would see next.
 import csv
 import json
 import os
+import sys
 import time
 
 import keras
 import numpy as np
 
 STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+
+
+def run(main, verbose=False):
+    """Runs a train.py's `main()`. Ctrl-C ends it with one line saying how
+    to resume (the backup keeps every finished epoch) and exit status 130,
+    not a traceback through Keras; with `verbose` the traceback is kept."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        if verbose:
+            raise
+        print("\nInterrupted. Run the same command again to resume from the last "
+              "finished epoch.", file=sys.stderr)
+        sys.exit(130)
 
 
 def add_strategy_arguments(parser):

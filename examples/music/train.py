@@ -334,4 +334,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    training_utils.run(main, verbose=quiet.VERBOSE)

@@ -309,4 +309,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    training_utils.run(main, verbose=quiet.VERBOSE)

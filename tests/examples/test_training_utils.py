@@ -1,6 +1,6 @@
-"""`TimeBudget` (examples/training_utils.py): training stops at the budget,
-no epoch starts that would run a single step past it, and the bar's ETA is
-the budget left."""
+"""examples/training_utils.py: `TimeBudget` stops training at the budget,
+starts no epoch that would run a single step past it, and its bar's ETA is
+the budget left; `run` turns Ctrl-C into a line on how to resume."""
 
 import importlib.util
 import os
@@ -83,3 +83,15 @@ def test_the_bar_eta_is_the_budget_left(capsys):
     assert shown.startswith(" 41/300 ")
     assert " 4:19 " in shown  # the ETA: 300 - 41 s
     assert "loss: 2.4" in shown
+
+
+def test_ctrl_c_says_how_to_resume(capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as stopped:
+        _training_utils().run(interrupted)
+    assert stopped.value.code == 130
+    assert "Run the same command again to resume" in capsys.readouterr().err
+    with pytest.raises(KeyboardInterrupt):  # --verbose keeps the traceback
+        _training_utils().run(interrupted, verbose=True)
