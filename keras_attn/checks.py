@@ -144,6 +144,28 @@ def check_index(value, name):
         )
 
 
+def check_token_id(name, value):
+    """Raises a ValueError unless `value` is None or a non-negative int
+    token id known when tracing (`end_token_id`, `pad_token_id`).
+
+    Args:
+        name: the argument's name, for the message.
+        value: the value received.
+
+    Raises:
+        ValueError: if `value` is a bool, negative, or not an int known
+            before the graph runs.
+    """
+    if value is None:
+        return
+    known = static_int(value)
+    if isinstance(value, bool) or known is None or known < 0:
+        raise ValueError(
+            f"`{name}` must be a non-negative int token id or None. "
+            f"Received: {name}={value!r}."
+        )
+
+
 def check_cache(cache, expected_shape, origin):
     """Raises a ValueError unless `cache` is a floating tensor of the
     expected shape (a key/value cache of an attention layer).

@@ -247,14 +247,3 @@ def suppressor(suppressed, vocabulary_size):
         return ops.where(blocked, float("-inf"), logits)
 
     return suppress
-
-
-def check_token_id(name, value):
-    if value is None:
-        return
-    known = checks.static_int(value)
-    if isinstance(value, bool) or known is None or known < 0:
-        raise ValueError(
-            f"`{name}` must be a non-negative int token id or None. "
-            f"Received: {name}={value!r}."
-        )

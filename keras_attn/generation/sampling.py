@@ -89,8 +89,8 @@ def sample(
         "Hierarchical Neural Story Generation", section 5.4 (top-k).
     """
     temperature, top_k, top_p = checks.check_sampling_arguments(temperature, top_k, top_p)
-    decoding.check_token_id("end_token_id", end_token_id)
-    decoding.check_token_id("pad_token_id", pad_token_id)
+    checks.check_token_id("end_token_id", end_token_id)
+    checks.check_token_id("pad_token_id", pad_token_id)
     key = _seed_key(seed)
 
     def choose(logits, position):

@@ -85,8 +85,8 @@ def greedy_search(
         Vaswani et al. 2017, "Attention Is All You Need", section 3
         (auto-regressive generation).
     """
-    decoding.check_token_id("end_token_id", end_token_id)
-    decoding.check_token_id("pad_token_id", pad_token_id)
+    checks.check_token_id("end_token_id", end_token_id)
+    checks.check_token_id("pad_token_id", pad_token_id)
 
     def choose(logits, position):
         return ops.argmax(logits, axis=-1)
@@ -202,8 +202,8 @@ def beam_search(
         (beam size 4, alpha = 0.6).
     """
     _check_beam_arguments(num_beams, length_penalty_alpha)
-    decoding.check_token_id("end_token_id", end_token_id)
-    decoding.check_token_id("pad_token_id", pad_token_id)
+    checks.check_token_id("end_token_id", end_token_id)
+    checks.check_token_id("pad_token_id", pad_token_id)
     suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
     decoder = decoding.as_decoder(model)
     tokens, lengths, prompt_mask, start, width = decoding.prepare_prompt(
