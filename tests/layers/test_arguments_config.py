@@ -1,63 +1,73 @@
-"""`ArgumentsConfig`: the config is the constructor arguments, read back from
-attributes; what it serializes and how it fails."""
+"""`ArgumentsConfig`: a keras_attn layer's config is its constructor
+arguments, read back from attributes; a user's subclass is left to its own
+`get_config`, as with any Keras layer."""
 
 import keras
+import numpy as np
 import pytest
 
-from keras_attn.layers.arguments_config import ArgumentsConfig
+from keras_attn.layers import MultiHeadSelfAttention, SequenceDelay, TransformerDecoder
 
 
-class _Base(ArgumentsConfig, keras.layers.Layer):
-    def __init__(self, units, activation="relu", initializer="zeros", **kwargs):
-        super().__init__(**kwargs)
-        self.units = units
-        self.activation = keras.activations.get(activation)
-        self.initializer = keras.initializers.get(initializer)
-
-
-class _Child(_Base):
-    def __init__(self, units, inner=None, *args, **kwargs):
-        super().__init__(units, **kwargs)
-        self.inner = inner
-
-
-class _Closed(_Base):
-    """No **kwargs: the arguments of `_Base` are not reachable."""
-
-    def __init__(self, size):
-        super().__init__(units=size, name="closed")
-        self.size = size
-
-
-class _Forgetful(ArgumentsConfig, keras.layers.Layer):
-    def __init__(self, rate, **kwargs):
-        super().__init__(**kwargs)
-
-
-def test_config_holds_every_argument_serialized_as_keras_does():
-    inner = keras.layers.Dense(3, name="inner")
-    layer = _Child(4, inner=inner, activation="gelu",
-                   initializer=keras.initializers.Constant(0.5), name="child")
-    config = layer.get_config()
+def _extra(layer):
+    """The config entries beyond keras.layers.Layer's, in order."""
     base = keras.layers.Layer().get_config()
-    extra = {k: v for k, v in config.items() if k not in base}
-    assert extra == {
-        "units": 4,
-        "activation": "gelu",
-        "initializer": keras.initializers.serialize(keras.initializers.Constant(0.5)),
-        "inner": keras.layers.serialize(inner),
-    }
-    assert list(extra) == ["units", "inner", "activation", "initializer"]  # signature order
-    restored = _Child.from_config(config)
-    assert restored.get_config() == config
+    return {k: v for k, v in layer.get_config().items() if k not in base}
 
 
-def test_arguments_stop_where_kwargs_stop():
-    config = _Closed(5).get_config()
-    assert config["size"] == 5
-    assert "units" not in config and "activation" not in config
+def test_arguments_in_signature_order_serialized_as_keras_does():
+    attention = MultiHeadSelfAttention(num_heads=2, key_dim=4, name="attention")
+    decoder = TransformerDecoder(
+        8, num_heads=2, activation="gelu", self_attention=attention,
+        kernel_initializer=keras.initializers.Constant(0.5),
+    )
+    extra = _extra(decoder)
+    assert extra["activation"] == "gelu"
+    assert extra["kernel_initializer"] == keras.initializers.serialize(
+        keras.initializers.Constant(0.5)
+    )
+    assert extra["self_attention"] == keras.layers.serialize(attention)
+    assert list(extra) == [  # TransformerBlock's signature (the decoder adds none)
+        "intermediate_dim", "num_heads", "key_dim", "dropout", "activation",
+        "layer_norm_epsilon", "normalize_first", "self_attention",
+        "kernel_initializer", "bias_initializer", "seed",
+    ]
+    assert list(_extra(SequenceDelay(delay=3, fill_value=-1))) == ["delay", "fill_value"]
+    assert _extra(SequenceDelay(delay=3, fill_value=-1)) == {"delay": 3, "fill_value": -1}
+
+
+class _ScaledAttention(MultiHeadSelfAttention):
+    """A user's subclass that keeps its argument privately and writes its
+    own get_config (the usual Keras pattern)."""
+
+    def __init__(self, output_scale=1.0, **kwargs):
+        super().__init__(**kwargs)
+        self._output_scale = output_scale
+
+    def call(self, inputs, **kwargs):
+        return super().call(inputs, **kwargs) * self._output_scale
+
+    def get_config(self):
+        config = super().get_config()
+        config["output_scale"] = self._output_scale
+        return config
+
+
+def test_a_user_subclass_keeps_its_own_get_config():
+    layer = _ScaledAttention(output_scale=3.0, num_heads=2, key_dim=4)
+    config = layer.get_config()
+    assert config["output_scale"] == 3.0 and config["num_heads"] == 2
+    x = np.random.default_rng(0).normal(size=(1, 3, 8)).astype("float32")
+    restored = _ScaledAttention.from_config(config)
+    restored.build(x.shape)
+    layer.build(x.shape)
+    restored.set_weights(layer.get_weights())
+    np.testing.assert_allclose(restored(x), layer(x), rtol=1e-6)
+    np.testing.assert_allclose(layer(x), 3.0 * MultiHeadSelfAttention.call(layer, x), rtol=1e-6)
 
 
 def test_a_missing_attribute_names_the_argument():
-    with pytest.raises(AttributeError, match="_Forgetful has no attribute `rate`"):
-        _Forgetful(0.1).get_config()
+    layer = SequenceDelay(delay=2)
+    object.__delattr__(layer, "fill_value")
+    with pytest.raises(AttributeError, match="SequenceDelay has no attribute `fill_value`"):
+        layer.get_config()
