@@ -3,7 +3,7 @@ GPUs, several machines, a TPU), a backup that resumes a killed run
 exactly, a wall-time budget, a throughput log, the training-curve plot and
 a Ctrl-C that says how to resume (`run`).
 
-Each example's train.py does
+Each example's train.py runs `training_utils.run(main)`, and its `main` does
 
     strategy = training_utils.make_strategy(args.strategy, tpu=args.tpu)
     with strategy.scope():
@@ -23,6 +23,7 @@ run would see next.
 import csv
 import json
 import os
+import signal
 import sys
 import time
 
@@ -34,8 +35,10 @@ STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 def run(main, verbose=False):
     """Runs a train.py's `main()`. Ctrl-C ends it with one line saying how
-    to resume (the backup keeps every finished epoch) and exit status 130,
-    not a traceback through Keras; with `verbose` the traceback is kept."""
+    to resume (the backup keeps every finished epoch), not a traceback
+    through Keras; with `verbose` the traceback is kept. The process still
+    dies of SIGINT, as Python's own handling does, so a shell script or
+    loop running several trainings stops there too (status 130)."""
     try:
         main()
     except KeyboardInterrupt:
@@ -43,7 +46,10 @@ def run(main, verbose=False):
             raise
         print("\nInterrupted. Run the same command again to resume from the last "
               "finished epoch.", file=sys.stderr)
-        sys.exit(130)
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        sys.exit(130)  # where SIGINT does not end the process
 
 
 def add_strategy_arguments(parser):

@@ -85,13 +85,21 @@ def test_the_bar_eta_is_the_budget_left(capsys):
     assert "loss: 2.4" in shown
 
 
-def test_ctrl_c_says_how_to_resume(capsys):
+def test_ctrl_c_says_how_to_resume_and_still_dies_of_sigint(monkeypatch, capsys):
+    module = _training_utils()
+    sent = []
+    monkeypatch.setattr(module.signal, "signal", lambda number, handler: sent.append(("handler", handler)))
+    monkeypatch.setattr(module.os, "kill", lambda pid, number: sent.append(("kill", pid, number)))
+
     def interrupted():
         raise KeyboardInterrupt
 
-    with pytest.raises(SystemExit) as stopped:
-        _training_utils().run(interrupted)
+    with pytest.raises(SystemExit) as stopped:  # only where the signal did not end it
+        module.run(interrupted)
     assert stopped.value.code == 130
     assert "Run the same command again to resume" in capsys.readouterr().err
+    # A shell loop running several trainings sees a SIGINT death and stops.
+    assert sent == [("handler", module.signal.SIG_DFL),
+                    ("kill", os.getpid(), module.signal.SIGINT)]
     with pytest.raises(KeyboardInterrupt):  # --verbose keeps the traceback
-        _training_utils().run(interrupted, verbose=True)
+        module.run(interrupted, verbose=True)
