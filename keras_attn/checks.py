@@ -166,6 +166,26 @@ def check_token_id(name, value):
         )
 
 
+def check_no_cache_index(cache_index, cache_name="cache"):
+    """Raises a ValueError when `cache_index` is given without a cache: it
+    is the position of the inputs in the cache and means nothing without
+    one (keras-hub's cached attention refuses it the same way).
+
+    Args:
+        cache_index: the value received (None = not given).
+        cache_name: the cache argument's name, for the message.
+
+    Raises:
+        ValueError: if `cache_index` is not None.
+    """
+    if cache_index is not None:
+        raise ValueError(
+            f"`cache_index` is the position of the inputs in `{cache_name}` and is "
+            f"only read with a cache. Received: cache_index={cache_index!r} and no "
+            f"`{cache_name}`. Pass the cache from `init_cache`, or drop `cache_index`."
+        )
+
+
 def check_cache(cache, expected_shape, origin):
     """Raises a ValueError unless `cache` is a floating tensor of the
     expected shape (a key/value cache of an attention layer).

@@ -77,7 +77,7 @@ class MultiHeadSelfAttention(AttentionBase):
             keys/values of `inputs` are written at `cache_index`, and
             attention runs over the cache. Slots not written yet are masked.
         cache_index: int or int32 scalar tensor, absolute position of
-            `inputs[:, 0]` in the cache. Defaults to 0.
+            `inputs[:, 0]` in the cache. Defaults to 0; only with a `cache`.
         return_attention_scores: if True, also return the attention
             probabilities.
         training: Python bool; enables dropout.
@@ -98,8 +98,8 @@ class MultiHeadSelfAttention(AttentionBase):
             `init_cache` shape (unknown axes pass); on a `cache` of another
             batch size than the inputs, or a rolling cache's padding mask
             that does not reach the last input position; on a
-            `cache_index` that is not an integer scalar, or lies outside
-            the cache: all at once when known at call time
+            `cache_index` that is not an integer scalar, lies outside
+            the cache, or comes without a cache: all at once when known at call time
             (eagerly, or a Python int); when traced, under TensorFlow, by an
             in-graph check with the same message (`InvalidArgumentError`
             when the graph runs; no measurable cost). Not checked when
@@ -287,6 +287,7 @@ class MultiHeadSelfAttention(AttentionBase):
             )
             cache = self._check_cache_batch_in_graph(cache, inputs)
         else:
+            checks.check_no_cache_index(cache_index)
             cache_index, static_key_length = 0, static_length
 
         padding_mask, attention_mask = self._check_masks(

@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers import attention_ops
 from keras_attn.layers.attention_base import bound_call_arguments
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
@@ -56,7 +57,7 @@ class TransformerDecoder(TransformerBlock):
             `init_cache` ((B, H, K + V, max_length) for
             `MultiHeadSelfAttention`).
         cache_index: int or int32 scalar, absolute position of
-            `decoder_sequence[:, 0]`.
+            `decoder_sequence[:, 0]`; only with a `self_attention_cache`.
         cross_attention_cache: (B, H, K + V, S), the encoder's projected keys
             and values. Computed from `encoder_sequence` (and returned) when a
             self-attention cache is given and this is None.
@@ -78,7 +79,8 @@ class TransformerDecoder(TransformerBlock):
         ValueError: on invalid arguments (see `TransformerBlock`); an
             encoder sequence or cross cache given to a block built without
             cross-attention (or the reverse); masks of the wrong
-            dtype/rank/shape; `cache_index` outside the cache.
+            dtype/rank/shape; `cache_index` outside the cache or given
+            without `self_attention_cache`.
 
     Example:
     >>> import keras
@@ -171,6 +173,8 @@ class TransformerDecoder(TransformerBlock):
         training=None,
     ):
         cached = self_attention_cache is not None
+        if not cached:
+            checks.check_no_cache_index(cache_index, "self_attention_cache")
         with_cross = encoder_sequence is not None or cross_attention_cache is not None
         self._check_cross_attention(with_cross)
         decoder_padding_mask, encoder_padding_mask = self._check_padding_masks(

@@ -169,6 +169,9 @@ def test_cache_errors(kind):
             layer.init_cache(*args)
     with pytest.raises(ValueError, match=r"the cache must have the layer's compute dtype float32.*Received: dtype=float16\. For a float16 cache"):
         layer.init_cache(2, 6, dtype="float16")
+    for index in (0, 3):
+        with pytest.raises(ValueError, match=rf"`cache_index` is the position of the inputs in `cache`.*Received: cache_index={index} and no `cache`\. Pass the cache from `init_cache`"):
+            layer(X, cache_index=index, **step)
 
 
 @pytest.mark.parametrize(
@@ -258,6 +261,8 @@ def test_block_errors(kind):
         decoder(X[:, :1], memory, self_attention_cache=cache, cache_index=4)
     with pytest.raises(ValueError, match=r"`cache_index` must be an integer scalar"):
         decoder(X[:, :1], memory, self_attention_cache=cache, cache_index=0.0)
+    with pytest.raises(ValueError, match=r"Received: cache_index=2 and no `self_attention_cache`"):
+        decoder(X, memory, cache_index=2)
 
 
 # ------------------------------------------- learned position tables
