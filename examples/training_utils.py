@@ -408,6 +408,28 @@ class TokenThroughput(keras.callbacks.Callback):
             logs[self.key] = self.tokens_per_step * self.steps / (time.time() - self.start)
 
 
+class ExamplesSeen(keras.callbacks.Callback):
+    """Logs the examples trained on so far under `key` at each epoch end:
+    optimizer steps x global batch size, so an epoch cut short by a time
+    budget, a resumed run and `--continue_training` all count what really
+    ran (epochs x steps_per_epoch does not). Put it before the CSVLogger.
+
+    Args:
+        batch_size: the global batch size (examples per optimizer step).
+        key: the name of the figure in the epoch logs (history.csv,
+            TensorBoard).
+    """
+
+    def __init__(self, batch_size, key="examples_seen"):
+        super().__init__()
+        self.batch_size = batch_size
+        self.key = key
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs[self.key] = int(self.model.optimizer.iterations) * self.batch_size
+
+
 def plot_history(output_dir, draw):
     """Draws `<output_dir>/history.csv` (the CSVLogger's file) into
     `<output_dir>/training_curves.png`; does nothing without logged epochs.

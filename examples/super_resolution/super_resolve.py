@@ -46,6 +46,9 @@ def main(argv=None):
     parser.add_argument("--top_k", type=int, default=0, help="0 = sample among all intensities")
     parser.add_argument("--top_p", type=float, default=1.0, help="nucleus mass; 1 = no filter")
     args = parser.parse_args(argv)
+    if not os.path.isdir(args.image_dir):
+        parser.error(f"--image_dir {args.image_dir}: no such folder. Pass a folder of your own "
+                     "pictures (JPEG/PNG; each is centre-cropped and resized to 32x32).")
 
     path = latest_version(args.export_dir)
     served = tf.saved_model.load(path).signatures["sample_with_options"]

@@ -37,6 +37,7 @@ metrics.json, export/<version>/ (super resolution).
 """
 
 import argparse
+import csv
 import json
 import os
 import sys
@@ -262,6 +263,23 @@ def epochs_logged(args):
         return max(0, sum(1 for _ in f) - 1)
 
 
+def images_seen_by(args, epoch, row):
+    """Training images seen at the end of `epoch`, from its history.csv row
+    (`images_seen`; a history written before that column: full epochs)."""
+    if row.get("images_seen"):
+        return int(float(row["images_seen"]))
+    return (epoch + 1) * args.steps_per_epoch * args.batch_size
+
+
+def training_images_seen(args):
+    path = os.path.join(args.output_dir, "history.csv")
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    return images_seen_by(args, len(rows) - 1, rows[-1]) if rows else 0
+
+
 def train(args, data, strategy=None, callbacks=()):
     """Trains under `strategy` (default: one device); `callbacks` are added
     to fit's. Returns the best checkpoint and the minutes spent."""
@@ -294,6 +312,7 @@ def train(args, data, strategy=None, callbacks=()):
     callbacks = [
         backup,
         *callbacks,
+        training_utils.ExamplesSeen(args.batch_size, key="images_seen"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
         keras.callbacks.ModelCheckpoint(
@@ -321,7 +340,7 @@ def train(args, data, strategy=None, callbacks=()):
 
 def plot_training_curves(args):
     def draw(plt, rows):
-        images_seen = [(i + 1) * args.steps_per_epoch * args.batch_size for i in range(len(rows))]
+        images_seen = [images_seen_by(args, i, row) for i, row in enumerate(rows)]
         fig, axis = plt.subplots(figsize=(6, 3.5))
         axis.plot(images_seen, [float(r["bits_per_dim"]) for r in rows], label="train")
         if "val_bits_per_dim" in rows[0]:
@@ -368,9 +387,8 @@ def main(argv=None):
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }
-    epochs = epochs_logged(args)
-    metrics["epochs_logged"] = epochs
-    metrics["training_images_seen"] = epochs * args.steps_per_epoch * args.batch_size
+    metrics["epochs_logged"] = epochs_logged(args)
+    metrics["training_images_seen"] = training_images_seen(args)
     metrics.update(evaluate.report(args, model, data, dataset))
     if args.mode == "super_resolution" and not args.skip_export:
         from keras_attn.export import export_super_resolver

@@ -1,6 +1,7 @@
 """examples/training_utils.py: `TimeBudget` stops training at the budget,
 starts no epoch that would run a single step past it, and its bar's ETA is
-the budget left; `run` turns Ctrl-C into a line on how to resume."""
+the budget left; `run` turns Ctrl-C into a line on how to resume;
+`ExamplesSeen` counts the optimizer steps that ran."""
 
 import importlib.util
 import os
@@ -103,3 +104,21 @@ def test_ctrl_c_says_how_to_resume_and_still_dies_of_sigint(monkeypatch, capsys)
                     ("kill", os.getpid(), module.signal.SIGINT)]
     with pytest.raises(KeyboardInterrupt):  # --verbose keeps the traceback
         module.run(interrupted, verbose=True)
+
+
+def test_examples_seen_counts_the_steps_that_ran():
+    # An epoch cut short by the budget: 330 optimizer steps of batch 4,
+    # though 4 epochs x 100 steps were asked for.
+    module = _training_utils()
+    callback = module.ExamplesSeen(4, key="images_seen")
+
+    class _Optimizer:
+        iterations = 330
+
+    class _Fitted:
+        optimizer = _Optimizer()
+
+    callback.set_model(_Fitted())
+    logs = {"loss": 1.0}
+    callback.on_epoch_end(3, logs)
+    assert logs == {"loss": 1.0, "images_seen": 1320}
