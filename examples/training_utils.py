@@ -427,7 +427,7 @@ class ExamplesSeen(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
-            logs[self.key] = int(self.model.optimizer.iterations) * self.batch_size
+            logs[self.key] = int(self.model.optimizer.iterations.numpy()) * self.batch_size
 
 
 def plot_history(output_dir, draw):

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import re
 
+import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")  # the examples' helpers import it
@@ -112,8 +113,12 @@ def test_examples_seen_counts_the_steps_that_ran():
     module = _training_utils()
     callback = module.ExamplesSeen(4, key="images_seen")
 
+    class _Iterations:  # read with `.numpy()`: int() fails on a MirroredVariable
+        def numpy(self):
+            return np.int64(330)
+
     class _Optimizer:
-        iterations = 330
+        iterations = _Iterations()
 
     class _Fitted:
         optimizer = _Optimizer()
