@@ -255,12 +255,17 @@ def build_model(args):
     return model
 
 
-def epochs_logged(args):
+def history_rows(args):
+    """The rows of `<output_dir>/history.csv` (one per logged epoch), or []."""
     path = os.path.join(args.output_dir, "history.csv")
     if not os.path.exists(path):
-        return 0
+        return []
     with open(path) as f:
-        return max(0, sum(1 for _ in f) - 1)
+        return list(csv.DictReader(f))
+
+
+def epochs_logged(args):
+    return len(history_rows(args))
 
 
 def images_seen_by(args, epoch, row):
@@ -269,15 +274,6 @@ def images_seen_by(args, epoch, row):
     if row.get("images_seen"):
         return int(float(row["images_seen"]))
     return (epoch + 1) * args.steps_per_epoch * args.batch_size
-
-
-def training_images_seen(args):
-    path = os.path.join(args.output_dir, "history.csv")
-    if not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        rows = list(csv.DictReader(f))
-    return images_seen_by(args, len(rows) - 1, rows[-1]) if rows else 0
 
 
 def train(args, data, strategy=None, callbacks=()):
@@ -387,8 +383,9 @@ def main(argv=None):
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }
-    metrics["epochs_logged"] = epochs_logged(args)
-    metrics["training_images_seen"] = training_images_seen(args)
+    rows = history_rows(args)
+    metrics["epochs_logged"] = len(rows)
+    metrics["training_images_seen"] = images_seen_by(args, len(rows) - 1, rows[-1]) if rows else 0
     metrics.update(evaluate.report(args, model, data, dataset))
     if args.mode == "super_resolution" and not args.skip_export:
         from keras_attn.export import export_super_resolver
