@@ -273,10 +273,10 @@ def plot_training_curves(args):
         steps = [(int(r["epoch"]) + 1) * args.steps_per_epoch for r in rows]
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
         for key, axis, label in (("loss", axes[0], "NLL per token (nats)"), ("accuracy", axes[1], "accuracy")):
-            axis.plot(steps, [float(r[key]) for r in rows], label="train")
+            axis.plot(steps, [float(r[key]) for r in rows], marker="o", label="train")
             if f"val_{key}" in rows[0]:
                 axis.plot(steps, [float(r[f"val_{key}"]) for r in rows],
-                          label=f"validation (L={args.sequence_length})")
+                          marker="o", label=f"validation (L={args.sequence_length})")
             axis.set_xlabel("training step")
             axis.set_ylabel(label)
             axis.set_title(f"{args.task}, {args.attention} attention")

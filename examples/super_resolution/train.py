@@ -338,10 +338,10 @@ def plot_training_curves(args):
     def draw(plt, rows):
         images_seen = [images_seen_by(args, i, row) for i, row in enumerate(rows)]
         fig, axis = plt.subplots(figsize=(6, 3.5))
-        axis.plot(images_seen, [float(r["bits_per_dim"]) for r in rows], label="train")
+        axis.plot(images_seen, [float(r["bits_per_dim"]) for r in rows], marker="o", label="train")
         if "val_bits_per_dim" in rows[0]:
             axis.plot(images_seen, [float(r["val_bits_per_dim"]) for r in rows],
-                      label=f"validation ({args.monitor_images} images)")
+                      marker="o", label=f"validation ({args.monitor_images} images)")
         axis.set_xlabel("training images seen")
         axis.set_ylabel("bits / dim")
         axis.set_title(f"Image Transformer, {args.mode.replace('_', ' ')}")

@@ -262,9 +262,10 @@ def plot_training_curves(args):
         epochs = range(1, len(rows) + 1)
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
         for key, axis in (("loss", axes[0]), ("accuracy", axes[1])):
-            axis.plot(epochs, [float(r[key]) for r in rows], label="train")
+            axis.plot(epochs, [float(r[key]) for r in rows], marker="o", label="train")
             if f"val_{key}" in rows[0]:
-                axis.plot(epochs, [float(r[f"val_{key}"]) for r in rows], label="validation")
+                axis.plot(epochs, [float(r[f"val_{key}"]) for r in rows], marker="o",
+                          label="validation")
             axis.set_xlabel("epoch")
             axis.set_title(f"{key} ({args.source}→{args.target})")
             axis.legend()
