@@ -76,6 +76,11 @@ class MultiHeadSelfAttention(AttentionBase):
         cache: (B, H, K + V, max_length) tensor from `init_cache`; the
             keys/values of `inputs` are written at `cache_index`, and
             attention runs over the cache. Slots not written yet are masked.
+            Gradients flow through a cached call on JAX (equal to the full
+            pass's); on TensorFlow they do not: the cache is written with
+            `keras.ops.slice_update`, TensorFlow's `XlaDynamicUpdateSlice`,
+            which has no registered gradient (`LookupError` from the tape;
+            keras-hub's cached attention shares it). Train without a cache.
         cache_index: int or int32 scalar tensor, absolute position of
             `inputs[:, 0]` in the cache. Defaults to 0; only with a `cache`.
         return_attention_scores: if True, also return the attention

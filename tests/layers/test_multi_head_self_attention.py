@@ -117,6 +117,33 @@ def test_cached_decoding_equals_full_pass(chunks):
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5)
 
 
+def test_gradients_through_a_cached_call():
+    # JAX: the gradients of a prefill through the cache equal the full
+    # pass's. TensorFlow: ops.slice_update (XlaDynamicUpdateSlice) has no
+    # gradient, as the `cache` docstring says; if a TensorFlow release adds
+    # one, this fails and the docstring should change.
+    x = _inputs(length=4)
+    layer = _layer()
+    layer(x)
+
+    def loss(x, cache=None):
+        if cache is None:
+            y = layer(x, use_causal_mask=True)
+        else:
+            y, _ = layer(x, cache=cache, cache_index=0, use_causal_mask=True)
+        return keras.ops.sum(y * y), None
+
+    _, full = gradients(loss, [x], layer)
+    cached_loss = lambda x: loss(x, layer.init_cache(2, 6))  # noqa: E731
+    if keras.backend.backend() == "tensorflow":
+        with pytest.raises(LookupError, match="XlaDynamicUpdateSlice"):
+            gradients(cached_loss, [x], layer)
+        return
+    _, cached = gradients(cached_loss, [x], layer)
+    for a, b in zip(full, cached):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5)
+
+
 def test_cache_layout_is_heads_first_positions_last():
     # init_cache's documented layout (B, H, K + V, L): position i's key of
     # head h in cache[:, h, :K, i], its value in cache[:, h, K:, i].
