@@ -56,6 +56,18 @@ class AttentionMasks:
         without them the masked softmax may skip its empty-row guard."""
         return self.padding_mask is not None or self.attention_mask is not None
 
+    def query_rows(self, start, stop):
+        """The masks of queries `start .. stop - 1` of an uncached causal
+        call against keys `0 .. stop - 1`, all those they can see (the
+        query-block core of `MultiHeadSelfAttention`)."""
+        padding, attention = self.padding_mask, self.attention_mask
+        return AttentionMasks(
+            padding_mask=None if padding is None else padding[:, :stop],
+            attention_mask=None if attention is None else attention[..., start:stop, :stop],
+            use_causal_mask=True,
+            cache_index=self.cache_index + start,
+        )
+
     def merged(self, batch_size, query_length, key_length):
         """All masks as one (B, 1 or H, T, S) bool tensor (see
         `attention_ops.merge_masks`), or None when nothing is masked."""

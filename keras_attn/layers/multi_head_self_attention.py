@@ -47,17 +47,23 @@ class MultiHeadSelfAttention(AttentionBase):
             (`keras_attn.layers.chunked_attention`), so no (B, H, T, S)
             buffer is made and training memory grows linearly in T; the
             results equal the dense core's to float tolerance. None: always
-            the dense core. "auto" (default): chunks of 256 when the key
-            length S is known when the call is traced and S >= 2048, the
-            dense core otherwise. Measured fwd+bwd on a 2-core CPU
-            (`benchmarks/long_sequence_benchmark.py --crossover`): at
-            S = 2048 the chunked core takes 0.84x the dense time here, and
-            `RelativeGlobalAttention`'s 1.00-1.09x from 2048, while its
-            memory stops growing as S². Whatever the choice, the dense core runs for
-            decoding with a cache, with `return_attention_scores=True`, and
-            for dropout during training (the chunked core has no dropout).
-            `LocalBlockAttention` takes only None or "auto" (already
-            linear in T).
+            the dense core. "auto" (default), from the key length S when it
+            is known when the call is traced: causal calls from S = 512
+            run the dense core on blocks of 256 queries, each against only
+            the keys it can see (half the work of one dense call, equal
+            results), except in training (`training` not False) from
+            S = 2048, where chunks of 256 keep memory linear in S; other
+            calls run chunks of 256 from S = 2048; the dense core below.
+            Measured on a 2-core CPU (`benchmarks/mhsa_benchmark.py`,
+            `benchmarks/long_sequence_benchmark.py --crossover`): at S = 2048
+            the chunked core takes 0.84x the dense fwd+bwd time here, and
+            the query blocks 0.7-0.8x the forward time of keras'
+            `MultiHeadAttention` with its causal mask. Whatever the
+            choice, the dense core runs for decoding with a cache and with
+            `return_attention_scores=True`; the chunked core has no dropout,
+            so while dropout is active the query blocks (causal) or the
+            dense core run instead. `LocalBlockAttention` takes only None or
+            "auto" (already linear in T).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -134,6 +140,13 @@ class MultiHeadSelfAttention(AttentionBase):
     # its chunk size (measured: `long_sequence_benchmark.py --crossover`).
     _auto_chunk_min_length = 2048
     _auto_chunk_size = 256
+    # chunk_size="auto", causal calls: the key length from which the dense
+    # core runs on blocks of `_auto_chunk_size` queries, each against only
+    # the keys it can see. Measured on 2 cores (keras MHA = 1): at T = 512
+    # the forward takes 0.89x (MHSA) and 1.06x (relative) on blocks, 0.96x
+    # and 1.19x dense; forward + backward are at parity (1.03 / 1.18 vs
+    # 1.00 / 1.19); from T = 1024 blocks win both (benchmarks/README.md).
+    _auto_query_block_min_length = 512
 
     def __init__(self, num_heads, key_dim, chunk_size="auto", **kwargs):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
@@ -505,36 +518,84 @@ class MultiHeadSelfAttention(AttentionBase):
             `(outputs, probabilities)`: (B, T, H, V) and (B, H, T, S) float32
             (may be None when not requested).
         """
-        chunk_size = self._core_chunk_size(key, masks, return_attention_scores, training)
-        if chunk_size is not None:
-            return chunked_attention(query, key, value, masks, chunk_size), None
-        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], self._key_length(key, masks))
+        core, size = self._attention_core(key, masks, return_attention_scores, training)
+        if core == "chunked":
+            return self._attend_chunked(query, key, value, masks, size), None
+        if core == "query_blocks":
+            return self._attend_query_blocks(query, key, value, masks, size, training), None
+        return self._attend_dense(query, key, value, masks, training)
+
+    def _attend_dense(self, query, key, value, masks, training):
+        """The dense core: (outputs, probabilities (B, H, T, S))."""
+        key_length = self._key_length(key, masks)
+        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], key_length)
         return attention_ops.scaled_dot_product_attention(
             query, key, value, mask,
             dropout_layer=self.dropout_layer, training=training,
             may_have_empty_rows=masks.may_have_empty_rows,
+            extra_logits=self._extra_logits(query, key_length, masks),
             cache_layout=masks.cached,
         )
+
+    def _extra_logits(self, query, key_length, masks):
+        """(B, H, T, S) logits the dense core adds to Q·Kᵀ (None here;
+        `RelativeGlobalAttention` adds its relative-position logits)."""
+        return None
+
+    def _attend_chunked(self, query, key, value, masks, chunk_size):
+        """The chunked core (`chunked_attention`): (B, T, H, V) outputs."""
+        return chunked_attention(query, key, value, masks, chunk_size)
+
+    def _attend_query_blocks(self, query, key, value, masks, block_size, training):
+        """The dense core run on blocks of `block_size` queries of an
+        uncached causal call, block [start, stop) against keys 0 .. stop - 1,
+        the only ones it can see: about half the products, logits and
+        softmax of one dense call (the blocks above the diagonal are never
+        made), and equal outputs. Needs a static sequence length (the blocks
+        are unrolled). (B, T, H, V) outputs."""
+        length = query.shape[1]
+        outputs = []
+        for start in range(0, length, block_size):
+            stop = min(length, start + block_size)
+            block, _ = self._attend_dense(
+                query[:, start:stop], key[:, :stop], value[:, :stop],
+                masks.query_rows(start, stop), training,
+            )
+            outputs.append(block)
+        return ops.concatenate(outputs, axis=1)
 
     @staticmethod
     def _key_length(key, masks):
         """S, of keys (B, S, H, K), or with a cache (B, H, K, S)."""
         return ops.shape(key)[-1] if masks.cached else ops.shape(key)[1]
 
-    def _core_chunk_size(self, key, masks, return_attention_scores, training):
-        """The chunk size this call's core runs with, or None for the dense
-        core (see `chunk_size`): never with a cache, scores asked for, or
-        dropout in training; with "auto", from the static key length."""
+    def _attention_core(self, key, masks, return_attention_scores, training):
+        """The core this call runs, and its chunk or block size (see
+        `chunk_size`): ("dense", None), ("chunked", C) or ("query_blocks",
+        C). The dense core always with a cache or scores asked for. With
+        "auto", from the static key length S: causal calls from S = 512 on
+        query blocks, except in training from S = 2048 (where the chunked
+        core keeps memory linear in S); other calls chunked from S = 2048.
+        The chunked core has no dropout: the dense core (or query blocks)
+        runs instead while dropout is active."""
         dropout_active = training and self.dropout_layer is not None
         if (self.chunk_size is None or masks.cached or return_attention_scores
-                or dropout_active):
-            return None
+                or not self._supports_chunking):
+            return "dense", None
         if self.chunk_size != "auto":
-            return self.chunk_size
+            return ("dense", None) if dropout_active else ("chunked", self.chunk_size)
         key_length = key.shape[1]
-        if key_length is None or key_length < self._auto_chunk_min_length:
-            return None
-        return self._auto_chunk_size
+        if key_length is None:
+            return "dense", None
+        long = key_length >= self._auto_chunk_min_length
+        chunkable = long and not dropout_active
+        if (masks.use_causal_mask and key_length >= self._auto_query_block_min_length
+                and checks.static_int(masks.cache_index) == 0
+                and not (chunkable and training is not False)):
+            return "query_blocks", self._auto_chunk_size
+        if chunkable:
+            return "chunked", self._auto_chunk_size
+        return "dense", None
 
     # ------------------------------------------------------- shapes and masks
     def compute_output_shape(self, inputs_shape):

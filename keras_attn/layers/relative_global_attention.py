@@ -2,7 +2,6 @@ import keras
 from keras import ops
 
 from keras_attn import checks
-from keras_attn.layers import attention_ops
 from keras_attn.layers.chunked_attention import chunked_attention
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 
@@ -63,7 +62,8 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             `kernel_initializer`, `bias_initializer`, `seed`, `chunk_size`:
             with it the relative logits are made per chunk of queries and
             keys from the 2C - 1 distances each pair needs, so training
-            memory is linear in T), and the base `keras.layers.Layer`
+            memory is linear in T; on causal query blocks, each block's
+            from the distances its keys are at), and the base `keras.layers.Layer`
             arguments (`name`, `dtype`, ...).
 
     The relative embeddings are initialised from N(0, key_dim ** -0.5), as in
@@ -186,24 +186,14 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             padded = ops.matmul(query, table)
         return skew_padded(padded, key_length)
 
-    def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
-        chunk_size = self._core_chunk_size(key, masks, return_attention_scores, training)
-        if chunk_size is not None:
-            outputs = chunked_attention(query, key, value, masks, chunk_size,
-                                        relative_embeddings=self.relative_embeddings)
-            return outputs, None
-        key_length = self._key_length(key, masks)
-        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], key_length)
-        relative_logits = self._relative_logits(
+    def _extra_logits(self, query, key_length, masks):
+        return self._relative_logits(
             query, key_length, masks.cache_index, causal=bool(masks.use_causal_mask)
         )
-        return attention_ops.scaled_dot_product_attention(
-            query, key, value, mask,
-            dropout_layer=self.dropout_layer, training=training,
-            may_have_empty_rows=masks.may_have_empty_rows,
-            extra_logits=relative_logits,
-            cache_layout=masks.cached,
-        )
+
+    def _attend_chunked(self, query, key, value, masks, chunk_size):
+        return chunked_attention(query, key, value, masks, chunk_size,
+                                 relative_embeddings=self.relative_embeddings)
 
 
 def skew(relative_logits, key_length=None):

@@ -194,8 +194,10 @@ def test_layer_errors():
 
 @pytest.mark.parametrize("layer_class", [MultiHeadSelfAttention, RelativeGlobalAttention])
 def test_auto_chunk_size_runs_the_chunked_core_from_the_measured_length(monkeypatch, layer_class):
-    """chunk_size="auto" (the default): dense below the crossover length,
-    chunks of 256 from it, dense whatever the length with scores asked for."""
+    """chunk_size="auto" (the default): not chunked below the crossover
+    length (query blocks for these causal calls, see
+    test_multi_head_self_attention's test_auto_core_choice), chunks of 256
+    from it, dense whatever the length with scores asked for."""
     import importlib
 
     crossover = 2048

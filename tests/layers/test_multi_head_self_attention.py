@@ -327,3 +327,109 @@ def test_integer_masks_are_read_as_booleans():
     np.testing.assert_allclose(
         np.asarray(layer(x, padding_mask=padding)), np.asarray(layer(x, padding_mask=padding.astype(bool)))
     )
+
+
+# ------------------------------------------------------ causal query blocks
+def _query_block_pair(layer_class, **kwargs):
+    """A layer on the dense core, and its twin on chunk_size="auto" with the
+    query-block core from T = 8 in blocks of 3 (512 and 256 by default)."""
+    from keras_attn.layers import RelativeGlobalAttention
+
+    if layer_class is RelativeGlobalAttention:
+        kwargs["max_relative_position"] = 5
+    dense = layer_class(num_heads=2, key_dim=4, chunk_size=None, **kwargs)
+    blocks = layer_class.from_config({**dense.get_config(), "chunk_size": "auto"})
+    blocks._auto_query_block_min_length, blocks._auto_chunk_size = 8, 3
+    for layer in (dense, blocks):
+        layer.build((2, 10, 8))
+    blocks.set_weights(dense.get_weights())
+    return dense, blocks
+
+
+def _layer_classes():
+    from keras_attn.layers import RelativeGlobalAttention
+
+    return [MultiHeadSelfAttention, RelativeGlobalAttention]
+
+
+@pytest.mark.parametrize("layer_class", _layer_classes())
+def test_query_blocks_equal_the_dense_core_with_every_mask(layer_class, monkeypatch):
+    dense, blocks = _query_block_pair(layer_class)
+    block_shapes = []
+    attend_dense = blocks._attend_dense
+
+    def spy(query, key, *args):
+        block_shapes.append((query.shape[1], key.shape[1]))
+        return attend_dense(query, key, *args)
+
+    monkeypatch.setattr(blocks, "_attend_dense", spy)
+    x = RNG.normal(size=(2, 10, 8)).astype("float32")
+    padding = np.ones((2, 10), bool)
+    padding[0, :4] = False  # rows 0-3 of sequence 0 see no key: zeros
+    padding[1, 7:] = False
+    attention = RNG.random((2, 10, 10)) > 0.3
+    heads = RNG.random((2, 1, 10, 10)) > 0.3  # broadcast over heads
+    heads[1, 0, 6] = False  # a fully masked row
+    for masks in ({}, {"padding_mask": padding}, {"attention_mask": attention},
+                  {"padding_mask": padding, "attention_mask": heads}):
+        block_shapes.clear()
+        got = blocks(x, use_causal_mask=True, training=False, **masks)
+        # Blocks of 3 queries against the keys up to their last one.
+        assert block_shapes == [(3, 3), (3, 6), (3, 9), (1, 10)]
+        want = dense(x, use_causal_mask=True, **masks)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+
+
+@pytest.mark.parametrize("layer_class", _layer_classes())
+def test_query_blocks_gradients_equal_the_dense_core(layer_class):
+    # Below the chunked core's length, training runs on query blocks too.
+    dense, blocks = _query_block_pair(layer_class)
+    x = RNG.normal(size=(2, 10, 8)).astype("float32")
+    padding = np.ones((2, 10), bool)
+    padding[0, :2] = False
+
+    def loss(layer):
+        def fn(inputs):
+            out = layer(inputs, padding_mask=padding, use_causal_mask=True, training=True)
+            return keras.ops.sum(out * keras.ops.cos(out)), out
+        return fn
+
+    _, want = gradients(loss(dense), [x], dense)
+    _, got = gradients(loss(blocks), [x], blocks)
+    for w, g in zip(want, got):
+        assert np.isfinite(np.asarray(g)).all()
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=3e-5)
+
+
+def test_auto_core_choice():
+    """chunk_size="auto": which core runs, by key length, causality,
+    training and dropout (the rules of `_attention_core`)."""
+    from keras_attn.layers.attention_masks import AttentionMasks
+
+    plain = MultiHeadSelfAttention(num_heads=1, key_dim=2)
+    dropout = MultiHeadSelfAttention(num_heads=1, key_dim=2, dropout=0.1)
+    for layer in (plain, dropout):
+        layer.build((1, 4, 2))
+    causal, full = AttentionMasks(use_causal_mask=True), AttentionMasks()
+    offset = AttentionMasks(use_causal_mask=True, cache_index=1)
+    cases = [
+        # layer, S, masks, scores, training -> core
+        (plain, 511, causal, False, None, "dense"),
+        (plain, 512, causal, False, None, "query_blocks"),
+        (plain, 2047, causal, False, True, "query_blocks"),
+        (plain, 2048, causal, False, None, "chunked"),  # training unknown: memory-linear
+        (plain, 2048, causal, False, True, "chunked"),
+        (plain, 2048, causal, False, False, "query_blocks"),  # inference (predict, serving)
+        (dropout, 2048, causal, False, True, "query_blocks"),  # the chunked core has no dropout
+        (dropout, 2048, full, False, True, "dense"),
+        (plain, 2048, full, False, False, "chunked"),
+        (plain, 1024, full, False, False, "dense"),
+        (plain, 2048, causal, True, False, "dense"),  # scores asked for
+        (plain, 2048, offset, False, False, "chunked"),  # keys before query 0: not truncated
+    ]
+    for layer, length, masks, scores, training, core in cases:
+        key = np.zeros((1, length, 1, 2), "float32")
+        got = layer._attention_core(key, masks, scores, training)[0]
+        assert got == core, (length, masks, scores, training)
+    forced = MultiHeadSelfAttention(num_heads=1, key_dim=2, chunk_size=None)
+    assert forced._attention_core(np.zeros((1, 4096, 1, 2)), causal, False, False) == ("dense", None)
