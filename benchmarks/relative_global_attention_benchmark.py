@@ -28,9 +28,11 @@ Measured (shared code in `harness.py`):
    wall and process CPU time (on a shared machine the CPU time is the
    steadier comparison), and the achieved GFLOP/s of the keras MHA and
    skew calls next to the float32 matmul roofline of this run.
-3. Forward only at T = 1024 and 2048, with and without XLA: the skew layer
-   as users get it (default `chunk_size="auto"`, chunked from T = 2048),
-   the dense skew core, keras MHA and MHSA, interleaved.
+3. Forward only at T = 1024 and 2048, with and without XLA, called with
+   `training=False` as `model.predict` and serving call it: the skew layer
+   as users get it (default `chunk_size="auto"`: causal query blocks of 256
+   from T = 512), the dense skew core, keras MHA, and MHSA dense and
+   default, interleaved. (Forward + backward calls pass `training=True`.)
 4. Cached sampling: time per token of a jit-compiled one-token decoding step
    at positions ~128, 512 and 2040 of a 2048-slot cache, for the skew layer
    and for MultiHeadSelfAttention (the same cache, no relative term),
@@ -61,12 +63,12 @@ DECODE_POSITIONS = (128, 512, 2040)
 DECODE_CACHE_LENGTH = 2048
 DECODE_STEPS = 8
 NAMES = {"skew": "skew", "gather": "gather", "keras_mha": "keras MHA", "mhsa": "MHSA",
-         "skew_default": "skew (default core)"}
+         "skew_default": "skew (default core)", "mhsa_default": "MHSA (default core)"}
 # Forward-only timing (issue 15's goal: skew <= 1.2x keras MHA at T = 2048),
-# with the layer as users get it (chunk_size="auto": chunked from T = 2048)
-# beside the dense skew core.
+# with the layers as users get them (chunk_size="auto": causal query blocks
+# from T = 512) beside the dense cores.
 FORWARD_LENGTHS = (1024, 2048)
-FORWARD_TIMED = ("skew_default", "skew", "keras_mha", "mhsa")
+FORWARD_TIMED = ("skew_default", "skew", "keras_mha", "mhsa", "mhsa_default")
 
 
 def _layers():
@@ -126,20 +128,25 @@ def make_layer(name, length):
         return keras.layers.MultiHeadAttention(NUM_HEADS, KEY_DIM)
     if name == "mhsa":
         return MultiHeadSelfAttention(NUM_HEADS, KEY_DIM, chunk_size=None)
+    if name == "mhsa_default":
+        return MultiHeadSelfAttention(NUM_HEADS, KEY_DIM)
     raise ValueError(f"Unknown implementation {name!r}; expected one of {TIMED}.")
 
 
 def make_step(name, length, jit_compile, backward=True):
     """The compiled causal call of one implementation: forward + backward
-    (gradients of the inputs and weights), or forward only."""
+    (gradients of the inputs and weights) with `training=True`, as
+    `model.fit` calls it, or forward only with `training=False`, as
+    `model.predict` and a served model call it (the default cores choose by
+    it: see `MultiHeadSelfAttention`'s `chunk_size`)."""
     layer = make_layer(name, length)
     shape = (BATCH, length, MODEL_DIM)
     if name == "keras_mha":
         layer.build(shape, shape)
-        forward = lambda x: layer(x, x, use_causal_mask=True)  # noqa: E731
+        forward = lambda x: layer(x, x, use_causal_mask=True, training=backward)  # noqa: E731
     else:
         layer.build(shape)
-        forward = lambda x: layer(x, use_causal_mask=True)  # noqa: E731
+        forward = lambda x: layer(x, use_causal_mask=True, training=backward)  # noqa: E731
     if not backward:
         return harness.forward_step(forward, jit_compile)
     return harness.forward_backward_step(forward, layer.trainable_weights, jit_compile)
@@ -278,16 +285,19 @@ def main():
         mha = records.get("keras_mha")
         forward_rows.append(
             [length, "yes" if jit else "no"] + [ms(records.get(n)) for n in FORWARD_TIMED]
-            + [ratio(records.get(n), mha) for n in ("skew_default", "skew")]
+            + [ratio(records.get(n), mha) for n in ("skew_default", "skew", "mhsa_default")]
             + [ratio(records.get(n), mha, "cpu_median_s") for n in ("skew_default", "skew")])
     lines += ["", f"Forward only, the same layers and interleaving, median of {forward_repeats}; "
               "skew (default core) = "
-              "RelativeGlobalAttention with its default chunk_size=\"auto\" (chunks of 256 from "
-              "T = 2048), skew = the dense core (chunk_size=None). Goal: <= 1.2x keras MHA at T = 2048.",
+              "RelativeGlobalAttention with its default chunk_size=\"auto\" called with "
+              "training=False, as model.predict and serving call it (causal: the dense core on "
+              "blocks of 256 queries from T = 512), skew = the dense core (chunk_size=None); "
+              "MHSA likewise. Goal: <= 1.2x keras MHA at T = 2048.",
               "",
               harness.markdown_table(
                   ["T", "XLA"] + [f"{NAMES[n]} ms" for n in FORWARD_TIMED]
                   + ["default / keras MHA (wall)", "dense / keras MHA (wall)",
+                     "MHSA default / keras MHA (wall)",
                      "default / keras MHA (CPU)", "dense / keras MHA (CPU)"], forward_rows)]
     if memory:
         mem_rows = []
