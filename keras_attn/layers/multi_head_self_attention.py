@@ -54,11 +54,13 @@ class MultiHeadSelfAttention(AttentionBase):
             results), except in training (`training` not False) from
             S = 2048, where chunks of 256 keep memory linear in S; other
             calls run chunks of 256 from S = 2048; the dense core below.
-            Measured on a 2-core CPU (`benchmarks/mhsa_benchmark.py`,
-            `benchmarks/long_sequence_benchmark.py --crossover`): at S = 2048
-            the chunked core takes 0.84x the dense fwd+bwd time here, and
-            the query blocks 0.7-0.8x the forward time of keras'
-            `MultiHeadAttention` with its causal mask. Whatever the
+            Measured on a 2-core CPU at S = 2048: the chunked core takes
+            0.84x the dense fwd+bwd time
+            (`benchmarks/long_sequence_benchmark.py --crossover`); on the
+            query blocks the forward takes 0.63-0.80x the time of keras'
+            `MultiHeadAttention` with its causal mask (0.86-0.96x for
+            `RelativeGlobalAttention`;
+            `benchmarks/relative_global_attention_benchmark.py`). Whatever the
             choice, the dense core runs for decoding with a cache and with
             `return_attention_scores=True`; the chunked core has no dropout,
             so while dropout is active the query blocks (causal) or the
