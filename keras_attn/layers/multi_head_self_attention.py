@@ -64,7 +64,9 @@ class MultiHeadSelfAttention(AttentionBase):
             choice, the dense core runs for decoding with a cache and with
             `return_attention_scores=True`; the chunked core has no dropout,
             so while dropout is active the query blocks (causal) or the
-            dense core run instead. `LocalBlockAttention` takes only None or
+            dense core run instead. The query blocks draw their dropout
+            masks block by block: the same rate and distribution as the
+            dense core, but for a given `seed` not the same masks. `LocalBlockAttention` takes only None or
             "auto" (already linear in T).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
