@@ -583,19 +583,18 @@ class MultiHeadSelfAttention(AttentionBase):
         The chunked core has no dropout: the dense core (or query blocks)
         runs instead while dropout is active."""
         dropout_active = training and self.dropout_layer is not None
-        if (self.chunk_size is None or masks.cached or return_attention_scores
-                or not self._supports_chunking):
+        if self.chunk_size is None or masks.cached or return_attention_scores:
             return "dense", None
         if self.chunk_size != "auto":
             return ("dense", None) if dropout_active else ("chunked", self.chunk_size)
         key_length = key.shape[1]
         if key_length is None:
             return "dense", None
-        long = key_length >= self._auto_chunk_min_length
-        chunkable = long and not dropout_active
+        chunkable = key_length >= self._auto_chunk_min_length and not dropout_active
+        if chunkable and training is not False:
+            return "chunked", self._auto_chunk_size
         if (masks.use_causal_mask and key_length >= self._auto_query_block_min_length
-                and checks.static_int(masks.cache_index) == 0
-                and not (chunkable and training is not False)):
+                and checks.static_int(masks.cache_index) == 0):
             return "query_blocks", self._auto_chunk_size
         if chunkable:
             return "chunked", self._auto_chunk_size

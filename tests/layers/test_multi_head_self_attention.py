@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.layers import MultiHeadSelfAttention
+from keras_attn.layers import MultiHeadSelfAttention, RelativeGlobalAttention
 from tests import references
 from tests.test_case import gradients, run_layer_test
 
@@ -333,8 +333,6 @@ def test_integer_masks_are_read_as_booleans():
 def _query_block_pair(layer_class, **kwargs):
     """A layer on the dense core, and its twin on chunk_size="auto" with the
     query-block core from T = 8 in blocks of 3 (512 and 256 by default)."""
-    from keras_attn.layers import RelativeGlobalAttention
-
     if layer_class is RelativeGlobalAttention:
         kwargs["max_relative_position"] = 5
     dense = layer_class(num_heads=2, key_dim=4, chunk_size=None, **kwargs)
@@ -346,13 +344,7 @@ def _query_block_pair(layer_class, **kwargs):
     return dense, blocks
 
 
-def _layer_classes():
-    from keras_attn.layers import RelativeGlobalAttention
-
-    return [MultiHeadSelfAttention, RelativeGlobalAttention]
-
-
-@pytest.mark.parametrize("layer_class", _layer_classes())
+@pytest.mark.parametrize("layer_class", [MultiHeadSelfAttention, RelativeGlobalAttention])
 def test_query_blocks_equal_the_dense_core_with_every_mask(layer_class, monkeypatch):
     dense, blocks = _query_block_pair(layer_class)
     block_shapes = []
@@ -380,7 +372,7 @@ def test_query_blocks_equal_the_dense_core_with_every_mask(layer_class, monkeypa
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
 
 
-@pytest.mark.parametrize("layer_class", _layer_classes())
+@pytest.mark.parametrize("layer_class", [MultiHeadSelfAttention, RelativeGlobalAttention])
 def test_query_blocks_gradients_equal_the_dense_core(layer_class):
     # Below the chunked core's length, training runs on query blocks too.
     dense, blocks = _query_block_pair(layer_class)
