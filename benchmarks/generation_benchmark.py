@@ -42,6 +42,11 @@ budget of a script. The 16-step programs measure the same steps
    the same run (`harness.read_bandwidth`: a 256 MiB array summed, and read
    by a matvec, under XLA; the faster of the two). A step reads every
    weight once except the embedding tables, of which it reads one row.
+   Beside it, timed in the same interleaved rounds, the step's weight
+   matrices alone as a chain of XLA matvecs (`matvec_program`): the floor
+   of this machine's XLA for these shapes, so "measured / matvecs" is
+   what the rest of a step (attention, norms, softmax, cache writes)
+   adds.
 
 Run: `python benchmarks/generation_benchmark.py [--quick] [--num-layers 6]
 [--attention MultiHeadSelfAttention ...] [--repeats 5] [--budget 280]
@@ -149,6 +154,35 @@ def step_bytes(model, batch_size, max_length):
         if hasattr(layer, "init_cache") and not hasattr(layer, "self_attention"):
             caches += 4 * int(math.prod(layer.init_cache(batch_size, max_length).shape))
     return weights, caches
+
+
+def matvec_program(tf, model, batch_size):
+    """The step's weight matrices alone: one XLA program running STEPS
+    passes of a (B, d) vector through every kernel of `model` in step order
+    (no attention, norms, softmax or cache; a slice or zero pad between
+    two matrices of different widths, and nothing else). What reading the
+    weights as XLA matvecs costs on this machine: the part of a step that
+    no attention code can remove."""
+    from keras import ops
+
+    kernels = [v for v in model.weights if len(v.shape) == 2 and "embedding" not in v.path]
+
+    def fit(h, width):
+        if h.shape[1] >= width:
+            return h[:, :width]
+        return ops.pad(h, [(0, 0), (0, width - h.shape[1])])
+
+    def passes(h):
+        def body(i, h):
+            for kernel in kernels:
+                h = ops.matmul(fit(h, kernel.shape[0]), kernel)
+            return i + 1, h
+
+        return ops.while_loop(lambda i, h: i < STEPS, body, (0, h))[1]
+
+    run = harness.compile_function(passes, jit_compile=True)
+    start = tf.fill((batch_size, int(kernels[-1].shape[1])), 0.01)
+    return lambda: run(start)
 
 
 def prompt_tokens(tf, batch_size):
@@ -291,9 +325,11 @@ def main():
                     index = tf.constant(start, "int32")
                     candidates[(name, where)] = (lambda run=run, token=token, index=index, state=state:
                                                  run(token, index, state))
+            if args.floor and kind_index == 0:
+                candidates[("matvecs", "early")] = matvec_program(tf, model, args.batch_size)
             records = harness.time_interleaved(candidates, repeats=args.repeats, budget=budget)
             for (name, where), record in records.items():
-                key = kind if name == "keras_attn" else "keras_hub"
+                key = {"keras_attn": kind}.get(name, name)
                 per_token.setdefault((key, n), {})[where] = {
                     "ms_per_token": 1e3 * record["median_s"] / STEPS,
                     "cpu_ms_per_token": 1e3 * record["cpu_median_s"] / STEPS,
@@ -303,7 +339,7 @@ def main():
                 entry["tokens_per_s"] = 2e3 / (entry["early"]["ms_per_token"] + entry["late"]["ms_per_token"])
             print(f"{kind} L={max_length}: " + ", ".join(
                 f"{k} {v['early']['ms_per_token']:.1f}/{v['late']['ms_per_token']:.1f} ms"
-                for (k, m), v in per_token.items() if m == n) + f" ({budget.elapsed():.0f} s)",
+                for (k, m), v in per_token.items() if m == n and "late" in v) + f" ({budget.elapsed():.0f} s)",
                 file=sys.stderr, flush=True)
 
     # 2. End to end, first attention type vs keras-hub, while the budget lasts.
@@ -375,11 +411,13 @@ def main():
             if not ours:
                 continue
             ms = 1e3 / ours["tokens_per_s"]
+            matvecs = per_token.get(("matvecs", n), {}).get("early", {}).get("ms_per_token")
             full = end_to_end.get(n, {})
             e2e = full.get("keras_attn") if "skipped" not in full else None
             floor_rows.append([
                 n, PROMPT_LENGTH + n, f"{weights / 2**20:.1f}", f"{caches / 2**20:.1f}", f"{floor_ms:.2f}",
                 f"{ms:.2f}", f"{ms / floor_ms:.2f}x",
+                f"{matvecs:.2f} ({ms / matvecs:.2f}x)" if matvecs else "-",
                 f"{1e3 * e2e['median_s'] / n:.2f} ({1e3 * e2e['median_s'] / n / floor_ms:.2f}x)" if e2e else "-",
                 f"{1e3 / hub_entry['tokens_per_s']:.2f}" if hub_entry else "-",
                 f"{ours['tokens_per_s'] / hub_entry['tokens_per_s']:.2f}x" if hub_entry else "-"])
@@ -389,12 +427,15 @@ def main():
             f"caches at L) / {gbps:.1f} GB/s, the read bandwidth of this run (best of a 256 MiB float32 sum "
             "and a (1, 4096) x (4096, 16384) matvec under XLA: " + "; ".join(
                 f"sum {b['sum_gbps']:.1f}, matvec {b['matvec_gbps']:.1f} GB/s" for b in bandwidth)
-            + " at start and end). ms/token: mean of early and late 16-step programs; end to end: "
+            + " at start and end). ms/token: mean of early and late 16-step programs; matvecs: the "
+            "same weight matrices read as a chain of XLA matvecs and nothing else, 16 passes per program, "
+            "timed in the same interleaved rounds (measured / that in brackets); end to end: "
             "(prefill + N steps) / N.",
             "",
             harness.markdown_table(
                 ["N", "cache L", "weights MiB", "caches MiB", "floor ms/token", "ms/token",
-                 "measured / floor", "end-to-end ms/token (/ floor)", "keras-hub ms/token",
+                 "measured / floor", "matvecs ms/token (measured / matvecs)",
+                 "end-to-end ms/token (/ floor)", "keras-hub ms/token",
                  "tokens/s vs keras-hub"], floor_rows),
         ]
     print("\n".join(lines))
