@@ -400,11 +400,14 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     def _cache_shape(self, batch_size, max_length):
         return (batch_size, max_length, self.num_heads, self.key_dim + self._value_dim)
 
-    def _cache_length(self, cache):
-        return cache.shape[1]
+    # The cache's axis of positions: (B, L, H, K + V).
+    _cache_length_axis = 1
 
     def _cache_capacity(self, cache):
-        return None if self.rolling_cache else cache.shape[1]
+        return None if self.rolling_cache else self._cache_length(cache)
+
+    def _traced_cache_capacity(self, cache):
+        return None if self.rolling_cache else super()._traced_cache_capacity(cache)
 
     def _write_cache(self, cache, key_value, cache_index):
         if not self.rolling_cache:
@@ -451,7 +454,18 @@ class LocalBlockAttention(MultiHeadSelfAttention):
                 f"cache.shape={tuple(cache.shape)}. Create the cache with "
                 f"`init_cache(batch_size, max_length<={self._max_positions})`."
             )
-        return super()._check_cache(cache, cache_index, inputs, use_causal_mask)
+        offset, max_length = super()._check_cache(cache, cache_index, inputs, use_causal_mask)
+        if self.rolling_cache and cache.shape[1] is None and keras.backend.backend() == "tensorflow":
+            # Known only at run time: the eager message, in the graph.
+            length = ops.shape(cache)[1]
+            offset = checks.check_in_graph(ops.equal(length, self._rolling_length), [
+                f"{type(self).__name__} with rolling_cache=True keeps the last "
+                f"block_size + memory_flange = {self._rolling_length} positions: "
+                f"`cache` must be (batch, {self._rolling_length}, {self.num_heads}, "
+                f"{self.key_dim + self._value_dim}) as returned by `init_cache`. "
+                "Received a cache of length ", length, ".",
+            ], offset)
+        return offset, max_length
 
     # ----------------------------------------------------------- attention
     def _window(self, use_causal_mask):

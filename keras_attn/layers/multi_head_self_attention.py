@@ -115,7 +115,8 @@ class MultiHeadSelfAttention(AttentionBase):
             that does not reach the last input position; on a
             `cache_index` that is not an integer scalar, lies outside
             the cache, or comes without a cache: all at once when known at call time
-            (eagerly, or a Python int); when traced, under TensorFlow, by an
+            (eagerly, or a Python int); when the index, the input length or
+            the cache length is known only at run time, under TensorFlow, by an
             in-graph check with the same message (`InvalidArgumentError`
             when the graph runs; no measurable cost). Not checked when
             traced under XLA (`jit_compile=True`: XLA has no assertion) or
@@ -261,9 +262,13 @@ class MultiHeadSelfAttention(AttentionBase):
         shape an error message shows)."""
         return (batch_size, self.num_heads, self.key_dim + self._value_dim, max_length)
 
+    # The cache's axis of positions: (B, H, K + V, L).
+    _cache_length_axis = 3
+
     def _cache_length(self, cache):
-        """The number of positions (slots) a cache has."""
-        return cache.shape[-1]
+        """The number of positions (slots) a cache has (None while traced
+        with an unknown length)."""
+        return cache.shape[self._cache_length_axis]
 
     @staticmethod
     def _check_cache_sizes(batch_size, max_length):
@@ -406,8 +411,14 @@ class MultiHeadSelfAttention(AttentionBase):
         return cache, cache
 
     def _cache_capacity(self, cache):
-        """The positions a cache can hold (its length; None = unbounded)."""
+        """The positions a cache can hold (its length; None = unbounded or
+        unknown while tracing)."""
         return self._cache_length(cache)
+
+    def _traced_cache_capacity(self, cache):
+        """`_cache_capacity` as a value: an int, or a scalar tensor where
+        the length is known only at run time; None = unbounded (rolling)."""
+        return ops.shape(cache)[self._cache_length_axis]
 
     @staticmethod
     def _check_mask_reaches_inputs(padding_mask, offset, inputs):
@@ -449,6 +460,25 @@ class MultiHeadSelfAttention(AttentionBase):
             ", max_length)`.",
         ], cache)
 
+    def _check_cache_index_in_graph(self, offset, cache, inputs):
+        """`_check_cache`'s index checks where the index, the input length or
+        the cache length is known only at run time: `offset` depending on
+        them (TensorFlow)."""
+        capacity = self._traced_cache_capacity(cache)
+        if capacity is None:
+            return checks.check_in_graph(ops.greater_equal(offset, 0), [
+                "`cache_index` must be >= 0 (the position of the first input). "
+                "Received: cache_index=", offset, ".",
+            ], offset)
+        length = ops.shape(inputs)[1]
+        end = offset + length
+        fits = ops.logical_and(ops.greater_equal(offset, 0), ops.less_equal(end, capacity))
+        return checks.check_in_graph(fits, [
+            "`cache_index` + input length must fit in the cache. Received: cache_index=",
+            offset, ", input length ", length, ", cache length ", capacity,
+            ". Allocate a longer cache with `init_cache(batch_size, max_length>=", end, ")`.",
+        ], offset)
+
     def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
         """Validates the cache and index (a subclass may refuse a cache for
         the call, e.g. without `use_causal_mask`); returns (offset, static
@@ -483,22 +513,13 @@ class MultiHeadSelfAttention(AttentionBase):
                     f"`init_cache(batch_size, max_length>={index + length})`."
                 )
         offset = ops.cast(cache_index, "int32")
-        if index is None and max_length is None and keras.backend.backend() == "tensorflow":
-            offset = checks.check_in_graph(ops.greater_equal(offset, 0), [
-                "`cache_index` must be >= 0 (the position of the first input). "
-                "Received: cache_index=", offset, ".",
-            ], offset)
-        if index is None and max_length is not None and keras.backend.backend() == "tensorflow":
-            # Traced: the same message from an in-graph check (TensorFlow
+        bounded = self._traced_cache_capacity(cache) is not None
+        if keras.backend.backend() == "tensorflow" and (
+            index is None or (bounded and None in (max_length, length))
+        ):
+            # Traced: the same messages from in-graph checks (TensorFlow
             # only; see Raises).
-            end = offset + ops.shape(inputs)[1]
-            fits = ops.logical_and(ops.greater_equal(offset, 0), ops.less_equal(end, max_length))
-            offset = checks.check_in_graph(fits, [
-                "`cache_index` + input length must fit in the cache. Received: cache_index=",
-                offset, ", input length ", ops.shape(inputs)[1],
-                f", cache length {max_length}. Allocate a longer cache with "
-                "`init_cache(batch_size, max_length>=", end, ")`.",
-            ], offset)
+            offset = self._check_cache_index_in_graph(offset, cache, inputs)
         return offset, max_length
 
     def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):

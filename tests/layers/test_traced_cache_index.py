@@ -105,3 +105,50 @@ def test_rolling_cache_padding_mask_must_reach_the_inputs():
     step(tf.constant(2))  # reaches position 2
     with pytest.raises(tf.errors.InvalidArgumentError, match=message + r".*padding_mask length \] \[3\] \[, cache_index \+ input length \] \[6"):
         step(tf.constant(5))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MultiHeadSelfAttention(2, 4),
+    lambda: RelativeGlobalAttention(2, 4, max_relative_position=4),
+    lambda: LocalBlockAttention(2, 4, block_size=2, memory_flange=2),
+], ids=["mhsa", "relative", "local"])
+def test_cache_and_input_lengths_known_only_at_run_time_are_checked_in_the_graph(make):
+    # A served step may leave the cache length and the input length unknown
+    # while tracing; a known index then used to pass unchecked, and the
+    # clamped write corrupted the cache (slots 1..5 for cache_index 3).
+    layer = make()
+    x = np.random.RandomState(0).rand(2, 5, 8).astype("float32")
+    cache = layer.init_cache(2, 6)
+    spec = [None if axis in (0, layer._cache_length_axis) else size
+            for axis, size in enumerate(cache.shape)]
+    step = tf.function(
+        lambda x, c: layer(x, cache=c, cache_index=3, use_causal_mask=True),
+        input_signature=[tf.TensorSpec([None, None, 8]), tf.TensorSpec(spec)],
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=MESSAGE + r"\] \[3\] \[, input length \] \[5\] \[, cache length \] \[6"):
+        step(x, cache)
+    eager_out, eager_cache = layer(x[:, :3], cache=cache, cache_index=3, use_causal_mask=True)
+    traced_out, traced_cache = step(x[:, :3], cache)  # 3 + 3 = 6 fits
+    np.testing.assert_allclose(traced_out, eager_out, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(traced_cache, eager_cache, rtol=1e-6, atol=1e-6)
+
+
+def test_rolling_cache_of_another_length_is_refused_in_the_graph():
+    layer = LocalBlockAttention(2, 4, block_size=2, memory_flange=2, rolling_cache=True)
+    x = np.random.RandomState(0).rand(2, 1, 8).astype("float32")
+    cache = layer.init_cache(2, 6)  # keeps block + flange = 4 positions
+    message = r"rolling_cache=True keeps the last block_size \+ memory_flange = 4 positions"
+    too_long = np.zeros((2, 7, 2, 8), "float32")
+    with pytest.raises(ValueError, match=message):
+        layer(x, cache=too_long, cache_index=5, use_causal_mask=True)
+    step = tf.function(
+        lambda c: layer(x, cache=c, cache_index=5, use_causal_mask=True),
+        input_signature=[tf.TensorSpec([None, None, 2, 8])],
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message + r".*\] \[7\]"):
+        step(too_long)
+    eager_out, eager_cache = layer(x, cache=cache, cache_index=5, use_causal_mask=True)
+    traced_out, traced_cache = step(cache)
+    np.testing.assert_allclose(traced_out, eager_out, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(traced_cache, eager_cache, rtol=1e-6, atol=1e-6)
