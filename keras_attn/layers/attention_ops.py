@@ -10,7 +10,7 @@ is a real token").
 import keras
 from keras import ops
 
-from keras_attn import keras_internals
+from keras_attn import checks, keras_internals
 
 # Logits of blocked positions are replaced by this value before the softmax.
 # It is finite so that neither the softmax nor its gradient can produce NaN,
@@ -47,13 +47,15 @@ def check_mask(
         mask: the mask given by the user.
         name: its argument name, for the error message.
         expected_rank: an int or a tuple of allowed ranks.
-        expected_shape: optional tuple of the expected static shape, with
-            `None` for dimensions that are not checked. Checked against the
-            trailing dimensions when the mask's rank is larger.
+        expected_shape: optional tuple of the expected shape, with `None`
+            for dimensions that are not checked. Checked against the
+            trailing dimensions when the mask's rank is larger. Entries may
+            be scalar tensors (sizes known only at run time, as
+            `ops.shape` gives them).
         batch_size, num_heads: for attention masks, (B, T, S) or
             (B, H, T, S): the batch size and head count the leading axes
             must match, each either equal or 1 (broadcast). `None` = not
-            checked.
+            checked; a scalar tensor = known only at run time.
 
     Returns:
         The mask as a boolean tensor.
@@ -62,6 +64,8 @@ def check_mask(
         ValueError: if the mask is not boolean or integer (floating masks
             included), has the wrong rank, or a known dimension that
             differs from `expected_shape`, `batch_size` or `num_heads`.
+            Where a size is known only at run time, TensorFlow checks it in
+            the graph with the same message (`InvalidArgumentError`).
     """
     if mask is None:
         return None
@@ -88,28 +92,51 @@ def check_mask(
             f"{' with shape ' + _shape_str(expected_shape) if expected_shape else ''}. "
             f"Received: {name}.shape={tuple(mask.shape)}."
         )
+    traced = []  # (condition, message) where a size is known only at run time
     if expected_shape is not None:
-        got = tuple(mask.shape)[-len(expected_shape):]
-        for got_dim, want_dim in zip(got, expected_shape):
-            if got_dim is not None and want_dim is not None and got_dim != want_dim:
+        message = (
+            f"`{name}` does not match the expected shape {_shape_str(expected_shape)} "
+            "(batch, [heads,] queries, keys) for these inputs. Build the mask "
+            "from the same batch it is used with."
+        )
+        offset = rank - len(expected_shape)
+        for axis, want in enumerate(expected_shape, start=offset):
+            got, known = mask.shape[axis], checks.static_int(want)
+            if got is not None and known is not None and got != known:
                 raise ValueError(
                     f"`{name}` has shape {tuple(mask.shape)}, which does not "
                     f"match the expected shape {_shape_str(expected_shape)} "
                     "(batch, [heads,] queries, keys) for these inputs. "
                     "Build the mask from the same batch it is used with."
                 )
+            if want is not None and (got is None or known is None):
+                size = ops.shape(mask)[axis]
+                traced.append((ops.equal(size, want), [
+                    message + f" Received: size ", size, f" on axis {axis}, expected ", want, ".",
+                ]))
     leading = [("batch", 0, batch_size, "the batch size of the inputs")]
     if rank == 4:
         leading.append(("heads", 1, num_heads, "the layer's num_heads"))
     for label, axis, want, meaning in leading:
-        got = mask.shape[axis]
-        if want is not None and got is not None and got not in (1, want):
-            raise ValueError(
-                f"`{name}` has shape {tuple(mask.shape)}: its {label} axis "
-                f"(axis {axis}) has size {got}, expected {want} ({meaning}) or "
-                f"1 (shared). The layout is (batch, queries, keys) or (batch, "
-                "heads, queries, keys)."
-            )
+        got, known = mask.shape[axis], checks.static_int(want)
+        message = (
+            f"`{name}` has shape {tuple(mask.shape)}: its {label} axis "
+            f"(axis {axis}) has size {got}, expected {known} ({meaning}) or "
+            f"1 (shared). The layout is (batch, queries, keys) or (batch, "
+            "heads, queries, keys)."
+        )
+        if known is not None and got is not None and got not in (1, known):
+            raise ValueError(message)
+        if want is not None and (got is None or known is None):
+            size = ops.shape(mask)[axis]
+            traced.append((ops.logical_or(ops.equal(size, 1), ops.equal(size, want)), [
+                f"`{name}`: its {label} axis (axis {axis}) has size ", size,
+                ", expected ", want, f" ({meaning}) or 1 (shared). The layout is "
+                "(batch, queries, keys) or (batch, heads, queries, keys).",
+            ]))
+    if keras.backend.backend() == "tensorflow":
+        for condition, message in traced:
+            mask = checks.check_in_graph(condition, message, mask)
     if dtype != "bool":
         mask = ops.not_equal(mask, 0)
     return mask
@@ -118,7 +145,8 @@ def check_mask(
 def _shape_str(shape):
     if shape is None:
         return ""
-    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+    sizes = [checks.static_int(d) for d in shape]  # "?": known only at run time
+    return "(" + ", ".join("?" if d is None else str(d) for d in sizes) + ")"
 
 
 def causal_mask(query_length, key_length, cache_index=0):

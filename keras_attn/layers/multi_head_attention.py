@@ -111,17 +111,33 @@ class MultiHeadAttention(AttentionBase):
             )
 
     @staticmethod
-    def _check_same(dimension, axis, named_shapes, hint):
-        """Raises unless the known sizes of `axis` agree across the named
-        shapes (None entries are skipped)."""
-        known = [(n, tuple(sh)) for n, sh in named_shapes if sh is not None]
-        sizes = {sh[axis] for _, sh in known if sh[axis] is not None}
+    def _check_same(dimension, axis, named_tensors, hint):
+        """Raises unless the sizes of `axis` agree across the named tensors:
+        now where known, in the graph (TensorFlow) where one is known only
+        at run time. Returns the first tensor, depending on that check."""
+        shapes = ", ".join(f"{n}.shape={tuple(t.shape)}" for n, t in named_tensors)
+        names = " and ".join(n for n, _ in named_tensors)
+        sizes = {t.shape[axis] for _, t in named_tensors if t.shape[axis] is not None}
         if len(sizes) > 1:
-            shapes = ", ".join(f"{n}.shape={sh}" for n, sh in known)
             raise ValueError(
                 f"MultiHeadAttention needs the same {dimension} for "
-                f"{' and '.join(n for n, _ in known)}. Received: {shapes}. {hint}"
+                f"{names}. Received: {shapes}. {hint}"
             )
+        first = named_tensors[0][1]
+        if keras.backend.backend() != "tensorflow" or all(
+            t.shape[axis] is not None for _, t in named_tensors
+        ):
+            return first
+        traced = [(n, ops.shape(t)[axis]) for n, t in named_tensors]
+        message = []
+        for i, (n, size) in enumerate(traced):
+            lead = f", {n}" if i else (
+                f"MultiHeadAttention needs the same {dimension} for {names}. Received: {n}"
+            )
+            message += [f"{lead} {dimension} ", size]
+        message.append(f". {hint}")
+        same = ops.all(ops.stack([ops.equal(traced[0][1], size) for _, size in traced[1:]]))
+        return checks.check_in_graph(same, message, first)
 
     def compute_cache(self, value, key=None):
         """Projects a memory sequence once into keys and values.
@@ -150,8 +166,8 @@ class MultiHeadAttention(AttentionBase):
         self._check_rank("value", tuple(value.shape))
         self._check_rank("key", tuple(key.shape))
         for dimension, axis in (("batch size", 0), ("length", 1)):
-            self._check_same(
-                dimension, axis, [("key", key.shape), ("value", value.shape)],
+            key = self._check_same(
+                dimension, axis, [("key", key), ("value", value)],
                 "`key` and `value` must describe the same positions.",
             )
         batch_size, length = ops.shape(value)[0], ops.shape(value)[1]
@@ -179,28 +195,26 @@ class MultiHeadAttention(AttentionBase):
                     "MultiHeadAttention needs `value` (the sequence to attend "
                     "to) or a `cache` from `compute_cache`. Received neither."
                 )
-            memory_name, memory_shape = "value", value.shape
-            static_key_length = value.shape[1]
+            memory_name, memory, key_length = "value", value, ops.shape(value)[1]
         else:
             checks.check_cache(
                 cache, ("batch", self.num_heads, self.key_dim + self._value_dim, "length"),
                 "as returned by `compute_cache`",
             )
-            memory_name, memory_shape = "cache", cache.shape
-            static_key_length = cache.shape[-1]
-        self._check_same(
-            "batch size", 0, [("query", query.shape), (memory_name, memory_shape)],
+            memory_name, memory, key_length = "cache", cache, ops.shape(cache)[-1]
+        query = self._check_same(
+            "batch size", 0, [("query", query), (memory_name, memory)],
             "Each query sequence attends to the memory of its own example: "
             "pass one memory per query sequence.",
         )
         if value_padding_mask is None and value is not None:
             value_padding_mask = attention_ops.get_implicit_mask(value)
         value_padding_mask = attention_ops.check_mask(
-            value_padding_mask, "value_padding_mask", 2, (query.shape[0], static_key_length)
+            value_padding_mask, "value_padding_mask", 2, (ops.shape(query)[0], key_length)
         )
         attention_mask = attention_ops.check_mask(
-            attention_mask, "attention_mask", (3, 4), (query.shape[1], static_key_length),
-            batch_size=query.shape[0], num_heads=self.num_heads,
+            attention_mask, "attention_mask", (3, 4), (ops.shape(query)[1], key_length),
+            batch_size=ops.shape(query)[0], num_heads=self.num_heads,
         )
         batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
         projected_query = ops.reshape(

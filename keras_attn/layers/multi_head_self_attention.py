@@ -317,9 +317,14 @@ class MultiHeadSelfAttention(AttentionBase):
             checks.check_no_cache_index(cache_index)
             cache_index, static_key_length = 0, static_length
 
+        # The keys' count for the mask checks: known now, or at run time
+        # (None: any, a rolling cache's masks cover absolute positions).
+        key_length = static_key_length
+        if key_length is None:
+            key_length = self._traced_cache_capacity(cache) if cache is not None else query_length
         padding_mask, attention_mask = self._check_masks(
             original_inputs, inputs, padding_mask, attention_mask,
-            cache is not None, static_key_length,
+            cache is not None, key_length,
         )
         if cache is not None and static_key_length is None and padding_mask is not None:
             padding_mask = self._check_mask_reaches_inputs(padding_mask, cache_index, inputs)
@@ -352,10 +357,10 @@ class MultiHeadSelfAttention(AttentionBase):
         return results[0] if len(results) == 1 else results
 
     def _check_masks(
-        self, original_inputs, inputs, padding_mask, attention_mask, cached,
-        static_key_length,
+        self, original_inputs, inputs, padding_mask, attention_mask, cached, key_length,
     ):
-        """Validates the padding mask (default: implicit) and attention mask; flattens images."""
+        """Validates the padding mask (default: implicit) and attention mask
+        (sizes known only at run time in the graph); flattens images."""
         spatial_shape = tuple(original_inputs.shape[1:-1])
         if padding_mask is None and not cached:
             padding_mask = attention_ops.get_implicit_mask(original_inputs)
@@ -363,19 +368,17 @@ class MultiHeadSelfAttention(AttentionBase):
             # Images: the padding mask has the image's layout (B, height, width).
             padding_mask = attention_ops.check_mask(
                 padding_mask, "padding_mask", 1 + len(spatial_shape),
-                (original_inputs.shape[0],) + spatial_shape,
+                (ops.shape(original_inputs)[0],) + spatial_shape,
             )
             if padding_mask is not None:
                 padding_mask = ops.reshape(padding_mask, (ops.shape(inputs)[0], -1))
         else:
             padding_mask = attention_ops.check_mask(
-                padding_mask, "padding_mask", 2,
-                (inputs.shape[0], static_key_length),
+                padding_mask, "padding_mask", 2, (ops.shape(inputs)[0], key_length),
             )
         attention_mask = attention_ops.check_mask(
-            attention_mask, "attention_mask", (3, 4),
-            (inputs.shape[1], static_key_length),
-            batch_size=inputs.shape[0], num_heads=self.num_heads,
+            attention_mask, "attention_mask", (3, 4), (ops.shape(inputs)[1], key_length),
+            batch_size=ops.shape(inputs)[0], num_heads=self.num_heads,
         )
         return padding_mask, attention_mask
 

@@ -237,31 +237,31 @@ class TransformerDecoder(TransformerBlock):
             encoder_padding_mask = attention_ops.get_implicit_mask(encoder_sequence)
         if encoder_sequence is not None or cross_attention_cache is not None:
             memory_length = (
-                encoder_sequence.shape[1] if encoder_sequence is not None
-                else cross_attention_cache.shape[-1]  # (B, H, K + V, S)
+                ops.shape(encoder_sequence)[1] if encoder_sequence is not None
+                else ops.shape(cross_attention_cache)[-1]  # (B, H, K + V, S)
             )
             encoder_padding_mask = attention_ops.check_mask(
                 encoder_padding_mask, "encoder_padding_mask", 2,
-                (decoder_sequence.shape[0], memory_length),
+                (ops.shape(decoder_sequence)[0], memory_length),
             )
         # Without a cache the mask has the layout of the positions:
         # (B, T), or (B, height, width) for an image; with one, it covers
         # the positions the cache can hold (any number for a rolling cache).
         positions_shape = (
-            (self._ask_self_attention("_cache_capacity", self_attention_cache),) if cached
-            else tuple(decoder_sequence.shape[1:-1])
+            (self._ask_self_attention("_traced_cache_capacity", self_attention_cache),) if cached
+            else tuple(ops.shape(decoder_sequence)[1:-1])
         )
         decoder_padding_mask = attention_ops.check_mask(
             decoder_padding_mask, "decoder_padding_mask", 1 + len(positions_shape),
-            (decoder_sequence.shape[0],) + positions_shape,
+            (ops.shape(decoder_sequence)[0],) + positions_shape,
         )
         return decoder_padding_mask, encoder_padding_mask
 
     def _ask_self_attention(self, hook, cache):
         """What the self-attention layer's cache hook says of `cache`:
         `_cache_length` (its positions, as the layer lays it out) or
-        `_cache_capacity` (the positions it can hold; None for a rolling
-        cache). None when the layer has no such hook."""
+        `_traced_cache_capacity` (the positions it can hold, known now or
+        at run time; None for a rolling cache). None when the layer has no such hook."""
         method = getattr(self._self_attention_layer, hook, None)
         return method(cache) if method is not None else None
 

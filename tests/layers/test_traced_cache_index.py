@@ -1,5 +1,7 @@
-"""A traced `cache_index` past the cache end fails with the eager message
-(issue 12, "Also"), for every self-attention type (they share the check)."""
+"""Sizes and positions known only at run time fail in the graph with the
+eager message: a traced `cache_index` past the cache end (issue 12, "Also"),
+for every self-attention type (they share the check), cache and input
+lengths, batch sizes and mask shapes."""
 
 import numpy as np
 import pytest
@@ -152,3 +154,59 @@ def test_rolling_cache_of_another_length_is_refused_in_the_graph():
     traced_out, traced_cache = step(cache)
     np.testing.assert_allclose(traced_out, eager_out, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(traced_cache, eager_cache, rtol=1e-6, atol=1e-6)
+
+
+def test_mask_shapes_known_only_at_run_time_are_checked_in_the_graph():
+    layer = MultiHeadSelfAttention(2, 4)
+    x = np.random.RandomState(0).rand(2, 5, 8).astype("float32")
+    layer(x)
+    any_length = tf.TensorSpec([None, None, 8])
+    padded = tf.function(lambda x, m: layer(x, padding_mask=m),
+                         input_signature=[any_length, tf.TensorSpec([None, None], tf.bool)])
+    with pytest.raises(ValueError, match=r"`padding_mask` has shape \(2, 4\)"):
+        layer(x, padding_mask=np.ones((2, 4), bool))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"`padding_mask` does not match the expected shape \(\?, \?\).*"
+                             r"Received: size \] \[4\] \[ on axis 1, expected \] \[5"):
+        padded(x, np.ones((2, 4), bool))
+    mask = np.ones((2, 5), bool)
+    mask[1, 3:] = False
+    np.testing.assert_allclose(padded(x, mask), layer(x, padding_mask=mask), rtol=1e-6, atol=1e-6)
+    # (B, T, 1) is refused eagerly; in the graph it used to be broadcast
+    # over every key.
+    masked = tf.function(lambda x, m: layer(x, attention_mask=m),
+                         input_signature=[any_length, tf.TensorSpec([None, None, None], tf.bool)])
+    with pytest.raises(ValueError, match="`attention_mask` has shape"):
+        layer(x, attention_mask=np.ones((2, 5, 1), bool))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"on axis 2, expected \] \[5"):
+        masked(x, np.ones((2, 5, 1), bool))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"`attention_mask`: its batch axis \(axis 0\) has size \] \[3"):
+        masked(x, np.ones((3, 5, 5), bool))
+    shared = np.tril(np.ones((1, 5, 5), bool))  # batch axis 1: shared
+    np.testing.assert_allclose(masked(x, shared), layer(x, attention_mask=shared),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_cross_attention_batch_known_only_at_run_time_is_checked_in_the_graph():
+    from keras_attn.layers import MultiHeadAttention
+
+    layer = MultiHeadAttention(2, 4)
+    query = np.random.RandomState(0).rand(2, 5, 8).astype("float32")
+    memory = np.random.RandomState(1).rand(2, 7, 6).astype("float32")
+    layer(query, memory)
+    with pytest.raises(ValueError, match="needs the same batch size for query and value"):
+        layer(query, memory[:1])
+    attend = tf.function(lambda q, v: layer(q, v), input_signature=[
+        tf.TensorSpec([None, None, 8]), tf.TensorSpec([None, None, 6])])
+    # A memory of batch 1 used to be broadcast silently to every query.
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"needs the same batch size for query and value. Received: "
+                             r"query batch size \] \[2\] \[, value batch size \] \[1"):
+        attend(query, memory[:1])
+    np.testing.assert_allclose(attend(query, memory), layer(query, memory), rtol=1e-6, atol=1e-6)
+    from_cache = tf.function(lambda q, c: layer(q, cache=c), input_signature=[
+        tf.TensorSpec([None, None, 8]), tf.TensorSpec([None, 2, 8, None])])
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"query batch size \] \[2\] \[, cache batch size \] \[1"):
+        from_cache(query, layer.compute_cache(memory[:1]))
