@@ -1,11 +1,10 @@
-import numbers
-
 import keras
 from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
+from keras_attn.layers.sinusoidal_position_encoding import _check_finite_positive_number
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -46,8 +45,9 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         channels: colour channels per pixel (3 for RGB).
         position: "sinusoidal" (default; needs D divisible by 4) or
             "learned" (D even).
-        max_wavelength: longest wavelength of the sinusoids.
-        coordinate_scale: positive number s, the distance between pixel
+        max_wavelength: longest wavelength of the sinusoids (a finite
+            number > 0).
+        coordinate_scale: finite positive number s, the distance between pixel
             centres (see above); 1.0 = plain pixel indices. Sinusoidal
             positions only.
         embeddings_initializer: initializer of the learned tables.
@@ -63,10 +63,13 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     Raises:
         ValueError: on a non-positive image size or channel count, an
-            unknown `position`, a non-positive `coordinate_scale` or one
-            other than 1 with learned positions, inputs not (B, T, D) with D divisible by 4
-            (sinusoidal) or 2 (learned), or a known `start_index + T` beyond
-            `height * width * channels + 1` positions.
+            unknown `position`, a `max_wavelength` or `coordinate_scale`
+            that is not a finite number > 0, a `coordinate_scale` other
+            than 1 with learned positions, inputs not (B, T, D) with D
+            divisible by 4 (sinusoidal) or 2 (learned), a `start_index` that
+            is not an integer scalar, or a known `start_index` that is
+            negative or whose `start_index + T` is beyond `height * width *
+            channels + 1` positions.
 
     Example:
     >>> import keras
@@ -100,16 +103,14 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
                 f'{type(self).__name__}: `position` must be "sinusoidal" or '
                 f'"learned". Received: position={position!r}.'
             )
-        if not max_wavelength or max_wavelength <= 0:
-            raise ValueError(
-                "`max_wavelength` must be positive. Received: "
-                f"max_wavelength={max_wavelength}."
-            )
-        if isinstance(coordinate_scale, bool) or not isinstance(coordinate_scale, numbers.Real) or not coordinate_scale > 0:
-            raise ValueError(
-                f"{type(self).__name__}: `coordinate_scale` must be a positive "
-                f"number. Received: coordinate_scale={coordinate_scale!r}."
-            )
+        _check_finite_positive_number(
+            self, "max_wavelength", max_wavelength,
+            "the longest wavelength of the sinusoids; 10000 in the paper",
+        )
+        _check_finite_positive_number(
+            self, "coordinate_scale", coordinate_scale,
+            "the distance between pixel centres; 1.0 = plain pixel indices",
+        )
         if position == "learned" and coordinate_scale != 1:
             raise ValueError(
                 f"{type(self).__name__}: learned positions index a table by "
@@ -180,6 +181,7 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
                 f"features). Received: inputs.shape={shape}."
             )
         self._check_width(shape[-1])
+        checks.check_index(start_index, "start_index")
         known_start = checks.static_int(start_index)
         if shape[1] is not None and known_start is not None:
             if known_start < 0 or known_start + shape[1] > self.num_positions:

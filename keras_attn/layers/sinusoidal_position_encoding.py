@@ -1,6 +1,10 @@
+import math
+import numbers
+
 import keras
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 
 
@@ -31,8 +35,10 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         (B, T, D) encoding in the layer's compute dtype (broadcast over B).
 
     Raises:
-        ValueError: if `max_wavelength` is not positive, or the inputs are
-            not rank 3 with a known, even feature dimension.
+        ValueError: if `max_wavelength` is not a finite number > 0 (bools
+            refused); the inputs are not rank 3 with a known, even feature
+            dimension; `start_index` is not an integer scalar, or a known
+            one is negative.
 
     Example:
     >>> import keras
@@ -47,11 +53,10 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        if not max_wavelength or max_wavelength <= 0:
-            raise ValueError(
-                "`max_wavelength` must be positive. Received: "
-                f"max_wavelength={max_wavelength}."
-            )
+        _check_finite_positive_number(
+            self, "max_wavelength", max_wavelength,
+            "the longest wavelength of the sinusoids; 10000 in the paper",
+        )
         self.max_wavelength = max_wavelength
         self.supports_masking = True
 
@@ -62,6 +67,13 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
                 "SinusoidalPositionEncoding expects inputs of shape (batch, "
                 "length, features) with an even number of features. "
                 f"Received: inputs.shape={shape}."
+            )
+        checks.check_index(start_index, "start_index")
+        known_start = checks.static_int(start_index)
+        if known_start is not None and known_start < 0:
+            raise ValueError(
+                "`start_index` is the absolute position of inputs[:, 0] and "
+                f"must be non-negative. Received: start_index={known_start}."
             )
         length = ops.shape(inputs)[1]
         encoding = sinusoids(length, shape[-1], start_index, self.max_wavelength)
@@ -86,3 +98,32 @@ def sinusoids(length, dim, start_index=0, max_wavelength=10000):
     angles = positions[:, None] * inverse_frequency[None, :]
     is_even = ops.equal(ops.arange(dim, dtype="int32") % 2, 0)
     return ops.where(is_even[None, :], ops.sin(angles), ops.cos(angles))
+
+
+def _check_finite_positive_number(owner, name, value, meaning):
+    """Raises a ValueError unless `value` is a finite real number > 0.
+
+    (`checks.check_positive_number_or_none` takes None and infinity; a
+    wavelength or coordinate scale must be a finite number.)
+
+    Args:
+        owner: the layer whose argument is checked (its class name starts
+            the message).
+        name: the argument's name.
+        value: the value received.
+        meaning: what the number is, for the message.
+
+    Raises:
+        ValueError: if `value` is not a finite number > 0 (bools, strings,
+            NaN and infinities refused).
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or not value > 0
+    ):
+        raise ValueError(
+            f"{type(owner).__name__}: `{name}` must be a finite number > 0 "
+            f"({meaning}). Received: {name}={value!r}."
+        )

@@ -1,3 +1,6 @@
+import math
+import numbers
+
 import keras
 
 from keras_attn import checks
@@ -15,12 +18,15 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
     Args:
         intermediate_dim: width of the feed-forward hidden layer (d_ff).
         num_heads: heads of the default self-attention (and of the decoder's
-            cross-attention). May be omitted when `self_attention` is given.
-        key_dim: per-head size; defaults to D // num_heads.
+            cross-attention). May be omitted when `self_attention` is given
+            (that layer's own `num_heads` is used); `TransformerEncoder`,
+            with no other attention to size, refuses it then.
+        key_dim: per-head size; defaults to D // num_heads. Refused with a
+            `self_attention` layer by `TransformerEncoder`, as `num_heads`.
         dropout: rate of the residual dropouts and the attention dropout.
         activation: feed-forward activation ("relu" in the paper).
-        layer_norm_epsilon: epsilon of the layer norms.
-        normalize_first: False (default) = post-norm as in the paper,
+        layer_norm_epsilon: epsilon of the layer norms, a finite number > 0.
+        normalize_first: a bool. False (default) = post-norm as in the paper,
             `LayerNorm(x + Sublayer(x))`; True = pre-norm,
             `x + Sublayer(LayerNorm(x))`, which trains deep stacks without warmup.
         self_attention: optional self-attention layer with the library's call
@@ -33,11 +39,21 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
 
     Raises:
         ValueError: if `intermediate_dim` is not positive, neither `num_heads`
-            nor `self_attention` is given, `dropout` is outside [0, 1), the
-            model width is not divisible by `num_heads` when `key_dim` is
-            left to its default, or the `self_attention` layer's
+            nor `self_attention` is given, `dropout` is outside [0, 1),
+            `layer_norm_epsilon` is not a finite number > 0,
+            `normalize_first` is not a bool, `self_attention` is not a
+            keras_attn self-attention layer, `num_heads` or `key_dim` is
+            given with a `self_attention` layer to a `TransformerEncoder`,
+            the model width is not divisible by `num_heads` when `key_dim`
+            is left to its default, or the `self_attention` layer's
             `output_dim` differs from the model width.
     """
+
+    # True where `num_heads` and `key_dim` size nothing but the default
+    # self-attention (`TransformerEncoder`): given with a `self_attention`
+    # layer they would be silently ignored, so they are refused. A
+    # decoder's also size its cross-attention.
+    _sizes_only_self_attention = False
 
     def __init__(
         self,
@@ -67,6 +83,23 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         if key_dim is not None:
             checks.check_positive_int(self, "key_dim", key_dim)
         checks.check_rate(self, "dropout", dropout)
+        if (
+            isinstance(layer_norm_epsilon, bool)
+            or not isinstance(layer_norm_epsilon, numbers.Real)
+            or not math.isfinite(layer_norm_epsilon)
+            or not layer_norm_epsilon > 0
+        ):
+            raise ValueError(
+                f"{type(self).__name__}: `layer_norm_epsilon` must be a finite "
+                "number > 0 (added to the variance in the layer norms; 1e-5 "
+                f"by default). Received: layer_norm_epsilon={layer_norm_epsilon!r}."
+            )
+        if not isinstance(normalize_first, bool):
+            raise ValueError(
+                f"{type(self).__name__}: `normalize_first` must be a bool (False "
+                "= post-norm as in the paper, True = pre-norm). Received: "
+                f"normalize_first={normalize_first!r}."
+            )
         if isinstance(self_attention, dict):
             # Without its build config the nested layer is built by `build`,
             # inside this block's name scope, as when the block was first
@@ -81,6 +114,24 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
                 "(MultiHeadSelfAttention, LocalBlockAttention or "
                 f"RelativeGlobalAttention). Received: {self_attention!r}."
             )
+        if self_attention is not None and self._sizes_only_self_attention:
+            given = [
+                f"{arg}={value!r}"
+                for arg, value in (("num_heads", num_heads), ("key_dim", key_dim))
+                if value is not None
+            ]
+            if given:
+                raise ValueError(
+                    f"{type(self).__name__}: `num_heads` and `key_dim` size the "
+                    "default MultiHeadSelfAttention only; with a `self_attention` "
+                    "layer that layer's own settings are used (num_heads="
+                    f"{getattr(self_attention, 'num_heads', None)!r}, key_dim="
+                    f"{getattr(self_attention, 'key_dim', None)!r}). Received: "
+                    f"{', '.join(given)} with self_attention="
+                    f"{type(self_attention).__name__}(name={self_attention.name!r}). "
+                    "Drop `num_heads` / `key_dim`, or set them on the "
+                    "self-attention layer."
+                )
         self.intermediate_dim = intermediate_dim
         self.num_heads = num_heads
         self.key_dim = key_dim

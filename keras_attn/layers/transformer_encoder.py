@@ -16,13 +16,16 @@ class TransformerEncoder(TransformerBlock):
 
     Args:
         intermediate_dim: d_ff, width of the feed-forward hidden layer.
-        num_heads: heads of the default `MultiHeadSelfAttention`; may be
-            omitted when `self_attention` is given.
-        key_dim: per-head size; defaults to D // num_heads.
+        num_heads: heads of the default `MultiHeadSelfAttention`; must be
+            omitted when `self_attention` is given (that layer's own
+            `num_heads` is used).
+        key_dim: per-head size of the default `MultiHeadSelfAttention`;
+            defaults to D // num_heads. Must be omitted when
+            `self_attention` is given, as `num_heads`.
         dropout: residual and attention dropout rate (0.1 in the paper).
         activation: feed-forward activation.
-        layer_norm_epsilon: epsilon of the layer norms.
-        normalize_first: False = post-norm (the paper), True = pre-norm.
+        layer_norm_epsilon: epsilon of the layer norms, a finite number > 0.
+        normalize_first: bool; False = post-norm (the paper), True = pre-norm.
         self_attention: optional self-attention layer (library call contract).
         kernel_initializer, bias_initializer: of the dense sublayers.
         seed: int seed of the dropout layers.
@@ -44,9 +47,10 @@ class TransformerEncoder(TransformerBlock):
         mask; with `return_attention_scores=True`, `(outputs, scores)`.
 
     Raises:
-        ValueError: on invalid arguments (see `TransformerBlock`), inputs of
-            a rank the self-attention does not take, masks of the wrong
-            dtype/rank/shape.
+        ValueError: on invalid arguments (see `TransformerBlock`; among them
+            `num_heads` or `key_dim` given with a `self_attention` layer),
+            inputs of a rank the self-attention does not take, masks of the
+            wrong dtype/rank/shape.
 
     Example:
     >>> import keras
@@ -58,6 +62,10 @@ class TransformerEncoder(TransformerBlock):
     Reference:
         Vaswani et al. 2017, "Attention Is All You Need", section 3.1.
     """
+
+    # `num_heads` and `key_dim` size only the default self-attention: they
+    # are refused with a `self_attention` layer (see `TransformerBlock`).
+    _sizes_only_self_attention = True
 
     def build(self, inputs_shape):
         self._build_self_attention_and_feedforward(inputs_shape)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from keras_attn.layers import PixelPositionEncoding
+from keras_attn.layers import PixelEmbedding, PixelPositionEncoding
 from tests.test_case import run_layer_test
 
 
@@ -77,5 +77,21 @@ def test_coordinate_scale_places_low_resolution_pixels_on_the_fine_grid():
         np.testing.assert_allclose(out[0, p], want, atol=1e-5)
     with pytest.raises(ValueError, match="`coordinate_scale` must be 1 with"):
         PixelPositionEncoding(image_size=2, position="learned", coordinate_scale=4)
-    with pytest.raises(ValueError, match="`coordinate_scale` must be a positive number"):
+    with pytest.raises(ValueError, match=r"`coordinate_scale` must be a finite number > 0 \(the distance between pixel centres"):
         PixelPositionEncoding(image_size=2, coordinate_scale=0)
+
+
+def test_start_index_must_be_an_integer_scalar():
+    # 1.5 was truncated to position 1, as TokenAndPositionEmbedding refuses.
+    with pytest.raises(ValueError, match=r"`start_index` must be an integer scalar .*Received: start_index=1\.5"):
+        PixelPositionEncoding(image_size=2)(np.zeros((1, 2, 8), "float32"), start_index=1.5)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), True, "x", 0, None])
+@pytest.mark.parametrize("name", ["max_wavelength", "coordinate_scale"])
+def test_max_wavelength_and_coordinate_scale_must_be_finite_positive_numbers(name, value):
+    with pytest.raises(ValueError, match=rf"PixelPositionEncoding: `{name}` must be a finite number > 0 .*Received: {name}="):
+        PixelPositionEncoding(image_size=2, **{name: value})
+    # PixelEmbedding passes both to its PixelPositionEncoding.
+    with pytest.raises(ValueError, match=rf"`{name}` must be a finite number > 0"):
+        PixelEmbedding(4, 8, image_size=2, **{name: value})

@@ -65,3 +65,23 @@ def test_errors():
         TokenAndPositionEmbedding(10, 7, position="sinusoidal")
     with pytest.raises(ValueError, match=r"token ids of shape \(batch, length\)"):
         TokenAndPositionEmbedding(10, 8, 4)(np.ones((1, 2, 3), "int32"))
+
+
+def test_sinusoidal_encoding_refuses_start_indices_as_token_and_position_embedding_does():
+    x = np.zeros((1, 2, 8), "float32")
+    layer = SinusoidalPositionEncoding()
+    # A float was truncated to 1, a negative index silently encoded.
+    with pytest.raises(ValueError, match=r"`start_index` must be an integer scalar .*Received: start_index=1\.5"):
+        layer(x, start_index=1.5)
+    with pytest.raises(ValueError, match=r"`start_index` is the absolute position .*non-negative\. Received: start_index=-1"):
+        layer(x, start_index=-1)
+    # Integer scalars of any kind are still positions.
+    want = np.asarray(layer(x, start_index=3))
+    for start in (np.int64(3), np.array(3, "int32")):
+        np.testing.assert_allclose(np.asarray(layer(x, start_index=start)), want)
+
+
+@pytest.mark.parametrize("max_wavelength", [float("nan"), float("inf"), True, "x", 0, -2.0, None])
+def test_sinusoidal_encoding_refuses_a_max_wavelength_that_is_not_a_finite_positive_number(max_wavelength):
+    with pytest.raises(ValueError, match=r"SinusoidalPositionEncoding: `max_wavelength` must be a finite number > 0 .*Received: max_wavelength="):
+        SinusoidalPositionEncoding(max_wavelength=max_wavelength)

@@ -255,3 +255,22 @@ def test_image_decoder_lifecycle():
         RNG.standard_normal((2, 4, 6, 8)).astype("float32"),
         expected_output_shape=(2, 4, 6, 8),
     )
+
+
+def test_num_heads_with_a_self_attention_layer_sizes_the_cross_attention():
+    # Unlike the encoder's, a decoder's num_heads and key_dim are not
+    # ignored next to a self_attention layer: they size the cross-attention.
+    decoder = TransformerDecoder(
+        16, num_heads=4, key_dim=2, self_attention=MultiHeadSelfAttention(2, 8)
+    )
+    decoder(_seq(1, 3), _seq(1, 4))
+    assert decoder._self_attention_layer.num_heads == 2
+    assert decoder._cross_attention_layer.num_heads == 4
+    assert decoder._cross_attention_layer.key_dim == 2
+
+
+def test_layer_norm_epsilon_and_normalize_first_are_checked():
+    with pytest.raises(ValueError, match=r"TransformerDecoder: `layer_norm_epsilon` must be a finite number > 0 .*Received: layer_norm_epsilon=-1\.0"):
+        TransformerDecoder(16, num_heads=2, layer_norm_epsilon=-1.0)
+    with pytest.raises(ValueError, match=r"TransformerDecoder: `normalize_first` must be a bool .*Received: normalize_first='yes'"):
+        TransformerDecoder(16, num_heads=2, normalize_first="yes")

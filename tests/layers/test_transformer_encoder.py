@@ -75,3 +75,29 @@ def test_image_scores_in_a_functional_model():
     np.testing.assert_allclose(got_scores, want_scores, atol=1e-6)
     window = references.local_block_mask((3, 4), (2, 2), (1, 1), causal=False)
     assert (np.asarray(got_scores)[:, :, ~window] == 0).all()
+
+
+@pytest.mark.parametrize(
+    "sizes", [{"num_heads": 3, "key_dim": 5}, {"num_heads": 2}, {"key_dim": 4}]
+)
+def test_num_heads_and_key_dim_are_refused_with_a_self_attention_layer(sizes):
+    # They size only the default self-attention: with a given layer they
+    # were silently ignored (its own num_heads=2, key_dim=4 were used).
+    with pytest.raises(
+        ValueError,
+        match=r"with a `self_attention` layer that layer's own settings are used "
+        r"\(num_heads=2, key_dim=4\)\. Received: .*Drop `num_heads` / `key_dim`",
+    ):
+        TransformerEncoder(16, self_attention=MultiHeadSelfAttention(2, 4), **sizes)
+
+
+@pytest.mark.parametrize("epsilon", [-1.0, 0, float("nan"), float("inf"), True, "x", None])
+def test_layer_norm_epsilon_must_be_a_finite_positive_number(epsilon):
+    with pytest.raises(ValueError, match=r"`layer_norm_epsilon` must be a finite number > 0 .*Received: layer_norm_epsilon="):
+        TransformerEncoder(16, num_heads=2, layer_norm_epsilon=epsilon)
+
+
+@pytest.mark.parametrize("normalize_first", ["yes", 1, None])
+def test_normalize_first_must_be_a_bool(normalize_first):
+    with pytest.raises(ValueError, match=r"`normalize_first` must be a bool .*Received: normalize_first="):
+        TransformerEncoder(16, num_heads=2, normalize_first=normalize_first)
