@@ -7,6 +7,7 @@ It imports nothing from keras_attn, so every layer of the library (layers,
 models, generation, export) can use it.
 """
 
+import math
 import numbers
 import operator
 
@@ -48,16 +49,21 @@ def check_positive_int(owner, name, value):
         value: the value received.
 
     Raises:
-        ValueError: if `value` is not a positive integer (bools refused).
+        ValueError: if `value` is not a positive Python int (bools refused,
+            and NumPy integers too: Keras layers such as `Dense` refuse them
+            later with a message about their own arguments, and a config
+            must hold plain ints; the message says to pass `int(value)`).
     """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Integral)
-        or value <= 0
-    ):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        hint = ""
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            hint = (
+                f" It is a {type(value).__module__}.{type(value).__name__}: pass a "
+                f"Python int, e.g. `{name}=int({name})`."
+            )
         raise ValueError(
             f"{type(owner).__name__}: `{name}` must be a positive integer. "
-            f"Received: {name}={value!r}."
+            f"Received: {name}={value!r}.{hint}"
         )
 
 
@@ -144,17 +150,22 @@ def check_index(value, name):
         )
 
 
-def check_token_id(name, value):
+def check_token_id(name, value, vocabulary_size=None):
     """Raises a ValueError unless `value` is None or a non-negative int
-    token id known when tracing (`end_token_id`, `pad_token_id`).
+    token id known when tracing (`end_token_id`, `pad_token_id`), and an id
+    of the vocabulary when its size is given.
 
     Args:
         name: the argument's name, for the message.
         value: the value received.
+        vocabulary_size: V, the width of the model's logits, when known: the
+            id must then lie in [0, V) (an end id outside it is never
+            generated, so rows would never end; a padding id outside it
+            cannot be fed to the model).
 
     Raises:
-        ValueError: if `value` is a bool, negative, or not an int known
-            before the graph runs.
+        ValueError: if `value` is a bool, negative, not an int known before
+            the graph runs, or not below `vocabulary_size`.
     """
     if value is None:
         return
@@ -163,6 +174,103 @@ def check_token_id(name, value):
         raise ValueError(
             f"`{name}` must be a non-negative int token id or None. "
             f"Received: {name}={value!r}."
+        )
+    if vocabulary_size is not None and known >= vocabulary_size:
+        raise ValueError(
+            f"`{name}` must be an id of the model's vocabulary [0, {vocabulary_size}) "
+            f"(the vocabulary size is the width of the model's logits): pass an id "
+            f"below {vocabulary_size}. Received: {name}={value!r}."
+        )
+
+
+def check_prompt_ids(tokens, vocabulary_size=None, width=None):
+    """Checks that the prompt's token ids are ids the model takes: >= 0,
+    and below the input vocabulary size when it is known.
+
+    An id outside fails inside the embedding's gather (TensorFlow) or is
+    read as a clipped id (JAX). Ids known now (an eager prompt) are checked
+    in Python; a traced prompt (a graph input) is checked inside the graph
+    with the same message, from one pass over it (its min and max, once per
+    generation call, not per step); see `check_in_graph`.
+
+    Args:
+        tokens: (B, T) int32 tensor, the ids the model reads (the prompt,
+            padding after each row's length).
+        vocabulary_size: the number of ids the model's token input takes
+            (its embedding's size, which may exceed the logits' width, e.g.
+            an input-only start token), or None when unknown (only negative
+            ids are refused then).
+        width: check `tokens[:, :width]` only (the prompt's part); None =
+            all of it.
+
+    Returns:
+        `tokens`; traced ones come back depending on the in-graph check: use
+        the returned value.
+
+    Raises:
+        ValueError: if the ids are known now and one lies outside the range.
+            A traced prompt fails when the graph runs (TensorFlow:
+            `InvalidArgumentError`, not checked under `jit_compile=True`,
+            as XLA has no assertion; JAX: `JaxRuntimeError` wrapping the
+            ValueError).
+    """
+    # No quote marks: TensorFlow escapes them in an assertion's text.
+    if vocabulary_size is None:
+        requirement = "`prompt` must hold token ids >= 0 (ids of the vocabulary of the model)."
+    else:
+        requirement = (
+            f"`prompt` must hold token ids in [0, {vocabulary_size}), the ids the token "
+            "embedding of the model takes: map unknown tokens to an id of the vocabulary."
+        )
+
+    def is_valid(lowest, highest):
+        if vocabulary_size is None:
+            return lowest >= 0
+        return (lowest >= 0) & (highest < vocabulary_size)
+
+    ids = tokens if width is None else tokens[:, :width]
+    known = known_value(ids)
+    if known is not None:
+        if known.size and not is_valid(known.min(), known.max()):
+            raise ValueError(
+                f"{requirement} Received: prompt ids from {known.min()} to {known.max()}."
+            )
+        return tokens
+    lowest, highest = keras.ops.min(ids), keras.ops.max(ids)
+    return check_in_graph(
+        is_valid(lowest, highest),
+        [f"{requirement} Received: prompt ids from ", lowest, " to ", highest, "."],
+        tokens,
+    )
+
+
+def check_input_names(inputs, accepted, token_input):
+    """Raises a ValueError if the dict `inputs` has names the model does not
+    take (a typo would otherwise be ignored, the model running without it or
+    refusing a missing input).
+
+    Args:
+        inputs: the `inputs=` of a generation function or of a decoder's
+            `initial_state`: a dict by input name (other values pass).
+        accepted: the names of the model's inputs besides the token input.
+        token_input: the token input's name (the prompt fills it).
+
+    Raises:
+        ValueError: naming the unknown keys and listing the accepted ones.
+    """
+    if not isinstance(inputs, dict):
+        return
+    unknown = sorted((key for key in inputs if key not in accepted), key=str)
+    if unknown:
+        expected = (
+            f"Accepted names: {list(accepted)}" if accepted
+            else "This model takes no input besides its tokens: pass inputs=None"
+        )
+        raise ValueError(
+            f"`inputs` has names the model does not take: {unknown}. {expected} (the "
+            f"model's inputs besides its token input `{token_input}`, which the prompt "
+            "fills). Fix the names or drop them. Received: inputs with names "
+            f"{sorted(inputs, key=str)}."
         )
 
 
@@ -216,6 +324,36 @@ def check_cache(cache, expected_shape, origin):
         raise ValueError(
             f"`cache` must be a floating-point tensor {origin}. Received: "
             f"cache.dtype={dtype}."
+        )
+
+
+def check_finite_positive_number(owner, name, value, meaning):
+    """Raises a ValueError unless `value` is a finite real number > 0.
+
+    (`check_positive_number_or_none` takes None and infinity; a
+    wavelength, a coordinate scale or a layer norm's epsilon must be a
+    finite number.)
+
+    Args:
+        owner: the layer whose argument is checked (its class name starts
+            the message).
+        name: the argument's name.
+        value: the value received.
+        meaning: what the number is, for the message.
+
+    Raises:
+        ValueError: if `value` is not a finite number > 0 (bools, strings,
+            NaN and infinities refused).
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or not value > 0
+    ):
+        raise ValueError(
+            f"{type(owner).__name__}: `{name}` must be a finite number > 0 "
+            f"({meaning}). Received: {name}={value!r}."
         )
 
 
@@ -562,6 +700,76 @@ def check_sampling_arguments(temperature=1.0, top_k=None, top_p=None):
     if top_p is not None:
         top_p = check_top_p(top_p)
     return temperature, top_k, top_p
+
+
+def check_seed(seed):
+    """Checks a sampling seed: an int (Python or NumPy), or an integer tensor
+    (or array) of shape (), (1,) or (2,), eager or traced.
+
+    Args:
+        seed: the value received.
+
+    Raises:
+        ValueError: on a bool, a float (it would be truncated), a string,
+            None, or a tensor that is not of an integer dtype or of another
+            shape.
+    """
+    requirement = (
+        "`seed` must be an int, or an int tensor of shape () or (2,) (stateless "
+        "seed: the same seed gives the same tokens); pass e.g. seed=42 or "
+        "int(seed)."
+    )
+    if isinstance(seed, bool):
+        raise ValueError(f"{requirement} Received: seed={seed!r}.")
+    if isinstance(seed, numbers.Integral):
+        return
+    if isinstance(seed, (list, tuple)):
+        try:
+            seed = np.asarray(seed)
+        except ValueError:  # ragged
+            raise ValueError(f"{requirement} Received: seed={seed!r}.") from None
+    if not (hasattr(seed, "dtype") and hasattr(seed, "shape")):
+        raise ValueError(f"{requirement} Received: seed={seed!r} ({type(seed).__name__}).")
+    try:
+        dtype = keras.backend.standardize_dtype(seed.dtype)
+    except ValueError:  # e.g. NumPy strings
+        dtype = str(seed.dtype)
+    shape = tuple(seed.shape)
+    if "int" not in dtype or dtype == "bool" or shape not in ((), (1,), (2,)):
+        raise ValueError(
+            f"{requirement} Received: seed of dtype {dtype} and shape {shape}."
+        )
+
+
+def check_beam_arguments(num_beams, length_penalty_alpha):
+    """Checks `beam_search`'s beam count and length-penalty exponent.
+
+    Args:
+        num_beams: K, the value received.
+        length_penalty_alpha: alpha, the value received.
+
+    Raises:
+        ValueError: if `num_beams` is not a positive Python int (bools
+            refused), or `length_penalty_alpha` is not a finite number >= 0
+            (bools, NaN and infinities refused: they make the scores
+            log P / lp NaN or infinite, which rank nothing).
+    """
+    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams <= 0:
+        raise ValueError(
+            f"`num_beams` must be a positive int. Received: num_beams={num_beams!r}."
+        )
+    alpha = length_penalty_alpha
+    if (
+        isinstance(alpha, bool)
+        or not isinstance(alpha, numbers.Real)
+        or not math.isfinite(alpha)
+        or alpha < 0
+    ):
+        raise ValueError(
+            "`length_penalty_alpha` must be a number >= 0 and finite (0.6 in Vaswani "
+            "et al. 2017; 0 = rank by log-probability alone). Received: "
+            f"length_penalty_alpha={alpha!r}."
+        )
 
 
 # ------------------------------------------------------------- token ids

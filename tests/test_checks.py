@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from keras_attn.checks import check_heads_divide, check_sizes
@@ -23,3 +25,97 @@ def test_every_builder_uses_the_shared_checks():
         translation_transformer(100, num_layers=True)
     with pytest.raises(ValueError, match=r"`hidden_dim` \(30\) must be divisible"):
         music_transformer(100, hidden_dim=30, num_heads=4)
+
+
+def test_check_positive_int_refuses_numpy_integers_and_says_to_pass_a_python_int():
+    import numpy as np
+
+    from keras_attn.checks import check_positive_int
+    from keras_attn.layers import MultiHeadSelfAttention, TransformerEncoder
+
+    layer = MultiHeadSelfAttention(num_heads=2, key_dim=4)
+    check_positive_int(layer, "num_heads", 2)
+    for value in (np.int64(2), np.int32(3), np.uint8(1)):
+        with pytest.raises(ValueError, match=r"`num_heads` must be a positive integer\. Received: "
+                                             r"num_heads=.*pass a Python int, e\.g\. `num_heads=int\(num_heads\)`"):
+            check_positive_int(layer, "num_heads", value)
+    # At construction, not at the first call with Dense's message about `units`.
+    with pytest.raises(ValueError, match=r"MultiHeadSelfAttention: `num_heads` must be a positive integer.*int\(num_heads\)"):
+        MultiHeadSelfAttention(num_heads=np.int64(2), key_dim=4)
+    with pytest.raises(ValueError, match=r"TransformerEncoder: `intermediate_dim` must be a positive integer.*int\(intermediate_dim\)"):
+        TransformerEncoder(intermediate_dim=np.int64(16), num_heads=2)
+    # Configs hold Python ints: a round trip still passes the check.
+    clone = MultiHeadSelfAttention.from_config(layer.get_config())
+    assert (clone.num_heads, clone.key_dim) == (2, 4)
+    encoder = TransformerEncoder(intermediate_dim=int(np.int64(16)), num_heads=2)
+    assert TransformerEncoder.from_config(encoder.get_config()).intermediate_dim == 16
+
+
+def test_check_token_id_refuses_ids_outside_the_vocabulary():
+    from keras_attn.checks import check_token_id
+
+    check_token_id("end_token_id", 39, vocabulary_size=40)
+    check_token_id("end_token_id", 100)  # the vocabulary is not known: no range
+    check_token_id("end_token_id", None, vocabulary_size=40)
+    with pytest.raises(ValueError, match=r"`end_token_id` must be an id of the model's vocabulary "
+                                         r"\[0, 40\).*Received: end_token_id=100\."):
+        check_token_id("end_token_id", 100, vocabulary_size=40)
+    with pytest.raises(ValueError, match=r"`pad_token_id` must be an id of the model's vocabulary \[0, 40\)"):
+        check_token_id("pad_token_id", 40, vocabulary_size=40)
+
+
+def test_check_prompt_ids_eagerly():
+    import numpy as np
+
+    from keras_attn.checks import check_prompt_ids
+
+    check_prompt_ids(np.array([[0, 39]], "int32"), 40)
+    for ids, lowest, highest in (([[1, 45]], 1, 45), ([[1, -3]], -3, 1)):
+        with pytest.raises(ValueError, match=rf"`prompt` must hold token ids in \[0, 40\).*"
+                                             rf"Received: prompt ids from {lowest} to {highest}\."):
+            check_prompt_ids(np.array(ids, "int32"), 40)
+
+
+def test_check_beam_arguments_refuses_non_finite_alpha():
+    from keras_attn.checks import check_beam_arguments
+
+    check_beam_arguments(4, 0.6)
+    check_beam_arguments(1, 0)
+    for alpha in (float("nan"), float("inf"), -1.0, True, "0.6", None):
+        with pytest.raises(ValueError, match=rf"`length_penalty_alpha` must be a number >= 0 and finite.*"
+                                             rf"Received: length_penalty_alpha={re.escape(repr(alpha))}\."):
+            check_beam_arguments(4, alpha)
+    for beams in (0, 2.0, True):
+        with pytest.raises(ValueError, match="`num_beams` must be a positive int"):
+            check_beam_arguments(beams, 0.6)
+
+
+def test_check_seed_refuses_what_is_not_an_int():
+    import keras
+    import numpy as np
+
+    from keras_attn.checks import check_seed
+
+    for seed in (0, -1, 2**40, np.int64(3), keras.ops.convert_to_tensor(3, "int32"),
+                 keras.ops.convert_to_tensor([3, 0], "int32"), [3, 0], np.array(5)):
+        check_seed(seed)
+    for seed, received in ((1.5, "seed=1.5 (float)"), ("a", "seed='a' (str)"), (None, "seed=None"),
+                           (True, "seed=True"), (np.float32(2.0), "seed of dtype float32"),
+                           (keras.ops.convert_to_tensor(1.0), "seed of dtype float32 and shape ()"),
+                           ([1.0, 2.0], "seed of dtype float64 and shape (2,)"),
+                           (np.zeros((2, 2), "int32"), "seed of dtype int32 and shape (2, 2)")):
+        with pytest.raises(ValueError, match=r"`seed` must be an int, or an int tensor of shape \(\) or "
+                                             rf"\(2,\).*Received: {re.escape(received)}"):
+            check_seed(seed)
+
+
+def test_check_input_names_lists_the_accepted_names():
+    from keras_attn.checks import check_input_names
+
+    check_input_names({"encoder_tokens": 1}, ["encoder_tokens"], "decoder_tokens")
+    check_input_names(None, [], "tokens")
+    with pytest.raises(ValueError, match=r"`inputs` has names the model does not take: \['encoder_tokenz'\]\. "
+                                         r"Accepted names: \['encoder_tokens'\]"):
+        check_input_names({"encoder_tokens": 1, "encoder_tokenz": 2}, ["encoder_tokens"], "decoder_tokens")
+    with pytest.raises(ValueError, match=r"\['tokens'\]\. This model takes no input besides its tokens"):
+        check_input_names({"tokens": 1}, [], "tokens")

@@ -450,8 +450,9 @@ class CachedDecoder(Decoder):
 
         Raises:
             ValueError: if `max_length` is not a positive int, an input the
-                encoder path needs is missing, or `max_length` exceeds a
-                learned position table.
+                encoder path needs is missing, `inputs` holds a name that is
+                not one of the model's other inputs, or `max_length` exceeds
+                a learned position table.
         """
         checks.check_max_length(max_length, "the number of positions the caches hold, a static shape")
         for step in self._steps:

@@ -1,6 +1,8 @@
 import keras
 from keras import ops
 
+from keras_attn import checks
+
 
 class Decoder:
     """Base of the decoders the generation functions drive: the protocol, and
@@ -107,13 +109,14 @@ class Decoder:
             `{name: tensor}` for each name in `needed`, in the input's dtype.
 
         Raises:
-            ValueError: if `inputs` is not a dict where one is needed, or
-                misses a name.
+            ValueError: if `inputs` is not a dict where one is needed, misses
+                a name, or holds a name that is not one of the model's inputs
+                besides the tokens (e.g. a typo; the message lists them).
         """
         needed = list(needed)
-        if not needed:
-            return {}
         if not isinstance(inputs, dict):
+            if not needed:
+                return {}
             if inputs is not None and len(needed) == 1:
                 inputs = {needed[0]: inputs}
             else:
@@ -125,8 +128,10 @@ class Decoder:
         missing = sorted(set(needed) - set(inputs))
         if missing:
             raise ValueError(
-                f"Missing model inputs {missing}. Received inputs for {sorted(inputs)}."
+                f"Missing model inputs {missing}. Received inputs for {sorted(inputs, key=str)}."
             )
+        accepted = [name for name in self._input_names if name != self.token_input]
+        checks.check_input_names(inputs, accepted, self.token_input)
         return {
             name: ops.convert_to_tensor(inputs[name], dtype=self._input_names[name].dtype)
             for name in needed

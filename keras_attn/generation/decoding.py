@@ -19,7 +19,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn import checks
+from keras_attn import checks, keras_internals
 
 
 def as_decoder(model):
@@ -44,7 +44,58 @@ def as_decoder(model):
     )
 
 
-def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
+def vocabulary_size(decoder):
+    """V, the width of the decoder's logits, when known before it runs.
+
+    Read from the decoder's `vocabulary_size` attribute (`CachedDecoder`,
+    `RecomputingDecoder`), else from the single output of its `model`, if
+    any; None for other decoder objects (their logits tell it after the
+    prefill).
+    """
+    size = getattr(decoder, "vocabulary_size", None)
+    if size is not None:
+        return size
+    try:
+        (logits,) = decoder.model.outputs
+        size = logits.shape[-1]
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return None
+    return size if isinstance(size, int) else None
+
+
+def input_vocabulary_size(decoder):
+    """The number of ids the decoder's token input takes, when the layers
+    that read it say so: a Keras `Embedding`'s `input_dim`, a keras_attn
+    embedding's `vocabulary_size` (the smallest, if several). It can exceed
+    the logits' width: an Image Transformer embeds 257 ids (256 intensities
+    and the start token) and predicts 256. None when no such layer reads
+    the tokens (e.g. a decoder object without a model).
+    """
+    try:
+        token = decoder._input_names[decoder.token_input]
+        layers = decoder.model.layers
+    except (AttributeError, KeyError, TypeError):
+        return None
+    sizes = []
+    for layer in layers:
+        reads_tokens = any(
+            any(t is token for t in node.input_tensors)
+            for node in keras_internals.inbound_nodes(layer)
+        )
+        size = getattr(layer, "input_dim", getattr(layer, "vocabulary_size", None))
+        if reads_tokens and isinstance(size, int) and not isinstance(size, bool):
+            sizes.append(size)
+    return min(sizes) if sizes else None
+
+
+def check_token_ids(end_token_id, pad_token_id, vocabulary_size):
+    """Refuses an end or padding id outside the vocabulary [0, V) (see
+    `checks.check_token_id`); nothing is checked while V is None."""
+    checks.check_token_id("end_token_id", end_token_id, vocabulary_size)
+    checks.check_token_id("pad_token_id", pad_token_id, vocabulary_size)
+
+
+def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size=None):
     """Validates and lays out a right-padded prompt.
 
     Args:
@@ -53,6 +104,11 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
         pad_token_id: int.
         prompt_lengths: optional (B,) int; defaults to the number of
             non-pad tokens of each row.
+        input_vocabulary_size: the number of ids the token input takes,
+            when known (`input_vocabulary_size`): the ids the model reads
+            (each row's tokens within its length) must lie in [0, it), and
+            be >= 0 in any case; checked now when the prompt is known, else
+            inside the graph (see `checks.check_prompt_ids`).
 
     Returns:
         `(tokens, lengths, prompt_mask, start, width)`: tokens (B, L) int32
@@ -63,8 +119,10 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
 
     Raises:
         ValueError: if the prompt is not a rank-2 integer tensor of static
-            width 1 <= P <= max_length, or `prompt_lengths` is not (B,)
-            integers in [0, P] (values checked when known).
+            width 1 <= P <= max_length, its batch size is known to be 0,
+            `prompt_lengths` is not (B,) integers in [0, P] (values checked
+            when known), or it holds negative ids or ids not below
+            `input_vocabulary_size` (see `checks.check_prompt_ids`).
     """
     checks.check_max_length(
         max_length, "the total length of the returned sequences (prompt included), a static shape"
@@ -86,6 +144,12 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
             "least one (start) token per row. Received: prompt.shape="
             f"{tuple(prompt.shape)}, max_length={max_length}."
         )
+    if prompt.shape[0] == 0:
+        raise ValueError(
+            "The prompt must hold at least one row (batch size >= 1): there is "
+            "nothing to generate for an empty batch. Received: prompt.shape="
+            f"{tuple(prompt.shape)}."
+        )
     prompt = ops.cast(prompt, "int32")
     if prompt_lengths is None:
         lengths = ops.sum(ops.cast(ops.not_equal(prompt, pad_token_id), "int32"), axis=1)
@@ -100,6 +164,7 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths):
         tokens = ops.pad(prompt, [[0, 0], [0, max_length - width]], constant_values=pad_token_id)
     prompt_mask = ops.less(ops.arange(max_length, dtype="int32")[None, :], lengths[:, None])
     tokens = ops.where(prompt_mask, tokens, ops.cast(pad_token_id, "int32"))
+    tokens = checks.check_prompt_ids(tokens, input_vocabulary_size, width)
     return tokens, lengths, prompt_mask, ops.min(lengths), width
 
 
@@ -185,10 +250,14 @@ def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
     """
     decoder = as_decoder(decoder)
     suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
+    size = vocabulary_size(decoder)
+    check_token_ids(end_token_id, pad_token_id, size)
     tokens, _, prompt_mask, start, width = prepare_prompt(
-        prompt, max_length, pad_token_id, prompt_lengths
+        prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size(decoder)
     )
     logits, state = prefill(decoder, tokens, width, start, max_length, inputs)
+    if size is None:  # a decoder object of unknown vocabulary: its logits tell
+        check_token_ids(end_token_id, pad_token_id, logits.shape[-1])
     suppress = suppressor(suppressed, logits.shape[-1])
     pad = ops.cast(pad_token_id, "int32")
     finished = ops.zeros_like(prompt_mask[:, 0])

@@ -67,7 +67,8 @@ class RecomputingDecoder(Decoder):
             `{"tokens": (B, L) int32, "inputs": {name: tensor}}`.
 
         Raises:
-            ValueError: if an input is missing.
+            ValueError: if an input is missing, or `inputs` holds a name that
+                is not one of the model's other inputs.
         """
         others = [name for name in self._input_names if name != self.token_input]
         values = self._other_inputs(inputs, others)

@@ -3,6 +3,8 @@ stateless counter-based random generator that takes its seed as a tensor."""
 
 import numbers
 
+import keras
+import numpy as np
 from keras import ops
 
 from keras_attn import checks
@@ -42,7 +44,10 @@ def sample(
         model: a functional `keras.Model` or a decoder object.
         prompt: (B, P) int, right-padded (see `greedy_search`).
         max_length: L, static int >= P (prompt included).
-        seed: an int, or an int tensor of shape (2,) or () (a graph input).
+        seed: an int (Python or NumPy), or an int tensor of shape (2,) or
+            () (a graph input). A scalar seed is read in two's complement,
+            64 bits: the same value, negative ones included, gives the same
+            tokens as a Python int, a NumPy int or an int32/int64 tensor.
         temperature: finite number > 0, or a number scalar tensor; < 1
             sharpens, > 1 flattens the distribution.
         top_k: optional positive int: keep the k most likely tokens; or an
@@ -64,7 +69,9 @@ def sample(
         ValueError: on a `temperature` that is not a finite number > 0, a
             Python `top_k` that is not a positive int, a tensor `top_k` that
             is not an int scalar or is negative, a `top_p` outside (0, 1], a
-            seed of the wrong shape, or for the reasons of `greedy_search`.
+            `seed` that is not an int or an int tensor of shape () or (2,)
+            (floats, strings and bools refused), or for the reasons of
+            `greedy_search`.
             Values known at call time (Python numbers, eager tensors) are
             checked at once; traced ones (graph inputs) inside the graph,
             with the same message: TensorFlow raises `InvalidArgumentError`
@@ -232,24 +239,44 @@ def _mix(h):
 
 def _seed_key(seed):
     """A (2,) int32 key (two 32-bit words) from an int or an int tensor of
-    shape () or (2,)."""
-    if isinstance(seed, bool):
-        raise ValueError(f"`seed` must be an int or an int tensor. Received: seed={seed!r}.")
+    shape () or (2,).
+
+    A scalar seed s gives the words (low 32 bits, next 32 bits) of s in
+    two's complement, whatever holds it: a Python or NumPy int, or an int32
+    or int64 tensor (eager or traced), so that one seed draws the same
+    tokens on every path. A negative int32 tensor is sign-extended as the
+    Python int is (-1 gives the words (-1, -1)); unsigned tensors are
+    zero-extended. A (2,) tensor gives the two words themselves.
+
+    Raises:
+        ValueError: see `checks.check_seed`.
+    """
+    checks.check_seed(seed)
+    if isinstance(seed, (list, tuple)):
+        seed = np.asarray(seed)
+    if isinstance(seed, np.ndarray) and seed.size == 1:
+        seed = seed.item()  # a Python int: JAX would truncate an int64 array
     if isinstance(seed, numbers.Integral):
         return ops.stack([_word(int(seed)), _word(int(seed) >> 32)])
     if not hasattr(seed, "shape"):
         seed = ops.convert_to_tensor(seed)
     shape = tuple(seed.shape)
-    if shape not in ((), (1,), (2,)):
-        raise ValueError(
-            "`seed` must be an int, or an int tensor of shape () or (2,) "
-            f"(stateless seed). Received shape {shape}."
-        )
-    # A cast to int32 keeps the low 32 bits of an int64 seed (wraps).
-    seed = ops.reshape(ops.cast(seed, "int32"), (-1,))
-    if shape != (2,):
-        seed = ops.concatenate([seed, ops.zeros((1,), "int32")])
-    return seed
+    dtype = keras.backend.standardize_dtype(seed.dtype)
+    if shape == (2,):
+        # A cast to int32 keeps the low 32 bits of each word (wraps).
+        return ops.cast(seed, "int32")
+    seed = ops.reshape(seed, (1,))
+    # The cast keeps the low 32 bits (wraps); the high word is the next 32
+    # bits: an arithmetic shift of a 64-bit seed, else the sign extension
+    # of a signed one (0 for unsigned).
+    low = ops.cast(seed, "int32")
+    if dtype.endswith("64"):
+        high = ops.cast(ops.right_shift(seed, ops.convert_to_tensor(32, dtype)), "int32")
+    elif dtype.startswith("uint"):
+        high = ops.zeros((1,), "int32")
+    else:
+        high = ops.where(ops.less(low, 0), _word(-1), _word(0))
+    return ops.concatenate([low, high])
 
 
 def gumbel_noise(key, position, shape):

@@ -64,11 +64,26 @@ def greedy_search(
     Raises:
         ValueError: if the model cannot be adapted (see `CachedDecoder`), the
             prompt is not (B, P) integers with static 1 <= P <= max_length,
-            `prompt_lengths` is not (B,) integers in [0, P] (values checked
-            when known), `max_length` is not a positive int, a token id is
-            invalid, or
-            `suppressed_token_ids` holds ids outside the vocabulary, the end
-            id, or every id.
+            its batch size is known to be 0, `prompt_lengths` is not (B,)
+            integers in [0, P] (values checked when known), `max_length` is
+            not a positive int, `end_token_id` or `pad_token_id` is not a
+            non-negative int or lies outside the model's vocabulary [0, V)
+            (V = the width of its logits), `inputs` is a dict with a name
+            that is not one of the model's other inputs (the message lists
+            them) or misses one, or `suppressed_token_ids` holds ids outside
+            the vocabulary, the end id, or every id. The prompt's ids (each
+            row's tokens within its length) must be >= 0 and below the size
+            of the embedding that reads them, when the model has one (a
+            Keras `Embedding` or a keras_attn token embedding; it can exceed
+            V, e.g. an input-only start token): checked at once when the
+            prompt is known (eagerly); a traced prompt (a graph input) is
+            checked inside the graph, with the same message,
+            from its min and max (one cheap pass per call, not per step):
+            TensorFlow raises `InvalidArgumentError` when the graph runs
+            (not checked under `jit_compile=True`: XLA has no assertion),
+            JAX a `JaxRuntimeError` wrapping the ValueError. (Only the
+            token ids are checked: other inputs, e.g. an image model's
+            `class_label`, are the model's own.)
 
     Example:
     >>> import keras
@@ -159,8 +174,8 @@ def beam_search(
         prompt: (B, P) int, right-padded (see `greedy_search`).
         max_length: L, static int >= P (prompt included).
         num_beams: K, positive int (4 in Vaswani et al. 2017).
-        length_penalty_alpha: alpha >= 0 (0.6 in Vaswani et al. 2017; 0 =
-            plain log-probability).
+        length_penalty_alpha: alpha, a finite number >= 0 (0.6 in Vaswani
+            et al. 2017; 0 = plain log-probability).
         end_token_id: id that ends a hypothesis, or None.
         pad_token_id: padding id, written after the end token.
         prompt_lengths: (B,) int; defaults to the non-pad count per row.
@@ -179,8 +194,8 @@ def beam_search(
 
     Raises:
         ValueError: if `num_beams` is not a positive int,
-            `length_penalty_alpha` is negative, or for the reasons of
-            `greedy_search`.
+            `length_penalty_alpha` is not a finite number >= 0 (NaN and
+            infinities refused), or for the reasons of `greedy_search`.
 
     Example:
     >>> import keras
@@ -201,16 +216,20 @@ def beam_search(
         Vaswani et al. 2017, "Attention Is All You Need", section 6.1
         (beam size 4, alpha = 0.6).
     """
-    _check_beam_arguments(num_beams, length_penalty_alpha)
+    checks.check_beam_arguments(num_beams, length_penalty_alpha)
     checks.check_token_id("end_token_id", end_token_id)
     checks.check_token_id("pad_token_id", pad_token_id)
     suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
     decoder = decoding.as_decoder(model)
+    known_vocabulary_size = decoding.vocabulary_size(decoder)
+    decoding.check_token_ids(end_token_id, pad_token_id, known_vocabulary_size)
     tokens, lengths, prompt_mask, start, width = decoding.prepare_prompt(
-        prompt, max_length, pad_token_id, prompt_lengths
+        prompt, max_length, pad_token_id, prompt_lengths, decoding.input_vocabulary_size(decoder)
     )
     logits, state = decoding.prefill(decoder, tokens, width, start, max_length, inputs)
     vocabulary_size = logits.shape[-1]
+    if known_vocabulary_size is None:  # a decoder object: its logits tell
+        decoding.check_token_ids(end_token_id, pad_token_id, vocabulary_size)
     suppress = decoding.suppressor(suppressed, vocabulary_size)
     beams = num_beams
     batch_size = ops.shape(tokens)[0]
@@ -264,19 +283,6 @@ def beam_search(
     if return_all_beams:
         return best, sequences, scores
     return best
-
-
-def _check_beam_arguments(num_beams, length_penalty_alpha):
-    """Refuses a `num_beams` that is not a positive int or a negative alpha."""
-    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams <= 0:
-        raise ValueError(
-            f"`num_beams` must be a positive int. Received: num_beams={num_beams!r}."
-        )
-    if not isinstance(length_penalty_alpha, (int, float)) or length_penalty_alpha < 0:
-        raise ValueError(
-            "`length_penalty_alpha` must be a number >= 0 (0.6 in Vaswani et "
-            f"al. 2017). Received: length_penalty_alpha={length_penalty_alpha!r}."
-        )
 
 
 def _first_beams(tokens, beams):

@@ -4,7 +4,6 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
-from keras_attn.layers.sinusoidal_position_encoding import _check_finite_positive_number
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -103,11 +102,11 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
                 f'{type(self).__name__}: `position` must be "sinusoidal" or '
                 f'"learned". Received: position={position!r}.'
             )
-        _check_finite_positive_number(
+        checks.check_finite_positive_number(
             self, "max_wavelength", max_wavelength,
             "the longest wavelength of the sinusoids; 10000 in the paper",
         )
-        _check_finite_positive_number(
+        checks.check_finite_positive_number(
             self, "coordinate_scale", coordinate_scale,
             "the distance between pixel centres; 1.0 = plain pixel indices",
         )

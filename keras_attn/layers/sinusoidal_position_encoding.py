@@ -1,6 +1,3 @@
-import math
-import numbers
-
 import keras
 from keras import ops
 
@@ -53,7 +50,7 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        _check_finite_positive_number(
+        checks.check_finite_positive_number(
             self, "max_wavelength", max_wavelength,
             "the longest wavelength of the sinusoids; 10000 in the paper",
         )
@@ -99,31 +96,3 @@ def sinusoids(length, dim, start_index=0, max_wavelength=10000):
     is_even = ops.equal(ops.arange(dim, dtype="int32") % 2, 0)
     return ops.where(is_even[None, :], ops.sin(angles), ops.cos(angles))
 
-
-def _check_finite_positive_number(owner, name, value, meaning):
-    """Raises a ValueError unless `value` is a finite real number > 0.
-
-    (`checks.check_positive_number_or_none` takes None and infinity; a
-    wavelength or coordinate scale must be a finite number.)
-
-    Args:
-        owner: the layer whose argument is checked (its class name starts
-            the message).
-        name: the argument's name.
-        value: the value received.
-        meaning: what the number is, for the message.
-
-    Raises:
-        ValueError: if `value` is not a finite number > 0 (bools, strings,
-            NaN and infinities refused).
-    """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or not value > 0
-    ):
-        raise ValueError(
-            f"{type(owner).__name__}: `{name}` must be a finite number > 0 "
-            f"({meaning}). Received: {name}={value!r}."
-        )

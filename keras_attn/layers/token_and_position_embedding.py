@@ -35,7 +35,8 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         scale_token_embeddings: multiply token vectors by √D.
         embeddings_initializer: initializer of the token (and learned
             position) tables.
-        max_wavelength: longest wavelength of sinusoidal positions.
+        max_wavelength: longest wavelength of sinusoidal positions (a
+            finite number > 0).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -48,7 +49,8 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         `mask_zero=True`.
 
     Raises:
-        ValueError: on invalid arguments; inputs that are not (B, T); a
+        ValueError: on invalid arguments (a `max_wavelength` that is not a
+            finite number > 0 among them); inputs that are not (B, T); a
             `start_index` that is not an integer scalar, or a known one that
             is negative; a known `start_index + T` beyond a learned table.
 
@@ -98,6 +100,10 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.mask_zero = mask_zero
         self.scale_token_embeddings = scale_token_embeddings
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        checks.check_finite_positive_number(
+            self, "max_wavelength", max_wavelength,
+            "the longest wavelength of the sinusoids; 10000 in the paper",
+        )
         self.max_wavelength = max_wavelength
         self.supports_masking = True
         self.token_embedding = self._embedding(vocabulary_size, "token_embedding")

@@ -1,6 +1,3 @@
-import math
-import numbers
-
 import keras
 
 from keras_attn import checks
@@ -83,17 +80,10 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         if key_dim is not None:
             checks.check_positive_int(self, "key_dim", key_dim)
         checks.check_rate(self, "dropout", dropout)
-        if (
-            isinstance(layer_norm_epsilon, bool)
-            or not isinstance(layer_norm_epsilon, numbers.Real)
-            or not math.isfinite(layer_norm_epsilon)
-            or not layer_norm_epsilon > 0
-        ):
-            raise ValueError(
-                f"{type(self).__name__}: `layer_norm_epsilon` must be a finite "
-                "number > 0 (added to the variance in the layer norms; 1e-5 "
-                f"by default). Received: layer_norm_epsilon={layer_norm_epsilon!r}."
-            )
+        checks.check_finite_positive_number(
+            self, "layer_norm_epsilon", layer_norm_epsilon,
+            "added to the variance in the layer norms; 1e-5 by default",
+        )
         if not isinstance(normalize_first, bool):
             raise ValueError(
                 f"{type(self).__name__}: `normalize_first` must be a bool (False "

@@ -145,6 +145,46 @@ def test_errors():
         sample(model, prompt, 5, seed=0, top_p=1.5)
     with pytest.raises(ValueError, match=r"seed` must be an int, or an int tensor of shape"):
         sample(model, prompt, 5, seed=ops.convert_to_tensor([1, 2, 3]))
+    # A float used to be truncated (1.5 drew the tokens of 1), a string to
+    # fail in the backend.
+    for seed, received in ((1.5, "seed=1.5 (float)"), ("a", "seed='a' (str)"), (True, "seed=True"),
+                           (ops.convert_to_tensor(1.0), "seed of dtype float32")):
+        with pytest.raises(ValueError, match=r"`seed` must be an int, or an int tensor of shape \(\) or "
+                                             rf"\(2,\).*Received: {re.escape(received)}"):
+            sample(model, prompt, 5, seed=seed)
+
+
+def test_a_seed_draws_the_same_tokens_whatever_holds_it():
+    # A negative Python int used to give the key words (-1, -1) and the same
+    # value as an int32 tensor (-1, 0): other tokens.
+    model = tiny_models.language_model(num_layers=1)
+    prompt = np.array([[3, 4, 5], [7, 1, 9]], "int32")
+
+    def draw(seed):
+        return np.asarray(sample(model, prompt, 12, seed=seed, temperature=3.0))
+
+    for value in (-1, -123457, 5, 2**31 - 1, -2**31):
+        want = draw(value)
+        for seed in (np.int64(value), np.int32(value), np.array(value), ops.convert_to_tensor(value, "int32"),
+                     ops.convert_to_tensor([value], "int32")):
+            np.testing.assert_array_equal(draw(seed), want)
+    assert (draw(-1) != draw(0)).any() and (draw(-1) != draw(ops.convert_to_tensor([-1, 0], "int32"))).any()
+    # Beyond 32 bits: the next 32 bits are the second word.
+    np.testing.assert_array_equal(draw(2**32 + 5), draw(ops.convert_to_tensor([5, 1], "int32")))
+    np.testing.assert_array_equal(draw(np.array(-2**40 - 3)), draw(-2**40 - 3))
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        traced = tf.function(lambda s: sample(model, prompt, 12, seed=s, temperature=3.0))
+        for value in (-1, 2**32 + 5, -2**40 - 3):
+            np.testing.assert_array_equal(np.asarray(traced(tf.constant(value, tf.int64))), draw(value))
+        np.testing.assert_array_equal(np.asarray(traced(tf.constant(-1, tf.int32))), draw(-1))
+        np.testing.assert_array_equal(draw(tf.constant(-7, tf.int64)), draw(-7))
+    if keras.backend.backend() == "jax":
+        import jax
+
+        traced = jax.jit(lambda s: sample(model, prompt, 12, seed=s, temperature=3.0))
+        np.testing.assert_array_equal(np.asarray(traced(np.int32(-1))), draw(-1))
 
 
 @pytest.mark.requires_tensorflow

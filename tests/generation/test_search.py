@@ -4,7 +4,9 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.generation import CachedDecoder, RecomputingDecoder, beam_search, greedy_search
+from keras_attn.generation import (
+    CachedDecoder, RecomputingDecoder, beam_search, greedy_search, sample,
+)
 from tests.generation import tiny_models
 
 RNG = np.random.default_rng(5)
@@ -166,3 +168,134 @@ def test_errors():
     for lengths, received in (([2.0, 3.0], r"dtype float(32|64) and shape \(2,\)"), ([2, 3, 1], r"dtype int(32|64) and shape \(3,\)")):
         with pytest.raises(ValueError, match=rf"`prompt_lengths` must be integers of shape \(batch,\).*{received}"):
             greedy_search(model, two, 6, prompt_lengths=np.array(lengths))
+
+
+def _sample(model, prompt, max_length, **kwargs):
+    return sample(model, prompt, max_length, seed=0, **kwargs)
+
+
+STRATEGIES = [greedy_search, beam_search, _sample]
+
+
+class _Wrapped:
+    """A decoder object with no `vocabulary_size` and no `model`: the
+    vocabulary is only known from its logits, after the prefill."""
+
+    def __init__(self, decoder):
+        self._decoder = decoder
+        self.initial_state = decoder.initial_state
+        self.repeat_state = decoder.repeat_state
+        self.reorder_state = decoder.reorder_state
+
+    def __call__(self, *args, **kwargs):
+        return self._decoder(*args, **kwargs)
+
+
+@pytest.mark.parametrize("generate", STRATEGIES)
+def test_end_and_pad_ids_outside_the_vocabulary_are_refused(generate):
+    # An end id the model can never generate used to be accepted: rows never ended.
+    model = tiny_models.language_model(num_layers=1)  # vocabulary 13
+    prompt = np.array([[1, 2]], "int32")
+    for decoder in (model, RecomputingDecoder(model), _Wrapped(CachedDecoder(model))):
+        with pytest.raises(ValueError, match=r"`end_token_id` must be an id of the model's vocabulary "
+                                             r"\[0, 13\).*Received: end_token_id=100\."):
+            generate(decoder, prompt, 5, end_token_id=100)
+        with pytest.raises(ValueError, match=r"`pad_token_id` must be an id of the model's vocabulary "
+                                             r"\[0, 13\).*Received: pad_token_id=13\."):
+            generate(decoder, prompt, 5, pad_token_id=13)
+    assert np.asarray(generate(model, prompt, 5, end_token_id=12, pad_token_id=12)).shape == (1, 5)
+
+
+@pytest.mark.parametrize("generate", STRATEGIES)
+def test_empty_batch_and_prompt_ids_outside_the_vocabulary_are_refused(generate):
+    # They used to fail in the backend (TensorFlow: "Cannot compute the min of
+    # an empty tensor", a GatherV2 error) or, on JAX, to generate from a
+    # clipped id.
+    model = tiny_models.language_model(num_layers=1)  # vocabulary 13
+    with pytest.raises(ValueError, match=r"at least one row.*Received: prompt.shape=\(0, 2\)"):
+        generate(model, np.zeros((0, 2), "int32"), 5)
+    for decoder in (model, RecomputingDecoder(model)):
+        for prompt, lowest, highest in (([[1, 13]], 1, 13), ([[1, -3]], -3, 1), ([[1, 2], [4, 45]], 1, 45)):
+            with pytest.raises(ValueError, match=r"`prompt` must hold token ids in \[0, 13\).*"
+                                                 rf"Received: prompt ids from {lowest} to {highest}\."):
+                generate(decoder, np.array(prompt, "int32"), 5)
+    # Only the ids the model reads: past a row's length they become padding.
+    got = np.asarray(generate(model, np.array([[1, 2, 99]], "int32"), 5,
+                              prompt_lengths=np.array([2], "int32")))
+    np.testing.assert_array_equal(got[0, :2], [1, 2])
+    assert got.max() < 13
+
+
+@pytest.mark.requires_tensorflow
+def test_a_traced_prompt_is_checked_in_the_graph():
+    import tensorflow as tf
+
+    model = tiny_models.language_model(num_layers=1)
+    spec = tf.TensorSpec((None, 2), tf.int32)
+    for generate in STRATEGIES:
+        traced = tf.function(lambda p: generate(model, p, 5), input_signature=[spec])
+        good = np.array([[1, 2], [3, 4]], "int32")
+        np.testing.assert_array_equal(np.asarray(traced(good)), np.asarray(generate(model, good, 5)))
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"`prompt` must hold token ids in \[0, 13\).*"
+                                 r"Received: prompt ids from.*-3.*to.*4"):
+            traced(np.array([[1, 2], [-3, 4]], "int32"))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the JAX in-graph check")
+def test_a_traced_prompt_is_checked_under_jax_jit():
+    import jax
+
+    model = tiny_models.language_model(num_layers=1)
+    for generate in STRATEGIES:
+        traced = jax.jit(lambda p: generate(model, p, 5))
+        good = np.array([[1, 2], [3, 4]], "int32")
+        np.testing.assert_array_equal(np.asarray(traced(good)), np.asarray(generate(model, good, 5)))
+        with pytest.raises(Exception, match=r"`prompt` must hold token ids in \[0, 13\).*"
+                                            r"Received: prompt ids from 1 to 20\.") as error:
+            np.asarray(traced(np.array([[1, 2], [20, 4]], "int32")))
+        assert "ValueError" in str(error.value)
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf")])
+def test_beam_search_refuses_a_non_finite_length_penalty(alpha):
+    model = tiny_models.language_model(num_layers=1)
+    with pytest.raises(ValueError, match=r"`length_penalty_alpha` must be a number >= 0 and finite.*"
+                                         rf"Received: length_penalty_alpha={alpha}\."):
+        beam_search(model, np.array([[1, 2]], "int32"), 5, length_penalty_alpha=alpha)
+
+
+@pytest.mark.parametrize("generate", STRATEGIES)
+def test_unknown_input_names_are_refused(generate):
+    # A typo next to the right name used to be ignored.
+    translation = tiny_models.translation_model(num_layers=1)
+    prompt = np.ones((2, 1), "int32")
+    typo = {"encoder_tokens": tiny_models.SOURCE, "encoder_tokenz": tiny_models.SOURCE}
+    for decoder in (translation, RecomputingDecoder(translation)):
+        with pytest.raises(ValueError, match=r"`inputs` has names the model does not take: "
+                                             r"\['encoder_tokenz'\]\. Accepted names: \['encoder_tokens'\]"):
+            generate(decoder, prompt, 4, inputs=typo)
+        with pytest.raises(ValueError, match=r"does not take: \['decoder_tokens'\].*token input "
+                                             r"`decoder_tokens`, which the prompt fills"):
+            generate(decoder, prompt, 4, inputs={"encoder_tokens": tiny_models.SOURCE,
+                                                 "decoder_tokens": prompt})
+    with pytest.raises(ValueError, match=r"does not take: \['encoder_tokens'\]\. This model takes no "
+                                         r"input besides its tokens"):
+        generate(tiny_models.language_model(num_layers=1), prompt, 4,
+                 inputs={"encoder_tokens": tiny_models.SOURCE})
+
+
+def test_prompt_ids_are_checked_against_the_embedding_not_the_logits():
+    # An Image Transformer embeds 257 ids (the start token 256 is input only)
+    # and predicts 256: the start token is a valid prompt id.
+    from keras_attn.models import image_transformer
+
+    model = image_transformer(image_size=2, channels=1, num_layers=1, hidden_dim=8, num_heads=2,
+                              intermediate_dim=8)
+    assert np.asarray(greedy_search(model, np.array([[256]], "int32"), 3)).shape == (1, 3)
+    with pytest.raises(ValueError, match=r"`prompt` must hold token ids in \[0, 257\).*from 257 to 257\."):
+        greedy_search(model, np.array([[257]], "int32"), 3)
+    # A decoder object tells no embedding: negative ids are still refused.
+    with pytest.raises(ValueError, match=r"`prompt` must hold token ids >= 0.*from -3 to 1\."):
+        greedy_search(_Wrapped(CachedDecoder(tiny_models.language_model(num_layers=1))),
+                      np.array([[1, -3]], "int32"), 5)

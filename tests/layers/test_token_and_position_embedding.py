@@ -85,3 +85,9 @@ def test_sinusoidal_encoding_refuses_start_indices_as_token_and_position_embeddi
 def test_sinusoidal_encoding_refuses_a_max_wavelength_that_is_not_a_finite_positive_number(max_wavelength):
     with pytest.raises(ValueError, match=r"SinusoidalPositionEncoding: `max_wavelength` must be a finite number > 0 .*Received: max_wavelength="):
         SinusoidalPositionEncoding(max_wavelength=max_wavelength)
+
+
+@pytest.mark.parametrize("max_wavelength", [float("nan"), float("inf"), True, "x", 0])
+def test_token_and_position_embedding_refuses_a_max_wavelength_that_is_not_a_finite_positive_number(max_wavelength):
+    with pytest.raises(ValueError, match=r"TokenAndPositionEmbedding: `max_wavelength` must be a finite number > 0"):
+        TokenAndPositionEmbedding(10, 8, position="sinusoidal", max_wavelength=max_wavelength)
