@@ -150,6 +150,31 @@ def check_index(value, name):
         )
 
 
+def check_start_index(start_index):
+    """Checks a position layer's `start_index`, the absolute position of
+    `inputs[:, 0]`: an integer scalar (see `check_index`), non-negative when
+    known now.
+
+    Args:
+        start_index: the value received.
+
+    Returns:
+        The index as a Python int when known now, else None (traced).
+
+    Raises:
+        ValueError: if `start_index` is not an integer scalar, or a known one
+            is negative.
+    """
+    check_index(start_index, "start_index")
+    known = static_int(start_index)
+    if known is not None and known < 0:
+        raise ValueError(
+            "`start_index` is the absolute position of inputs[:, 0] and "
+            f"must be non-negative. Received: start_index={known}."
+        )
+    return known
+
+
 def check_token_id(name, value, vocabulary_size=None):
     """Raises a ValueError unless `value` is None or a non-negative int
     token id known when tracing (`end_token_id`, `pad_token_id`), and an id

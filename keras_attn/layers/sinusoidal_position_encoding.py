@@ -65,13 +65,7 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
                 "length, features) with an even number of features. "
                 f"Received: inputs.shape={shape}."
             )
-        checks.check_index(start_index, "start_index")
-        known_start = checks.static_int(start_index)
-        if known_start is not None and known_start < 0:
-            raise ValueError(
-                "`start_index` is the absolute position of inputs[:, 0] and "
-                f"must be non-negative. Received: start_index={known_start}."
-            )
+        checks.check_start_index(start_index)
         length = ops.shape(inputs)[1]
         encoding = sinusoids(length, shape[-1], start_index, self.max_wavelength)
         encoding = ops.cast(encoding, self.compute_dtype)

@@ -142,13 +142,7 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
                 f"length). Received: inputs.shape={shape}."
             )
         length = ops.shape(inputs)[1]
-        checks.check_index(start_index, "start_index")
-        known_start = checks.static_int(start_index)
-        if known_start is not None and known_start < 0:
-            raise ValueError(
-                "`start_index` is the absolute position of inputs[:, 0] and "
-                f"must be non-negative. Received: start_index={known_start}."
-            )
+        known_start = checks.check_start_index(start_index)
         if (
             self.position == "learned"
             and shape[1] is not None
