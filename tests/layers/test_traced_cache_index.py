@@ -14,12 +14,15 @@ pytestmark = pytest.mark.requires_tensorflow
 
 MESSAGE = r"`cache_index` \+ input length must fit in the cache. Received: cache_index="
 
-
-@pytest.mark.parametrize("make", [
+# Every self-attention type with a cache of fixed length (they share the checks).
+BOUNDED_CACHE_LAYERS = pytest.mark.parametrize("make", [
     lambda: MultiHeadSelfAttention(2, 4),
     lambda: RelativeGlobalAttention(2, 4, max_relative_position=4),
     lambda: LocalBlockAttention(2, 4, block_size=2, memory_flange=2),
 ], ids=["mhsa", "relative", "local"])
+
+
+@BOUNDED_CACHE_LAYERS
 def test_traced_cache_index_past_the_end_fails_with_the_eager_message(make):
     layer = make()
     x = np.random.RandomState(0).rand(1, 2, 8).astype("float32")
@@ -109,11 +112,7 @@ def test_rolling_cache_padding_mask_must_reach_the_inputs():
         step(tf.constant(5))
 
 
-@pytest.mark.parametrize("make", [
-    lambda: MultiHeadSelfAttention(2, 4),
-    lambda: RelativeGlobalAttention(2, 4, max_relative_position=4),
-    lambda: LocalBlockAttention(2, 4, block_size=2, memory_flange=2),
-], ids=["mhsa", "relative", "local"])
+@BOUNDED_CACHE_LAYERS
 def test_cache_and_input_lengths_known_only_at_run_time_are_checked_in_the_graph(make):
     # A served step may leave the cache length and the input length unknown
     # while tracing; a known index then used to pass unchecked, and the
