@@ -94,11 +94,6 @@ def check_mask(
         )
     traced = []  # (condition, message) where a size is known only at run time
     if expected_shape is not None:
-        message = (
-            f"`{name}` does not match the expected shape {_shape_str(expected_shape)} "
-            "(batch, [heads,] queries, keys) for these inputs. Build the mask "
-            "from the same batch it is used with."
-        )
         offset = rank - len(expected_shape)
         for axis, want in enumerate(expected_shape, start=offset):
             got, known = mask.shape[axis], checks.static_int(want)
@@ -112,21 +107,23 @@ def check_mask(
             if want is not None and (got is None or known is None):
                 size = ops.shape(mask)[axis]
                 traced.append((ops.equal(size, want), [
-                    message + f" Received: size ", size, f" on axis {axis}, expected ", want, ".",
+                    f"`{name}` does not match the expected shape "
+                    f"{_shape_str(expected_shape)} (batch, [heads,] queries, keys) for "
+                    "these inputs. Build the mask from the same batch it is used with. "
+                    "Received: size ", size, f" on axis {axis}, expected ", want, ".",
                 ]))
     leading = [("batch", 0, batch_size, "the batch size of the inputs")]
     if rank == 4:
         leading.append(("heads", 1, num_heads, "the layer's num_heads"))
     for label, axis, want, meaning in leading:
         got, known = mask.shape[axis], checks.static_int(want)
-        message = (
-            f"`{name}` has shape {tuple(mask.shape)}: its {label} axis "
-            f"(axis {axis}) has size {got}, expected {known} ({meaning}) or "
-            f"1 (shared). The layout is (batch, queries, keys) or (batch, "
-            "heads, queries, keys)."
-        )
         if known is not None and got is not None and got not in (1, known):
-            raise ValueError(message)
+            raise ValueError(
+                f"`{name}` has shape {tuple(mask.shape)}: its {label} axis "
+                f"(axis {axis}) has size {got}, expected {known} ({meaning}) or "
+                f"1 (shared). The layout is (batch, queries, keys) or (batch, "
+                "heads, queries, keys)."
+            )
         if want is not None and (got is None or known is None):
             size = ops.shape(mask)[axis]
             traced.append((ops.logical_or(ops.equal(size, 1), ops.equal(size, want)), [

@@ -115,10 +115,10 @@ class MultiHeadAttention(AttentionBase):
         """Raises unless the sizes of `axis` agree across the named tensors:
         now where known, in the graph (TensorFlow) where one is known only
         at run time. Returns the first tensor, depending on that check."""
-        shapes = ", ".join(f"{n}.shape={tuple(t.shape)}" for n, t in named_tensors)
         names = " and ".join(n for n, _ in named_tensors)
         sizes = {t.shape[axis] for _, t in named_tensors if t.shape[axis] is not None}
         if len(sizes) > 1:
+            shapes = ", ".join(f"{n}.shape={tuple(t.shape)}" for n, t in named_tensors)
             raise ValueError(
                 f"MultiHeadAttention needs the same {dimension} for "
                 f"{names}. Received: {shapes}. {hint}"

@@ -463,11 +463,12 @@ class MultiHeadSelfAttention(AttentionBase):
             ", max_length)`.",
         ], cache)
 
-    def _check_cache_index_in_graph(self, offset, cache, inputs):
+    @staticmethod
+    def _check_cache_index_in_graph(offset, capacity, inputs):
         """`_check_cache`'s index checks where the index, the input length or
-        the cache length is known only at run time: `offset` depending on
-        them (TensorFlow)."""
-        capacity = self._traced_cache_capacity(cache)
+        the cache length (`capacity`, from `_traced_cache_capacity`; None =
+        rolling) is known only at run time: `offset` depending on them
+        (TensorFlow)."""
         if capacity is None:
             return checks.check_in_graph(ops.greater_equal(offset, 0), [
                 "`cache_index` must be >= 0 (the position of the first input). "
@@ -516,13 +517,13 @@ class MultiHeadSelfAttention(AttentionBase):
                     f"`init_cache(batch_size, max_length>={index + length})`."
                 )
         offset = ops.cast(cache_index, "int32")
-        bounded = self._traced_cache_capacity(cache) is not None
+        capacity = self._traced_cache_capacity(cache)
         if keras.backend.backend() == "tensorflow" and (
-            index is None or (bounded and None in (max_length, length))
+            index is None or (capacity is not None and None in (max_length, length))
         ):
             # Traced: the same messages from in-graph checks (TensorFlow
             # only; see Raises).
-            offset = self._check_cache_index_in_graph(offset, cache, inputs)
+            offset = self._check_cache_index_in_graph(offset, capacity, inputs)
         return offset, max_length
 
     def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
