@@ -235,6 +235,29 @@ def prefill(decoder, tokens, width, start, max_length, inputs):
     return ops.cast(logits[:, 0], "float32"), state
 
 
+def checked_prefill(decoder, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs):
+    """The start of every search: the end and padding ids checked against
+    the vocabulary (before the prefill when the decoder tells its size, else
+    from the prefill's logits), the prompt laid out and its ids checked
+    (`prepare_prompt`), then the prefill.
+
+    Returns:
+        `(prepare_prompt's tuple, logits, state)`, as `prefill` returns them.
+
+    Raises:
+        ValueError: see `check_token_ids` and `prepare_prompt`.
+    """
+    size = vocabulary_size(decoder)
+    check_token_ids(end_token_id, pad_token_id, size)
+    prepared = prepare_prompt(
+        prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size(decoder)
+    )
+    tokens, _, _, start, width = prepared
+    logits, state = prefill(decoder, tokens, width, start, max_length, inputs)
+    if size is None:  # a decoder object of unknown vocabulary: its logits tell
+        check_token_ids(end_token_id, pad_token_id, logits.shape[-1])
+    return prepared, logits, state
+
 def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
                prompt_lengths, inputs, suppressed_token_ids=None):
     """The loop of greedy search and sampling.
@@ -250,14 +273,9 @@ def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
     """
     decoder = as_decoder(decoder)
     suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
-    size = vocabulary_size(decoder)
-    check_token_ids(end_token_id, pad_token_id, size)
-    tokens, _, prompt_mask, start, width = prepare_prompt(
-        prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size(decoder)
+    (tokens, _, prompt_mask, start, width), logits, state = checked_prefill(
+        decoder, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs
     )
-    logits, state = prefill(decoder, tokens, width, start, max_length, inputs)
-    if size is None:  # a decoder object of unknown vocabulary: its logits tell
-        check_token_ids(end_token_id, pad_token_id, logits.shape[-1])
     suppress = suppressor(suppressed, logits.shape[-1])
     pad = ops.cast(pad_token_id, "int32")
     finished = ops.zeros_like(prompt_mask[:, 0])

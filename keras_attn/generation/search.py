@@ -221,15 +221,10 @@ def beam_search(
     checks.check_token_id("pad_token_id", pad_token_id)
     suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
     decoder = decoding.as_decoder(model)
-    known_vocabulary_size = decoding.vocabulary_size(decoder)
-    decoding.check_token_ids(end_token_id, pad_token_id, known_vocabulary_size)
-    tokens, lengths, prompt_mask, start, width = decoding.prepare_prompt(
-        prompt, max_length, pad_token_id, prompt_lengths, decoding.input_vocabulary_size(decoder)
+    (tokens, lengths, prompt_mask, start, width), logits, state = decoding.checked_prefill(
+        decoder, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs
     )
-    logits, state = decoding.prefill(decoder, tokens, width, start, max_length, inputs)
     vocabulary_size = logits.shape[-1]
-    if known_vocabulary_size is None:  # a decoder object: its logits tell
-        decoding.check_token_ids(end_token_id, pad_token_id, vocabulary_size)
     suppress = decoding.suppressor(suppressed, vocabulary_size)
     beams = num_beams
     batch_size = ops.shape(tokens)[0]
