@@ -7,9 +7,11 @@ It imports nothing from keras_attn, so every layer of the library (layers,
 models, generation, export) can use it.
 """
 
+import contextlib
 import math
 import numbers
 import operator
+import threading
 
 import keras
 import numpy as np
@@ -567,9 +569,47 @@ def check_scalar(name, value, is_valid, requirement, dtype="float32", in_graph=T
     return check_in_graph(condition, [f"{requirement} Received: {name}=", value, "."], value)
 
 
+_CALLER_CHECKED = threading.local()
+
+
+@contextlib.contextmanager
+def checked_by_caller():
+    """A scope in which `check_in_graph` adds no check to a traced graph.
+
+    For a caller that has checked once what every call it makes inside
+    would check again: the generation loops make the cache, its index and
+    the masks of each decoding step themselves (the index stays below the
+    cache's capacity, the masks have the batch of the tokens), and the
+    prompt, the caches and the user's masks went through the checks in the
+    prefill (see `generation.decoding.step`). Without it, a served
+    (non-XLA) decoding step of the JSB music generator ran twelve
+    assertions (cache index, cache batch, padding masks, four per layer)
+    at each of its positions. Checks of values known now (eager) still
+    run; only traced checks are left out. The scope is per thread and
+    restores the previous state on exit.
+
+    Returns:
+        A context manager (no value).
+
+    Example:
+
+    >>> import keras
+    >>> with checked_by_caller():  # a failing check adds nothing here
+    ...     value = check_in_graph(keras.ops.array(False), "not raised", keras.ops.ones(()))
+    >>> float(value)
+    1.0
+    """
+    previous = getattr(_CALLER_CHECKED, "active", False)
+    _CALLER_CHECKED.active = True
+    try:
+        yield
+    finally:
+        _CALLER_CHECKED.active = previous
+
+
 def check_in_graph(condition, message, value):
     """Makes a traced value fail at run time, with a message, where
-    `condition` is False.
+    `condition` is False (nothing is added inside `checked_by_caller`).
 
     `keras.ops` has no assertion, so this dispatches on the backend:
     TensorFlow gets `tf.debugging.Assert`, which the returned value depends
@@ -589,6 +629,8 @@ def check_in_graph(condition, message, value):
         `value`, depending on the check where the backend needs that (use
         it in place of the original).
     """
+    if getattr(_CALLER_CHECKED, "active", False):
+        return value
     pieces = [message] if isinstance(message, str) else list(message)
     backend = keras.backend.backend()
     if backend == "tensorflow":

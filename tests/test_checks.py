@@ -119,3 +119,31 @@ def test_check_input_names_lists_the_accepted_names():
         check_input_names({"encoder_tokens": 1, "encoder_tokenz": 2}, ["encoder_tokens"], "decoder_tokens")
     with pytest.raises(ValueError, match=r"\['tokens'\]\. This model takes no input besides its tokens"):
         check_input_names({"tokens": 1}, [], "tokens")
+
+
+def test_checked_by_caller_leaves_out_traced_checks_and_restores_them():
+    import keras
+
+    from keras_attn.checks import check_in_graph, checked_by_caller
+
+    def traced(condition):  # a failing check, traced as the backend traces
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            import tensorflow as tf
+
+            return tf.function(lambda c: check_in_graph(c, "checked", tf.ones(())))(condition)
+        if backend == "jax":
+            import jax
+
+            return jax.jit(lambda c: check_in_graph(c, "checked", c))(condition)
+        pytest.skip(f"no traced values on {backend}")
+
+    false = keras.ops.array(False)
+    with checked_by_caller():
+        traced(false)  # left out: no error
+    with pytest.raises(Exception, match="checked"):
+        traced(false)
+    with pytest.raises(RuntimeError), checked_by_caller():
+        raise RuntimeError("leaving the scope by an exception")
+    with pytest.raises(Exception, match="checked"):
+        traced(false)

@@ -219,7 +219,7 @@ def prefill(decoder, tokens, width, start, max_length, inputs):
 
         def body(index, logits, state):
             token = ops.take(tokens, ops.reshape(index, (1,)), axis=1)
-            logits, state = decoder(token, index, state)
+            logits, state = step(decoder, token, index, state)
             return index + 1, logits, state
 
         _, logits, last = ops.while_loop(
@@ -233,6 +233,30 @@ def prefill(decoder, tokens, width, start, max_length, inputs):
     else:
         logits, state = ops.cond(ops.equal(start, width), whole_prompt, position_by_position)
     return ops.cast(logits[:, 0], "float32"), state
+
+
+def step(decoder, tokens, index, state):
+    """One decoding step of a generation loop: `decoder(tokens, index,
+    state)` without the layers' run-time checks (`checks.checked_by_caller`).
+
+    The loop makes every argument of the step itself: `index` stays below
+    the `max_length` the caches were made for, the tokens and the state
+    keep the batch they were made with, and the prompt, the caches and the
+    model's own inputs (an encoder output, its padding mask) went through
+    the layers' checks once in the prefill. Checking them again at every
+    position cost a served (non-XLA) step a dozen assertions.
+
+    Args:
+        decoder: a decoder object (see `as_decoder`).
+        tokens: (B, 1) int32, the tokens of position `index`.
+        index: int32 scalar, their position.
+        state: the decoder's state.
+
+    Returns:
+        `(logits (B, 1, V), state)`, as the decoder returns them.
+    """
+    with checks.checked_by_caller():
+        return decoder(tokens, index, state)
 
 
 def checked_prefill(decoder, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs):
@@ -295,7 +319,7 @@ def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
         if end_token_id is not None:
             ended = ops.logical_and(ops.logical_not(forced), ops.equal(next_token, end_token_id))
             finished = ops.logical_or(finished, ended)
-        step_logits, state = decoder(next_token[:, None], index, state)
+        step_logits, state = step(decoder, next_token[:, None], index, state)
         return index + 1, tokens, finished, ops.cast(step_logits[:, 0], "float32"), state
 
     _, tokens, _, _, _ = ops.while_loop(

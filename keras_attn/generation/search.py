@@ -262,7 +262,7 @@ def beam_search(
         sequences = ops.take_along_axis(sequences, beam[..., None], axis=1)
         sequences = ops.slice_update(sequences, (0, 0, index), token[..., None])
         state = decoder.reorder_state(state, ops.reshape(rows + beam, (-1,)))
-        step_logits, state = decoder(ops.reshape(token, (-1, 1)), index, state)
+        step_logits, state = decoding.step(decoder, ops.reshape(token, (-1, 1)), index, state)
         logits = ops.cast(step_logits[:, 0], "float32")
         return index + 1, sequences, log_probs, generated, finished, logits, state
 

@@ -79,6 +79,51 @@ def test_graph_with_tensor_inputs_traces_once_for_every_prompt_length_and_batch(
     assert len(traces) == 1
 
 
+def _assertions(concrete_function):
+    """Assert ops of a traced function: (inside while-loop bodies, elsewhere)."""
+    graph = concrete_function.graph.as_graph_def()
+    in_loops = elsewhere = 0
+    for function in graph.library.function:
+        count = sum(node.op == "Assert" for node in function.node_def)
+        if function.signature.name.startswith("while_body"):
+            in_loops += count
+        else:
+            elsewhere += count
+    return in_loops, elsewhere + sum(node.op == "Assert" for node in graph.node)
+
+
+def test_decoding_steps_carry_no_run_time_checks_the_prefill_keeps_them():
+    # With a dynamic batch the layers check masks, cache batch and cache
+    # index in the graph. The loops make every step's arguments themselves
+    # (`decoding.step`), so those checks run once, in the prefill, and not
+    # at each position of a served model.
+    model = tiny_models.translation_model(num_layers=1)
+    spec = [tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, 1), tf.int32)]
+
+    def strategies(source, prompt):
+        inputs = {"encoder_tokens": source}
+        return (
+            greedy_search(model, prompt, 8, end_token_id=4, inputs=inputs),
+            beam_search(model, prompt, 8, num_beams=2, end_token_id=4, inputs=inputs),
+            sample(model, prompt, 8, seed=3, end_token_id=4, inputs=inputs),
+        )
+
+    traced = tf.function(strategies, autograph=False).get_concrete_function(*spec)
+    in_loops, elsewhere = _assertions(traced)
+    assert in_loops == 0
+    assert elsewhere >= 3  # at least one prefill check per strategy
+    # The layers themselves, called in a graph, keep their checks.
+    step = tf.function(
+        lambda source, prompt: model({"encoder_tokens": source, "decoder_tokens": prompt}),
+        autograph=False,
+    ).get_concrete_function(*spec)
+    assert sum(_assertions(step)) > 0
+    # ... and so do the loops' results: the traced graph equals eager decoding.
+    args = (tiny_models.SOURCE, np.ones((2, 1), "int32"))
+    for got, want in zip(traced(*[tf.constant(a) for a in args]), strategies(*args)):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
 @pytest.mark.slow
 def test_export_archive_endpoint_reloads_and_generates(tmp_path):
     # The exporters' path: `keras.export.ExportArchive` tracks the model and
