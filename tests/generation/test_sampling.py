@@ -288,3 +288,38 @@ def test_traced_controls_are_checked_under_jax_jit():
     assert "ValueError" in str(error.value)
     np.testing.assert_array_equal(np.asarray(generate(jax.numpy.array(1.3))),
                                   np.asarray(sample(model, prompt, 5, seed=0, temperature=1.3)))
+
+
+def _fmix32(h):
+    """MurmurHash3's 32-bit finaliser on uint32 NumPy words (the reference)."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> np.uint32(13))
+    h = h * np.uint32(0xC2B2AE35)
+    return h ^ (h >> np.uint32(16))
+
+
+def _reference_gumbel_noise(seed, position, shape):
+    """The noise of `gumbel_noise` from the uint32 hash it documents, in NumPy."""
+    low, high = np.uint32(seed & 0xFFFFFFFF), np.uint32((seed >> 32) & 0xFFFFFFFF)
+    with np.errstate(over="ignore"):
+        k1 = _fmix32(low ^ _fmix32(high + np.uint32(0x9E3779B9)))
+        k2 = _fmix32(k1 ^ _fmix32(np.uint32(position) + np.uint32(0x7F4A7C15)))
+        k3 = _fmix32(k2 + np.uint32(0x632BE5AB))
+        counter = np.arange(shape[0] * shape[1], dtype=np.uint32).reshape(shape)
+        bits = _fmix32(_fmix32(counter ^ k3) ^ k2)
+    uniform = ((bits >> np.uint32(9)).astype(np.float64) + 0.5) * 2.0 ** -23
+    return -np.log(-np.log(uniform))
+
+
+@pytest.mark.parametrize("seed", [0, 7, -1, 2**40 + 5])
+def test_the_noise_is_the_documented_uint32_hash_on_every_backend(seed):
+    # The same bits on TensorFlow, JAX and torch: each backend's int32
+    # arithmetic against one NumPy uint32 reference.
+    from keras_attn.generation.sampling import _seed_key, gumbel_noise
+
+    for position in (0, 5, 2**20):
+        got = keras.ops.convert_to_numpy(gumbel_noise(_seed_key(seed), position, (3, 7)))
+        # A changed bit moves a value by far more than float32 logs differ.
+        np.testing.assert_allclose(got, _reference_gumbel_noise(seed, position, (3, 7)),
+                                   rtol=1e-5, atol=1e-6)
