@@ -43,13 +43,16 @@ class Projection(keras.layers.Dense):
             does not match the kernel).
 
     Example:
+    >>> import keras
     >>> import numpy as np
     >>> from keras_attn.layers import Projection
     >>> layer = Projection(3, bias_initializer="ones")
     >>> x = np.ones((2, 1, 4), "float32")
-    >>> tuple(layer(x).shape)
+    >>> y = keras.ops.convert_to_numpy(layer(x))
+    >>> y.shape
     (2, 1, 3)
-    >>> bool(np.allclose(layer(x), x @ layer.kernel.numpy() + 1.0))
+    >>> kernel = keras.ops.convert_to_numpy(layer.kernel)
+    >>> bool(np.allclose(y, x @ kernel + 1.0))
     True
 
     Reference:

@@ -78,7 +78,7 @@ def test_gradients_equal_the_dense_core_and_stay_finite(case):
     def loss(core):
         def fn(q, k, v):
             out = core(q, k, v)
-            return keras.ops.sum(out * weights), out
+            return keras.ops.sum(keras.ops.multiply(out, weights)), out
         return fn
 
     dense_mask = masks.merged(B, T, S)
@@ -290,11 +290,11 @@ def test_relative_logits_equal_the_dense_relative_attention(shared, case):
 
     def dense_loss(q, k, v):
         out = layer._attend(q, k, v, masks, (T,), False, False)[0]
-        return keras.ops.sum(out * weights), out
+        return keras.ops.sum(keras.ops.multiply(out, weights)), out
 
     def chunked_loss(q, k, v, e):
         out = chunked_attention(q, k, v, masks, 4, relative_embeddings=e)
-        return keras.ops.sum(out * weights), out
+        return keras.ops.sum(keras.ops.multiply(out, weights)), out
 
     dense_out, dense_grads = gradients(dense_loss, [query, key, value],
                                        [layer.relative_embeddings])

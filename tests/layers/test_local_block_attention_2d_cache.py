@@ -264,11 +264,14 @@ def test_traced_cache_index_equals_eager():
 
         traced = tf.function(step, jit_compile=True)
         as_index = tf.constant
-    else:
+    elif keras.backend.backend() == "jax":
         import jax
 
         traced = jax.jit(step)
         as_index = np.int32
+    else:  # no tracing: the index as a backend tensor
+        traced = step
+        as_index = lambda i: keras.ops.convert_to_tensor(i, "int32")  # noqa: E731
     cache = layer.init_cache(2, 24)
     y, cache = traced(x[:, :8], cache, as_index(0))  # prefill over several blocks
     outputs = [np.asarray(y)]
