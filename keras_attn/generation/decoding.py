@@ -119,7 +119,8 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
 
     Raises:
         ValueError: if the prompt is not a rank-2 integer tensor of static
-            width 1 <= P <= max_length, its batch size is known to be 0,
+            width 1 <= P <= max_length, its batch size is 0 (a batch known
+            only at run time is checked in the graph, once per call),
             `prompt_lengths` is not (B,) integers in [0, P] (values checked
             when known), or it holds negative ids or ids not below
             `input_vocabulary_size` (see `checks.check_prompt_ids`).
@@ -144,13 +145,18 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
             "least one (start) token per row. Received: prompt.shape="
             f"{tuple(prompt.shape)}, max_length={max_length}."
         )
+    empty_batch = (
+        "The prompt must hold at least one row (batch size >= 1): there is "
+        "nothing to generate for an empty batch. Received: prompt.shape="
+    )
     if prompt.shape[0] == 0:
-        raise ValueError(
-            "The prompt must hold at least one row (batch size >= 1): there is "
-            "nothing to generate for an empty batch. Received: prompt.shape="
-            f"{tuple(prompt.shape)}."
-        )
+        raise ValueError(f"{empty_batch}{tuple(prompt.shape)}.")
     prompt = ops.cast(prompt, "int32")
+    if prompt.shape[0] is None:  # a batch known only at run time: once per call
+        batch_size = ops.shape(prompt)[0]
+        prompt = checks.check_in_graph(ops.greater(batch_size, 0), [
+            empty_batch, "(", batch_size, f", {width}).",
+        ], prompt)
     if prompt_lengths is None:
         lengths = ops.sum(ops.cast(ops.not_equal(prompt, pad_token_id), "int32"), axis=1)
     else:

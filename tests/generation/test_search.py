@@ -240,6 +240,9 @@ def test_a_traced_prompt_is_checked_in_the_graph():
                            match=r"`prompt` must hold token ids in \[0, 13\).*"
                                  r"Received: prompt ids from.*-3.*to.*4"):
             traced(np.array([[1, 2], [-3, 4]], "int32"))
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"at least one row.*Received: prompt.shape=.*\(.*0.*, 2\)\."):
+            traced(np.zeros((0, 2), "int32"))
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="the JAX in-graph check")
