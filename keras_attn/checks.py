@@ -250,24 +250,69 @@ def check_prompt_ids(tokens, vocabulary_size=None, width=None):
             "embedding of the model takes: map unknown tokens to an id of the vocabulary."
         )
 
+    ids = tokens if width is None else tokens[:, :width]
+    return _check_id_range(tokens, ids, vocabulary_size, requirement, "prompt ids")
+
+
+def check_input_ids(name, ids, vocabulary_size, layer_name):
+    """Checks the ids of a model input other than the tokens (a source
+    sentence, a class label) against the embedding that reads them: in
+    [0, `vocabulary_size`), as `check_prompt_ids` does for the prompt (now
+    when the ids are known, else once in the graph).
+
+    Args:
+        name: the input's name (a key of the generation's `inputs`).
+        ids: the input, integer ids of any shape.
+        vocabulary_size: the number of ids the embedding takes.
+        layer_name: the embedding's name, for the message.
+
+    Returns:
+        `ids`; traced ones come back depending on the in-graph check: use
+        the returned value.
+
+    Raises:
+        ValueError: if the ids are known now and one lies outside the range
+            (a traced input fails when the graph runs, as in
+            `check_prompt_ids`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> try:
+    ...     check_input_ids("class_label", np.array([3, 12]), 10, "class_embedding")
+    ... except ValueError as error:
+    ...     print(error)
+    The model input class_label must hold ids in [0, 10), the ids its layer class_embedding takes. Received: ids from 3 to 12.
+    """
+    # No quote marks: TensorFlow escapes them in an assertion's text.
+    requirement = (
+        f"The model input {name} must hold ids in [0, {vocabulary_size}), the ids its "
+        f"layer {layer_name} takes."
+    )
+    return _check_id_range(ids, ids, vocabulary_size, requirement, "ids")
+
+
+def _check_id_range(value, ids, vocabulary_size, requirement, what):
+    """`value`, once `ids` (part of it) are known, or checked in the graph,
+    to lie in [0, `vocabulary_size`) (>= 0 when the size is None)."""
+
     def is_valid(lowest, highest):
         if vocabulary_size is None:
             return lowest >= 0
         return (lowest >= 0) & (highest < vocabulary_size)
 
-    ids = tokens if width is None else tokens[:, :width]
     known = known_value(ids)
     if known is not None:
         if known.size and not is_valid(known.min(), known.max()):
             raise ValueError(
-                f"{requirement} Received: prompt ids from {known.min()} to {known.max()}."
+                f"{requirement} Received: {what} from {known.min()} to {known.max()}."
             )
-        return tokens
+        return value
     lowest, highest = keras.ops.min(ids), keras.ops.max(ids)
     return check_in_graph(
         is_valid(lowest, highest),
-        [f"{requirement} Received: prompt ids from ", lowest, " to ", highest, "."],
-        tokens,
+        [f"{requirement} Received: {what} from ", lowest, " to ", highest, "."],
+        value,
     )
 
 

@@ -260,6 +260,60 @@ def test_a_traced_prompt_is_checked_under_jax_jit():
         assert "ValueError" in str(error.value)
 
 
+def _class_conditional():
+    from keras_attn.models import image_transformer
+
+    return image_transformer(image_size=2, channels=1, num_classes=10, num_layers=1,
+                             hidden_dim=8, num_heads=2, intermediate_dim=16, dropout=0.0)
+
+
+@pytest.mark.parametrize("generate", STRATEGIES)
+def test_ids_of_the_other_inputs_are_checked_against_their_embeddings(generate):
+    # A class label or a source id outside its embedding failed in the
+    # gather on TensorFlow and was clipped to the last id on JAX.
+    labels = _class_conditional()
+    translation = tiny_models.translation_model(num_layers=1)  # source vocabulary 13
+    prompt = np.full((2, 1), 256, "int32")  # the Image Transformer's start token
+    for decoder in (labels, RecomputingDecoder(labels)):
+        with pytest.raises(ValueError, match=r"The model input class_label must hold ids in \[0, 10\), "
+                                             r"the ids its layer class_embedding takes\. "
+                                             r"Received: ids from 3 to 12\."):
+            generate(decoder, prompt, 3, inputs={"class_label": np.array([3, 12], "int32")})
+    source = tiny_models.SOURCE.copy()
+    source[1, 0] = -1
+    with pytest.raises(ValueError, match=r"The model input encoder_tokens must hold ids in \[0, 13\).*"
+                                         r"Received: ids from -1 to 11\."):
+        generate(translation, np.ones((2, 1), "int32"), 3, inputs={"encoder_tokens": source})
+    # Ids inside pass (and float inputs, which no embedding reads, are not looked at).
+    got = generate(labels, prompt, 3, inputs={"class_label": np.array([0, 9], "int32")})
+    assert np.asarray(got).shape == (2, 3)
+
+
+def test_ids_of_the_other_inputs_are_checked_in_the_graph():
+    labels = _class_conditional()
+    prompt = np.full((2, 1), 256, "int32")
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        traced = tf.function(lambda c: greedy_search(labels, prompt, 3, inputs={"class_label": c}),
+                             input_signature=[tf.TensorSpec((None,), tf.int32)])
+        error = tf.errors.InvalidArgumentError
+    elif keras.backend.backend() == "jax":
+        import jax
+
+        traced = jax.jit(lambda c: greedy_search(labels, prompt, 3, inputs={"class_label": c}))
+        error = Exception
+    else:
+        pytest.skip("no traced values on this backend")
+    good = np.array([0, 9], "int32")
+    np.testing.assert_array_equal(
+        np.asarray(traced(good)), np.asarray(greedy_search(labels, prompt, 3, inputs={"class_label": good}))
+    )
+    with pytest.raises(error, match=r"The model input class_label must hold ids in \[0, 10\).*"
+                                    r"Received: ids from.*0.*to.*10"):
+        np.asarray(traced(np.array([0, 10], "int32")))
+
+
 @pytest.mark.parametrize("alpha", [float("nan"), float("inf")])
 def test_beam_search_refuses_a_non_finite_length_penalty(alpha):
     model = tiny_models.language_model(num_layers=1)
