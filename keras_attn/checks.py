@@ -308,6 +308,8 @@ def _check_id_range(value, ids, vocabulary_size, requirement, what):
                 f"{requirement} Received: {what} from {known.min()} to {known.max()}."
             )
         return value
+    if 0 in tuple(ids.shape):  # statically empty: no id to check
+        return value
     lowest, highest = keras.ops.min(ids), keras.ops.max(ids)
     return check_in_graph(
         is_valid(lowest, highest),
@@ -619,7 +621,8 @@ _CALLER_CHECKED = threading.local()
 
 @contextlib.contextmanager
 def checked_by_caller():
-    """A scope in which `check_in_graph` adds no check to a traced graph.
+    """A scope in which `check_in_graph` adds no check to the graph being
+    built where the scope is entered.
 
     For a caller that has checked once what every call it makes inside
     would check again: the generation loops make the cache, its index and
@@ -630,8 +633,11 @@ def checked_by_caller():
     (non-XLA) decoding step of the JSB music generator ran twelve
     assertions (cache index, cache batch, padding masks, four per layer)
     at each of its positions. Checks of values known now (eager) still
-    run; only traced checks are left out. The scope is per thread and
-    restores the previous state on exit.
+    run; only traced checks are left out. On TensorFlow the scope covers
+    the graph being built on entry only: a function traced inside it (a
+    nested `tf.function`, whose trace is cached and reused outside) keeps
+    its checks. The scope is per thread and restores the previous state on
+    exit.
 
     Returns:
         A context manager (no value).
@@ -644,12 +650,26 @@ def checked_by_caller():
     >>> float(value)
     1.0
     """
-    previous = getattr(_CALLER_CHECKED, "active", False)
-    _CALLER_CHECKED.active = True
+    previous = getattr(_CALLER_CHECKED, "graph", None)
+    _CALLER_CHECKED.graph = _graph_being_built()
     try:
         yield
     finally:
-        _CALLER_CHECKED.active = previous
+        _CALLER_CHECKED.graph = previous
+
+
+_ANY_TRACE = object()
+
+
+def _graph_being_built():
+    """TensorFlow's default graph (the `tf.function` being traced, or the
+    eager context's); one token for other backends, whose traced calls
+    (`jax.jit`) have no nested graph to tell apart."""
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.compat.v1.get_default_graph()
+    return _ANY_TRACE
 
 
 def check_in_graph(condition, message, value):
@@ -674,7 +694,8 @@ def check_in_graph(condition, message, value):
         `value`, depending on the check where the backend needs that (use
         it in place of the original).
     """
-    if getattr(_CALLER_CHECKED, "active", False):
+    scope = getattr(_CALLER_CHECKED, "graph", None)
+    if scope is not None and scope is _graph_being_built():
         return value
     pieces = [message] if isinstance(message, str) else list(message)
     backend = keras.backend.backend()

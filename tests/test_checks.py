@@ -126,24 +126,51 @@ def test_checked_by_caller_leaves_out_traced_checks_and_restores_them():
 
     from keras_attn.checks import check_in_graph, checked_by_caller
 
-    def traced(condition):  # a failing check, traced as the backend traces
+    def traced(condition, in_scope=False):  # a failing check, traced as the backend traces
+        def check(c):
+            if not in_scope:
+                return check_in_graph(c, "checked", keras.ops.ones(()))
+            with checked_by_caller():
+                return check_in_graph(c, "checked", keras.ops.ones(()))
+
         backend = keras.backend.backend()
         if backend == "tensorflow":
             import tensorflow as tf
 
-            return tf.function(lambda c: check_in_graph(c, "checked", tf.ones(())))(condition)
+            return tf.function(check)(condition)
         if backend == "jax":
             import jax
 
-            return jax.jit(lambda c: check_in_graph(c, "checked", c))(condition)
+            return jax.jit(check)(condition)
         pytest.skip(f"no traced values on {backend}")
 
     false = keras.ops.array(False)
-    with checked_by_caller():
-        traced(false)  # left out: no error
+    traced(false, in_scope=True)  # left out: no error
     with pytest.raises(Exception, match="checked"):
         traced(false)
     with pytest.raises(RuntimeError), checked_by_caller():
         raise RuntimeError("leaving the scope by an exception")
     with pytest.raises(Exception, match="checked"):
         traced(false)
+
+
+@pytest.mark.requires_tensorflow
+def test_a_function_traced_inside_the_scope_keeps_its_checks():
+    # Its trace is cached and reused outside the scope (a decoder whose
+    # __call__ is a tf.function, traced inside a generation loop's step):
+    # the scope covers only the graph being built where it was entered.
+    import tensorflow as tf
+
+    from keras_attn.checks import check_in_graph, checked_by_caller
+
+    inner = tf.function(lambda c: check_in_graph(c, "checked", tf.ones(())))
+
+    @tf.function
+    def outer(c):
+        with checked_by_caller():
+            return inner(c) + check_in_graph(c, "left out", tf.ones(()))
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="checked"):
+        outer(tf.constant(False))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="checked"):
+        inner(tf.constant(False))  # the trace made inside the scope, reused

@@ -1,7 +1,7 @@
 import keras
 from keras import ops
 
-from keras_attn import checks
+from keras_attn import checks, keras_internals
 
 
 class Decoder:
@@ -106,12 +106,18 @@ class Decoder:
             needed: the names that must be given.
 
         Returns:
-            `{name: tensor}` for each name in `needed`, in the input's dtype.
+            `{name: tensor}` for each name in `needed`, in the input's dtype;
+            integer inputs that an embedding reads (a source sentence, a
+            class label) are checked to be ids of it, in [0, size) (see
+            `checks.check_input_ids`: now when known, else once in the
+            graph), as generation checks the prompt: an id outside fails in
+            the gather on TensorFlow and is silently clipped on JAX.
 
         Raises:
             ValueError: if `inputs` is not a dict where one is needed, misses
-                a name, or holds a name that is not one of the model's inputs
-                besides the tokens (e.g. a typo; the message lists them).
+                a name, holds a name that is not one of the model's inputs
+                besides the tokens (e.g. a typo; the message lists them), or
+                holds ids outside the embedding that reads them.
         """
         needed = list(needed)
         if not isinstance(inputs, dict):
@@ -132,10 +138,32 @@ class Decoder:
             )
         accepted = [name for name in self._input_names if name != self.token_input]
         checks.check_input_names(inputs, accepted, self.token_input)
-        return {
-            name: ops.convert_to_tensor(inputs[name], dtype=self._input_names[name].dtype)
-            for name in needed
-        }
+        values = {}
+        for name in needed:
+            dtype = self._input_names[name].dtype
+            value = ops.convert_to_tensor(inputs[name], dtype=dtype)
+            bound = self._embedding_bound(name)
+            if bound is not None and "int" in keras.backend.standardize_dtype(dtype):
+                value = checks.check_input_ids(name, value, *bound)
+            values[name] = value
+        return values
+
+    def _embedding_bound(self, name):
+        """`(size, layer name)` of the embedding that reads the model input
+        `name` and takes the fewest ids (a Keras `Embedding`'s `input_dim`,
+        a keras_attn embedding's `vocabulary_size`), or None when no such
+        layer reads it directly."""
+        tensor = self._input_names.get(name)
+        bounds = []
+        for layer in self.model.layers:
+            reads_input = any(
+                any(t is tensor for t in node.input_tensors)
+                for node in keras_internals.inbound_nodes(layer)
+            )
+            size = getattr(layer, "input_dim", getattr(layer, "vocabulary_size", None))
+            if reads_input and isinstance(size, int) and not isinstance(size, bool):
+                bounds.append((size, layer.name))
+        return min(bounds) if bounds else None
 
 
 def _find_token_input(input_names, token_input, owner):

@@ -71,52 +71,9 @@ def input_vocabulary_size(decoder):
     and the start token) and predicts 256. None when no such layer reads
     the tokens (e.g. a decoder object without a model).
     """
-    bound = _embedding_bound(decoder, getattr(decoder, "token_input", None))
+    embedding_bound = getattr(decoder, "_embedding_bound", None)
+    bound = None if embedding_bound is None else embedding_bound(decoder.token_input)
     return None if bound is None else bound[0]
-
-
-def _embedding_bound(decoder, name):
-    """`(size, layer name)` of the embedding that reads the model input
-    `name` and takes the fewest ids (see `input_vocabulary_size`), or None."""
-    try:
-        tensor = decoder._input_names[name]
-        layers = decoder.model.layers
-    except (AttributeError, KeyError, TypeError):
-        return None
-    bounds = []
-    for layer in layers:
-        reads_input = any(
-            any(t is tensor for t in node.input_tensors)
-            for node in keras_internals.inbound_nodes(layer)
-        )
-        size = getattr(layer, "input_dim", getattr(layer, "vocabulary_size", None))
-        if reads_input and isinstance(size, int) and not isinstance(size, bool):
-            bounds.append((size, layer.name))
-    return min(bounds) if bounds else None
-
-
-def check_input_ids(decoder, inputs):
-    """The model's other integer inputs (`inputs`: a source sentence, a
-    class label) checked against the embeddings that read them (see
-    `checks.check_input_ids`): an id outside fails in the gather on
-    TensorFlow and is silently clipped on JAX.
-
-    Returns:
-        `inputs`, a new dict where a traced input comes back depending on
-        its in-graph check.
-    """
-    if not inputs:
-        return inputs
-    checked = dict(inputs)
-    for name, value in inputs.items():
-        bound = _embedding_bound(decoder, name)
-        dtype = getattr(value, "dtype", None)
-        if dtype is None:
-            value = np.asarray(value)
-            dtype = value.dtype
-        if bound is not None and "int" in keras.backend.standardize_dtype(dtype):
-            checked[name] = checks.check_input_ids(name, value, *bound)
-    return checked
 
 
 def check_token_ids(end_token_id, pad_token_id, vocabulary_size):
@@ -300,15 +257,16 @@ def checked_prefill(decoder, prompt, max_length, end_token_id, pad_token_id, pro
     """The start of every search: the end and padding ids checked against
     the vocabulary (before the prefill when the decoder tells its size, else
     from the prefill's logits), the prompt laid out and its ids checked
-    (`prepare_prompt`), the ids of the model's other inputs checked
-    (`check_input_ids`), then the prefill.
+    (`prepare_prompt`), then the prefill (where the decoder's
+    `initial_state` checks the model's other inputs, see
+    `Decoder._other_inputs`).
 
     Returns:
         `(prepare_prompt's tuple, logits, state)`, as `prefill` returns them.
 
     Raises:
-        ValueError: see `check_token_ids`, `prepare_prompt` and
-            `check_input_ids`.
+        ValueError: see `check_token_ids`, `prepare_prompt` and the
+            decoder's `initial_state`.
     """
     size = vocabulary_size(decoder)
     check_token_ids(end_token_id, pad_token_id, size)
@@ -316,7 +274,6 @@ def checked_prefill(decoder, prompt, max_length, end_token_id, pad_token_id, pro
         prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size(decoder)
     )
     tokens, _, _, start, width = prepared
-    inputs = check_input_ids(decoder, inputs)
     logits, state = prefill(decoder, tokens, width, start, max_length, inputs)
     if size is None:  # a decoder object of unknown vocabulary: its logits tell
         check_token_ids(end_token_id, pad_token_id, logits.shape[-1])

@@ -81,9 +81,10 @@ def greedy_search(
             from its min and max (one cheap pass per call, not per step):
             TensorFlow raises `InvalidArgumentError` when the graph runs
             (not checked under `jit_compile=True`: XLA has no assertion),
-            JAX a `JaxRuntimeError` wrapping the ValueError. (Only the
-            token ids are checked: other inputs, e.g. an image model's
-            `class_label`, are the model's own.)
+            JAX a `JaxRuntimeError` wrapping the ValueError. The integer
+            ids of the model's other inputs (a source sentence, an image
+            model's `class_label`) are checked the same way against the
+            embeddings that read them.
 
     Example:
     >>> import keras

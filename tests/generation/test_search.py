@@ -284,9 +284,16 @@ def test_ids_of_the_other_inputs_are_checked_against_their_embeddings(generate):
     with pytest.raises(ValueError, match=r"The model input encoder_tokens must hold ids in \[0, 13\).*"
                                          r"Received: ids from -1 to 11\."):
         generate(translation, np.ones((2, 1), "int32"), 3, inputs={"encoder_tokens": source})
-    # Ids inside pass (and float inputs, which no embedding reads, are not looked at).
-    got = generate(labels, prompt, 3, inputs={"class_label": np.array([0, 9], "int32")})
-    assert np.asarray(got).shape == (2, 3)
+    # Checked in the model input's dtype: a float label is cast to int32 first;
+    # a single tensor stands for the one other input.
+    for given in ({"class_label": np.array([3.0, 12.0], "float32")}, np.array([3, 12]), [3, 12]):
+        with pytest.raises(ValueError, match=r"class_label must hold ids in \[0, 10\).*from 3 to 12"):
+            generate(labels, prompt, 3, inputs=given)
+    # Ids inside pass, however they are given.
+    want = np.asarray(generate(labels, prompt, 3, inputs={"class_label": np.array([0, 9], "int32")}))
+    assert want.shape == (2, 3)
+    for given in (np.array([0, 9]), [0, 9], {"class_label": np.array([0.0, 9.0], "float32")}):
+        np.testing.assert_array_equal(np.asarray(generate(labels, prompt, 3, inputs=given)), want)
 
 
 def test_ids_of_the_other_inputs_are_checked_in_the_graph():
