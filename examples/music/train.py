@@ -179,10 +179,15 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
     print(f"Model ({args.attention}): {model.count_params():,} parameters, {args.num_layers} layers, "
           f"D={args.hidden_dim}, H={args.num_heads}, d_ff={args.intermediate_dim}; "
           f"windows of L={args.sequence_length}, batches of {args.batch_size}")
+    if args.max_eval_windows:
+        print(f"val_loss each epoch: the first {len(inputs)} validation windows (--max_eval_windows); "
+              "the final figures: all of them")
     callbacks = [
         backup,
         *callbacks,
         training_utils.TokenThroughput(args.batch_size * args.sequence_length),
+        # Optimizer steps so far: an epoch cut short by --minutes counts what ran.
+        training_utils.ExamplesSeen(1, key="training_steps"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
         keras.callbacks.ModelCheckpoint(
@@ -270,7 +275,9 @@ def evaluate(args, model, valid_pieces):
 
 def plot_training_curves(args):
     def draw(plt, rows):
-        steps = [(int(r["epoch"]) + 1) * args.steps_per_epoch for r in rows]
+        # Runs from before `training_steps` was logged: whole epochs.
+        steps = [int(r.get("training_steps") or (int(r["epoch"]) + 1) * args.steps_per_epoch)
+                 for r in rows]
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
         for key, axis, label in (("loss", axes[0], "NLL per token (nats)"), ("accuracy", axes[1], "accuracy")):
             axis.plot(steps, [float(r[key]) for r in rows], marker="o", label="train")

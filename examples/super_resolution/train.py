@@ -304,7 +304,9 @@ def train(args, data, strategy=None, callbacks=()):
     )
     print(f"Model: {model.count_params():,} parameters; {len(train_images):,} training and "
           f"{len(validation_images):,} validation images; {args.steps_per_epoch} batches of "
-          f"{args.batch_size} per epoch")
+          f"{args.batch_size} per epoch; val_bits_per_dim each epoch on the first "
+          f"{len(validation_images[monitor]):,} validation images, the final figure on "
+          f"{min(args.eval_images or len(validation_images), len(validation_images)):,}")
     callbacks = [
         backup,
         *callbacks,
