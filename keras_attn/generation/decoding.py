@@ -19,7 +19,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn import checks, keras_internals
+from keras_attn import checks
 
 
 def as_decoder(model):
