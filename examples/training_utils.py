@@ -300,7 +300,9 @@ class TimeBudget(keras.callbacks.Callback):
             and resumed runs (written at each epoch end), so that compared
             models get the same budget however often they were restarted.
             Without it the budget counts this process only.
-        progress: draw the progress bar described above.
+        progress: 1 (or True) draws the progress bar described above; 2
+            only prints the budget at the start (for `fit(verbose=2)`, one
+            line per epoch); 0 (or False) prints nothing.
     """
 
     def __init__(self, minutes, path=None, progress=False):
@@ -319,9 +321,12 @@ class TimeBudget(keras.callbacks.Callback):
                 spent = float(f.read() or 0)
         self._process_start = time.time()
         self.start = self._process_start - spent
-        if self.progress:
+        if self.progress == 1:
             print(f"Training for {self.seconds / 60:g} min (the bar is the time budget):")
             self._bar = _BudgetBar(int(round(self.seconds)))
+        elif self.progress:
+            print(f"Training for {self.seconds / 60:g} min at most (the budget ends the last "
+                  "epoch early, whatever its line says of steps and epochs):", flush=True)
 
     def on_train_batch_end(self, batch, logs=None):
         elapsed = time.time() - self.start

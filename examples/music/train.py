@@ -103,7 +103,8 @@ def parse_args(argv=None):
     parser.add_argument("--skip_export", action="store_true")
     parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
                         help="0 = silent, 1 = progress bar (against the --minutes budget when "
-                             "given), 2 = one line per epoch")
+                             "given), 2 = one line per epoch (for a log file: the bar redraws "
+                             "itself with carriage returns, as Keras' own bar does)")
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--seed", type=int, default=1)
@@ -198,11 +199,10 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
     ]
     verbose = args.progress
     if args.minutes:
-        budget_bar = args.progress == 1
         callbacks.append(training_utils.TimeBudget(
-            args.minutes, os.path.join(args.output_dir, "train_seconds.txt"), progress=budget_bar
+            args.minutes, os.path.join(args.output_dir, "train_seconds.txt"), progress=args.progress
         ))
-        verbose = 0 if budget_bar else verbose
+        verbose = 0 if args.progress == 1 else verbose  # the budget bar replaces Keras' bar
     start = time.time()
     training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
                        steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=verbose)

@@ -155,7 +155,8 @@ def parse_args(argv=None):
                         help="images sampled per batch (super resolution)")
     parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
                         help="0 = silent, 1 = progress bar (against the --minutes budget when "
-                             "given), 2 = one line per epoch")
+                             "given), 2 = one line per epoch (for a log file: the bar redraws "
+                             "itself with carriage returns, as Keras' own bar does)")
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
@@ -320,9 +321,8 @@ def train(args, data, strategy=None, callbacks=()):
     ]
     verbose = args.progress
     if args.minutes:
-        budget_bar = args.progress == 1
-        callbacks.append(training_utils.TimeBudget(args.minutes, progress=budget_bar))
-        verbose = 0 if budget_bar else verbose
+        callbacks.append(training_utils.TimeBudget(args.minutes, progress=args.progress))
+        verbose = 0 if args.progress == 1 else verbose  # the budget bar replaces Keras' bar
     start = time.time()
     training_utils.fit(
         model, strategy, train_data, validation_data=monitor_data,

@@ -58,10 +58,11 @@ def make_translate_fn(model, tokenizer, max_length, num_beams=4, length_penalty_
     return translate
 
 
-def translate_sentences(translate, tokenizer, sentences, batch_size=64):
-    """Translates a list of strings in batches, with a progress bar."""
+def translate_sentences(translate, tokenizer, sentences, batch_size=64, progress=1):
+    """Translates a list of strings in batches, with a progress bar (as
+    `--progress`: 1 a bar, 2 one line at the end, 0 none)."""
     outputs = []
-    progress = keras.utils.Progbar(len(sentences), unit_name="sentence")
+    progress = keras.utils.Progbar(len(sentences), unit_name="sentence", verbose=progress)
     for start in range(0, len(sentences), batch_size):
         batch = sentences[start:start + batch_size]
         ids = translate(tf.constant(batch))
@@ -144,7 +145,8 @@ def report(args, model, tokenizer):
     for name, beams in strategies:
         translate = make_translate_fn(model, tokenizer, args.max_length, beams, args.length_penalty_alpha)
         start = time.time()
-        hypotheses = translate_sentences(translate, tokenizer, sources, args.eval_batch_size)
+        hypotheses = translate_sentences(translate, tokenizer, sources, args.eval_batch_size,
+                                         args.progress)
         seconds = time.time() - start
         bleu = sacrebleu.corpus_bleu(hypotheses, [references])
         results[name] = {"bleu": round(bleu.score, 2), "signature": str(bleu), "seconds": round(seconds, 1),

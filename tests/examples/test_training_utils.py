@@ -1,7 +1,8 @@
 """examples/training_utils.py: `TimeBudget` stops training at the budget,
-starts no epoch that would run a single step past it, and its bar's ETA is
-the budget left; `run` turns Ctrl-C into a line on how to resume;
-`ExamplesSeen` counts the optimizer steps that ran."""
+starts no epoch that would run a single step past it, prints what each
+`--progress` mode promises, and its bar's ETA is the budget left; `run`
+turns Ctrl-C into a line on how to resume; `ExamplesSeen` counts the
+optimizer steps that ran."""
 
 import importlib.util
 import os
@@ -85,6 +86,29 @@ def test_the_bar_eta_is_the_budget_left(capsys):
     assert shown.startswith(" 41/300 ")
     assert " 4:19 " in shown  # the ETA: 300 - 41 s
     assert "loss: 2.4" in shown
+
+
+@pytest.mark.parametrize("progress", [0, 1, 2])
+def test_progress_modes_print_what_they_promise(capsys, progress):
+    # 1: the budget bar (redrawn with carriage returns); 2, for log files:
+    # the budget in one plain line, Keras' fit(verbose=2) prints the epochs;
+    # 0: nothing.
+    module = _training_utils()
+    budget = module.TimeBudget(2.5, progress=progress)
+    budget.set_model(_Model())
+    budget.on_train_begin()
+    budget.on_train_batch_end(0, {"loss": 2.0})
+    budget.on_epoch_end(0, {"loss": 2.0, "val_loss": 2.1})
+    budget.on_train_end()
+    out = capsys.readouterr().out
+    if progress == 0:
+        assert out == ""
+    elif progress == 1:
+        assert out.startswith("Training for 2.5 min (the bar is the time budget):\n")
+        assert "\r" in out and "epoch 1 done at" in out and "val_loss: 2.1" in out
+    else:
+        assert out == ("Training for 2.5 min at most (the budget ends the last epoch early, "
+                       "whatever its line says of steps and epochs):\n")
 
 
 def test_ctrl_c_says_how_to_resume_and_still_dies_of_sigint(monkeypatch, capsys):
