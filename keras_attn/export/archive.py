@@ -34,12 +34,16 @@ def versioned_export_path(export_dir, version, overwrite=False):
             f"folders under the model's base path). Received: version={version!r}."
         )
     path = os.path.join(os.fspath(export_dir), str(int(version)))
-    if os.path.exists(path) and not overwrite:
-        raise ValueError(
-            f"{path} already exists. Pass a new `version` (TF Serving then "
-            "switches to it) or `overwrite=True`."
-        )
+    if os.path.lexists(path) and not overwrite:
+        raise _exists_error(path)
     return path
+
+
+def _exists_error(path):
+    return ValueError(
+        f"{path} already exists. Pass a new `version` (TF Serving then "
+        "switches to it) or `overwrite=True`."
+    )
 
 
 def xla_function(function, jit_compile):
@@ -56,7 +60,7 @@ def xla_function(function, jit_compile):
     return tf.function(function, jit_compile=bool(jit_compile), autograph=False)
 
 
-def write_archive(path, trackables, endpoints):
+def write_archive(path, trackables, endpoints, overwrite=False):
     """Writes a SavedModel with `keras.export.ExportArchive`, atomically.
 
     The archive route matters: a Keras model held by a plain `tf.Module` and
@@ -66,12 +70,16 @@ def write_archive(path, trackables, endpoints):
     The SavedModel is written to a temporary sibling folder (a name that is
     not a number, which TF Serving ignores) and renamed into place once
     complete, so a server watching the base path never sees a half-written
-    version. An existing `path` (overwrite) is swapped with the new folder
-    in one atomic step where the system allows it (Linux
+    version. Without `overwrite`, a `path` that appeared while the archive
+    was being written (another export of the same version) is kept and the
+    export refused: the final rename cannot replace it (Linux
+    `renameat2(RENAME_NOREPLACE)`; elsewhere a check just before the
+    rename). With `overwrite`, an existing `path` is swapped with the new
+    folder in one atomic step where the system allows it (Linux
     `renameat2(RENAME_EXCHANGE)`), else moved aside and replaced by two
-    renames; the old folder is deleted only after the new one is in place,
-    and none of its files survive. If writing fails, the temporary folder
-    is removed and `path` is left as it was.
+    renames; the old folder (or link) is deleted only after the new one is
+    in place, and none of its files survive. If writing fails, the
+    temporary folder is removed and `path` is left as it was.
 
     Args:
         path: the version folder.
@@ -79,19 +87,25 @@ def write_archive(path, trackables, endpoints):
             resources the endpoints use.
         endpoints: dict name -> `tf.function` with an input signature; the
             first one named "serving_default" becomes the default signature.
+        overwrite: replace an existing `path`; without it an existing one
+            is refused (check early with `versioned_export_path`, before
+            the slow write).
 
     Returns:
         `path`.
 
     Raises:
-        Nothing of its own: errors of `keras.export.ExportArchive` (tracking,
-        tracing an endpoint, writing the files) and of the file system
-        propagate unchanged. An existing `path` is replaced: check it first
-        with `versioned_export_path`.
+        ValueError: if `path` exists (or appeared during the write) and
+            `overwrite` is False; nothing is changed then.
+        Errors of `keras.export.ExportArchive` (tracking, tracing an
+        endpoint, writing the files) and of the file system propagate
+        unchanged.
     """
     import keras
 
     parent, name = os.path.split(os.path.abspath(os.fspath(path)))
+    if os.path.lexists(os.path.join(parent, name)) and not overwrite:
+        raise _exists_error(path)
     os.makedirs(parent, exist_ok=True)
     # os.mkdir, not tempfile.mkdtemp: the folder keeps the umask's
     # permissions (mkdtemp's 0700 would hide the model from the server).
@@ -104,21 +118,37 @@ def write_archive(path, trackables, endpoints):
         for endpoint_name, function in endpoints.items():
             archive.add_endpoint(endpoint_name, function)
         archive.write_out(temporary, verbose=False)
-        _replace_folder(temporary, os.path.join(parent, name))
+        if overwrite:
+            _replace_folder(temporary, os.path.join(parent, name))
+        elif not _rename_no_replace(temporary, os.path.join(parent, name)):
+            raise _exists_error(path)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
     return path
 
 
+def _rename_no_replace(source, destination):
+    """Moves the folder `source` to `destination` unless something is there
+    already; False (and nothing moved) if it is."""
+    moved = _renameat2(source, destination, _RENAME_NOREPLACE)
+    if moved is not None:
+        return moved
+    if os.path.lexists(destination):  # no renameat2: a check, then the rename
+        return False
+    os.rename(source, destination)
+    return True
+
+
 def _replace_folder(source, destination):
-    """Moves the folder `source` to `destination`, replacing what is there;
-    the old contents are deleted after the new folder is in place."""
+    """Moves the folder `source` to `destination`, replacing what is there
+    (a folder or a link to one); the old one is deleted after the new folder
+    is in place."""
     if not os.path.lexists(destination):
-        os.rename(source, destination)  # atomic (refused if a full folder appeared meanwhile)
+        os.rename(source, destination)
         return
-    if _exchange(source, destination):
-        shutil.rmtree(source)  # now holds the old version
+    if _renameat2(source, destination, _RENAME_EXCHANGE):  # None: not offered here
+        _remove(source)  # now holds the old version
         return
     parent, name = os.path.split(destination)
     old = tempfile.mkdtemp(prefix=f".{name}.old-", dir=parent)
@@ -133,30 +163,42 @@ def _replace_folder(source, destination):
     shutil.rmtree(old)
 
 
-_RENAME_EXCHANGE = 2  # linux/fs.h
+_RENAME_NOREPLACE = 1  # linux/fs.h
+_RENAME_EXCHANGE = 2
 
 
-def _exchange(first, second):
-    """Swaps two paths atomically with Linux `renameat2`; False where the
-    system, C library or file system does not offer it."""
+def _renameat2(source, destination, flags):
+    """Linux `renameat2`: True once done; False if `flags` has
+    RENAME_NOREPLACE and `destination` exists; None where the system, C
+    library or file system does not offer it (the caller falls back)."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2
     except (OSError, AttributeError):  # glibc < 2.28, musl
-        return False
+        return None
     renameat2.argtypes = [
         ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint
     ]
     renameat2.restype = ctypes.c_int
     at_fdcwd = -100
     result = renameat2(
-        at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), _RENAME_EXCHANGE
+        at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(destination), flags
     )
     if result == 0:
         return True
     error = ctypes.get_errno()
+    if error == errno.EEXIST and flags & _RENAME_NOREPLACE:
+        return False
     if error in (errno.EINVAL, errno.ENOSYS, errno.EPERM, errno.ENOTSUP):
-        return False  # not supported here: fall back to two renames
-    raise OSError(error, os.strerror(error), second)
+        return None  # not supported here
+    raise OSError(error, os.strerror(error), destination)
+
+
+def _remove(path):
+    """Deletes a folder, or the link itself where `path` is a link."""
+    if os.path.islink(path):
+        os.unlink(path)
+    else:
+        shutil.rmtree(path)

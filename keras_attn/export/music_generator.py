@@ -153,7 +153,9 @@ def export_music_generator(
     ]
     # autograph=False as ExportArchive does: the loop is `ops.while_loop`.
     serve = tf.function(generate, input_signature=signature, autograph=False)
-    return write_archive(path, [model], {"serving_default": serve, "generate": serve})
+    return write_archive(
+        path, [model], {"serving_default": serve, "generate": serve}, overwrite=overwrite
+    )
 
 
 def _check_int(name, value, low):

@@ -289,5 +289,6 @@ def export_super_resolver(
         return {"image": sampler(image, seed, temperature, top_k, top_p)}
 
     return write_archive(
-        path, [model], {"serving_default": serve, "sample_with_options": serve_with_options}
+        path, [model], {"serving_default": serve, "sample_with_options": serve_with_options},
+        overwrite=overwrite,
     )

@@ -109,10 +109,11 @@ def export_translator(
         return {"tokens": tf.cast(generate(encoder_tokens), tf.int32)}
 
     if not include_text_signature:
-        return write_archive(path, [model], {"serving_default": serve_tokens})
+        return write_archive(path, [model], {"serving_default": serve_tokens}, overwrite=overwrite)
     trackables = [model, tokenizer] + ([source_tokenizer] if source_tokenizer is not tokenizer else [])
     return write_archive(
-        path, trackables, {"serving_default": serve_text, "translate_tokens": serve_tokens}
+        path, trackables, {"serving_default": serve_text, "translate_tokens": serve_tokens},
+        overwrite=overwrite,
     )
 
 

@@ -74,7 +74,7 @@ def test_overwrite_replaces_the_whole_version_folder(old_version, tmp_path, monk
     base, path = _copy_of(old_version, tmp_path)
     old_events = _events(path)
     if not exchange:  # systems without renameat2(RENAME_EXCHANGE)
-        monkeypatch.setattr(archive, "_exchange", lambda first, second: False)
+        monkeypatch.setattr(archive, "_renameat2", lambda source, destination, flags: None)
     new_model = _model(2)
     assert _export(new_model, base, overwrite=True) == path
     # Nothing of the old folder survives (it used to: assets/, stray.txt).
@@ -108,7 +108,7 @@ def test_a_failed_export_leaves_the_old_version_byte_identical(old_version, tmp_
 def test_a_failed_final_rename_puts_the_old_version_back(old_version, tmp_path, monkeypatch):
     base, path = _copy_of(old_version, tmp_path)
     before = _snapshot(path)
-    monkeypatch.setattr(archive, "_exchange", lambda first, second: False)
+    monkeypatch.setattr(archive, "_renameat2", lambda source, destination, flags: None)
     rename = os.rename
 
     def failing_rename(source, destination):
@@ -130,3 +130,50 @@ def test_a_new_version_appears_complete_and_keeps_the_umask_permissions(tmp_path
     umask = os.umask(0)
     os.umask(umask)
     assert os.stat(path).st_mode & 0o777 == 0o777 & ~umask
+
+
+_EXCHANGE_IDS = ["renameat2", "two_renames"]
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=_EXCHANGE_IDS)
+def test_a_version_written_meanwhile_is_kept_without_overwrite(tmp_path, monkeypatch, renameat2):
+    # Another export of version 1 finishes while ours writes: ours is
+    # refused at the final rename, theirs stays (it used to be replaced).
+    base = tmp_path / "base"
+    if not renameat2:
+        monkeypatch.setattr(archive, "_renameat2", lambda source, destination, flags: None)
+    rename_no_replace = archive._rename_no_replace
+
+    def another_export_meanwhile(source, destination):
+        os.makedirs(base / "1")  # after our archive was written, before it moves in
+        (base / "1" / "saved_model.pb").write_text("the other export")
+        return rename_no_replace(source, destination)
+
+    monkeypatch.setattr(archive, "_rename_no_replace", another_export_meanwhile)
+    with pytest.raises(ValueError, match=r"1 already exists. Pass a new `version`"):
+        _export(_model(1), base, version=1)
+    assert (base / "1" / "saved_model.pb").read_text() == "the other export"
+    assert sorted(os.listdir(base)) == ["1"]
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=_EXCHANGE_IDS)
+def test_overwrite_replaces_a_linked_version_and_leaves_its_target(tmp_path, monkeypatch, renameat2):
+    # A version folder that is a link (a deployment pointing at a build):
+    # the link is replaced by the new folder, the folder it pointed to is
+    # left alone (the exchange used to end in "Cannot call rmtree on a
+    # symbolic link" after the new version was in place).
+    elsewhere = _export(_model(1), tmp_path / "elsewhere")
+    before = _snapshot(elsewhere)
+    base = tmp_path / "base"
+    base.mkdir()
+    os.symlink(elsewhere, base / "1")
+    if not renameat2:
+        monkeypatch.setattr(archive, "_renameat2", lambda source, destination, flags: None)
+    path = _export(_model(2), base, overwrite=True)
+    assert sorted(os.listdir(base)) == ["1"] and not os.path.islink(path)
+    assert _snapshot(elsewhere) == before
+    dangling = tmp_path / "dangling"
+    dangling.mkdir()
+    os.symlink(tmp_path / "removed", dangling / "1")
+    with pytest.raises(ValueError, match="already exists"):  # a broken link is still taken
+        _export(_model(2), dangling, version=1)
