@@ -57,16 +57,20 @@ def check_positive_int(owner, name, value):
             must hold plain ints; the message says to pass `int(value)`).
     """
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        hint = ""
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            hint = (
-                f" It is a {type(value).__module__}.{type(value).__name__}: pass a "
-                f"Python int, e.g. `{name}=int({name})`."
-            )
         raise ValueError(
             f"{type(owner).__name__}: `{name}` must be a positive integer. "
-            f"Received: {name}={value!r}.{hint}"
+            f"Received: {name}={value!r}.{_python_int_hint(name, value)}"
         )
+
+
+def _python_int_hint(name, value):
+    """What to do about a NumPy (or other non-Python) integer; "" otherwise."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+        return (
+            f" It is a {type(value).__module__}.{type(value).__name__}: pass a "
+            f"Python int, e.g. `{name}=int({name})`."
+        )
+    return ""
 
 
 def check_positive_number_or_none(owner, name, value, meaning):
@@ -103,14 +107,15 @@ def check_chunk_size(owner, value):
         value: the value received.
 
     Raises:
-        ValueError: for anything else (bools and other strings refused).
+        ValueError: for anything else (bools, other strings and NumPy
+            integers refused, as `check_positive_int` does).
     """
     if value is None or (isinstance(value, str) and value == "auto"):
         return
-    if isinstance(value, (bool, str)) or not isinstance(value, numbers.Integral) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(
             f"{type(owner).__name__}: `chunk_size` must be an int >= 1, None or \"auto\". "
-            f"Received: chunk_size={value!r}."
+            f"Received: chunk_size={value!r}.{_python_int_hint('chunk_size', value)}"
         )
 
 

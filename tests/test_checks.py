@@ -44,6 +44,10 @@ def test_check_positive_int_refuses_numpy_integers_and_says_to_pass_a_python_int
         MultiHeadSelfAttention(num_heads=np.int64(2), key_dim=4)
     with pytest.raises(ValueError, match=r"TransformerEncoder: `intermediate_dim` must be a positive integer.*int\(intermediate_dim\)"):
         TransformerEncoder(intermediate_dim=np.int64(16), num_heads=2)
+    # A Python int that is too small gets no such hint (it used to read "It
+    # is a builtins.int: pass a Python int").
+    with pytest.raises(ValueError, match=r"Received: num_heads=0\.$"):
+        check_positive_int(layer, "num_heads", 0)
     # Configs hold Python ints: a round trip still passes the check.
     clone = MultiHeadSelfAttention.from_config(layer.get_config())
     assert (clone.num_heads, clone.key_dim) == (2, 4)

@@ -183,6 +183,11 @@ def test_layer_errors():
     for bad in ("fast", True, 2.0):
         with pytest.raises(ValueError, match=r"`chunk_size` must be an int >= 1.*Received: chunk_size="):
             RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=4, chunk_size=bad)
+    # A NumPy integer is refused at construction (it used to pass there and
+    # fail at the first call, in chunked_attention's own check).
+    with pytest.raises(ValueError, match=r"Received: chunk_size=np\.int64\(3\)\. It is a "
+                                         r"numpy\.int64: pass a Python int, e\.g\. `chunk_size=int\(chunk_size\)`"):
+        MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=np.int64(3))
     with pytest.raises(ValueError, match=r"LocalBlockAttention: `chunk_size` is only supported"):
         LocalBlockAttention(num_heads=2, key_dim=4, block_size=4, chunk_size=4)
     # The inherited choices that never chunk are accepted (and change nothing).
