@@ -65,7 +65,10 @@ class TransformerDecoder(TransformerBlock):
             probabilities as a dict: `"self_attention"` (B, H, T, T or
             max_length) and, with cross-attention, `"cross_attention"`
             (B, H, T, S) — e.g. to plot which source words a target word
-            looked at.
+            looked at. A SavedModel signature takes only flat outputs: to
+            export a model that returns them, give each its own output
+            (`keras.Model(inputs, {"outputs": y, **scores})`), not the dict
+            nested in a list.
         training: Python bool; enables dropout.
 
     Returns:

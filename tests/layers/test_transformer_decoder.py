@@ -274,3 +274,27 @@ def test_layer_norm_epsilon_and_normalize_first_are_checked():
         TransformerDecoder(16, num_heads=2, layer_norm_epsilon=-1.0)
     with pytest.raises(ValueError, match=r"TransformerDecoder: `normalize_first` must be a bool .*Received: normalize_first='yes'"):
         TransformerDecoder(16, num_heads=2, normalize_first="yes")
+
+
+@pytest.mark.requires_tensorflow
+def test_scores_export_as_flat_outputs_as_the_docstring_says(tmp_path):
+    # A SavedModel signature refuses the scores dict nested in a list of
+    # outputs (TensorFlow: "Got a non-Tensor value"); one flat dict of
+    # outputs, the docstring's recipe, serves them all.
+    import tensorflow as tf
+
+    target, source = keras.Input((6, 16)), keras.Input((5, 16))
+    outputs, scores = TransformerDecoder(32, num_heads=2)(target, source,
+                                                          return_attention_scores=True)
+    model = keras.Model([target, source], {"outputs": outputs, **scores})
+    model.export(str(tmp_path / "export"), verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "export"))
+    x, memory = _seq(2, 6), _seq(2, 5)
+    expected = model([x, memory])
+    got = served.serve([x, memory])
+    assert sorted(got) == ["cross_attention", "outputs", "self_attention"]
+    for name in expected:
+        np.testing.assert_allclose(got[name].numpy(), np.asarray(expected[name]), atol=1e-6)
+    # The scores are the probabilities: causal rows over 6 keys, summing to 1.
+    np.testing.assert_allclose(got["self_attention"].numpy().sum(-1), 1.0, atol=1e-5)
+    assert (got["self_attention"].numpy()[..., 0, 1:] == 0).all()
