@@ -16,6 +16,13 @@ class Projection(keras.layers.Dense):
     `x - (-b)` is the addition `x + b`), so outputs and gradients are
     bit-identical.
 
+    LoRA on a projection inside a block (e.g. `enable_lora(4)` on the
+    `Projection`s of a `TransformerEncoder`) behaves as on the `Dense`
+    sublayers of keras `MultiHeadAttention`: it is not part of the block's
+    config, so `.keras` saves each kernel with the LoRA update merged in
+    and the loaded model has plain projections, with the same outputs.
+    Call `enable_lora` on them again after loading to go on fine-tuning.
+
     Why: for a decoding step at batch 1 the product is a matrix-vector
     product. XLA's CPU compiler fuses a matrix-vector product with an
     `add` that is its only user into one "output fusion" kernel, which on
