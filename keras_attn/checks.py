@@ -64,8 +64,9 @@ def check_positive_int(owner, name, value):
 
 
 def _python_int_hint(name, value):
-    """What to do about a NumPy (or other non-Python) integer; "" otherwise."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+    """What to do about a positive NumPy (or other non-Python) integer; ""
+    otherwise (`int()` would not make a value <= 0 valid)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)) and value > 0:
         return (
             f" It is a {type(value).__module__}.{type(value).__name__}: pass a "
             f"Python int, e.g. `{name}=int({name})`."

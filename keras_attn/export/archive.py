@@ -123,7 +123,7 @@ def write_archive(path, trackables, endpoints, overwrite=False):
         elif not _rename_no_replace(temporary, os.path.join(parent, name)):
             raise _exists_error(path)
     except BaseException:
-        shutil.rmtree(temporary, ignore_errors=True)
+        _remove(temporary, ignore_errors=True)  # after a swap: the old version (or link)
         raise
     return path
 
@@ -136,7 +136,12 @@ def _rename_no_replace(source, destination):
         return moved
     if os.path.lexists(destination):  # no renameat2: a check, then the rename
         return False
-    os.rename(source, destination)
+    try:
+        os.rename(source, destination)
+    except OSError as error:  # a full folder appeared meanwhile (Windows: anything)
+        if isinstance(error, FileExistsError) or error.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        raise
     return True
 
 
@@ -196,9 +201,13 @@ def _renameat2(source, destination, flags):
     raise OSError(error, os.strerror(error), destination)
 
 
-def _remove(path):
-    """Deletes a folder, or the link itself where `path` is a link."""
-    if os.path.islink(path):
-        os.unlink(path)
-    else:
-        shutil.rmtree(path)
+def _remove(path, ignore_errors=False):
+    """Deletes a folder; a link (the link itself) or a file is unlinked."""
+    try:
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path)
+    except OSError:
+        if not ignore_errors:
+            raise

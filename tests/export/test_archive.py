@@ -132,16 +132,29 @@ def test_a_new_version_appears_complete_and_keeps_the_umask_permissions(tmp_path
     assert os.stat(path).st_mode & 0o777 == 0o777 & ~umask
 
 
-_EXCHANGE_IDS = ["renameat2", "two_renames"]
+_RENAME_IDS = ["renameat2", "two_renames"]
 
 
-@pytest.mark.parametrize("renameat2", [True, False], ids=_EXCHANGE_IDS)
+def _without_renameat2(monkeypatch, renameat2, tmp_path):
+    """The renameat2 case runs only where the system offers it (else it
+    would silently test the fallback twice); the other case hides it."""
+    if not renameat2:
+        monkeypatch.setattr(archive, "_renameat2", lambda source, destination, flags: None)
+        return
+    probe = tmp_path / ".renameat2-probe"
+    probe.mkdir()
+    if archive._renameat2(str(probe), str(tmp_path / ".renameat2-probed"),
+                          archive._RENAME_NOREPLACE) is None:
+        pytest.skip("renameat2 is not offered here")
+    (tmp_path / ".renameat2-probed").rmdir()
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=_RENAME_IDS)
 def test_a_version_written_meanwhile_is_kept_without_overwrite(tmp_path, monkeypatch, renameat2):
     # Another export of version 1 finishes while ours writes: ours is
     # refused at the final rename, theirs stays (it used to be replaced).
     base = tmp_path / "base"
-    if not renameat2:
-        monkeypatch.setattr(archive, "_renameat2", lambda source, destination, flags: None)
+    _without_renameat2(monkeypatch, renameat2, tmp_path)
     rename_no_replace = archive._rename_no_replace
 
     def another_export_meanwhile(source, destination):
@@ -156,7 +169,7 @@ def test_a_version_written_meanwhile_is_kept_without_overwrite(tmp_path, monkeyp
     assert sorted(os.listdir(base)) == ["1"]
 
 
-@pytest.mark.parametrize("renameat2", [True, False], ids=_EXCHANGE_IDS)
+@pytest.mark.parametrize("renameat2", [True, False], ids=_RENAME_IDS)
 def test_overwrite_replaces_a_linked_version_and_leaves_its_target(tmp_path, monkeypatch, renameat2):
     # A version folder that is a link (a deployment pointing at a build):
     # the link is replaced by the new folder, the folder it pointed to is
@@ -167,13 +180,27 @@ def test_overwrite_replaces_a_linked_version_and_leaves_its_target(tmp_path, mon
     base = tmp_path / "base"
     base.mkdir()
     os.symlink(elsewhere, base / "1")
-    if not renameat2:
-        monkeypatch.setattr(archive, "_renameat2", lambda source, destination, flags: None)
+    _without_renameat2(monkeypatch, renameat2, tmp_path)
     path = _export(_model(2), base, overwrite=True)
     assert sorted(os.listdir(base)) == ["1"] and not os.path.islink(path)
     assert _snapshot(elsewhere) == before
+    assert _snapshot(path)["saved_model.pb"] != before["saved_model.pb"]  # model 2 is in place
     dangling = tmp_path / "dangling"
     dangling.mkdir()
     os.symlink(tmp_path / "removed", dangling / "1")
     with pytest.raises(ValueError, match="already exists"):  # a broken link is still taken
         _export(_model(2), dangling, version=1)
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=_RENAME_IDS)
+def test_a_file_in_the_version_place_is_replaced_without_leftovers(tmp_path, monkeypatch, renameat2):
+    # The exchange left the file under the temporary name (rmtree failed on it).
+    _without_renameat2(monkeypatch, renameat2, tmp_path)
+    base = tmp_path / "base"
+    new = base / ".1.incomplete-test"
+    new.mkdir(parents=True)
+    (new / "saved_model.pb").write_text("new")
+    (base / "1").write_text("not a folder")
+    archive._replace_folder(str(new), str(base / "1"))
+    assert sorted(os.listdir(base)) == ["1"]
+    assert (base / "1" / "saved_model.pb").read_text() == "new"

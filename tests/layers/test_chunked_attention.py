@@ -1,3 +1,5 @@
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -185,9 +187,12 @@ def test_layer_errors():
             RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=4, chunk_size=bad)
     # A NumPy integer is refused at construction (it used to pass there and
     # fail at the first call, in chunked_attention's own check).
-    with pytest.raises(ValueError, match=r"Received: chunk_size=np\.int64\(3\)\. It is a "
-                                         r"numpy\.int64: pass a Python int, e\.g\. `chunk_size=int\(chunk_size\)`"):
+    with pytest.raises(ValueError, match=re.escape(f"Received: chunk_size={np.int64(3)!r}. It is a "
+                                                   "numpy.int64: pass a Python int, e.g. "
+                                                   "`chunk_size=int(chunk_size)`")):
         MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=np.int64(3))
+    with pytest.raises(ValueError, match=r"chunk_size=.*0\)?\.$"):  # int() would not help: no hint
+        MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=np.int64(0))
     with pytest.raises(ValueError, match=r"LocalBlockAttention: `chunk_size` is only supported"):
         LocalBlockAttention(num_heads=2, key_dim=4, block_size=4, chunk_size=4)
     # The inherited choices that never chunk are accepted (and change nothing).
