@@ -281,6 +281,27 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         os.replace(self._seeds_path + ".tmp", self._seeds_path)
 
 
+def time_budget(args, path=None):
+    """The callbacks and the `fit(verbose=...)` that `--minutes` and
+    `--progress` ask for: a `TimeBudget` when there is a budget (its own bar
+    replaces Keras' in mode 1, so `fit` is silent then), else none and
+    `verbose=args.progress`.
+
+    Args:
+        args: parsed arguments with `minutes` (float or None) and `progress`
+            (0, 1 or 2).
+        path: the `TimeBudget` file that keeps the time spent across
+            resumed runs (None: this process only).
+
+    Returns:
+        (list of callbacks, verbose for `fit`).
+    """
+    if not args.minutes:
+        return [], args.progress
+    budget = TimeBudget(args.minutes, path, progress=args.progress)
+    return [budget], 0 if args.progress == 1 else args.progress
+
+
 class TimeBudget(keras.callbacks.Callback):
     """Stops training once `minutes` of wall time have passed (checked after
     every batch); the epoch then ends early, with its validation and

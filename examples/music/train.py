@@ -197,12 +197,10 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
             initial_value_threshold=best_validation_loss(args),
         ),
     ]
-    verbose = args.progress
-    if args.minutes:
-        callbacks.append(training_utils.TimeBudget(
-            args.minutes, os.path.join(args.output_dir, "train_seconds.txt"), progress=args.progress
-        ))
-        verbose = 0 if args.progress == 1 else verbose  # the budget bar replaces Keras' bar
+    budget, verbose = training_utils.time_budget(
+        args, os.path.join(args.output_dir, "train_seconds.txt")
+    )
+    callbacks += budget
     start = time.time()
     training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
                        steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=verbose)

@@ -319,10 +319,8 @@ def train(args, data, strategy=None, callbacks=()):
             mode="min", save_best_only=True,
         ),
     ]
-    verbose = args.progress
-    if args.minutes:
-        callbacks.append(training_utils.TimeBudget(args.minutes, progress=args.progress))
-        verbose = 0 if args.progress == 1 else verbose  # the budget bar replaces Keras' bar
+    budget, verbose = training_utils.time_budget(args)
+    callbacks += budget
     start = time.time()
     training_utils.fit(
         model, strategy, train_data, validation_data=monitor_data,

@@ -62,12 +62,12 @@ def translate_sentences(translate, tokenizer, sentences, batch_size=64, progress
     """Translates a list of strings in batches, with a progress bar (as
     `--progress`: 1 a bar, 2 one line at the end, 0 none)."""
     outputs = []
-    progress = keras.utils.Progbar(len(sentences), unit_name="sentence", verbose=progress)
+    bar = keras.utils.Progbar(len(sentences), unit_name="sentence", verbose=progress)
     for start in range(0, len(sentences), batch_size):
         batch = sentences[start:start + batch_size]
         ids = translate(tf.constant(batch))
         outputs.extend(t.decode("utf-8") for t in tokenizer.detokenize(ids).numpy())
-        progress.add(len(batch))
+        bar.add(len(batch))
     return outputs
 
 

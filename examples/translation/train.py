@@ -237,10 +237,8 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
             os.path.join(args.output_dir, "model.keras"), monitor="val_loss", save_best_only=True
         ),
     ]
-    verbose = args.progress
-    if args.minutes:
-        callbacks.append(training_utils.TimeBudget(args.minutes, progress=args.progress))
-        verbose = 0 if args.progress == 1 else verbose  # the budget bar replaces Keras' bar
+    budget, verbose = training_utils.time_budget(args)
+    callbacks += budget
     start = time.time()
     training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
                        steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)

@@ -111,6 +111,19 @@ def test_progress_modes_print_what_they_promise(capsys, progress):
                        "whatever its line says of steps and epochs):\n")
 
 
+def test_time_budget_pairs_the_callback_with_fit_verbosity():
+    import argparse
+
+    module = _training_utils()
+    for progress in (0, 1, 2):
+        assert module.time_budget(argparse.Namespace(minutes=None, progress=progress)) == ([], progress)
+    for progress, verbose in ((0, 0), (1, 0), (2, 2)):  # mode 1: the budget bar, Keras' bar off
+        callbacks, got = module.time_budget(argparse.Namespace(minutes=2.5, progress=progress), "t.txt")
+        assert got == verbose
+        [budget] = callbacks
+        assert (budget.seconds, budget.path, budget.progress) == (150.0, "t.txt", progress)
+
+
 def test_ctrl_c_says_how_to_resume_and_still_dies_of_sigint(monkeypatch, capsys):
     module = _training_utils()
     sent = []
