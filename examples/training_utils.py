@@ -20,6 +20,7 @@ already trained on puts a resumed run on exactly the batch an uninterrupted
 run would see next.
 """
 
+import argparse
 import csv
 import json
 import os
@@ -281,6 +282,35 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         os.replace(self._seeds_path + ".tmp", self._seeds_path)
 
 
+def positive(kind):
+    """An argparse `type` that accepts numbers > 0 of `kind` (int or float)
+    and refuses 0 and negatives with a message naming the value, so that a
+    flag never reads 0 as "the default" or a negative budget as none.
+
+    Args:
+        kind: `int` or `float`, the conversion applied first.
+
+    Returns:
+        A callable for `parser.add_argument(..., type=positive(int))`.
+
+    Example:
+    >>> positive(int)("3")
+    3
+    """
+
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number > 0, received {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a number > 0, received {text!r}")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
 def time_budget(args, path=None):
     """The callbacks and the `fit(verbose=...)` that `--minutes` and
     `--progress` ask for: a `TimeBudget` when there is a budget (its own bar
@@ -296,7 +326,7 @@ def time_budget(args, path=None):
     Returns:
         (list of callbacks, verbose for `fit`).
     """
-    if not args.minutes:
+    if args.minutes is None:
         return [], args.progress
     budget = TimeBudget(args.minutes, path, progress=args.progress)
     return [budget], 0 if args.progress == 1 else args.progress

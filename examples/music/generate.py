@@ -61,11 +61,26 @@ def parse_args(argv=None):
     parser.add_argument("--timing_steps", type=int, default=50,
                         help="repetitions of one cached step per position for the flatness check (0 = skip)")
     args = parser.parse_args(argv)
-    with open(os.path.join(args.run_dir, "config.json")) as f:
+    for flag in ("length", "primer_length", "num_samples"):
+        value = getattr(args, flag)
+        if value is not None and value <= 0:
+            parser.error(f"--{flag} must be > 0, received {value}")
+    if args.temperature <= 0:
+        parser.error(f"--temperature must be > 0, received {args.temperature}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        parser.error(f"--top_p must be in (0, 1], received {args.top_p}")
+    if args.top_k is not None and args.top_k <= 0:
+        parser.error(f"--top_k must be > 0, received {args.top_k}")
+    config_path = os.path.join(args.run_dir, "config.json")
+    if not os.path.isfile(config_path):
+        parser.error(f"--run_dir {args.run_dir!r} has no config.json: pass the --output_dir of a "
+                     "finished examples/music/train.py run")
+    with open(config_path) as f:
         args.config = json.load(f)
     args.task = args.config["task"]
-    args.length = args.length or 2 * args.config["sequence_length"]
-    args.primer_length = args.primer_length or args.config["sequence_length"] // 2
+    args.length = args.length if args.length is not None else 2 * args.config["sequence_length"]
+    args.primer_length = (args.primer_length if args.primer_length is not None
+                         else args.config["sequence_length"] // 2)
     step = music_data.step_size(args.task)
     args.primer_length -= args.primer_length % step
     if args.name is None:

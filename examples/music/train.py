@@ -70,12 +70,12 @@ def parse_args(argv=None):
     parser.add_argument("--output_dir", default=None)
     parser.add_argument("--cache_dir", default=None,
                         help="where encoded MIDI events are cached (default runs/music_cache)")
-    parser.add_argument("--minutes", type=float, default=None,
+    parser.add_argument("--minutes", type=training_utils.positive(float), default=None,
                         help="stop training after this many minutes (checked after each batch)")
-    parser.add_argument("--epochs", type=int, default=1000)
-    parser.add_argument("--steps_per_epoch", type=int, default=100)
+    parser.add_argument("--epochs", type=training_utils.positive(int), default=1000)
+    parser.add_argument("--steps_per_epoch", type=training_utils.positive(int), default=100)
     parser.add_argument("--sequence_length", type=int, default=256, help="L, training window")
-    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--batch_size", type=training_utils.positive(int), default=16)
     parser.add_argument("--num_layers", type=int, default=3)
     parser.add_argument("--hidden_dim", type=int, default=128)
     parser.add_argument("--num_heads", type=int, default=4)
@@ -91,7 +91,7 @@ def parse_args(argv=None):
     parser.add_argument("--max_eval_windows", type=int, default=None,
                         help="validate during training on the first N windows only (faster epochs)")
     parser.add_argument("--jit_compile", type=int, default=1, help="1 = XLA for training steps")
-    parser.add_argument("--version", type=int, default=1, help="SavedModel version folder")
+    parser.add_argument("--version", type=training_utils.positive(int), default=1, help="SavedModel version folder")
     parser.add_argument("--export_xla", type=int, default=0, choices=(0, 1),
                         help="1 = XLA-compile the decoding loop inside the SavedModel: served as fast as "
                              "in-Python sampling with XLA, but TF Serving on CPU must run with "

@@ -77,18 +77,18 @@ def parse_args(argv=None):
     parser.add_argument("--output_dir", default=None)
     parser.add_argument("--export_dir", default=None,
                         help="SavedModel base folder (default <output_dir>/export)")
-    parser.add_argument("--version", type=int, default=1, help="SavedModel version folder")
+    parser.add_argument("--version", type=training_utils.positive(int), default=1, help="SavedModel version folder")
     parser.add_argument("--export_xla", type=int, default=0, choices=(0, 1),
                         help="1 = XLA-compile the decoding loop inside the SavedModel: served as fast as "
                              "in-Python sampling with XLA, but TF Serving on CPU must run with "
                              "--xla_cpu_compilation_enabled=true (examples/serving/README.md); 0 (default) = "
                              "a plain graph that any server runs, 2-9x slower per call")
-    parser.add_argument("--minutes", type=float, default=None,
+    parser.add_argument("--minutes", type=training_utils.positive(float), default=None,
                         help="stop training after this many minutes (checked after each batch)")
-    parser.add_argument("--epochs", type=int, default=None,
+    parser.add_argument("--epochs", type=training_utils.positive(int), default=None,
                         help="epochs of --steps_per_epoch batches (default: 1000 with --minutes, else 10)")
-    parser.add_argument("--steps_per_epoch", type=int, default=100)
-    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--steps_per_epoch", type=training_utils.positive(int), default=100)
+    parser.add_argument("--batch_size", type=training_utils.positive(int), default=4)
     # A CPU-sized model (see the README for the measured run).
     parser.add_argument("--num_layers", type=int, default=3, help="decoder blocks")
     parser.add_argument("--num_encoder_layers", type=int, default=2,

@@ -76,10 +76,10 @@ def parse_args(argv=None):
     parser.add_argument("--output_dir", default=None)
     parser.add_argument("--export_dir", default=None,
                         help="SavedModel base folder (default <output_dir>/export); a version folder is added")
-    parser.add_argument("--minutes", type=float, default=None,
+    parser.add_argument("--minutes", type=training_utils.positive(float), default=None,
                         help="stop training after this many minutes (checked after each batch)")
-    parser.add_argument("--epochs", type=int, default=30)
-    parser.add_argument("--steps_per_epoch", type=int, default=None,
+    parser.add_argument("--epochs", type=training_utils.positive(int), default=30)
+    parser.add_argument("--steps_per_epoch", type=training_utils.positive(int), default=None,
                         help="batches per epoch (default: one pass over the training pairs)")
     parser.add_argument("--train_size", type=int, default=None,
                         help="use only the first N training pairs (quick runs)")
@@ -94,14 +94,14 @@ def parse_args(argv=None):
     parser.add_argument("--normalize_first", action="store_true",
                         help="pre-norm blocks (layer norm before attention / feed-forward); "
                              "default post-norm as in the paper")
-    parser.add_argument("--tokens_per_batch", type=int, default=2048)
+    parser.add_argument("--tokens_per_batch", type=training_utils.positive(int), default=2048)
     parser.add_argument("--max_length", type=int, default=64)
     # Multi30k is small (~220 updates per epoch at 2048 tokens): a short
     # warmup and a scaled-down curve (peak ~7e-4 for D = 256).
     parser.add_argument("--warmup_steps", type=int, default=500)
     parser.add_argument("--learning_rate_scale", type=float, default=0.25)
     parser.add_argument("--label_smoothing", type=float, default=0.1)
-    parser.add_argument("--num_beams", type=int, default=4, help="1 = greedy decoding")
+    parser.add_argument("--num_beams", type=training_utils.positive(int), default=4, help="1 = greedy decoding")
     parser.add_argument("--length_penalty_alpha", "--length_penalty", type=float, default=0.6,
                         help="alpha of the GNMT length penalty of beam search")
     parser.add_argument("--eval_split", default="test_2016_flickr")
@@ -112,7 +112,7 @@ def parse_args(argv=None):
                              "in-Python sampling with XLA, but TF Serving on CPU must run with "
                              "--xla_cpu_compilation_enabled=true (examples/serving/README.md); 0 (default) = "
                              "a plain graph that any server runs, 2-9x slower per call")
-    parser.add_argument("--version", type=int, default=None,
+    parser.add_argument("--version", type=training_utils.positive(int), default=None,
                         help="SavedModel version folder (default: one above the newest in --export_dir)")
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
     parser.add_argument("--skip_export", action="store_true")
@@ -296,7 +296,7 @@ def main(argv=None):
     if not args.skip_export:
         from keras_attn.export import export_translator
 
-        version = args.version or next_version(args.export_dir)
+        version = next_version(args.export_dir) if args.version is None else args.version
         path = export_translator(
             model, tokenizer, args.export_dir, version=version,
             max_length=args.max_length, num_beams=args.num_beams,

@@ -164,3 +164,33 @@ def test_examples_seen_counts_the_steps_that_ran():
     logs = {"loss": 1.0}
     callback.on_epoch_end(3, logs)
     assert logs == {"loss": 1.0, "images_seen": 1320}
+
+
+@pytest.mark.parametrize("kind, text, expected", [(int, "3", 3), (float, "0.5", 0.5)])
+def test_positive_accepts_numbers_above_zero(kind, text, expected):
+    assert _training_utils().positive(kind)(text) == expected
+
+
+@pytest.mark.parametrize("kind, text", [(int, "0"), (int, "-2"), (float, "0"), (float, "-1"), (int, "2.5"),
+                                        (float, "nan")])
+def test_positive_refuses_zero_negatives_and_non_numbers(kind, text):
+    # A flag must not read 0 as "the default" (`x or default`) or a negative
+    # --minutes as "no budget": argparse turns this error into a usage message.
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match=f"expected a number > 0, received '{text}'"):
+        _training_utils().positive(kind)(text)
+
+
+def test_training_scripts_refuse_a_zero_budget_before_any_work(tmp_path):
+    import subprocess
+    import sys
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    result = subprocess.run(
+        [sys.executable, os.path.join(root, "examples", "music", "train.py"), "--minutes", "0",
+         "--output_dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "argument --minutes: expected a number > 0, received '0'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
