@@ -355,7 +355,8 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
 def load_image(path, size=32):
     """One picture as a `size` x `size` RGB image (Pillow).
 
-    Converted to RGB (grayscale is repeated, an alpha channel dropped), the
+    Converted to RGB (grayscale is repeated, 16-bit grayscale scaled to 8
+    bits, an alpha channel dropped), the
     largest centred square is cropped and resized to `size` with Pillow's
     antialiased bicubic filter (`PIL.ImageOps.fit`).
 
@@ -373,7 +374,13 @@ def load_image(path, size=32):
     from PIL import ImageOps
 
     with Image.open(path) as image:
-        image = ImageOps.exif_transpose(image).convert("RGB")
+        image = ImageOps.exif_transpose(image)
+        if image.mode.startswith("I"):
+            # 16-bit grayscale (Pillow's "I;16" / "I"): scale 0-65535 to
+            # 0-255; convert("RGB") would clip, turning the picture white.
+            levels = np.asarray(image, np.float64) / 257.0
+            image = Image.fromarray(np.clip(np.rint(levels), 0, 255).astype(np.uint8), "L")
+        image = image.convert("RGB")
         image = ImageOps.fit(image, (size, size), method=Image.Resampling.BICUBIC)
         return np.asarray(image, np.uint8)
 

@@ -167,3 +167,19 @@ def test_datasets_pair_inputs_with_shifted_targets(sample_images):
     assert set(inputs) == {"class_label", "decoder_tokens"}
     with pytest.raises(ValueError, match=r"`labels` must be of shape \(24,\)"):
         images.generation_dataset(sample_images, 4, labels=labels[:3])
+
+
+def test_load_image_scales_16_bit_grayscale_to_8_bits(tmp_path):
+    from PIL import Image
+
+    # A 16-bit ramp 0..65535 across 32 columns: Pillow's convert("RGB")
+    # clips it (every value over 255 turns white); it must come out as the
+    # same ramp on 0..255, in all three channels.
+    ramp = np.tile(np.linspace(0, 65535, 32).round().astype(np.uint16), (32, 1))
+    path = str(tmp_path / "ramp16.png")
+    Image.fromarray(ramp).save(path)
+    with Image.open(path) as saved:
+        assert saved.mode.startswith("I")
+    loaded = images.load_image(path, size=32)
+    expected = np.rint(ramp / 257.0).astype(np.uint8)
+    np.testing.assert_array_equal(loaded, np.repeat(expected[..., None], 3, axis=-1))
