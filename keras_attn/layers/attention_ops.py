@@ -12,11 +12,14 @@ from keras import ops
 
 from keras_attn import checks, keras_internals
 
-# Logits of blocked positions are replaced by this value before the softmax.
-# It is finite so that neither the softmax nor its gradient can produce NaN,
-# and far below any real logit so that blocked keys get exactly zero weight
-# after the exponential underflows.
-MASKED_LOGIT = -1e9
+# Logits of blocked positions are replaced by this value before the softmax:
+# the lowest finite float32 (the softmax runs in float32). It is finite, so
+# neither the softmax nor its gradient can produce NaN, and no finite real
+# logit is below it, so a row with one visible key gives every blocked key
+# exactly zero weight whatever the logits' size. (A constant such as -1e9,
+# Keras' choice, hands a blocked key all the weight when the visible logits
+# are below it: a causal mask then leaks the future.)
+MASKED_LOGIT = -3.4028234663852886e38
 
 
 def get_implicit_mask(x):
@@ -226,8 +229,9 @@ def merge_masks(
 def masked_softmax(logits, mask=None, axis=-1, may_have_empty_rows=True):
     """Softmax over `axis` in float32, masked with `where`.
 
-    Blocked logits are replaced (not offset) by a large negative constant, so
-    the result is exact zeros for blocked keys whatever the logits' size. A
+    Blocked logits are replaced (not offset) by the lowest finite float32
+    (`MASKED_LOGIT`), so the result is exact zeros for blocked keys whatever
+    the visible logits' size (even below -1e9). A
     row with no visible key gives all zeros and finite gradients rather than
     a uniform distribution or NaN.
 

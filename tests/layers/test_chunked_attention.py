@@ -70,6 +70,36 @@ def test_equals_naive_attention_with_every_mask(case, chunk_size):
 
 
 @pytest.mark.parametrize("case", ["causal", "padding_causal", "attention_heads_padding"])
+def test_blocked_keys_get_no_weight_when_every_visible_logit_is_below_minus_1e9(case):
+    """Both cores, against the float64 reference: with logits around -1e10
+    a blocked key must not take the weight (a -1e9 fill handed it all of it
+    in the dense core, so the causal mask leaked the future, and left the
+    row empty in the chunked core), and the gradients stay finite."""
+    from keras_attn.layers import attention_ops
+
+    masks, reference_mask = _mask_cases()[case]
+    query, key, value = _qkv()
+    query, key = np.abs(query) * 1e5, -np.abs(key) * 1e5  # Q·Kᵀ/√K in [-1e11, 0)
+    mask = np.broadcast_to(references.dense_mask(B, T, S, **reference_mask), (B, H, T, S))
+    want = _reference(query, key, value, mask)
+    dense_mask = masks.merged(B, T, S)
+
+    def dense(q, k, v):
+        out = attention_ops.scaled_dot_product_attention(q, k, v, dense_mask)[0]
+        return keras.ops.sum(out), out
+
+    def chunked(q, k, v):
+        out = chunked_attention(q, k, v, masks, 4)
+        return keras.ops.sum(out), out
+
+    for core in (dense, chunked):
+        out, grads = gradients(core, [query, key, value], [])
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(out), want, atol=1e-5)
+        for grad in grads:
+            assert np.all(np.isfinite(keras.ops.convert_to_numpy(grad)))
+
+
+@pytest.mark.parametrize("case", ["causal", "padding_causal", "attention_heads_padding"])
 def test_gradients_equal_the_dense_core_and_stay_finite(case):
     from keras_attn.layers import attention_ops
 
