@@ -68,7 +68,9 @@ def check_mask(
             included), has the wrong rank, or a known dimension that
             differs from `expected_shape`, `batch_size` or `num_heads`.
             Where a size is known only at run time, TensorFlow checks it in
-            the graph with the same message (`InvalidArgumentError`).
+            the graph with the same message (`InvalidArgumentError`). A
+            symbolic mask (a `keras.KerasTensor`, while a functional model
+            is built) gets the checks of what is known then.
     """
     if mask is None:
         return None
@@ -95,7 +97,10 @@ def check_mask(
             f"{' with shape ' + _shape_str(expected_shape) if expected_shape else ''}. "
             f"Received: {name}.shape={tuple(mask.shape)}."
         )
-    traced = []  # (condition, message) where a size is known only at run time
+    # (condition, message) where a size is known only at run time; none for
+    # a symbolic mask, whose unknown sizes are checked when the model runs.
+    traced = []
+    symbolic = isinstance(mask, keras.KerasTensor)
     if expected_shape is not None:
         offset = rank - len(expected_shape)
         for axis, want in enumerate(expected_shape, start=offset):
@@ -107,7 +112,7 @@ def check_mask(
                     "(batch, [heads,] queries, keys) for these inputs. "
                     "Build the mask from the same batch it is used with."
                 )
-            if want is not None and (got is None or known is None):
+            if want is not None and (got is None or known is None) and not symbolic:
                 size = ops.shape(mask)[axis]
                 traced.append((ops.equal(size, want), [
                     f"`{name}` does not match the expected shape "
@@ -127,7 +132,7 @@ def check_mask(
                 f"1 (shared). The layout is (batch, queries, keys) or (batch, "
                 "heads, queries, keys)."
             )
-        if want is not None and (got is None or known is None):
+        if want is not None and (got is None or known is None) and not symbolic:
             size = ops.shape(mask)[axis]
             traced.append((ops.logical_or(ops.equal(size, 1), ops.equal(size, want)), [
                 f"`{name}`: its {label} axis (axis {axis}) has size ", size,

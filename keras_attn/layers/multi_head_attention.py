@@ -207,14 +207,8 @@ class MultiHeadAttention(AttentionBase):
             "Each query sequence attends to the memory of its own example: "
             "pass one memory per query sequence.",
         )
-        if value_padding_mask is None and value is not None:
-            value_padding_mask = attention_ops.get_implicit_mask(value)
-        value_padding_mask = attention_ops.check_mask(
-            value_padding_mask, "value_padding_mask", 2, (ops.shape(query)[0], key_length)
-        )
-        attention_mask = attention_ops.check_mask(
-            attention_mask, "attention_mask", (3, 4), (ops.shape(query)[1], key_length),
-            batch_size=ops.shape(query)[0], num_heads=self.num_heads,
+        value_padding_mask, attention_mask = self._check_masks(
+            query, value, value_padding_mask, attention_mask, key_length
         )
         batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
         projected_query = ops.reshape(
@@ -245,6 +239,20 @@ class MultiHeadAttention(AttentionBase):
             return outputs, ops.cast(scores, self.compute_dtype)
         return outputs
 
+    def _check_masks(self, query, value, value_padding_mask, attention_mask, key_length):
+        """Validates the masks (default padding mask: the value's implicit
+        one); symbolic inputs get the checks of what is known when built."""
+        if value_padding_mask is None and value is not None:
+            value_padding_mask = attention_ops.get_implicit_mask(value)
+        value_padding_mask = attention_ops.check_mask(
+            value_padding_mask, "value_padding_mask", 2, (ops.shape(query)[0], key_length)
+        )
+        attention_mask = attention_ops.check_mask(
+            attention_mask, "attention_mask", (3, 4), (ops.shape(query)[1], key_length),
+            batch_size=ops.shape(query)[0], num_heads=self.num_heads,
+        )
+        return value_padding_mask, attention_mask
+
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
 
@@ -252,6 +260,8 @@ class MultiHeadAttention(AttentionBase):
         arguments = bound_call_arguments(self, args, kwargs)
         query, cache = arguments["query"], arguments["cache"]
         value, return_attention_scores = arguments["value"], arguments["return_attention_scores"]
+        memory = cache.shape[-1] if cache is not None else (value.shape[1] if value is not None else None)
+        self._check_masks(query, value, arguments["value_padding_mask"], arguments["attention_mask"], memory)
         outputs = keras.KerasTensor(
             self.compute_output_shape(tuple(query.shape)), self.compute_dtype
         )

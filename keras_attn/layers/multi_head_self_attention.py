@@ -382,6 +382,33 @@ class MultiHeadSelfAttention(AttentionBase):
         )
         return padding_mask, attention_mask
 
+    def _check_masks_when_built(self, inputs, padding_mask=None, attention_mask=None, cache=None):
+        """The mask checks of `call` that can run while a functional model
+        is built (`keras.Input` tensors): dtype, rank and every size known
+        then, so that a float or wrong-length mask is refused at
+        `layer(x, padding_mask=m)`, not at the first `predict`. Sizes known
+        only at run time are checked when the model runs.
+
+        Args:
+            inputs: the (symbolic) inputs, (B, T, D) or (B, height, width, D).
+            padding_mask, attention_mask, cache: as for `call`.
+
+        Raises:
+            ValueError: as `call` does for these masks.
+        """
+        if padding_mask is None and attention_mask is None:
+            return
+        shape = tuple(inputs.shape)
+        self._check_inputs_shape(shape)
+        length = None
+        if all(d is not None for d in shape[1:-1]):
+            length = 1
+            for d in shape[1:-1]:
+                length *= d
+        flat = keras.KerasTensor((shape[0], length, shape[-1]), inputs.dtype)
+        key_length = self._cache_length(cache) if cache is not None else length
+        self._check_masks(inputs, flat, padding_mask, attention_mask, cache is not None, key_length)
+
     def _project_query_key_value(self, inputs, cache, cache_index):
         """Per-head (query, key, value, cache); with a cache, keys/values of the updated one."""
         # One matmul for all projections, laid out per head as [q | k | v]
@@ -634,6 +661,7 @@ class MultiHeadSelfAttention(AttentionBase):
         inputs, cache = arguments["inputs"], arguments["cache"]
         return_attention_scores = arguments["return_attention_scores"]
         shape = tuple(inputs.shape)
+        self._check_masks_when_built(inputs, arguments["padding_mask"], arguments["attention_mask"], cache)
         outputs = keras.KerasTensor(self.compute_output_shape(shape), self.compute_dtype)
         results = (outputs,)
         if return_attention_scores:

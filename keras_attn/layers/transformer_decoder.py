@@ -306,6 +306,12 @@ class TransformerDecoder(TransformerBlock):
         self_attention_cache = arguments["self_attention_cache"]
         cross_attention_cache = arguments["cross_attention_cache"]
         return_attention_scores = arguments["return_attention_scores"]
+        if self_attention_cache is None:  # a float or wrong-length mask is refused when built
+            self._check_padding_masks(
+                decoder_sequence, encoder_sequence, arguments["decoder_padding_mask"],
+                arguments["encoder_padding_mask"], None, cross_attention_cache,
+            )
+
         def spec(shape, dtype=None):
             return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)
 

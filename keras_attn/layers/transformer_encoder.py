@@ -97,6 +97,10 @@ class TransformerEncoder(TransformerBlock):
         self, inputs, padding_mask=None, attention_mask=None,
         return_attention_scores=False, training=None,
     ):
+        # A float or wrong-length mask is refused when the model is built.
+        check = getattr(self._self_attention_layer, "_check_masks_when_built", None)
+        if check is not None:
+            check(inputs, padding_mask, attention_mask)
         outputs = keras.KerasTensor(inputs.shape, self.compute_dtype)
         if not return_attention_scores:
             return outputs

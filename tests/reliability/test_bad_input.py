@@ -97,6 +97,38 @@ def test_self_attention_mask_errors(kind, case):
         layer(X, **kwargs)
 
 
+def _functional_builds():
+    """(name, build(mask_input)): each calls a layer on `keras.Input`s with
+    the mask input given for one of its masks."""
+    x, memory = keras.Input((5, 8)), keras.Input((6, 8))
+    builds = {f"{kind}_{name}": (lambda m, kind=kind, name=name: kinds.self_attention(kind)(x, **{name: m}))
+              for kind in KINDS for name in ("padding_mask", "attention_mask")}
+    builds["encoder_block_padding_mask"] = lambda m: kinds.encoder("multi_head")(x, padding_mask=m)
+    builds["decoder_block_padding_mask"] = lambda m: kinds.decoder("multi_head")(x, memory, decoder_padding_mask=m)
+    builds["decoder_block_encoder_padding_mask"] = lambda m: kinds.decoder("multi_head")(
+        x, memory, encoder_padding_mask=m)
+    builds["cross_attention_value_padding_mask"] = lambda m: MultiHeadAttention(2, 4)(
+        x, memory, value_padding_mask=m)
+    return builds
+
+
+# The mask shapes each build expects: (B, S) padding masks, (B, T, S) attention masks.
+_GOOD_SHAPES = {"attention_mask": (5, 5), "encoder_padding_mask": (6,), "value_padding_mask": (6,)}
+
+
+@pytest.mark.parametrize("build", sorted(_functional_builds()))
+def test_masks_are_checked_when_a_functional_model_is_built(build):
+    # Refused at `layer(x, mask)` with the call's message, not at the first
+    # predict: a float mask, and a mask whose known length does not match.
+    make = _functional_builds()[build]
+    shape = next((v for k, v in _GOOD_SHAPES.items() if build.endswith(k)), (5,))
+    with pytest.raises(ValueError, match="must be boolean"):
+        make(keras.Input(shape, dtype="float32"))
+    with pytest.raises(ValueError, match="does not match the expected shape|must have rank"):
+        make(keras.Input(shape[:-1] + (shape[-1] + 2,), dtype="bool"))
+    assert make(keras.Input(shape, dtype="bool")).shape == (None, 5, 8)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_shared_masks_of_batch_or_heads_one_are_accepted(kind):
     layer = kinds.self_attention(kind)
