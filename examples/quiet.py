@@ -12,9 +12,15 @@ tensorflow once with file descriptor 2 pointed at /dev/null, so the
 examples print only what they have to say. Python warnings and exceptions
 are untouched. With `--verbose` (or `TF_CPP_MIN_LOG_LEVEL` already set by
 the user) nothing is hidden.
+
+Quiet endings too: each script's `__main__` calls `quiet.run(main)`, which
+turns a mistake in what the user passed (a missing file, a flag value the
+library refuses) into one line `<script>: error: <message>` instead of a
+traceback through TensorFlow, and Ctrl-C into a line and a SIGINT death.
 """
 
 import os
+import signal
 import sys
 
 VERBOSE = "--verbose" in sys.argv[1:]
@@ -40,3 +46,42 @@ def import_tensorflow_silently():
 
 if not VERBOSE and "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
     import_tensorflow_silently()
+
+
+def run(main, verbose=VERBOSE, interrupted=None):
+    """Runs a script's `main()` and ends it as a command-line tool should.
+
+    - A `ValueError` (the library's and the examples' messages say what was
+      received and what to pass instead) or an `OSError` (a file or folder
+      missing, unreadable or in the way) prints `<script>: error: <message>`
+      and a hint on `--verbose` to standard error and exits with status 1
+      (argparse's own usage errors exit with 2).
+    - Ctrl-C prints `interrupted` (if given) and then dies of SIGINT, as
+      Python's own handling does, so a shell loop running several scripts
+      stops there too (status 130 where the signal does not end it).
+
+    With `verbose` (`--verbose` on the command line) both keep Python's
+    traceback. Other exceptions, bugs rather than mistakes, always do.
+
+    Args:
+        main: the script's `main()`, called without arguments.
+        verbose: keep tracebacks.
+        interrupted: what to print on Ctrl-C, e.g. how to resume.
+    """
+    try:
+        main()
+    except KeyboardInterrupt:
+        if verbose:
+            raise
+        if interrupted:
+            print(f"\n{interrupted}", file=sys.stderr)
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        sys.exit(130)  # where SIGINT does not end the process
+    except (ValueError, OSError) as error:
+        if verbose:
+            raise
+        script = os.path.basename(sys.argv[0])
+        message = str(error) or type(error).__name__
+        sys.exit(f"{script}: error: {message}\n(add --verbose to see where it was raised)")

@@ -32,6 +32,11 @@ def main(argv=None):
     parser.add_argument("run_dirs", nargs="+")
     parser.add_argument("--output", default=None, help="PNG path (default: next to the first run)")
     args = parser.parse_args(argv)
+    for run_dir in args.run_dirs:
+        for name in ("nll.json", "config.json"):
+            if not os.path.isfile(os.path.join(run_dir, name)):
+                parser.error(f"{os.path.join(run_dir, name)} does not exist: pass the --output_dir "
+                             "of finished examples/music/train.py runs.")
     runs = [load(d) for d in args.run_dirs]
     keys = []
     for run in runs:

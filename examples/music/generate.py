@@ -270,4 +270,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    quiet.run(main)

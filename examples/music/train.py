@@ -91,16 +91,9 @@ def parse_args(argv=None):
     parser.add_argument("--max_eval_windows", type=int, default=None,
                         help="validate during training on the first N windows only (faster epochs)")
     parser.add_argument("--jit_compile", type=int, default=1, help="1 = XLA for training steps")
-    parser.add_argument("--version", type=training_utils.positive(int), default=1, help="SavedModel version folder")
-    parser.add_argument("--export_xla", type=int, default=0, choices=(0, 1),
-                        help="1 = XLA-compile the decoding loop inside the SavedModel: served as fast as "
-                             "in-Python sampling with XLA, but TF Serving on CPU must run with "
-                             "--xla_cpu_compilation_enabled=true (examples/serving/README.md); 0 (default) = "
-                             "a plain graph that any server runs, 2-9x slower per call")
     parser.add_argument("--export_max_length", type=int, default=None,
                         help="longest sequence the SavedModel generates (default 2 L)")
     parser.add_argument("--skip_training", action="store_true", help="evaluate <output_dir>/model.keras")
-    parser.add_argument("--skip_export", action="store_true")
     parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
                         help="0 = silent, 1 = progress bar (against the --minutes budget when "
                              "given), 2 = one line per epoch (for a log file: the bar redraws "
@@ -108,12 +101,14 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--seed", type=int, default=1)
+    training_utils.add_export_arguments(parser)
     training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     step = music_data.step_size(args.task)
     if args.sequence_length % step:
         parser.error(f"--sequence_length must be a multiple of {step} for --task {args.task}")
     args.output_dir = args.output_dir or os.path.join("runs", f"music_{args.task}_{args.attention}")
+    training_utils.check_run_folders(parser, args, loads_model=args.skip_training)
     args.cache_dir = args.cache_dir or os.path.join("runs", "music_cache")
     args.max_relative_position = args.max_relative_position or args.sequence_length
     args.export_max_length = args.export_max_length or 2 * args.sequence_length
@@ -298,10 +293,10 @@ def main(argv=None):
     chief = training_utils.is_chief(strategy)
     args.output_dir = training_utils.worker_output_dir(strategy, args.output_dir)
     keras.utils.set_random_seed(args.seed)
+    train_pieces, valid_pieces = load_data(args)  # first: a wrong --midi_dir leaves no run folder
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "config.json"), "w") as f:
         json.dump(vars(args), f, indent=2)
-    train_pieces, valid_pieces = load_data(args)
     if not args.skip_training and os.path.exists(os.path.join(args.output_dir, DONE_MARKER)):
         print(f"{args.output_dir} holds a finished training run: evaluating it (pass another "
               "--output_dir to train a new model).")
@@ -326,17 +321,15 @@ def main(argv=None):
             results["training_minutes"] = float(f.read() or 0) / 60
     with open(os.path.join(args.output_dir, "nll.json"), "w") as f:
         json.dump(results, f, indent=2)
-    if not args.skip_export and os.path.exists(os.path.join(args.output_dir, "export", str(args.version))):
-        print(f"export/{args.version} exists already; pass --version N to export a new version.")
-    elif not args.skip_export:
+    if not args.skip_export:
         from keras_attn.export import export_music_generator
 
         path = export_music_generator(
-            model, os.path.join(args.output_dir, "export"), version=args.version,
+            model, args.export_dir, version=args.version,
             max_length=args.export_max_length, jit_compile=bool(args.export_xla),
         )
         print(f"Exported the music generator to {path}")
 
 
 if __name__ == "__main__":
-    training_utils.run(main, verbose=quiet.VERBOSE)
+    quiet.run(main, interrupted=training_utils.INTERRUPTED)

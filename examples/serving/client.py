@@ -724,7 +724,7 @@ def main(argv=None):
                                   args.seed, **connection)
             for row in rows:
                 print(json.dumps(row))
-    except (ServingError, ValueError) as error:
+    except (ServingError, ValueError, OSError) as error:  # OSError: a local file or folder
         sys.exit(f"error: {error}")
 
 

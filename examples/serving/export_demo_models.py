@@ -122,6 +122,16 @@ def main(argv=None):
     parser.add_argument("--skip", nargs="*", default=[], choices=["translator", "super_resolver",
                                                                  "music_generator"])
     args = parser.parse_args(argv)
+    if args.version < 1:
+        parser.error(f"argument --version: expected a number > 0, received {args.version}")
+    kinds = [k for k in ("translator", "super_resolver", "music_generator") if k not in args.skip]
+    folders = {"translator": ("translator", "translator_tokens")}
+    existing = [os.path.join(args.output, folder, str(args.version))
+                for kind in kinds for folder in folders.get(kind, (kind,))
+                if os.path.lexists(os.path.join(args.output, folder, str(args.version)))]
+    if existing and not args.overwrite:  # before a minute of tokenizer training and tracing
+        parser.error(f"version {args.version} is exported already ({', '.join(existing)}): pass "
+                     f"--overwrite to replace it, or --version {args.version + 1} to add a version.")
     os.makedirs(args.output, exist_ok=True)
     names = []
     if "translator" not in args.skip:
@@ -147,4 +157,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    quiet.run(main)

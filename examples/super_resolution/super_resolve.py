@@ -28,9 +28,11 @@ def latest_version(export_dir):
     """`export_dir` itself if it holds a SavedModel, else its highest numbered sub-folder."""
     if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
         return export_dir
-    versions = [int(v) for v in os.listdir(export_dir) if v.isdigit()]
+    versions = [int(v) for v in os.listdir(export_dir) if v.isdigit()] if os.path.isdir(export_dir) else []
     if not versions:
-        raise SystemExit(f"No SavedModel version folder in {export_dir}")
+        raise ValueError(f"no SavedModel in {export_dir} (nor a numbered version folder holding one): "
+                         "pass the export folder that examples/super_resolution/train.py wrote, "
+                         "e.g. runs/super_resolution/export.")
     return os.path.join(export_dir, str(max(versions)))
 
 
@@ -46,6 +48,12 @@ def main(argv=None):
     parser.add_argument("--top_k", type=int, default=0, help="0 = sample among all intensities")
     parser.add_argument("--top_p", type=float, default=1.0, help="nucleus mass; 1 = no filter")
     args = parser.parse_args(argv)
+    if not args.temperature > 0:
+        parser.error(f"--temperature must be > 0 (1 = the model's distribution), received {args.temperature}")
+    if args.top_k < 0:
+        parser.error(f"--top_k must be >= 0 (0 = off), received {args.top_k}")
+    if not 0 < args.top_p <= 1:
+        parser.error(f"--top_p must be in (0, 1] (1 = off), received {args.top_p}")
     if not os.path.isdir(args.image_dir):
         parser.error(f"--image_dir {args.image_dir}: no such folder. Pass a folder of your own "
                      "pictures (JPEG/PNG; each is centre-cropped and resized to 32x32).")
@@ -63,11 +71,14 @@ def main(argv=None):
     os.makedirs(args.output_dir, exist_ok=True)
     from PIL import Image
 
-    for name, small, cubic, sample, original in zip(names, low, bicubic, sampled, originals):
+    stems = [os.path.splitext(name)[0] for name in names]
+    for name, stem, small, cubic, sample, original in zip(names, stems, low, bicubic, sampled, originals):
         strip = np.concatenate(
             [np.repeat(np.repeat(small, 4, axis=0), 4, axis=1), cubic, sample, original], axis=1
         )
-        out = os.path.join(args.output_dir, os.path.splitext(name)[0] + "_super_resolved.png")
+        if stems.count(stem) > 1:  # x.png and x.jpg: keep both
+            stem = name.replace(".", "_")
+        out = os.path.join(args.output_dir, stem + "_super_resolved.png")
         Image.fromarray(strip).resize((strip.shape[1] * 4, strip.shape[0] * 4), Image.Resampling.NEAREST).save(out)
         psnr = [float(tf.image.psnr(x, original, 255)) for x in (sample, cubic)]
         ssim = [float(tf.image.ssim(tf.constant(x), tf.constant(original), 255)) for x in (sample, cubic)]
@@ -76,4 +87,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    quiet.run(main)

@@ -75,14 +75,6 @@ def parse_args(argv=None):
     parser.add_argument("--validation_fraction", type=float, default=0.1)
     parser.add_argument("--split_seed", type=int, default=0)
     parser.add_argument("--output_dir", default=None)
-    parser.add_argument("--export_dir", default=None,
-                        help="SavedModel base folder (default <output_dir>/export)")
-    parser.add_argument("--version", type=training_utils.positive(int), default=1, help="SavedModel version folder")
-    parser.add_argument("--export_xla", type=int, default=0, choices=(0, 1),
-                        help="1 = XLA-compile the decoding loop inside the SavedModel: served as fast as "
-                             "in-Python sampling with XLA, but TF Serving on CPU must run with "
-                             "--xla_cpu_compilation_enabled=true (examples/serving/README.md); 0 (default) = "
-                             "a plain graph that any server runs, 2-9x slower per call")
     parser.add_argument("--minutes", type=training_utils.positive(float), default=None,
                         help="stop training after this many minutes (checked after each batch)")
     parser.add_argument("--epochs", type=training_utils.positive(int), default=None,
@@ -163,14 +155,16 @@ def parse_args(argv=None):
     parser.add_argument("--continue_training", action="store_true",
                         help="train <output_dir>/model.keras (with its optimizer state) for more "
                              "epochs, counting on from those in history.csv")
-    parser.add_argument("--skip_export", action="store_true")
     parser.add_argument("--seed", type=int, default=1)
+    training_utils.add_export_arguments(parser)
     training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     if args.image_dir and args.mode == "class_conditional":
         parser.error("--image_dir gives unlabelled pictures: use --mode super_resolution or unconditional")
     args.output_dir = args.output_dir or os.path.join("runs", args.mode)
-    args.export_dir = args.export_dir or os.path.join(args.output_dir, "export")
+    training_utils.check_run_folders(parser, args,
+                                     loads_model=args.skip_training or args.continue_training,
+                                     exports=args.mode == "super_resolution")
     if args.epochs is None:
         args.epochs = 1000 if args.minutes else 10
     return args
@@ -358,8 +352,8 @@ def main(argv=None):
     chief = training_utils.is_chief(strategy)
     args.output_dir = training_utils.worker_output_dir(strategy, args.output_dir)
     keras.utils.set_random_seed(args.seed)
+    data = load_data(args)  # first: a wrong --image_dir or --data_dir leaves no run folder
     os.makedirs(args.output_dir, exist_ok=True)
-    data = load_data(args)
     minutes = None
     if args.skip_training:
         model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
@@ -390,7 +384,7 @@ def main(argv=None):
     if args.mode == "super_resolution" and not args.skip_export:
         from keras_attn.export import export_super_resolver
 
-        path = export_super_resolver(model, args.export_dir, version=args.version, overwrite=True,
+        path = export_super_resolver(model, args.export_dir, version=args.version,
                                      jit_compile=bool(args.export_xla))
         print(f"Exported the super resolver to {path}")
         metrics["export_path"] = path
@@ -400,4 +394,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    training_utils.run(main, verbose=quiet.VERBOSE)
+    quiet.run(main, interrupted=training_utils.INTERRUPTED)

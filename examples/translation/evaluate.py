@@ -170,11 +170,13 @@ def report(args, model, tokenizer):
 def main(argv=None):
     import train
 
-    args = train.parse_args(argv)
+    # train.py's flags, for a run that is trained and not exported again.
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = train.parse_args(argv + ["--skip_training", "--skip_export"], description=__doc__.split("\n")[0])
     tokenizer = SubwordTokenizer.from_file(os.path.join(args.output_dir, "tokenizer.model"))
     model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
     report(args, model, tokenizer)
 
 
 if __name__ == "__main__":
-    main()
+    quiet.run(main)

@@ -63,8 +63,8 @@ DEMO = dict(
 )
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv=None, description=__doc__.split("\n")[0]):
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--demo", action="store_true",
                         help="the five-minute configuration of the README's first command: "
                              + ", ".join(f"--{k} {v}" for k, v in DEMO.items() if v is not True)
@@ -74,8 +74,6 @@ def parse_args(argv=None):
     parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR,
                         help="folder of <split>.<lang>.gz files (default: the copy shipped here)")
     parser.add_argument("--output_dir", default=None)
-    parser.add_argument("--export_dir", default=None,
-                        help="SavedModel base folder (default <output_dir>/export); a version folder is added")
     parser.add_argument("--minutes", type=training_utils.positive(float), default=None,
                         help="stop training after this many minutes (checked after each batch)")
     parser.add_argument("--epochs", type=training_utils.positive(int), default=30)
@@ -107,15 +105,7 @@ def parse_args(argv=None):
     parser.add_argument("--eval_split", default="test_2016_flickr")
     parser.add_argument("--eval_size", type=int, default=None, help="score only the first N test sentences")
     parser.add_argument("--eval_batch_size", type=int, default=64)
-    parser.add_argument("--export_xla", type=int, default=0, choices=(0, 1),
-                        help="1 = XLA-compile the decoding loop inside the SavedModel: served as fast as "
-                             "in-Python sampling with XLA, but TF Serving on CPU must run with "
-                             "--xla_cpu_compilation_enabled=true (examples/serving/README.md); 0 (default) = "
-                             "a plain graph that any server runs, 2-9x slower per call")
-    parser.add_argument("--version", type=training_utils.positive(int), default=None,
-                        help="SavedModel version folder (default: one above the newest in --export_dir)")
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
-    parser.add_argument("--skip_export", action="store_true")
     parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
                         help="0 = silent, 1 = progress bar (against the --minutes budget when "
                              "given), 2 = one line per epoch (for a log file: the bar redraws "
@@ -123,6 +113,7 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--seed", type=int, default=1)
+    training_utils.add_export_arguments(parser)
     training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     if args.demo:
@@ -132,7 +123,7 @@ def parse_args(argv=None):
         parser.error("--source and --target must differ")
     run_name = "translation_demo" if args.demo else f"translation_{args.source}_{args.target}"
     args.output_dir = args.output_dir or os.path.join("runs", run_name)
-    args.export_dir = args.export_dir or os.path.join(args.output_dir, "export")
+    training_utils.check_run_folders(parser, args, loads_model=args.skip_training)
     return args
 
 
@@ -248,13 +239,6 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
     return keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
 
 
-def next_version(export_dir):
-    """One above the newest numbered folder: TF Serving then switches to it."""
-    if not os.path.isdir(export_dir):
-        return 1
-    return max([int(d) for d in os.listdir(export_dir) if d.isdigit()] + [0]) + 1
-
-
 def plot_training_curves(args):
     def draw(plt, rows):
         epochs = range(1, len(rows) + 1)
@@ -279,8 +263,8 @@ def main(argv=None):
     chief = training_utils.is_chief(strategy)
     args.output_dir = training_utils.worker_output_dir(strategy, args.output_dir)
     keras.utils.set_random_seed(args.seed)
-    os.makedirs(args.output_dir, exist_ok=True)
     train_pairs, val_pairs = load_pairs(args)
+    os.makedirs(args.output_dir, exist_ok=True)
     tokenizer = load_or_train_tokenizer(args, *train_pairs)
     if args.skip_training:
         model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
@@ -296,9 +280,8 @@ def main(argv=None):
     if not args.skip_export:
         from keras_attn.export import export_translator
 
-        version = next_version(args.export_dir) if args.version is None else args.version
         path = export_translator(
-            model, tokenizer, args.export_dir, version=version,
+            model, tokenizer, args.export_dir, version=args.version,
             max_length=args.max_length, num_beams=args.num_beams,
             length_penalty_alpha=args.length_penalty_alpha, jit_compile=bool(args.export_xla),
         )
@@ -308,4 +291,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    training_utils.run(main, verbose=quiet.VERBOSE)
+    quiet.run(main, interrupted=training_utils.INTERRUPTED)

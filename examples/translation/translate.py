@@ -33,9 +33,14 @@ DEFAULT_SENTENCES = {
 
 
 def newest_version(export_dir):
-    versions = [int(d) for d in os.listdir(export_dir) if d.isdigit()]
+    """`export_dir` itself if it holds a SavedModel, else its highest numbered sub-folder."""
+    if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
+        return export_dir
+    versions = [int(d) for d in os.listdir(export_dir) if d.isdigit()] if os.path.isdir(export_dir) else []
     if not versions:
-        sys.exit(f"No numbered version folder in {export_dir}: run examples/translation/train.py first.")
+        raise ValueError(f"no SavedModel in {export_dir} (nor a numbered version folder holding one): "
+                         "pass the export folder that examples/translation/train.py wrote, e.g. "
+                         "runs/translation_demo/export.")
     return os.path.join(export_dir, str(max(versions)))
 
 
@@ -58,4 +63,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    quiet.run(main)
