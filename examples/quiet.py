@@ -16,12 +16,14 @@ the user) nothing is hidden.
 Quiet endings too: each script's `__main__` calls `quiet.run(main)`, which
 turns a mistake in what the user passed (a missing file, a flag value the
 library refuses) into one line `<script>: error: <message>` instead of a
-traceback through TensorFlow, and Ctrl-C into a line and a SIGINT death.
+traceback through TensorFlow, and Ctrl-C into a line and a SIGINT death;
+Python warnings (a picture skipped, say) print as `<script>: warning: ...`.
 """
 
 import os
 import signal
 import sys
+import warnings
 
 VERBOSE = "--verbose" in sys.argv[1:]
 
@@ -44,8 +46,17 @@ def import_tensorflow_silently():
         os.close(devnull)
 
 
+def one_line_warning(message, category, filename, lineno, line=None):
+    """`warnings.formatwarning` for the scripts: `<script>: warning: <message>`,
+    without the file, line number and source line of where it was raised
+    (which `--verbose` keeps)."""
+    return f"{os.path.basename(sys.argv[0])}: warning: {message}\n"
+
+
 if not VERBOSE and "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
     import_tensorflow_silently()
+if not VERBOSE:
+    warnings.formatwarning = one_line_warning
 
 
 def run(main, verbose=VERBOSE, interrupted=None):

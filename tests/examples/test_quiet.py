@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -19,7 +20,9 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 def _quiet():
     spec = importlib.util.spec_from_file_location("quiet_under_test", os.path.join(ROOT, "examples", "quiet.py"))
     module = importlib.util.module_from_spec(spec)
+    formatwarning = warnings.formatwarning
     spec.loader.exec_module(module)
+    warnings.formatwarning = formatwarning  # the scripts' one-line format stays out of pytest's
     return module
 
 
@@ -44,6 +47,14 @@ def test_a_mistake_ends_in_one_line_and_status_1(monkeypatch, capsys, error, exp
     assert "--verbose" in stopped.value.code
     with pytest.raises(type(error)):  # --verbose keeps the traceback
         module.run(_raising(error), verbose=True)
+
+
+def test_warnings_print_as_one_line(monkeypatch):
+    module = _quiet()
+    monkeypatch.setattr(sys, "argv", ["super_resolve.py", "--image_dir", "pictures"])
+    message = UserWarning("Skipping 'notes.txt': cannot identify image file")
+    assert module.one_line_warning(message, UserWarning, "/site-packages/images.py", 417) == (
+        "super_resolve.py: warning: Skipping 'notes.txt': cannot identify image file\n")
 
 
 def test_a_bug_keeps_its_traceback():
