@@ -87,7 +87,7 @@ def parse_args(argv=None):
     parser.add_argument("--learning_rate_scale", type=float, default=1.0)
     parser.add_argument("--eval_lengths", default="1,2",
                         help="validation window lengths as multiples of L, comma separated; 'full' = whole pieces")
-    parser.add_argument("--eval_batch_size", type=int, default=8)
+    parser.add_argument("--eval_batch_size", type=training_utils.positive(int), default=8)
     parser.add_argument("--max_eval_windows", type=int, default=None,
                         help="validate during training on the first N windows only (faster epochs)")
     parser.add_argument("--jit_compile", type=int, default=1, help="1 = XLA for training steps")
@@ -107,6 +107,14 @@ def parse_args(argv=None):
     step = music_data.step_size(args.task)
     if args.sequence_length % step:
         parser.error(f"--sequence_length must be a multiple of {step} for --task {args.task}")
+    for item in args.eval_lengths.split(","):  # checked now, not after training
+        try:
+            valid = item.strip() == "full" or float(item) > 0
+        except ValueError:
+            valid = False
+        if not valid:
+            parser.error(f"--eval_lengths: expected positive multiples of L or 'full', comma separated "
+                         f"(e.g. 1,2,full), received {args.eval_lengths!r}")
     args.output_dir = args.output_dir or os.path.join("runs", f"music_{args.task}_{args.attention}")
     training_utils.check_run_folders(parser, args, loads_model=args.skip_training)
     args.cache_dir = args.cache_dir or os.path.join("runs", "music_cache")

@@ -140,10 +140,10 @@ def parse_args(argv=None):
                         help="validation images scored at the end of each epoch")
     parser.add_argument("--eval_images", type=int, default=500,
                         help="validation images for the final bits/dim (0 = all)")
-    parser.add_argument("--num_samples", type=int, default=32,
+    parser.add_argument("--num_samples", type=training_utils.positive(int), default=32,
                         help="validation images to super-resolve and score (the grid shows 8 "
                              "spread over them), or images per class / in total to generate")
-    parser.add_argument("--sample_batch_size", type=int, default=8,
+    parser.add_argument("--sample_batch_size", type=training_utils.positive(int), default=8,
                         help="images sampled per batch (super resolution)")
     parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
                         help="0 = silent, 1 = progress bar (against the --minutes budget when "

@@ -38,7 +38,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import training_utils  # noqa: E402  (--strategy, exact resume)
-from multi30k import DEFAULT_DATA_DIR, load_multi30k  # noqa: E402
+from multi30k import DEFAULT_DATA_DIR, SPLITS, load_multi30k  # noqa: E402
 
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
 from keras_attn.metrics import MaskedSparseCategoricalAccuracy  # noqa: E402
@@ -102,9 +102,9 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
     parser.add_argument("--num_beams", type=training_utils.positive(int), default=4, help="1 = greedy decoding")
     parser.add_argument("--length_penalty_alpha", "--length_penalty", type=float, default=0.6,
                         help="alpha of the GNMT length penalty of beam search")
-    parser.add_argument("--eval_split", default="test_2016_flickr")
+    parser.add_argument("--eval_split", default="test_2016_flickr", choices=SPLITS)
     parser.add_argument("--eval_size", type=int, default=None, help="score only the first N test sentences")
-    parser.add_argument("--eval_batch_size", type=int, default=64)
+    parser.add_argument("--eval_batch_size", type=training_utils.positive(int), default=64)
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
     parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
                         help="0 = silent, 1 = progress bar (against the --minutes budget when "

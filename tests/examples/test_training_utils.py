@@ -227,3 +227,21 @@ def test_check_run_folders_refuses_before_any_work(tmp_path, capsys, case):
     if case in ("existing_version", "export_dir_is_a_file"):
         module, parser, args = _folders_args(tmp_path, skip_export=True, **flags)
         module.check_run_folders(parser, args)
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    ("translation", ["--eval_split", "test"], "argument --eval_split: invalid choice: 'test'"),
+    ("super_resolution", ["--num_samples", "0"], "argument --num_samples: expected a number > 0"),
+    ("music", ["--eval_lengths", "1,2x"], "--eval_lengths: expected positive multiples of L or 'full'"),
+])
+def test_evaluation_flags_are_checked_before_training(tmp_path, script, flags, message):
+    # They were read only after training, which then ended without an export.
+    import subprocess
+    import sys
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    result = subprocess.run(
+        [sys.executable, os.path.join(root, "examples", script, "train.py"), *flags,
+         "--output_dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
