@@ -122,7 +122,35 @@ def _train(model, call, inputs, targets):
         import tensorflow as tf
 
         step = tf.function(step)
+    elif keras.backend.backend() == "jax":
+        return _train_jax_jit(model, optimizer, loss)
     return [float(step()) for _ in range(STEPS)]
+
+
+def _train_jax_jit(model, optimizer, loss):
+    """The same steps under one `jax.jit` (as `tf.function` on TensorFlow):
+    eager `jax.grad` traces the model again at every step. The weights and
+    the optimizer's slots go in and out as values (Keras's stateless
+    pattern); `gradients` runs inside, on the traced weights."""
+    import jax
+
+    weights, slots = model.trainable_weights, optimizer.variables
+
+    def step(weight_values, slot_values):
+        with keras.StatelessScope(state_mapping=list(zip(weights, weight_values))):
+            causal_loss, grads = gradients(loss, [], weights)
+        weight_values, slot_values = optimizer.stateless_apply(slot_values, grads, weight_values)
+        return causal_loss, weight_values, slot_values
+
+    step = jax.jit(step)
+    weight_values, slot_values = [v.value for v in weights], [v.value for v in slots]
+    losses = []
+    for _ in range(STEPS):
+        causal_loss, weight_values, slot_values = step(weight_values, slot_values)
+        losses.append(float(causal_loss))
+    for variable, value in zip(weights + slots, weight_values + slot_values):
+        variable.assign(value)
+    return losses
 
 
 @pytest.fixture(scope="module")
