@@ -76,9 +76,20 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("spatial, block, flange", CASES)
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("num_heads", [1, 3])
+# On JAX, where every new shape compiles, each geometry runs both masks,
+# with 1 head non-causal and 3 heads causal (the property test below draws
+# 1 to 3 heads with either mask); TensorFlow runs the whole product.
+_ON_JAX = keras.backend.backend() == "jax"
+DENSE_CASES = [
+    (*case, causal, num_heads)
+    for case in CASES
+    for causal in (False, True)
+    for num_heads in (1, 3)
+    if not _ON_JAX or num_heads == (3 if causal else 1)
+]
+
+
+@pytest.mark.parametrize("spatial, block, flange, causal, num_heads", DENSE_CASES)
 def test_matches_dense_reference(spatial, block, flange, causal, num_heads):
     x = _inputs((2,) + spatial)
     padding = RNG.random((2,) + spatial) > 0.3
@@ -310,8 +321,18 @@ def test_jit_compiled_forward_and_unknown_length(shape, block, flange):
         np.testing.assert_allclose(np.asarray(model([x, padding])), want, atol=1e-5)
 
 
-@pytest.mark.parametrize("policy", ["float32", "mixed_float16", "mixed_bfloat16"])
-@pytest.mark.parametrize("shape, block, flange", [((9,), 4, 2), ((4, 5), (2, 2), (1, 1))])
+# On JAX: float32 on both ranks, each half-precision policy on one (both
+# ranks reach the same float32 masked softmax, `_local_attention`; a policy
+# changes the dtypes around it, not per rank); TensorFlow runs every pair.
+MASKED_ROW_CASES = [
+    (policy, *geometry)
+    for policy in ("float32", "mixed_float16", "mixed_bfloat16")
+    for geometry in (((9,), 4, 2), ((4, 5), (2, 2), (1, 1)))
+    if not _ON_JAX or policy == "float32" or (policy == "mixed_float16") == (len(geometry[0]) == 1)
+]
+
+
+@pytest.mark.parametrize("policy, shape, block, flange", MASKED_ROW_CASES)
 def test_fully_masked_rows_are_zero_with_finite_gradients(policy, shape, block, flange):
     layer = _layer(block_size=block, memory_flange=flange, dtype=policy)
     x = _inputs((2,) + shape)
