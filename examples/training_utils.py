@@ -1,8 +1,8 @@
 """What the training examples share: the `--strategy` flag (one GPU, several
 GPUs, several machines, a TPU), a backup that resumes a killed run
-exactly, a wall-time budget, a throughput log, the training-curve plot,
-the checks of a run's folders before any work (`check_run_folders`) and
-what a Ctrl-C prints (`INTERRUPTED`).
+exactly, a wall-time budget, a throughput log, the training-curve plot and
+what a Ctrl-C prints (`INTERRUPTED`). What a run folder holds, and how a
+second command on it is checked, is `run_folder.py`'s.
 
 Each example's train.py runs `quiet.run(main, interrupted=INTERRUPTED)`,
 and its `main` does
@@ -296,70 +296,6 @@ def positive(kind):
 
     parse.__name__ = f"positive {kind.__name__}"
     return parse
-
-
-def add_export_arguments(parser):
-    """Adds the SavedModel flags every train.py shares: `--export_dir`,
-    `--version`, `--export_xla` and `--skip_export` (see
-    `check_run_folders` for the defaults)."""
-    parser.add_argument("--export_dir", default=None,
-                        help="SavedModel base folder (default <output_dir>/export); each export adds a "
-                             "numbered version folder, and TF Serving serves the newest")
-    parser.add_argument("--version", type=positive(int), default=None,
-                        help="SavedModel version folder (default: one above the newest in --export_dir); "
-                             "an existing version is refused before training")
-    parser.add_argument("--export_xla", type=int, default=0, choices=(0, 1),
-                        help="1 = XLA-compile the decoding loop inside the SavedModel: served as fast as "
-                             "in-Python sampling with XLA, but TF Serving on CPU must run with "
-                             "--xla_cpu_compilation_enabled=true (examples/serving/README.md); 0 (default) = "
-                             "a plain graph that any server runs, 2-9x slower per call")
-    parser.add_argument("--skip_export", action="store_true", help="write no SavedModel")
-
-
-def check_run_folders(parser, args, loads_model=False, exports=True):
-    """Checks, before any work, what a run will read and write, so that a
-    mistake ends in a usage error (`parser.error`, status 2) rather than
-    after minutes of training or a half-written run folder; and fills in
-    the export defaults.
-
-    - `--output_dir` must not be a file; with `loads_model` (the flags
-      `--skip_training`, `--continue_training`) `<output_dir>/model.keras`
-      must exist.
-    - Unless `--skip_export` (or `exports` is False): `--export_dir`
-      defaults to `<output_dir>/export` and must not be a file; `--version`
-      defaults to one above the newest numbered folder there (TF Serving
-      switches to it), and a version that exists already is refused (a
-      served version is never rewritten in place).
-
-    Args:
-        parser: the script's `argparse.ArgumentParser`.
-        args: its parsed arguments, with `output_dir` set; `export_dir`,
-            `version` and `skip_export` from `add_export_arguments`.
-        loads_model: whether the run starts from `<output_dir>/model.keras`.
-        exports: whether this run writes a SavedModel at all (e.g. not in
-            a mode that has no exporter).
-    """
-    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        parser.error(f"--output_dir {args.output_dir} is a file; pass a folder for the run's outputs.")
-    model_path = os.path.join(args.output_dir, "model.keras")
-    if loads_model and not os.path.isfile(model_path):
-        parser.error(f"{model_path} does not exist: this starts from a trained model. Pass the "
-                     "--output_dir of a finished run, or train one first (train.py without "
-                     "--skip_training / --continue_training).")
-    args.export_dir = args.export_dir or os.path.join(args.output_dir, "export")
-    if args.skip_export or not exports:
-        return
-    if os.path.exists(args.export_dir) and not os.path.isdir(args.export_dir):
-        parser.error(f"--export_dir {args.export_dir} is a file; pass the folder that holds (or "
-                     "will hold) the numbered version folders.")
-    existing = [int(d) for d in os.listdir(args.export_dir) if d.isdigit()] if os.path.isdir(
-        args.export_dir) else []
-    if args.version is None:
-        args.version = max(existing + [0]) + 1
-    elif os.path.lexists(os.path.join(args.export_dir, str(args.version))):
-        parser.error(f"{os.path.join(args.export_dir, str(args.version))} exists already: leave out "
-                     f"--version to export version {max(existing + [0]) + 1}, or remove that folder "
-                     "first (TF Serving may be serving it).")
 
 
 def time_budget(args, path=None):

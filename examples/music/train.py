@@ -19,14 +19,16 @@ relative attention should hold up at 2L, absolute positions should not.
 Interrupt it at any time and run the same command again: training resumes
 from the last completed epoch and ends with the weights an uninterrupted run
 would have (training_utils.ExactBackupAndRestore; the window stream skips the
-batches already trained on).
+batches already trained on). The same command on a finished run evaluates
+and exports it again; a flag left out takes the value config.json recorded,
+and one that contradicts it is refused (examples/run_folder.py).
 
 Several GPUs, machines or a TPU: --strategy mirrored | multi_worker | tpu
 (see the top-level README, "Training on several devices or machines");
 --batch_size is the global batch.
 
 Outputs in --output_dir (default runs/music_<task>_<attention>):
-config.json, model.keras (best validation loss), backup/, logs/
+config.json (the flags that define the model), model.keras (best validation loss), backup/, logs/
 (TensorBoard), history.csv, training_curves.png, nll.json, and (unless
 --skip_export) export/<version>/, a SavedModel that samples events
 (keras_attn.export.export_music_generator). Generate music with generate.py.
@@ -47,6 +49,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import music_data  # noqa: E402
+import run_folder  # noqa: E402  (config.json, a finished run, export versions)
 import training_utils  # noqa: E402  (--strategy, exact resume)
 
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
@@ -54,7 +57,13 @@ from keras_attn.metrics import MaskedSparseCategoricalAccuracy  # noqa: E402
 from keras_attn.models import music_transformer  # noqa: E402
 from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
 
-DONE_MARKER = "training_done.txt"
+# What config.json records: the flags that build, feed and train the model
+# (run_folder.check_run_record; generate.py reads the task and data ones).
+RECORDED_FLAGS = (
+    "task", "attention", "data_dir", "midi_dir", "cache_dir", "sequence_length", "batch_size",
+    "steps_per_epoch", "num_layers", "hidden_dim", "num_heads", "intermediate_dim", "dropout",
+    "max_relative_position", "warmup_steps", "learning_rate_scale", "seed",
+)
 
 
 def parse_args(argv=None):
@@ -74,7 +83,7 @@ def parse_args(argv=None):
                         help="stop training after this many minutes (checked after each batch)")
     parser.add_argument("--epochs", type=training_utils.positive(int), default=1000)
     parser.add_argument("--steps_per_epoch", type=training_utils.positive(int), default=100)
-    parser.add_argument("--sequence_length", type=int, default=256, help="L, training window")
+    parser.add_argument("--sequence_length", type=training_utils.positive(int), default=256, help="L, training window")
     parser.add_argument("--batch_size", type=training_utils.positive(int), default=16)
     parser.add_argument("--num_layers", type=int, default=3)
     parser.add_argument("--hidden_dim", type=int, default=128)
@@ -88,10 +97,10 @@ def parse_args(argv=None):
     parser.add_argument("--eval_lengths", default="1,2",
                         help="validation window lengths as multiples of L, comma separated; 'full' = whole pieces")
     parser.add_argument("--eval_batch_size", type=training_utils.positive(int), default=8)
-    parser.add_argument("--max_eval_windows", type=int, default=None,
+    parser.add_argument("--max_eval_windows", type=training_utils.positive(int), default=None,
                         help="validate during training on the first N windows only (faster epochs)")
     parser.add_argument("--jit_compile", type=int, default=1, help="1 = XLA for training steps")
-    parser.add_argument("--export_max_length", type=int, default=None,
+    parser.add_argument("--export_max_length", type=training_utils.positive(int), default=None,
                         help="longest sequence the SavedModel generates (default 2 L)")
     parser.add_argument("--skip_training", action="store_true", help="evaluate <output_dir>/model.keras")
     parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
@@ -101,7 +110,7 @@ def parse_args(argv=None):
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--seed", type=int, default=1)
-    training_utils.add_export_arguments(parser)
+    run_folder.add_export_arguments(parser)
     training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     step = music_data.step_size(args.task)
@@ -116,7 +125,8 @@ def parse_args(argv=None):
             parser.error(f"--eval_lengths: expected positive multiples of L or 'full', comma separated "
                          f"(e.g. 1,2,full), received {args.eval_lengths!r}")
     args.output_dir = args.output_dir or os.path.join("runs", f"music_{args.task}_{args.attention}")
-    training_utils.check_run_folders(parser, args, loads_model=args.skip_training)
+    run_folder.check_run_record(parser, args, RECORDED_FLAGS)
+    run_folder.check_run_folders(parser, args, loads_model=args.skip_training)
     args.cache_dir = args.cache_dir or os.path.join("runs", "music_cache")
     args.max_relative_position = args.max_relative_position or args.sequence_length
     args.export_max_length = args.export_max_length or 2 * args.sequence_length
@@ -165,6 +175,7 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
     import tensorflow as tf
 
     strategy = strategy or tf.distribute.get_strategy()
+    run_folder.record_flags(args, RECORDED_FLAGS)
     with strategy.scope():
         model = build_model(args)
     backup = training_utils.ExactBackupAndRestore(os.path.join(args.output_dir, "backup"))
@@ -197,7 +208,7 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
         keras.callbacks.ModelCheckpoint(
             os.path.join(args.output_dir, "model.keras"), monitor="val_loss", save_best_only=True,
             # A resumed run keeps the best model of the interrupted one.
-            initial_value_threshold=best_validation_loss(args),
+            initial_value_threshold=run_folder.best_logged(args.output_dir, "val_loss"),
         ),
     ]
     budget, verbose = training_utils.time_budget(
@@ -208,23 +219,10 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
     training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
                        steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=verbose)
     print(f"Training took {(time.time() - start) / 60:.1f} min (this run)")
-    with open(os.path.join(args.output_dir, DONE_MARKER), "w") as f:
-        f.write("training finished; run with --skip_training to evaluate/export again\n")
     if not os.path.exists(os.path.join(args.output_dir, "model.keras")):
         model.save(os.path.join(args.output_dir, "model.keras"))  # stopped before any epoch ended
+    run_folder.mark_training_finished(args.output_dir)
     return keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
-
-
-def best_validation_loss(args):
-    """The lowest val_loss of history.csv (a resumed run), or None."""
-    import csv
-
-    path = os.path.join(args.output_dir, "history.csv")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        losses = [float(r["val_loss"]) for r in csv.DictReader(f) if r.get("val_loss")]
-    return min(losses) if losses else None
 
 
 def negative_log_likelihood(model, inputs, targets, batch_size):
@@ -303,12 +301,6 @@ def main(argv=None):
     keras.utils.set_random_seed(args.seed)
     train_pieces, valid_pieces = load_data(args)  # first: a wrong --midi_dir leaves no run folder
     os.makedirs(args.output_dir, exist_ok=True)
-    with open(os.path.join(args.output_dir, "config.json"), "w") as f:
-        json.dump(vars(args), f, indent=2)
-    if not args.skip_training and os.path.exists(os.path.join(args.output_dir, DONE_MARKER)):
-        print(f"{args.output_dir} holds a finished training run: evaluating it (pass another "
-              "--output_dir to train a new model).")
-        args.skip_training = True
     if args.skip_training:
         model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
     else:

@@ -25,13 +25,18 @@ PNG grids, and export the super resolver as a SavedModel
 Interrupt it at any time and run the same command again: training resumes
 from the last completed epoch and ends with the weights an uninterrupted run
 would have (`training_utils.ExactBackupAndRestore`; the image stream skips
-the batches already trained on).
+the batches already trained on; `--minutes` counts the time already spent).
+The same command on a finished run evaluates and exports it again
+(`--continue_training` trains it further); a flag left out takes the value
+config.json recorded, and one that contradicts it is refused
+(examples/run_folder.py).
 
 Several GPUs, machines or a TPU: `--strategy mirrored | multi_worker | tpu`
 (see the top-level README, "Training on several devices or machines");
 `--batch_size` is the global batch.
 
-Outputs in --output_dir (default runs/<mode>): model.keras, backup/,
+Outputs in --output_dir (default runs/<mode>): config.json (the flags that
+define the model), model.keras, backup/,
 logs/ (TensorBoard), history.csv, training_curves.png, samples.png,
 metrics.json, export/<version>/ (super resolution).
 """
@@ -50,6 +55,7 @@ import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --
 import keras  # noqa: E402
 
 import evaluate  # noqa: E402  (the example's sampling, PSNR/SSIM and grids)
+import run_folder  # noqa: E402  (config.json, a finished run, export versions)
 import training_utils  # noqa: E402  (--strategy, exact resume)
 
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
@@ -61,6 +67,18 @@ from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DATA = os.path.join(HERE, "data", "cifar10_sample.npz")
 MODES = ("super_resolution", "class_conditional", "unconditional")
+
+
+# What config.json records: the flags that build, feed and train the model
+# (run_folder.check_run_record); sampling and evaluation flags may change.
+RECORDED_FLAGS = (
+    "mode", "data", "image_dir", "validation_fraction", "split_seed", "batch_size",
+    "steps_per_epoch", "num_layers", "num_encoder_layers", "hidden_dim", "num_heads",
+    "intermediate_dim", "block_size", "memory_flange", "dropout", "position", "align_positions",
+    "low_resolution_embedding", "low_resolution_logit_bias", "low_resolution_prior_scale",
+    "consistency", "channel_residual", "left_residual", "channel_consistency", "max_correction",
+    "warmup_steps", "learning_rate_scale", "seed",
+)
 
 
 def parse_args(argv=None):
@@ -136,7 +154,7 @@ def parse_args(argv=None):
     parser.add_argument("--learning_rate_scale", type=float, default=0.4,
                         help="multiplier of the warmup / inverse-sqrt schedule "
                              "(peak = scale / sqrt(hidden_dim * warmup_steps))")
-    parser.add_argument("--monitor_images", type=int, default=64,
+    parser.add_argument("--monitor_images", type=training_utils.positive(int), default=64,
                         help="validation images scored at the end of each epoch")
     parser.add_argument("--eval_images", type=int, default=500,
                         help="validation images for the final bits/dim (0 = all)")
@@ -156,15 +174,16 @@ def parse_args(argv=None):
                         help="train <output_dir>/model.keras (with its optimizer state) for more "
                              "epochs, counting on from those in history.csv")
     parser.add_argument("--seed", type=int, default=1)
-    training_utils.add_export_arguments(parser)
+    run_folder.add_export_arguments(parser)
     training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     if args.image_dir and args.mode == "class_conditional":
         parser.error("--image_dir gives unlabelled pictures: use --mode super_resolution or unconditional")
     args.output_dir = args.output_dir or os.path.join("runs", args.mode)
-    training_utils.check_run_folders(parser, args,
-                                     loads_model=args.skip_training or args.continue_training,
-                                     exports=args.mode == "super_resolution")
+    run_folder.check_run_record(parser, args, RECORDED_FLAGS)
+    run_folder.check_run_folders(parser, args,
+                                 loads_model=args.skip_training or args.continue_training,
+                                 exports=args.mode == "super_resolution")
     if args.epochs is None:
         args.epochs = 1000 if args.minutes else 10
     return args
@@ -278,6 +297,11 @@ def train(args, data, strategy=None, callbacks=()):
 
     strategy = strategy or tf.distribute.get_strategy()
     train_images, train_labels, validation_images, validation_labels = data
+    run_folder.record_flags(args, RECORDED_FLAGS)
+    seconds_path = os.path.join(args.output_dir, "train_seconds.txt")
+    if (args.continue_training and os.path.exists(seconds_path)
+            and not os.path.exists(os.path.join(args.output_dir, "backup"))):
+        os.remove(seconds_path)  # continuing a finished run: a new budget
     initial_epoch = 0
     with strategy.scope():
         if args.continue_training:
@@ -311,9 +335,12 @@ def train(args, data, strategy=None, callbacks=()):
         keras.callbacks.ModelCheckpoint(
             os.path.join(args.output_dir, "model.keras"), monitor="val_bits_per_dim",
             mode="min", save_best_only=True,
+            # A resumed or continued run keeps the best model so far.
+            initial_value_threshold=run_folder.best_logged(args.output_dir, "val_bits_per_dim"),
         ),
     ]
-    budget, verbose = training_utils.time_budget(args)
+    # The budget counts the time of interrupted runs too (a continued run's anew).
+    budget, verbose = training_utils.time_budget(args, seconds_path)
     callbacks += budget
     start = time.time()
     training_utils.fit(
@@ -325,6 +352,7 @@ def train(args, data, strategy=None, callbacks=()):
     print(f"Training took {minutes:.1f} min")
     if not os.path.exists(os.path.join(args.output_dir, "model.keras")):
         model.save(os.path.join(args.output_dir, "model.keras"))  # stopped before any epoch ended
+    run_folder.mark_training_finished(args.output_dir)
     return keras.saving.load_model(os.path.join(args.output_dir, "model.keras")), minutes
 
 

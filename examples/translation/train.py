@@ -14,14 +14,17 @@ Interrupt it at any time and run the same command again: training resumes
 from the last completed epoch and ends with the weights an uninterrupted run
 would have (`training_utils.ExactBackupAndRestore`; the batch stream, one
 reshuffled pass over the pairs after another, starts after the batches
-already trained on).
+already trained on; `--minutes` counts the time already spent). The same
+command on a finished run evaluates and exports it again; a flag left out
+takes the value config.json recorded, and one that contradicts it is refused
+(examples/run_folder.py).
 
 Several GPUs, machines or a TPU: `--strategy mirrored | multi_worker | tpu`
 (see the top-level README, "Training on several devices or machines");
 `--tokens_per_batch` is per global batch.
 
 Outputs in --output_dir (default runs/translation_<source>_<target>):
-tokenizer.model, model.keras, logs/ (TensorBoard), history.csv,
+config.json (the flags that define the model), tokenizer.model, model.keras, logs/ (TensorBoard), history.csv,
 training_curves.png, attention.png, bleu.json, translations.txt.
 """
 
@@ -37,6 +40,7 @@ import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
+import run_folder  # noqa: E402  (config.json, a finished run, export versions)
 import training_utils  # noqa: E402  (--strategy, exact resume)
 from multi30k import DEFAULT_DATA_DIR, SPLITS, load_multi30k  # noqa: E402
 
@@ -45,6 +49,14 @@ from keras_attn.metrics import MaskedSparseCategoricalAccuracy  # noqa: E402
 from keras_attn.models import translation_transformer  # noqa: E402
 from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
 
+
+# What config.json records: the flags that build, feed and train the model and
+# its vocabulary (run_folder.check_run_record).
+RECORDED_FLAGS = (
+    "source", "target", "data_dir", "train_size", "vocabulary_size", "num_layers", "hidden_dim",
+    "num_heads", "intermediate_dim", "dropout", "normalize_first", "tokens_per_batch", "max_length",
+    "warmup_steps", "learning_rate_scale", "label_smoothing", "seed",
+)
 
 # The README's first command: a configuration made for five minutes of two
 # CPU cores (measured in the README of this example), where the defaults
@@ -79,9 +91,9 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
     parser.add_argument("--epochs", type=training_utils.positive(int), default=30)
     parser.add_argument("--steps_per_epoch", type=training_utils.positive(int), default=None,
                         help="batches per epoch (default: one pass over the training pairs)")
-    parser.add_argument("--train_size", type=int, default=None,
+    parser.add_argument("--train_size", type=training_utils.positive(int), default=None,
                         help="use only the first N training pairs (quick runs)")
-    parser.add_argument("--val_size", type=int, default=None,
+    parser.add_argument("--val_size", type=training_utils.positive(int), default=None,
                         help="use only the first N validation pairs (quick runs)")
     parser.add_argument("--vocabulary_size", type=int, default=8000)
     parser.add_argument("--num_layers", type=int, default=3)
@@ -103,7 +115,7 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
     parser.add_argument("--length_penalty_alpha", "--length_penalty", type=float, default=0.6,
                         help="alpha of the GNMT length penalty of beam search")
     parser.add_argument("--eval_split", default="test_2016_flickr", choices=SPLITS)
-    parser.add_argument("--eval_size", type=int, default=None, help="score only the first N test sentences")
+    parser.add_argument("--eval_size", type=training_utils.positive(int), default=None, help="score only the first N test sentences")
     parser.add_argument("--eval_batch_size", type=training_utils.positive(int), default=64)
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
     parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
@@ -113,7 +125,7 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--seed", type=int, default=1)
-    training_utils.add_export_arguments(parser)
+    run_folder.add_export_arguments(parser)
     training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     if args.demo:
@@ -123,7 +135,8 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
         parser.error("--source and --target must differ")
     run_name = "translation_demo" if args.demo else f"translation_{args.source}_{args.target}"
     args.output_dir = args.output_dir or os.path.join("runs", run_name)
-    training_utils.check_run_folders(parser, args, loads_model=args.skip_training)
+    run_folder.check_run_record(parser, args, RECORDED_FLAGS)
+    run_folder.check_run_folders(parser, args, loads_model=args.skip_training)
     return args
 
 
@@ -134,6 +147,7 @@ def load_or_train_tokenizer(args, train_source, train_target):
     if os.path.exists(path):
         print(f"Reusing the vocabulary in {path}")
         return SubwordTokenizer.from_file(path)
+    run_folder.record_flags(args, RECORDED_FLAGS)  # the vocabulary is the run's first output
     start = time.time()
     tokenizer = SubwordTokenizer.train(
         list(train_source) + list(train_target), vocabulary_size=args.vocabulary_size, seed=args.seed
@@ -194,6 +208,7 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
             shuffle=shuffle, seed=seed,
         )
 
+    run_folder.record_flags(args, RECORDED_FLAGS)
     counts = [int(np.count_nonzero(t)) for _, t in dataset(train_pairs, False)]
     target_tokens = sum(counts)
     with strategy.scope():
@@ -225,10 +240,14 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
         keras.callbacks.ModelCheckpoint(
-            os.path.join(args.output_dir, "model.keras"), monitor="val_loss", save_best_only=True
+            os.path.join(args.output_dir, "model.keras"), monitor="val_loss", save_best_only=True,
+            # A resumed run keeps the best model of the interrupted one.
+            initial_value_threshold=run_folder.best_logged(args.output_dir, "val_loss"),
         ),
     ]
-    budget, verbose = training_utils.time_budget(args)
+    budget, verbose = training_utils.time_budget(  # counts the time of interrupted runs too
+        args, os.path.join(args.output_dir, "train_seconds.txt")
+    )
     callbacks += budget
     start = time.time()
     training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
@@ -236,6 +255,7 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
     print(f"Training took {(time.time() - start) / 60:.1f} min")
     if not os.path.exists(os.path.join(args.output_dir, "model.keras")):
         model.save(os.path.join(args.output_dir, "model.keras"))  # stopped before any epoch ended
+    run_folder.mark_training_finished(args.output_dir)
     return keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
 
 

@@ -1,8 +1,8 @@
 """examples/training_utils.py: `TimeBudget` stops training at the budget,
 starts no epoch that would run a single step past it, prints what each
 `--progress` mode promises, and its bar's ETA is the budget left;
-`ExamplesSeen` counts the optimizer steps that ran; `check_run_folders`
-refuses, before any work, what a run could only fail on later."""
+`ExamplesSeen` counts the optimizer steps that ran; flags are refused
+before any work when a run could only fail on them later."""
 
 import importlib.util
 import os
@@ -176,59 +176,6 @@ def test_training_scripts_refuse_a_zero_budget_before_any_work(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def _folders_args(tmp_path, **flags):
-    import argparse
-
-    module = _training_utils()
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--output_dir")
-    module.add_export_arguments(parser)
-    argv = ["--output_dir", str(tmp_path / "run")]
-    for flag, value in flags.items():
-        argv += [f"--{flag}"] + ([] if value is True else [str(value)])
-    return module, parser, parser.parse_args(argv)
-
-
-def test_check_run_folders_picks_the_next_version_and_the_default_export_dir(tmp_path):
-    module, parser, args = _folders_args(tmp_path)
-    module.check_run_folders(parser, args)
-    assert (args.export_dir, args.version) == (str(tmp_path / "run" / "export"), 1)
-    for name in ("1", "3", "notes", "07"):
-        os.makedirs(tmp_path / "run" / "export" / name)
-    module, parser, args = _folders_args(tmp_path)
-    module.check_run_folders(parser, args)
-    assert args.version == 8  # one above the newest: TF Serving switches to it
-    module, parser, args = _folders_args(tmp_path, version=2)
-    module.check_run_folders(parser, args)
-    assert args.version == 2
-
-
-@pytest.mark.parametrize("case", ["existing_version", "export_dir_is_a_file", "output_dir_is_a_file",
-                                  "no_model_to_load"])
-def test_check_run_folders_refuses_before_any_work(tmp_path, capsys, case):
-    os.makedirs(tmp_path / "run" / "export" / "1")
-    flags, loads_model, expected = {}, False, None
-    if case == "existing_version":
-        flags, expected = {"version": 1}, "export/1 exists already: leave out --version to export version 2"
-    elif case == "export_dir_is_a_file":
-        (tmp_path / "file").write_text("x")
-        flags, expected = {"export_dir": tmp_path / "file"}, "file is a file; pass the folder"
-    elif case == "output_dir_is_a_file":
-        (tmp_path / "file").write_text("x")
-        flags, expected = {"output_dir": tmp_path / "file"}, "file is a file; pass a folder"
-    else:
-        loads_model, expected = True, "model.keras does not exist: this starts from a trained model"
-    module, parser, args = _folders_args(tmp_path, **flags)
-    with pytest.raises(SystemExit) as stopped:
-        module.check_run_folders(parser, args, loads_model=loads_model)
-    assert stopped.value.code == 2
-    assert expected in capsys.readouterr().err
-    # --skip_export lifts the export checks only.
-    if case in ("existing_version", "export_dir_is_a_file"):
-        module, parser, args = _folders_args(tmp_path, skip_export=True, **flags)
-        module.check_run_folders(parser, args)
-
-
 @pytest.mark.parametrize("script, flags, message", [
     ("translation", ["--eval_split", "test"], "argument --eval_split: invalid choice: 'test'"),
     ("super_resolution", ["--num_samples", "0"], "argument --num_samples: expected a number > 0"),
@@ -245,3 +192,4 @@ def test_evaluation_flags_are_checked_before_training(tmp_path, script, flags, m
          "--output_dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "run").exists()
+
