@@ -226,18 +226,33 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
     """
 
     def __init__(self, backup_dir, **kwargs):
+        # Keras' double checkpoint keeps the previous epoch's backup beside
+        # the last: a run killed while writing one (Ctrl-C at an epoch end)
+        # resumes from the other instead of failing on a half-written file.
+        kwargs.setdefault("double_checkpoint", True)
         super().__init__(backup_dir, **kwargs)
         self._seeds_path = os.path.join(backup_dir, "seed_generator_states.json")
 
     def restore(self, model):
-        """Loads the backup into `model` (compiled, built) if there is one.
+        """Loads the backup into `model` (compiled, built) if there is one,
+        the previous epoch's if the last one is damaged.
 
         Returns:
             int, `model.optimizer.iterations` after the restore: the number
             of global batches already trained on (0 for a fresh run).
+
+        Raises:
+            ValueError: no backup there can be read, saying which folder to
+                delete to train from the start.
         """
         self.set_model(model)
-        self._load_model()
+        try:
+            self.on_train_begin()  # Keras' restore, with its fallback to the previous backup
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"The training backup in {self.backup_dir} cannot be read ({error}). Delete that "
+                "folder to train this run from the start, or pass another --output_dir."
+            ) from error
         return int(model.optimizer.iterations.numpy())
 
     def _load_model(self):

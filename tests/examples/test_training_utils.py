@@ -193,3 +193,38 @@ def test_evaluation_flags_are_checked_before_training(tmp_path, script, flags, m
     assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "run").exists()
 
+
+def _fitted_model(seed):
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.ones((4, 3)), np.zeros((4, 2)), epochs=1, batch_size=2, verbose=0)
+    return model
+
+
+def test_a_backup_damaged_while_written_falls_back_to_the_previous_epoch(tmp_path):
+    # Ctrl-C while the epoch-end backup was being written left a truncated
+    # latest.weights.h5, and the next run failed on "bad object header".
+    module = _training_utils()
+    model = _fitted_model(0)
+    backup = module.ExactBackupAndRestore(str(tmp_path / "backup"))
+    backup.set_model(model)
+    backup.on_epoch_end(0)
+    first = [w.copy() for w in model.get_weights()]
+    model.fit(np.ones((4, 3)), np.zeros((4, 2)), epochs=1, batch_size=2, verbose=0)
+    backup.on_epoch_end(1)
+    weights_path = tmp_path / "backup" / "latest.weights.h5"
+    weights_path.write_bytes(weights_path.read_bytes()[:200])  # killed mid-write
+
+    fresh = _fitted_model(1)
+    assert module.ExactBackupAndRestore(str(tmp_path / "backup")).restore(fresh) == 2
+    for got, expected in zip(fresh.get_weights(), first):
+        np.testing.assert_array_equal(got, expected)
+
+    # With no earlier backup to fall back on, the error names the folder to delete.
+    weights_path.write_bytes(weights_path.read_bytes()[:200])
+    os.remove(tmp_path / "backup" / "latest.weights.h5.bkp")
+    with pytest.raises(ValueError, match=r"backup in .*backup cannot be read .* Delete that folder"):
+        module.ExactBackupAndRestore(str(tmp_path / "backup")).restore(_fitted_model(2))
