@@ -21,19 +21,9 @@ import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import served  # noqa: E402  (the newest version, as TF Serving loads it)
+
 from keras_attn.preprocessing import images  # noqa: E402
-
-
-def latest_version(export_dir):
-    """`export_dir` itself if it holds a SavedModel, else its highest numbered sub-folder."""
-    if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
-        return export_dir
-    versions = [int(v) for v in os.listdir(export_dir) if v.isdigit()] if os.path.isdir(export_dir) else []
-    if not versions:
-        raise ValueError(f"no SavedModel in {export_dir} (nor a numbered version folder holding one): "
-                         "pass the export folder that examples/super_resolution/train.py wrote, "
-                         "e.g. runs/super_resolution/export.")
-    return os.path.join(export_dir, str(max(versions)))
 
 
 def main(argv=None):
@@ -57,12 +47,15 @@ def main(argv=None):
     if not os.path.isdir(args.image_dir):
         parser.error(f"--image_dir {args.image_dir}: no such folder. Pass a folder of your own "
                      "pictures (JPEG/PNG; each is centre-cropped and resized to 32x32).")
+    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+        parser.error(f"--output_dir {args.output_dir} is a file; pass a folder for the pictures.")
 
-    path = latest_version(args.export_dir)
-    served = tf.saved_model.load(path).signatures["sample_with_options"]
+    _, sample = served.load_signature(
+        args.export_dir, "sample_with_options", inputs=("image", "temperature", "seed", "top_k", "top_p"),
+        written_by="examples/super_resolution/train.py")
     originals, names = images.load_image_directory(args.image_dir, size=32)
     low = images.downsample(originals, 4)
-    sampled = served(
+    sampled = sample(
         image=tf.constant(low), temperature=tf.constant(args.temperature, tf.float32),
         seed=tf.constant(args.seed, tf.int64), top_k=tf.constant(args.top_k, tf.int32),
         top_p=tf.constant(args.top_p, tf.float32),

@@ -18,6 +18,8 @@ import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --
 import tensorflow as tf  # noqa: E402
 import tensorflow_text  # noqa: E402,F401  (registers the SentencePiece ops)
 
+import served  # noqa: E402  (the newest version, as TF Serving loads it)
+
 DEFAULT_SENTENCES = {
     "de": [
         "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.",
@@ -32,18 +34,6 @@ DEFAULT_SENTENCES = {
 }
 
 
-def newest_version(export_dir):
-    """`export_dir` itself if it holds a SavedModel, else its highest numbered sub-folder."""
-    if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
-        return export_dir
-    versions = [int(d) for d in os.listdir(export_dir) if d.isdigit()] if os.path.isdir(export_dir) else []
-    if not versions:
-        raise ValueError(f"no SavedModel in {export_dir} (nor a numbered version folder holding one): "
-                         "pass the export folder that examples/translation/train.py wrote, e.g. "
-                         "runs/translation_demo/export.")
-    return os.path.join(export_dir, str(max(versions)))
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("export_dir", help="base folder holding <version>/ SavedModels")
@@ -53,8 +43,8 @@ def main(argv=None):
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
     args = parser.parse_args(argv)
-    path = newest_version(args.export_dir)
-    serve = tf.saved_model.load(path).signatures["serving_default"]
+    path, serve = served.load_signature(args.export_dir, "serving_default", inputs=("text",),
+                                        written_by="examples/translation/train.py")
     sentences = args.sentences or DEFAULT_SENTENCES[args.source]
     translations = serve(text=tf.constant(sentences))["translation"].numpy()
     print(f"Translations by {path} (this process imported tensorflow and tensorflow_text only):")
