@@ -9,7 +9,7 @@ Writes, under --output:
     tokenizer.model           the SentencePiece model for client.py translate-tokens
     super_resolver/1/         uint8 (B, 8, 8, 3) -> uint8 (B, 32, 32, 3)
     music_generator/1/        primer event ids -> sampled events
-    models.config             serves the four from one server (see README.md)
+    models.config             serves every model under --output from one server (see README.md)
 
 The weights are random, so the outputs are noise (repeated pieces, random
 pixels and events): these models exist to check the serving set-up, the
@@ -112,6 +112,17 @@ def models_config(names=MODEL_NAMES, container_root="/models"):
     return "model_config_list {\n" + entries + "}\n"
 
 
+def served_models(output):
+    """The names of MODEL_NAMES that have a numbered version folder under
+    `output`: what models.config serves, whether this run exported them or
+    an earlier one did (`--skip`)."""
+    def has_version(name):
+        folder = os.path.join(output, name)
+        return os.path.isdir(folder) and any(d.isdigit() for d in os.listdir(folder))
+
+    return [name for name in MODEL_NAMES if has_version(name)]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", default="/tmp/tf_serving_models")
@@ -133,24 +144,21 @@ def main(argv=None):
         parser.error(f"version {args.version} is exported already ({', '.join(existing)}): pass "
                      f"--overwrite to replace it, or --version {args.version + 1} to add a version.")
     os.makedirs(args.output, exist_ok=True)
-    names = []
     if "translator" not in args.skip:
         tokenizer = demo_tokenizer()
         tokenizer.save(os.path.join(args.output, "tokenizer.model"))
         _, text_path, tokens_path = export_translators(
             args.output, tokenizer, version=args.version, overwrite=args.overwrite)
         print(f"translator -> {text_path}\ntranslator_tokens -> {tokens_path}")
-        names += ["translator", "translator_tokens"]
     if "super_resolver" not in args.skip:
         _, path = export_demo_super_resolver(args.output, version=args.version, overwrite=args.overwrite)
         print(f"super_resolver -> {path}")
-        names.append("super_resolver")
     if "music_generator" not in args.skip:
         _, path = export_demo_music_generator(args.output, version=args.version, overwrite=args.overwrite)
         print(f"music_generator -> {path}")
-        names.append("music_generator")
+    # Every model there, so that a run with --skip keeps serving the others.
     with open(os.path.join(args.output, "models.config"), "w") as f:
-        f.write(models_config(names))
+        f.write(models_config(served_models(args.output)))
     print(f"wrote {os.path.join(args.output, 'models.config')}; serve with:\n"
           f"  docker run --rm -p 8500:8500 -p 8501:8501 --mount type=bind,source={os.path.abspath(args.output)},"
           "target=/models tensorflow/serving --model_config_file=/models/models.config")

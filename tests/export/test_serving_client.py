@@ -234,6 +234,18 @@ def test_bad_inputs_are_refused_before_sending():
     assert inputs["seed"].dtype == np.int64 and inputs["temperature"] == np.float32(1.0)
 
 
+def test_models_config_serves_every_model_there_after_a_run_with_skip(tmp_path, capsys):
+    # A run with --skip wrote a models.config of its own models only, and
+    # the server restarted with it stopped serving the skipped ones.
+    for folder in ("translator/1", "translator_tokens/1", "music_generator/3", "super_resolver"):
+        os.makedirs(tmp_path / folder)
+    demo.main(["--output", str(tmp_path), "--version", "2",
+               "--skip", "translator", "super_resolver", "music_generator"])
+    config = (tmp_path / "models.config").read_text()
+    assert config == demo.models_config(["translator", "translator_tokens", "music_generator"])
+    assert "models.config; serve with" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_transport_over_http_and_grpc(translator, music, capsys):
     # The batch shapes of the tests above: a signature's first call with a new input shape is
