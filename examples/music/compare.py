@@ -14,11 +14,18 @@ import json
 import os
 
 
-def load(run_dir):
-    with open(os.path.join(run_dir, "nll.json")) as f:
-        result = json.load(f)
-    with open(os.path.join(run_dir, "config.json")) as f:
-        result["config"] = json.load(f)
+def load(parser, run_dir):
+    def read(name):
+        path = os.path.join(run_dir, name)
+        try:
+            with open(path) as f:
+                return json.load(f)
+        except (OSError, ValueError) as error:
+            parser.error(f"{path} cannot be read ({error}): pass the --output_dir of finished "
+                         "examples/music/train.py runs (the same command there writes it again).")
+
+    result = read("nll.json")
+    result["config"] = read("config.json")
     history = os.path.join(run_dir, "history.csv")
     result["history"] = []
     if os.path.exists(history):
@@ -32,12 +39,12 @@ def main(argv=None):
     parser.add_argument("run_dirs", nargs="+")
     parser.add_argument("--output", default=None, help="PNG path (default: next to the first run)")
     args = parser.parse_args(argv)
-    for run_dir in args.run_dirs:
-        for name in ("nll.json", "config.json"):
-            if not os.path.isfile(os.path.join(run_dir, name)):
-                parser.error(f"{os.path.join(run_dir, name)} does not exist: pass the --output_dir "
-                             "of finished examples/music/train.py runs.")
-    runs = [load(d) for d in args.run_dirs]
+    output = args.output or os.path.join(os.path.dirname(os.path.normpath(args.run_dirs[0])),
+                                         "comparison.png")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        parser.error(f"--output {output}: the folder {os.path.dirname(os.path.abspath(output))} does "
+                     "not exist; create it or pass a path in an existing folder.")
+    runs = [load(parser, d) for d in args.run_dirs]
     keys = []
     for run in runs:
         keys += [k for k in run["nll"] if k not in keys]
@@ -76,8 +83,6 @@ def main(argv=None):
     for axis in axes:
         axis.legend()
     fig.tight_layout()
-    output = args.output or os.path.join(os.path.dirname(os.path.normpath(args.run_dirs[0])),
-                                         "comparison.png")
     fig.savefig(output, dpi=120)
     print(f"Wrote {output}")
 

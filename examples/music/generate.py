@@ -103,7 +103,9 @@ def make_primers(args):
         rows = [pieces[i % len(pieces)][: args.primer_length] for i in range(args.num_samples)]
     else:
         if args.task != "performance":
-            raise SystemExit("A MIDI primer needs a model trained on performances (--task performance).")
+            raise ValueError(f"--primer {args.primer}: a MIDI primer needs a model trained on "
+                             "performances (train.py --task performance); this run is a JSB "
+                             "model: pass --primer validation or none.")
         events = music.midi_to_events(args.primer)
         rows = [events[: args.primer_length]] * args.num_samples
     width = 1 + max(len(r) for r in rows)
@@ -211,7 +213,8 @@ def main(argv=None):
     model = keras.saving.load_model(os.path.join(args.run_dir, "model.keras"), compile=False)
     primers = make_primers(args)
     if primers.shape[1] >= args.length:
-        raise SystemExit(f"--length ({args.length}) must exceed the primer ({primers.shape[1]} events).")
+        raise ValueError(f"--length ({args.length}) must exceed the primer ({primers.shape[1]} events): "
+                         "pass a larger --length or a shorter --primer_length.")
     lengths = (primers != 0).sum(axis=1)
     # Padding and the start token are never sampled (MUSIC_SUPPRESSED_TOKEN_IDS).
     kwargs = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
