@@ -664,6 +664,8 @@ def main(argv=None):
     parser.add_argument("--version", type=int, help="model version (default: newest served)")
     parser.add_argument("--label", help="version label from models.config, e.g. stable")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up logs (--grpc imports it; hidden by default)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     text = commands.add_parser("translate", help="strings in, strings out (server needs TF Text)")
@@ -694,7 +696,8 @@ def main(argv=None):
     music.add_argument("--top-p", type=float, default=1.0)
     music.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-
+    if args.grpc and not args.verbose:
+        _import_tensorflow_quietly()
     connection = dict(model_name=args.model_name, rest_url=args.rest, grpc_target=args.grpc,
                       version=args.version, label=args.label, timeout=args.timeout)
     try:
@@ -726,6 +729,19 @@ def main(argv=None):
                 print(json.dumps(row))
     except (ServingError, ValueError, OSError) as error:  # OSError: a local file or folder
         sys.exit(f"error: {error}")
+
+
+def _import_tensorflow_quietly():
+    """Imports tensorflow as the other example scripts do (`quiet.py`:
+    without the C++ runtime's start-up lines), for the gRPC client; a
+    process that imported it already is left alone."""
+    if "tensorflow" in sys.modules:
+        return
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        import quiet  # noqa: F401
+    except ImportError:
+        pass  # _grpc_modules says what to install
 
 
 if __name__ == "__main__":

@@ -40,3 +40,17 @@ def test_training_output_is_quiet_and_shows_the_budget(tmp_path):
 def test_verbose_brings_tensorflow_logs_back(tmp_path):
     output = _run(tmp_path, "--verbose", "--epochs", "1", "--steps_per_epoch", "1")
     assert "absl::InitializeLog" in output or "oneDNN" in output, output[-3000:]
+
+
+def test_the_grpc_client_is_quiet_too():
+    # --grpc imports TensorFlow, whose start-up lines came before the answer.
+    pytest.importorskip("tensorflow_serving")
+    client = os.path.join(ROOT, "examples", "serving", "client.py")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run([sys.executable, client, "--grpc", "localhost:1", "--timeout", "5",
+                             "translate", "Ein Hund."], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: TF Serving gRPC UNAVAILABLE at localhost:1"), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
