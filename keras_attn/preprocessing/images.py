@@ -321,7 +321,8 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
         `(images, labels)`: (N', 32, 32, 3) uint8 and (N',) int32.
 
     Raises:
-        ValueError: on an unknown split or a file missing the arrays above.
+        ValueError: on an unknown split, a file that is not a `.npz`
+            archive, or one missing the arrays above.
         FileNotFoundError: if `path` does not exist.
 
     Reference:
@@ -334,7 +335,18 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
         )
     if not os.path.exists(path):
         raise FileNotFoundError(f"No CIFAR-10 file at {path!r}.")
-    with np.load(path) as data:
+    try:
+        data = np.load(path)
+    except (ValueError, OSError) as error:  # e.g. a picture: NumPy tries to unpickle it
+        raise ValueError(
+            f"{path!r} is not a NumPy .npz archive ({error}); expected the CIFAR-10 JPEG .npz "
+            "described in `load_cifar10` (for a folder of pictures, see `load_image_directory`)."
+        ) from None
+    if not hasattr(data, "files"):  # a single-array .npy
+        raise ValueError(
+            f"{path!r} holds one array, not a .npz archive; expected `jpeg`, `offsets` and `labels`."
+        )
+    with data:
         missing = {"jpeg", "offsets", "labels"} - set(data.files)
         if missing:
             raise ValueError(
@@ -356,7 +368,8 @@ def load_image(path, size=32):
     """One picture as a `size` x `size` RGB image (Pillow).
 
     Converted to RGB (grayscale is repeated, 16-bit grayscale scaled to 8
-    bits, an alpha channel dropped), the
+    bits, 32-bit float grayscale read as 0-1 if no value exceeds 1, else
+    as 0-255, an alpha channel dropped), the
     largest centred square is cropped and resized to `size` with Pillow's
     antialiased bicubic filter (`PIL.ImageOps.fit`).
 
@@ -379,6 +392,13 @@ def load_image(path, size=32):
             # 16-bit grayscale (Pillow's "I;16" / "I"): scale 0-65535 to
             # 0-255; convert("RGB") would clip, turning the picture white.
             levels = np.asarray(image, np.float64) / 257.0
+            image = Image.fromarray(np.clip(np.rint(levels), 0, 255).astype(np.uint8), "L")
+        elif image.mode == "F":
+            # Float grayscale (TIFF): convert("RGB") would truncate 0-1
+            # values to 0, turning the picture black.
+            levels = np.nan_to_num(np.asarray(image, np.float64))
+            if levels.max(initial=0.0) <= 1.0:
+                levels = levels * 255.0
             image = Image.fromarray(np.clip(np.rint(levels), 0, 255).astype(np.uint8), "L")
         image = image.convert("RGB")
         image = ImageOps.fit(image, (size, size), method=Image.Resampling.BICUBIC)

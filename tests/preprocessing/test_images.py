@@ -121,6 +121,19 @@ def test_load_cifar10_sample_splits_and_decodes_like_pillow():
         images.load_cifar10(SAMPLE, "test")
 
 
+def test_load_cifar10_names_a_file_of_another_kind(tmp_path):
+    # A picture passed as --data: NumPy's own error spoke of allow_pickle.
+    (tmp_path / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    with pytest.raises(ValueError, match=r"cat.png' is not a NumPy .npz archive .*load_image_directory"):
+        images.load_cifar10(str(tmp_path / "cat.png"))
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    with pytest.raises(ValueError, match=r"one.npy' holds one array, not a .npz archive"):
+        images.load_cifar10(str(tmp_path / "one.npy"))
+    np.savez(tmp_path / "other.npz", pixels=np.zeros(3))
+    with pytest.raises(ValueError, match=r"lacks the arrays \['jpeg', 'labels', 'offsets'\]"):
+        images.load_cifar10(str(tmp_path / "other.npz"))
+
+
 def test_image_directory_rgb_centre_crop_resize(tmp_path, sample_images):
     from PIL import Image
 
@@ -182,4 +195,19 @@ def test_load_image_scales_16_bit_grayscale_to_8_bits(tmp_path):
         assert saved.mode.startswith("I")
     loaded = images.load_image(path, size=32)
     expected = np.rint(ramp / 257.0).astype(np.uint8)
+    np.testing.assert_array_equal(loaded, np.repeat(expected[..., None], 3, axis=-1))
+
+
+@pytest.mark.parametrize("scale", [1.0, 255.0])
+def test_load_image_reads_float_grayscale_on_either_scale(tmp_path, scale):
+    from PIL import Image
+
+    # A 32-bit float TIFF on 0..1 came out black (convert("RGB") truncates).
+    ramp = np.tile(np.linspace(0.0, 1.0, 32, dtype=np.float32), (32, 1)) * np.float32(scale)
+    path = str(tmp_path / "ramp.tif")
+    Image.fromarray(ramp, "F").save(path)
+    with Image.open(path) as saved:
+        assert saved.mode == "F"
+    loaded = images.load_image(path, size=32)
+    expected = np.rint(ramp * (255.0 / scale)).astype(np.uint8)
     np.testing.assert_array_equal(loaded, np.repeat(expected[..., None], 3, axis=-1))
