@@ -13,21 +13,23 @@ the best epoch; `export/<version>/` its SavedModels. So:
 - a flag left out takes the recorded value, and a flag that contradicts it
   (another `--hidden_dim` for a folder trained with one) is refused, as a
   model trained one way cannot be resumed or evaluated as another;
-- a resumed run keeps the best epoch of the interrupted one
-  (`best_logged` for `ModelCheckpoint(initial_value_threshold=...)`);
+- a resumed run keeps the best epoch of the interrupted one, and a run
+  stopped while saving it keeps the previous one (`best_checkpoint`);
 - an export never rewrites a version TF Serving may be serving
   (`check_run_folders`).
 
 Each train.py calls `add_export_arguments(parser)`, then, once its flags are
 parsed, `check_run_record(parser, args, RECORDED_FLAGS)` and
 `check_run_folders(parser, args, ...)`; its `train` calls
-`record_flags(args, RECORDED_FLAGS)` first and `mark_training_finished`
-last.
+`record_flags(args)` first and `mark_training_finished` last, and its
+`ModelCheckpoint` is `best_checkpoint(...)`.
 """
 
 import csv
 import json
 import os
+
+import keras
 
 import training_utils
 
@@ -53,54 +55,67 @@ def add_export_arguments(parser):
     parser.add_argument("--skip_export", action="store_true", help="write no SavedModel")
 
 
-def check_run_record(parser, args, flags):
+def check_run_record(parser, args, flags, made_before_training=()):
     """Reconciles the command line with what `args.output_dir` already
     holds, before any work.
 
-    - If the folder has a record (`config.json`), each of `flags` left at
-      its default takes the recorded value, so the same command, or a
-      shorter one, resumes or evaluates the run as it was trained (the
-      adopted values are printed); a flag given another value than the
-      recorded one is refused with a usage error naming both. (A flag
-      given its default value explicitly cannot be told from one left
-      out: it takes the recorded value too.)
-    - If training finished there (`training_done.txt`), the run is
+    - If the folder has a record (`config.json`) of a run that trained (a
+      `model.keras` or a backup), each of `flags` left at its default
+      takes the recorded value, so the same command, or a shorter one,
+      resumes or evaluates the run as it was trained (the values taken are
+      printed); a flag given another value is refused with a usage error
+      naming both. (A flag given its default value explicitly cannot be
+      told from one left out: it takes the recorded value too.)
+    - A record of a command that trained nothing (it failed or was stopped
+      before its first epoch ended) gives way to this command's flags: the
+      record and `made_before_training` are removed if the flags differ.
+    - If training finished there (`training_finished`), the run is
       evaluated and exported again rather than trained from scratch over
       its `model.keras`: `args.skip_training` is set (with a line saying
       so), unless `args.continue_training` asks for more epochs.
+
+    Sets `args.run_record`, the values of `flags` as given (before any
+    default the script derives from others), for `record_flags`.
 
     Args:
         parser: the script's `argparse.ArgumentParser` (for defaults and
             `parser.error`, status 2).
         args: its parsed arguments, `output_dir` and `skip_training` set.
-        flags: the `dest` names that define the model and its training
-            (architecture, data, batch, schedule, seed); the ones a later
+        flags: the `dest` names that define the model, its training and
+            its validation (architecture, data, batch, schedule, seed, the
+            validation set that picks the best epoch); the ones a later
             command may change (`--minutes`, `--epochs`, evaluation and
             export flags) are left out.
+        made_before_training: files of the run folder that depend on
+            `flags` and are written before the first epoch (translation's
+            `tokenizer.model`).
     """
     path = os.path.join(args.output_dir, RECORD)
-    if os.path.isfile(path):
-        try:
-            with open(path) as f:
-                recorded = json.load(f)
-        except ValueError as error:
-            parser.error(f"{path} is not a readable record of the run ({error}): restore it, or "
-                         "pass another --output_dir.")
-        adopted, conflicts = [], []
-        for flag in flags:
-            if flag not in recorded or getattr(args, flag) == recorded[flag]:
-                continue
-            if getattr(args, flag) == parser.get_default(flag):
-                setattr(args, flag, recorded[flag])
-                adopted.append(f"{flag}={recorded[flag]!r}")
-            else:
-                conflicts.append(f"{flag}={getattr(args, flag)!r} (the run has {recorded[flag]!r})")
-        if conflicts:
-            parser.error(f"{args.output_dir} holds a model trained with other settings: "
-                         + ", ".join(conflicts) + ". Leave those flags out to resume or evaluate "
-                         "it, or pass another --output_dir to train a new model.")
-        if adopted:
-            print(f"As recorded in {path}: " + ", ".join(adopted))
+    recorded = _read_record(parser, path)
+    if recorded is not None and not _trained(args.output_dir):
+        if any(flag in recorded and recorded[flag] != getattr(args, flag) for flag in flags):
+            print(f"{path} records a command that stopped before its first epoch ended: "
+                  "starting over with this command's flags.")
+            for name in (RECORD, *made_before_training):
+                if os.path.exists(os.path.join(args.output_dir, name)):
+                    os.remove(os.path.join(args.output_dir, name))
+        recorded = None
+    adopted, conflicts = [], []
+    for flag in flags if recorded is not None else ():
+        if flag not in recorded or getattr(args, flag) == recorded[flag]:
+            continue
+        if getattr(args, flag) == parser.get_default(flag):
+            setattr(args, flag, recorded[flag])
+            adopted.append(f"{flag}={recorded[flag]!r}")
+        else:
+            conflicts.append(f"{flag}={getattr(args, flag)!r} (the run has {recorded[flag]!r})")
+    if conflicts:
+        parser.error(f"{args.output_dir} holds a model trained with other settings: "
+                     + ", ".join(conflicts) + ". Leave those flags out to resume or evaluate "
+                     "it, or pass another --output_dir to train a new model.")
+    if adopted:
+        print(f"As recorded in {path}: " + ", ".join(adopted))
+    args.run_record = {flag: getattr(args, flag) for flag in flags}
     if (training_finished(args.output_dir) and not args.skip_training
             and not getattr(args, "continue_training", False)):
         print(f"{args.output_dir} holds a finished training run: evaluating it (pass another "
@@ -110,20 +125,49 @@ def check_run_record(parser, args, flags):
         args.skip_training = True
 
 
-def record_flags(args, flags):
-    """Writes `<output_dir>/config.json` with the values of `flags`, unless
-    the folder has a record already (a resumed run keeps the first one)."""
+def _read_record(parser, path):
+    """The record at `path` (a dict), None if there is none; a usage error
+    if it cannot be read."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            recorded = json.load(f)
+    except ValueError as error:
+        recorded = error
+    if not isinstance(recorded, dict):
+        reason = recorded if isinstance(recorded, ValueError) else f"a JSON {type(recorded).__name__}"
+        parser.error(f"{path} is not a readable record of the run ({reason}, not an object of "
+                     "flags): restore it, or pass another --output_dir.")
+    return recorded
+
+
+def _trained(output_dir):
+    """Whether any epoch of training ended in `output_dir` (a best model or a backup)."""
+    return any(os.path.exists(os.path.join(output_dir, name)) for name in ("model.keras", "backup"))
+
+
+def record_flags(args):
+    """Writes `args.run_record` (from `check_run_record`) to
+    `<output_dir>/config.json`, unless the folder has a record already (a
+    resumed run keeps the first one)."""
     path = os.path.join(args.output_dir, RECORD)
     if os.path.exists(path):
         return
     with open(path + ".tmp", "w") as f:
-        json.dump({flag: getattr(args, flag) for flag in flags}, f, indent=2)
+        json.dump(args.run_record, f, indent=2)
     os.replace(path + ".tmp", path)
 
 
 def training_finished(output_dir):
-    """Whether training in `output_dir` ran to its end (`mark_training_finished`)."""
-    return os.path.exists(os.path.join(output_dir, DONE_MARKER))
+    """Whether training in `output_dir` ran to its end: marked so
+    (`mark_training_finished`), or, for runs of versions that wrote no
+    mark, a `model.keras` with no backup left to resume from (Keras
+    removes the backup when `fit` ends)."""
+    if os.path.exists(os.path.join(output_dir, DONE_MARKER)):
+        return True
+    return (os.path.exists(os.path.join(output_dir, "model.keras"))
+            and not os.path.exists(os.path.join(output_dir, "backup")))
 
 
 def mark_training_finished(output_dir):
@@ -133,17 +177,63 @@ def mark_training_finished(output_dir):
         f.write("training finished; the same command evaluates and exports it again\n")
 
 
+def best_checkpoint(output_dir, monitor):
+    """The `ModelCheckpoint` that keeps a run's best epoch (lowest
+    `monitor`) in `<output_dir>/model.keras`, across interrupted, resumed
+    and continued runs: a new epoch must beat the best one in
+    `history.csv` (`best_logged`), where Keras' callback would start from
+    infinity and overwrite the best model with its first epoch; and the
+    file is written beside and renamed in, so a run stopped while saving
+    keeps the previous best whole.
+
+    Args:
+        output_dir: the run folder.
+        monitor: a logged metric to minimise, e.g. "val_loss".
+
+    Returns:
+        A `keras.callbacks.ModelCheckpoint` for `fit`.
+    """
+    return _AtomicModelCheckpoint(
+        os.path.join(output_dir, "model.keras"), monitor=monitor, mode="min",
+        save_best_only=True, initial_value_threshold=best_logged(output_dir, monitor),
+    )
+
+
+class _AtomicModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    def _save_model(self, epoch, batch, logs):
+        final = self.filepath
+        writing = final[: -len(".keras")] + ".writing.keras"
+        if os.path.exists(writing):
+            os.remove(writing)  # left by a run stopped while saving
+        self.filepath = writing
+        try:
+            super()._save_model(epoch, batch, logs)
+        finally:
+            self.filepath = final
+        if os.path.exists(writing):
+            os.replace(writing, final)
+
+
 def best_logged(output_dir, monitor):
-    """The lowest `monitor` value in `<output_dir>/history.csv`, or None:
-    the threshold that a resumed or continued run's
-    `ModelCheckpoint(save_best_only=True)` must beat to replace
-    `model.keras` (it would otherwise start from infinity and overwrite the
-    best model with its first epoch)."""
+    """The lowest `monitor` value in `<output_dir>/history.csv`, or None.
+
+    Raises:
+        ValueError: a value that is not a number, naming the file and row.
+    """
     path = os.path.join(output_dir, "history.csv")
     if not os.path.exists(path):
         return None
+    values = []
     with open(path) as f:
-        values = [float(row[monitor]) for row in csv.DictReader(f) if row.get(monitor)]
+        for number, row in enumerate(csv.DictReader(f), start=2):
+            if not row.get(monitor):
+                continue
+            try:
+                values.append(float(row[monitor]))
+            except ValueError:
+                raise ValueError(f"{path}, line {number}: {monitor} is {row[monitor]!r}, not a "
+                                 "number: fix or remove that line (it is the run's log of "
+                                 "epochs, written by Keras' CSVLogger).") from None
     return min(values) if values else None
 
 

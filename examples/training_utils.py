@@ -36,8 +36,9 @@ STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 
 # What a train.py prints on Ctrl-C (`quiet.run(main, interrupted=INTERRUPTED)`):
-# the backup keeps every finished epoch.
-INTERRUPTED = "Interrupted. Run the same command again to resume from the last finished epoch."
+# the backup keeps every finished epoch, and a finished run is evaluated again.
+INTERRUPTED = ("Interrupted. Run the same command again: it resumes training from the last "
+               "finished epoch, or evaluates and exports a run whose training had finished.")
 
 
 def add_strategy_arguments(parser):
@@ -220,38 +221,41 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
     `backup_dir`), and `restore` lets the caller restore before `fit` to learn
     the step to start the data at.
 
+    Keras writes the backup's files in place, so a run stopped while they
+    were written (Ctrl-C at an epoch end) left a truncated file that the
+    next run could not read. Here each file is written beside and renamed
+    over the previous one: whatever the moment of the stop, the backup is
+    whole (in the microseconds between two renames, the weights may be one
+    epoch ahead of the epoch count: that epoch is then trained again).
+
     Args:
         backup_dir: as in `keras.callbacks.BackupAndRestore`.
         **kwargs: passed on; keep the default `save_freq="epoch"` (see above).
     """
 
     def __init__(self, backup_dir, **kwargs):
-        # Keras' double checkpoint keeps the previous epoch's backup beside
-        # the last: a run killed while writing one (Ctrl-C at an epoch end)
-        # resumes from the other instead of failing on a half-written file.
-        kwargs.setdefault("double_checkpoint", True)
         super().__init__(backup_dir, **kwargs)
         self._seeds_path = os.path.join(backup_dir, "seed_generator_states.json")
 
     def restore(self, model):
-        """Loads the backup into `model` (compiled, built) if there is one,
-        the previous epoch's if the last one is damaged.
+        """Loads the backup into `model` (compiled, built) if there is one.
 
         Returns:
             int, `model.optimizer.iterations` after the restore: the number
             of global batches already trained on (0 for a fresh run).
 
         Raises:
-            ValueError: no backup there can be read, saying which folder to
-                delete to train from the start.
+            ValueError: the backup cannot be read (damaged by something
+                other than a stopped run), saying what to delete.
         """
         self.set_model(model)
         try:
-            self.on_train_begin()  # Keras' restore, with its fallback to the previous backup
+            self._load_model()
         except (OSError, ValueError) as error:
             raise ValueError(
                 f"The training backup in {self.backup_dir} cannot be read ({error}). Delete that "
-                "folder to train this run from the start, or pass another --output_dir."
+                "folder and the model.keras beside it to train this run from the start, or pass "
+                "another --output_dir."
             ) from error
         return int(model.optimizer.iterations.numpy())
 
@@ -273,24 +277,35 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
             variable.assign(np.asarray(value, variable.dtype))
 
     def _save_model(self):
-        super()._save_model()
-        saved = {
+        # Keras' own _save_model, each file written beside and renamed in.
+        os.makedirs(self.backup_dir, exist_ok=True)
+        writing = os.path.join(self.backup_dir, "writing.weights.h5")
+        self.model.save_weights(writing, overwrite=True)
+        os.replace(writing, self._weights_path)
+        _write_json(self._training_metadata_path,
+                    {"epoch": self._current_epoch, "batch": self._last_batch_seen})
+        _write_json(self._seeds_path, {
             "iterations": int(self.model.optimizer.iterations.numpy()),
             # In the order of `model.variables` (their paths are not unique).
             "states": [np.asarray(v.numpy()).tolist() for v in seed_generator_states(self.model)],
-        }
-        with open(self._seeds_path + ".tmp", "w") as f:
-            json.dump(saved, f)
-        os.replace(self._seeds_path + ".tmp", self._seeds_path)
+        })
 
 
-def positive(kind):
+def _write_json(path, value):
+    """Writes `path` whole or not at all (beside, then renamed over it)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f)
+    os.replace(path + ".tmp", path)
+
+
+def positive(kind, zero=False):
     """An argparse `type` that accepts numbers > 0 of `kind` (int or float)
     and refuses 0 and negatives with a message naming the value, so that a
     flag never reads 0 as "the default" or a negative budget as none.
 
     Args:
         kind: `int` or `float`, the conversion applied first.
+        zero: also accept 0 (for flags where 0 means "all" or "off").
 
     Returns:
         A callable for `parser.add_argument(..., type=positive(int))`.
@@ -300,16 +315,18 @@ def positive(kind):
     3
     """
 
+    expected = "a number >= 0" if zero else "a number > 0"
+
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number > 0, received {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a number > 0, received {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}") from None
+        if not (value >= 0 if zero else value > 0):
+            raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}")
         return value
 
-    parse.__name__ = f"positive {kind.__name__}"
+    parse.__name__ = f"{'non-negative' if zero else 'positive'} {kind.__name__}"
     return parse
 
 
@@ -371,7 +388,13 @@ class TimeBudget(keras.callbacks.Callback):
         spent = 0.0
         if self.path and os.path.exists(self.path):
             with open(self.path) as f:
-                spent = float(f.read() or 0)
+                text = f.read()
+            try:
+                spent = float(text or 0)
+            except ValueError:
+                raise ValueError(f"{self.path} should hold the seconds of training spent so far, "
+                                 f"not {text[:40]!r}: fix or delete it (deleted, the budget starts "
+                                 "anew).") from None
         self._process_start = time.time()
         self.start = self._process_start - spent
         if self.progress == 1:
@@ -397,8 +420,9 @@ class TimeBudget(keras.callbacks.Callback):
         if self.steps and elapsed + self._seconds_per_step() > self.seconds:
             self.model.stop_training = True
         if self.path:
-            with open(self.path, "w") as f:
+            with open(self.path + ".tmp", "w") as f:
                 f.write(str(time.time() - self.start))
+            os.replace(self.path + ".tmp", self.path)
         if self._bar is not None and logs:
             shown = " - ".join(
                 f"{k}: {float(v):.4g}" for k, v in logs.items() if k.startswith("val_")

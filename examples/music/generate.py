@@ -99,7 +99,9 @@ def make_primers(args):
             pieces = music_data.load_jsb(args.config.get("data_dir"), "valid")
         else:
             pieces = music_data.load_performances(
-                args.config["midi_dir"], args.config.get("cache_dir"))["valid"]
+                # None in config.json: train.py's defaults.
+                args.config.get("midi_dir") or music_data.default_midi_dir(),
+                args.config.get("cache_dir") or music_data.DEFAULT_CACHE_DIR)["valid"]
         rows = [pieces[i % len(pieces)][: args.primer_length] for i in range(args.num_samples)]
     else:
         if args.task != "performance":

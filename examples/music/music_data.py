@@ -55,6 +55,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 SHIPPED_DATA_DIR = os.path.join(HERE, "data")
 SHIPPED_MIDI_DIR = os.path.join(SHIPPED_DATA_DIR, "pop909")
 DATA_ENV_VAR = "KERAS_ATTN_DATA"
+DEFAULT_CACHE_DIR = os.path.join("runs", "music_cache")  # encoded MIDI events (train.py --cache_dir)
 TASKS = ("jsb", "performance")
 VALIDATION_BUCKETS = 10  # 1 file in 10 goes to validation
 

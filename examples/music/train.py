@@ -57,12 +57,12 @@ from keras_attn.metrics import MaskedSparseCategoricalAccuracy  # noqa: E402
 from keras_attn.models import music_transformer  # noqa: E402
 from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
 
-# What config.json records: the flags that build, feed and train the model
+# What config.json records: the flags that build, feed, train and validate the model
 # (run_folder.check_run_record; generate.py reads the task and data ones).
 RECORDED_FLAGS = (
     "task", "attention", "data_dir", "midi_dir", "cache_dir", "sequence_length", "batch_size",
     "steps_per_epoch", "num_layers", "hidden_dim", "num_heads", "intermediate_dim", "dropout",
-    "max_relative_position", "warmup_steps", "learning_rate_scale", "seed",
+    "max_relative_position", "warmup_steps", "learning_rate_scale", "seed", "max_eval_windows",
 )
 
 
@@ -127,7 +127,7 @@ def parse_args(argv=None):
     args.output_dir = args.output_dir or os.path.join("runs", f"music_{args.task}_{args.attention}")
     run_folder.check_run_record(parser, args, RECORDED_FLAGS)
     run_folder.check_run_folders(parser, args, loads_model=args.skip_training)
-    args.cache_dir = args.cache_dir or os.path.join("runs", "music_cache")
+    args.cache_dir = args.cache_dir or music_data.DEFAULT_CACHE_DIR
     args.max_relative_position = args.max_relative_position or args.sequence_length
     args.export_max_length = args.export_max_length or 2 * args.sequence_length
     if args.task == "performance":
@@ -175,7 +175,7 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
     import tensorflow as tf
 
     strategy = strategy or tf.distribute.get_strategy()
-    run_folder.record_flags(args, RECORDED_FLAGS)
+    run_folder.record_flags(args)
     with strategy.scope():
         model = build_model(args)
     backup = training_utils.ExactBackupAndRestore(os.path.join(args.output_dir, "backup"))
@@ -205,11 +205,7 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
         training_utils.ExamplesSeen(1, key="training_steps"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
-        keras.callbacks.ModelCheckpoint(
-            os.path.join(args.output_dir, "model.keras"), monitor="val_loss", save_best_only=True,
-            # A resumed run keeps the best model of the interrupted one.
-            initial_value_threshold=run_folder.best_logged(args.output_dir, "val_loss"),
-        ),
+        run_folder.best_checkpoint(args.output_dir, "val_loss"),  # model.keras: the best epoch so far
     ]
     budget, verbose = training_utils.time_budget(
         args, os.path.join(args.output_dir, "train_seconds.txt")

@@ -69,7 +69,7 @@ DEFAULT_DATA = os.path.join(HERE, "data", "cifar10_sample.npz")
 MODES = ("super_resolution", "class_conditional", "unconditional")
 
 
-# What config.json records: the flags that build, feed and train the model
+# What config.json records: the flags that build, feed, train and validate the model
 # (run_folder.check_run_record); sampling and evaluation flags may change.
 RECORDED_FLAGS = (
     "mode", "data", "image_dir", "validation_fraction", "split_seed", "batch_size",
@@ -77,7 +77,7 @@ RECORDED_FLAGS = (
     "intermediate_dim", "block_size", "memory_flange", "dropout", "position", "align_positions",
     "low_resolution_embedding", "low_resolution_logit_bias", "low_resolution_prior_scale",
     "consistency", "channel_residual", "left_residual", "channel_consistency", "max_correction",
-    "warmup_steps", "learning_rate_scale", "seed",
+    "warmup_steps", "learning_rate_scale", "seed", "monitor_images",
 )
 
 
@@ -156,7 +156,7 @@ def parse_args(argv=None):
                              "(peak = scale / sqrt(hidden_dim * warmup_steps))")
     parser.add_argument("--monitor_images", type=training_utils.positive(int), default=64,
                         help="validation images scored at the end of each epoch")
-    parser.add_argument("--eval_images", type=int, default=500,
+    parser.add_argument("--eval_images", type=training_utils.positive(int, zero=True), default=500,
                         help="validation images for the final bits/dim (0 = all)")
     parser.add_argument("--num_samples", type=training_utils.positive(int), default=32,
                         help="validation images to super-resolve and score (the grid shows 8 "
@@ -297,17 +297,28 @@ def train(args, data, strategy=None, callbacks=()):
 
     strategy = strategy or tf.distribute.get_strategy()
     train_images, train_labels, validation_images, validation_labels = data
-    run_folder.record_flags(args, RECORDED_FLAGS)
+    run_folder.record_flags(args)
     seconds_path = os.path.join(args.output_dir, "train_seconds.txt")
-    if (args.continue_training and os.path.exists(seconds_path)
-            and not os.path.exists(os.path.join(args.output_dir, "backup"))):
-        os.remove(seconds_path)  # continuing a finished run: a new budget
-    initial_epoch = 0
+    # A continued run's last epoch is fixed when it starts, so that resuming
+    # it (the backup holds its epochs) does not move the end.
+    last_epoch_path = os.path.join(args.output_dir, "continue_to_epoch.txt")
+    resuming = os.path.exists(os.path.join(args.output_dir, "backup"))
+    initial_epoch, last_epoch = 0, args.epochs
     with strategy.scope():
         if args.continue_training:
             model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
             initial_epoch = epochs_logged(args)
-            print(f"Continuing {os.path.join(args.output_dir, 'model.keras')} from epoch {initial_epoch}")
+            if resuming and os.path.exists(last_epoch_path):
+                with open(last_epoch_path) as f:
+                    last_epoch = int(f.read())
+            else:
+                last_epoch = initial_epoch + args.epochs
+                with open(last_epoch_path, "w") as f:
+                    f.write(str(last_epoch))
+                if os.path.exists(seconds_path):
+                    os.remove(seconds_path)  # continuing a finished run: a new budget
+            print(f"Continuing {os.path.join(args.output_dir, 'model.keras')} from epoch "
+                  f"{initial_epoch} to epoch {last_epoch}")
         else:
             model = build_model(args)
     backup = training_utils.ExactBackupAndRestore(os.path.join(args.output_dir, "backup"))
@@ -332,12 +343,7 @@ def train(args, data, strategy=None, callbacks=()):
         training_utils.ExamplesSeen(args.batch_size, key="images_seen"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
-        keras.callbacks.ModelCheckpoint(
-            os.path.join(args.output_dir, "model.keras"), monitor="val_bits_per_dim",
-            mode="min", save_best_only=True,
-            # A resumed or continued run keeps the best model so far.
-            initial_value_threshold=run_folder.best_logged(args.output_dir, "val_bits_per_dim"),
-        ),
+        run_folder.best_checkpoint(args.output_dir, "val_bits_per_dim"),  # model.keras: the best epoch so far
     ]
     # The budget counts the time of interrupted runs too (a continued run's anew).
     budget, verbose = training_utils.time_budget(args, seconds_path)
@@ -345,7 +351,7 @@ def train(args, data, strategy=None, callbacks=()):
     start = time.time()
     training_utils.fit(
         model, strategy, train_data, validation_data=monitor_data,
-        epochs=initial_epoch + args.epochs, initial_epoch=initial_epoch, steps_per_epoch=args.steps_per_epoch,
+        epochs=last_epoch, initial_epoch=initial_epoch, steps_per_epoch=args.steps_per_epoch,
         callbacks=callbacks, verbose=verbose,
     )
     minutes = (time.time() - start) / 60

@@ -50,12 +50,12 @@ from keras_attn.models import translation_transformer  # noqa: E402
 from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
 
 
-# What config.json records: the flags that build, feed and train the model and
-# its vocabulary (run_folder.check_run_record).
+# What config.json records: the flags that build, feed, train and validate the
+# model and its vocabulary (run_folder.check_run_record).
 RECORDED_FLAGS = (
     "source", "target", "data_dir", "train_size", "vocabulary_size", "num_layers", "hidden_dim",
     "num_heads", "intermediate_dim", "dropout", "normalize_first", "tokens_per_batch", "max_length",
-    "warmup_steps", "learning_rate_scale", "label_smoothing", "seed",
+    "warmup_steps", "learning_rate_scale", "label_smoothing", "seed", "val_size",
 )
 
 # The README's first command: a configuration made for five minutes of two
@@ -135,7 +135,7 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
         parser.error("--source and --target must differ")
     run_name = "translation_demo" if args.demo else f"translation_{args.source}_{args.target}"
     args.output_dir = args.output_dir or os.path.join("runs", run_name)
-    run_folder.check_run_record(parser, args, RECORDED_FLAGS)
+    run_folder.check_run_record(parser, args, RECORDED_FLAGS, made_before_training=("tokenizer.model",))
     run_folder.check_run_folders(parser, args, loads_model=args.skip_training)
     return args
 
@@ -147,7 +147,7 @@ def load_or_train_tokenizer(args, train_source, train_target):
     if os.path.exists(path):
         print(f"Reusing the vocabulary in {path}")
         return SubwordTokenizer.from_file(path)
-    run_folder.record_flags(args, RECORDED_FLAGS)  # the vocabulary is the run's first output
+    run_folder.record_flags(args)  # the vocabulary is the run's first output
     start = time.time()
     tokenizer = SubwordTokenizer.train(
         list(train_source) + list(train_target), vocabulary_size=args.vocabulary_size, seed=args.seed
@@ -208,7 +208,7 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
             shuffle=shuffle, seed=seed,
         )
 
-    run_folder.record_flags(args, RECORDED_FLAGS)
+    run_folder.record_flags(args)
     counts = [int(np.count_nonzero(t)) for _, t in dataset(train_pairs, False)]
     target_tokens = sum(counts)
     with strategy.scope():
@@ -239,11 +239,7 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
         training_utils.TokenThroughput(target_tokens / len(counts), "target_tokens_per_second"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
-        keras.callbacks.ModelCheckpoint(
-            os.path.join(args.output_dir, "model.keras"), monitor="val_loss", save_best_only=True,
-            # A resumed run keeps the best model of the interrupted one.
-            initial_value_threshold=run_folder.best_logged(args.output_dir, "val_loss"),
-        ),
+        run_folder.best_checkpoint(args.output_dir, "val_loss"),  # model.keras: the best epoch so far
     ]
     budget, verbose = training_utils.time_budget(  # counts the time of interrupted runs too
         args, os.path.join(args.output_dir, "train_seconds.txt")

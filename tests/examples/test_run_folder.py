@@ -45,16 +45,18 @@ def test_a_left_out_flag_takes_the_recorded_value_and_a_contradicting_one_is_ref
     module, parser, args = _record_args(tmp_path, ["--hidden_dim", "32", "--minutes", "5"])
     module.check_run_record(parser, args, FLAGS)  # a new folder: nothing recorded yet
     os.makedirs(args.output_dir)
-    module.record_flags(args, FLAGS)
+    module.record_flags(args)
     with open(tmp_path / "run" / "config.json") as f:
         assert json.load(f) == {"hidden_dim": 32, "position": "sinusoidal"}
+    (tmp_path / "run" / "backup").mkdir()  # an epoch ended: the run is interrupted, not new
 
     # The same folder, --hidden_dim left out, --minutes (not recorded) changed.
     module, parser, args = _record_args(tmp_path, ["--minutes", "9"])
     module.check_run_record(parser, args, FLAGS)
     assert (args.hidden_dim, args.position, args.minutes) == (32, "sinusoidal", 9.0)
     assert "config.json: hidden_dim=32" in capsys.readouterr().out
-    module.record_flags(args, FLAGS)  # the first record stays
+    assert not args.skip_training  # it resumes
+    module.record_flags(args)  # the first record stays
     with open(tmp_path / "run" / "config.json") as f:
         assert json.load(f)["hidden_dim"] == 32
 
@@ -66,6 +68,55 @@ def test_a_left_out_flag_takes_the_recorded_value_and_a_contradicting_one_is_ref
     assert "holds a model trained with other settings: hidden_dim=128 (the run has 32), " \
            "position='learned' (the run has 'sinusoidal')" in err
     assert "pass another --output_dir" in err
+
+
+def test_a_command_that_trained_nothing_gives_way_to_the_next(tmp_path, capsys):
+    # A first command that failed before its first epoch (a --num_heads that
+    # does not divide --hidden_dim) recorded its flags, and the corrected
+    # command was refused, or took the failing value again when it left the
+    # flag out.
+    module, parser, args = _record_args(tmp_path, ["--hidden_dim", "30"])
+    module.check_run_record(parser, args, FLAGS)
+    os.makedirs(args.output_dir)
+    module.record_flags(args)
+    (tmp_path / "run" / "tokenizer.model").write_text("made for hidden_dim 30")
+    # The same failing command again: nothing to start over.
+    module, parser, args = _record_args(tmp_path, ["--hidden_dim", "30"])
+    module.check_run_record(parser, args, FLAGS, made_before_training=("tokenizer.model",))
+    assert "starting over" not in capsys.readouterr().out
+    assert (tmp_path / "run" / "tokenizer.model").exists()
+    # The flag left out: the default, not the failing value.
+    module, parser, args = _record_args(tmp_path, [])
+    module.check_run_record(parser, args, FLAGS, made_before_training=("tokenizer.model",))
+    assert args.hidden_dim == 64
+    assert "stopped before its first epoch ended: starting over" in capsys.readouterr().out
+    assert not (tmp_path / "run" / "tokenizer.model").exists()
+    assert not (tmp_path / "run" / "config.json").exists()
+    # Another value: taken, recorded, and once an epoch has ended, binding.
+    module, parser, args = _record_args(tmp_path, ["--hidden_dim", "32"])
+    module.check_run_record(parser, args, FLAGS)
+    module.record_flags(args)
+    (tmp_path / "run" / "backup").mkdir()
+    module, parser, args = _record_args(tmp_path, [])
+    module.check_run_record(parser, args, FLAGS)
+    assert args.hidden_dim == 32
+
+
+def test_derived_defaults_are_recorded_as_given(tmp_path, capsys):
+    # A script that fills a default from other flags after the check (music's
+    # max_relative_position = sequence_length) records the flag as given, so
+    # the same command does not announce it as taken from the record.
+    module, parser, args = _record_args(tmp_path)
+    parser.set_defaults(position=None)
+    args = parser.parse_args([])
+    module.check_run_record(parser, args, FLAGS)
+    args.position = "derived"
+    os.makedirs(args.output_dir)
+    module.record_flags(args)
+    (tmp_path / "run" / "backup").mkdir()
+    args = parser.parse_args([])
+    module.check_run_record(parser, args, FLAGS)
+    assert args.position is None and "As recorded" not in capsys.readouterr().out
 
 
 def test_a_finished_run_is_evaluated_not_trained_again(tmp_path, capsys):
@@ -84,13 +135,30 @@ def test_a_finished_run_is_evaluated_not_trained_again(tmp_path, capsys):
     assert not args.skip_training
 
 
-def test_a_damaged_record_is_reported(tmp_path, capsys):
+def test_a_run_finished_by_an_older_version_is_recognised(tmp_path):
+    # Older versions wrote no mark and no record: their finished runs were
+    # trained again from scratch over model.keras.
+    module = _run_folder()
+    run = tmp_path / "run"
+    run.mkdir()
+    assert not module.training_finished(str(run))
+    (run / "model.keras").write_text("")
+    (run / "backup").mkdir()
+    assert not module.training_finished(str(run))  # interrupted: resume
+    (run / "backup").rmdir()
+    assert module.training_finished(str(run))  # Keras removes the backup when fit ends
+
+
+@pytest.mark.parametrize("text, reason", [('{"hidden_dim": 3', "Expecting"), ("null", "a JSON NoneType"),
+                                          ("[1, 2]", "a JSON list")])
+def test_a_damaged_record_is_reported(tmp_path, capsys, text, reason):
     module, parser, args = _record_args(tmp_path)
     os.makedirs(args.output_dir)
-    (tmp_path / "run" / "config.json").write_text('{"hidden_dim": 3')
+    (tmp_path / "run" / "config.json").write_text(text)
     with pytest.raises(SystemExit):
         module.check_run_record(parser, args, FLAGS)
-    assert "config.json is not a readable record of the run" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "config.json is not a readable record of the run (" + reason in err
 
 
 def test_best_logged_is_the_lowest_value_in_history(tmp_path):
@@ -99,6 +167,36 @@ def test_best_logged_is_the_lowest_value_in_history(tmp_path):
     (tmp_path / "history.csv").write_text("epoch,loss,val_loss\n0,2.0,0.5\n1,1.5,0.25\n2,1.2,0.4\n3,1.1,\n")
     assert module.best_logged(str(tmp_path), "val_loss") == 0.25
     assert module.best_logged(str(tmp_path), "val_bits_per_dim") is None
+    (tmp_path / "history.csv").write_text("epoch,loss,val_loss\n0,2.0,0.5\n1,1.5,nan-ish\n")
+    with pytest.raises(ValueError, match=r"history.csv, line 3: val_loss is 'nan-ish', not a number"):
+        module.best_logged(str(tmp_path), "val_loss")
+
+
+def test_the_best_checkpoint_survives_a_stop_while_saving_and_a_resumed_run(tmp_path, monkeypatch):
+    import keras
+    import numpy as np
+
+    module = _run_folder()
+    (tmp_path / "history.csv").write_text("epoch,loss,val_loss\n0,2.0,0.5\n")
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    checkpoint = module.best_checkpoint(str(tmp_path), "val_loss")
+    checkpoint.set_model(model)
+    checkpoint.on_epoch_end(1, {"val_loss": 0.7})  # worse than the interrupted run's best
+    assert not (tmp_path / "model.keras").exists()
+    checkpoint.on_epoch_end(2, {"val_loss": 0.4})
+    best = keras.saving.load_model(tmp_path / "model.keras").get_weights()
+
+    def stopped_while_saving(path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt
+
+    model.set_weights([w + 1 for w in model.get_weights()])
+    monkeypatch.setattr(model, "save", stopped_while_saving)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.on_epoch_end(3, {"val_loss": 0.3})
+    for got, expected in zip(keras.saving.load_model(tmp_path / "model.keras").get_weights(), best):
+        np.testing.assert_array_equal(got, expected)
 
 
 def _train_module(example):

@@ -162,6 +162,16 @@ def test_positive_refuses_zero_negatives_and_non_numbers(kind, text):
         _training_utils().positive(kind)(text)
 
 
+def test_positive_with_zero_accepts_zero_only_in_addition():
+    # --eval_images (0 = all) took -5 and scored 95 images while reporting -5.
+    import argparse
+
+    count = _training_utils().positive(int, zero=True)
+    assert (count("0"), count("7")) == (0, 7)
+    with pytest.raises(argparse.ArgumentTypeError, match="expected a number >= 0, received '-5'"):
+        count("-5")
+
+
 def test_training_scripts_refuse_a_zero_budget_before_any_work(tmp_path):
     import subprocess
     import sys
@@ -204,9 +214,10 @@ def _fitted_model(seed):
     return model
 
 
-def test_a_backup_damaged_while_written_falls_back_to_the_previous_epoch(tmp_path):
-    # Ctrl-C while the epoch-end backup was being written left a truncated
-    # latest.weights.h5, and the next run failed on "bad object header".
+def test_a_run_stopped_while_its_backup_is_written_resumes_from_the_previous_one(tmp_path, monkeypatch):
+    # Ctrl-C while Keras wrote the epoch-end backup in place left a truncated
+    # latest.weights.h5 (or an empty training_metadata.json), and the next
+    # run failed on "bad object header version number".
     module = _training_utils()
     model = _fitted_model(0)
     backup = module.ExactBackupAndRestore(str(tmp_path / "backup"))
@@ -214,17 +225,37 @@ def test_a_backup_damaged_while_written_falls_back_to_the_previous_epoch(tmp_pat
     backup.on_epoch_end(0)
     first = [w.copy() for w in model.get_weights()]
     model.fit(np.ones((4, 3)), np.zeros((4, 2)), epochs=1, batch_size=2, verbose=0)
-    backup.on_epoch_end(1)
-    weights_path = tmp_path / "backup" / "latest.weights.h5"
-    weights_path.write_bytes(weights_path.read_bytes()[:200])  # killed mid-write
+
+    def stopped_while_writing(path, *args, **kwargs):
+        with open(path, "wb") as f:
+            f.write(b"\x89HDF\r\n\x1a\n half a file")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(model, "save_weights", stopped_while_writing)
+    with pytest.raises(KeyboardInterrupt):
+        backup.on_epoch_end(1)
 
     fresh = _fitted_model(1)
-    assert module.ExactBackupAndRestore(str(tmp_path / "backup")).restore(fresh) == 2
+    resumed = module.ExactBackupAndRestore(str(tmp_path / "backup"))
+    assert resumed.restore(fresh) == 2  # epoch 0's two steps
+    assert fresh._initial_epoch == 1
     for got, expected in zip(fresh.get_weights(), first):
         np.testing.assert_array_equal(got, expected)
 
-    # With no earlier backup to fall back on, the error names the folder to delete.
+    # Damaged by something else, the error names what to delete.
+    weights_path = tmp_path / "backup" / "latest.weights.h5"
     weights_path.write_bytes(weights_path.read_bytes()[:200])
-    os.remove(tmp_path / "backup" / "latest.weights.h5.bkp")
-    with pytest.raises(ValueError, match=r"backup in .*backup cannot be read .* Delete that folder"):
+    with pytest.raises(ValueError, match=r"backup in .*backup cannot be read .* Delete that folder "
+                                         r"and the model.keras beside it"):
         module.ExactBackupAndRestore(str(tmp_path / "backup")).restore(_fitted_model(2))
+
+
+def test_a_damaged_budget_file_is_named(tmp_path):
+    module = _training_utils()
+    path = tmp_path / "train_seconds.txt"
+    path.write_text("garbage\n")
+    budget = module.TimeBudget(1.0, str(path))
+    budget.set_model(_Model())
+    with pytest.raises(ValueError, match=r"train_seconds.txt should hold the seconds of training "
+                                         r"spent so far, not 'garbage\\n': fix or delete it"):
+        budget.on_train_begin()
