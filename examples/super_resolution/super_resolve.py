@@ -8,7 +8,7 @@ Each picture is converted to RGB, centre-cropped and resized to 32x32
 the 8x8 input the model takes; the SavedModel (the highest version folder
 under the given base folder, as TF Serving picks it) samples the 32x32
 image in its graph. Saves one PNG per picture (input | bicubic | sample |
-the 32x32 picture) and prints PSNR/SSIM of sample and bicubic against it.
+the 32x32 picture, each column named above it) and prints PSNR/SSIM of sample and bicubic against it.
 """
 
 import argparse
@@ -24,6 +24,22 @@ import tensorflow as tf  # noqa: E402
 import served  # noqa: E402  (the newest version, as TF Serving loads it)
 
 from keras_attn.preprocessing import images  # noqa: E402
+
+
+COLUMNS = ("input (8x8)", "bicubic", "sample", "your picture")
+
+
+def labelled(strip):
+    """`strip` (the four 128-pixel columns of COLUMNS) under a row of their names."""
+    from PIL import Image, ImageDraw
+
+    page = Image.new("RGB", (strip.width, strip.height + 18), "white")
+    page.paste(strip, (0, 18))
+    draw = ImageDraw.Draw(page)
+    width = strip.width // len(COLUMNS)
+    for i, name in enumerate(COLUMNS):
+        draw.text((i * width + 4, 3), name, fill="black")
+    return page
 
 
 def main(argv=None):
@@ -72,7 +88,8 @@ def main(argv=None):
         if stems.count(stem) > 1:  # x.png and x.jpg: keep both
             stem = name.replace(".", "_")
         out = os.path.join(args.output_dir, stem + "_super_resolved.png")
-        Image.fromarray(strip).resize((strip.shape[1] * 4, strip.shape[0] * 4), Image.Resampling.NEAREST).save(out)
+        labelled(Image.fromarray(strip).resize((strip.shape[1] * 4, strip.shape[0] * 4),
+                                               Image.Resampling.NEAREST)).save(out)
         psnr = [float(tf.image.psnr(x, original, 255)) for x in (sample, cubic)]
         ssim = [float(tf.image.ssim(tf.constant(x), tf.constant(original), 255)) for x in (sample, cubic)]
         print(f"{name}: sample PSNR {psnr[0]:.2f} dB SSIM {ssim[0]:.3f} | "

@@ -424,7 +424,7 @@ def main(argv=None):
         metrics["export_path"] = path
     with open(os.path.join(args.output_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
-    print(json.dumps(metrics, indent=2))
+    print(f"All figures: {os.path.join(args.output_dir, 'metrics.json')}")
 
 
 if __name__ == "__main__":
