@@ -13,6 +13,7 @@ where pytest captures its output.
 import importlib.util
 import os
 import sys
+import warnings
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # also for the tests' subprocesses
@@ -24,6 +25,8 @@ if _TENSORFLOW and not _VERBOSE and "tensorflow" not in sys.modules:
         "_keras_attn_quiet", os.path.join(os.path.dirname(__file__), "examples", "quiet.py")
     )
     _quiet = importlib.util.module_from_spec(_spec)
+    _formatwarning = warnings.formatwarning
     _spec.loader.exec_module(_quiet)  # imports tensorflow itself when it may
+    warnings.formatwarning = _formatwarning  # the scripts' one-line warnings stay out of pytest's
     if "tensorflow" not in sys.modules:  # a worker: the level is inherited
         _quiet.import_tensorflow_silently()

@@ -13,6 +13,7 @@ a new test there is never run on JAX by mistake.
 """
 
 import os
+import warnings
 
 import keras
 import pytest
@@ -52,8 +53,13 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _reset_dtype_policy_and_seed():
     """Each test starts from float32 and the same seed: runs are repeatable
-    and a test that switches to mixed precision cannot leak it to others."""
+    and a test that switches to mixed precision (or loads an example script,
+    which sets the scripts' warning format) cannot leak it to others."""
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(1234)
+    formatwarning = warnings.formatwarning
     yield
     keras.config.set_dtype_policy("float32")
+    # A test that loads an example script (examples/quiet.py) must not give
+    # pytest's warning summary the scripts' one-line format.
+    warnings.formatwarning = formatwarning
