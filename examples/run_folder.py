@@ -2,7 +2,7 @@
 second command on the same folder treats it: checked before any work.
 
 A run folder is one model. Its `config.json` records the flags that built
-and trained it (the first command's, written when training starts, never
+and trained it (written when training starts; once an epoch has ended, never
 rewritten); `training_done.txt` marks a run whose training finished;
 `history.csv` (Keras' CSVLogger) the metrics of every epoch; `model.keras`
 the best epoch; `export/<version>/` its SavedModels. So:
