@@ -103,3 +103,26 @@ def test_killed_run_resumes_to_the_uninterrupted_result(example, tmp_path):
     assert len(pairs) > 4
     max_difference = max(float(np.max(np.abs(a - b))) for a, b in pairs)
     assert max_difference < 1e-5, max_difference
+
+
+@pytest.mark.slow
+def test_killed_continue_training_resumes_to_the_epochs_it_asked_for(tmp_path):
+    # Resuming an interrupted --continue_training counted its target from
+    # history.csv, which by then held the continued epochs too: each resume
+    # trained one more epoch than asked for.
+    common = TINY["super_resolution"] + ["--output_dir", str(tmp_path / "run")]
+    more = ["--continue_training", "--epochs", "2"]  # epochs 3 and 4, steps 13 to 20
+    run_driver({"example": "super_resolution", "runs": [
+        {"argv": common, "result": str(tmp_path / "first.npz")},
+        {"argv": common + more, "result": str(tmp_path / "never_written.npz"),
+         "kill_at_step": EPOCHS * STEPS_PER_EPOCH + STEPS_PER_EPOCH + 2},  # in epoch 4
+    ]}, tmp_path / "first.json", expect_killed=True)
+    run_driver({"example": "super_resolution", "runs": [
+        {"argv": common + more, "result": str(tmp_path / "resumed.npz")},
+    ]}, tmp_path / "resume.json")
+    resumed = np.load(tmp_path / "resumed.npz")
+    assert int(resumed["start_iterations"]) == (EPOCHS + 1) * STEPS_PER_EPOCH
+    assert list(resumed["epochs"]) == [EPOCHS + 1]
+    assert int(resumed["iterations"]) == (EPOCHS + 2) * STEPS_PER_EPOCH
+    with open(tmp_path / "run" / "history.csv") as f:
+        assert [row.split(",")[0] for row in f.read().split()[1:]] == ["0", "1", "2", "3", "4"]
