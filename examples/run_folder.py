@@ -154,9 +154,7 @@ def record_flags(args):
     path = os.path.join(args.output_dir, RECORD)
     if os.path.exists(path):
         return
-    with open(path + ".tmp", "w") as f:
-        json.dump(args.run_record, f, indent=2)
-    os.replace(path + ".tmp", path)
+    training_utils.write_whole(path, json.dumps(args.run_record, indent=2))
 
 
 def training_finished(output_dir):

@@ -282,19 +282,20 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         writing = os.path.join(self.backup_dir, "writing.weights.h5")
         self.model.save_weights(writing, overwrite=True)
         os.replace(writing, self._weights_path)
-        _write_json(self._training_metadata_path,
-                    {"epoch": self._current_epoch, "batch": self._last_batch_seen})
-        _write_json(self._seeds_path, {
+        write_whole(self._training_metadata_path,
+                    json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen}))
+        write_whole(self._seeds_path, json.dumps({
             "iterations": int(self.model.optimizer.iterations.numpy()),
             # In the order of `model.variables` (their paths are not unique).
             "states": [np.asarray(v.numpy()).tolist() for v in seed_generator_states(self.model)],
-        })
+        }))
 
 
-def _write_json(path, value):
-    """Writes `path` whole or not at all (beside, then renamed over it)."""
+def write_whole(path, text):
+    """Writes `text` to `path` whole or not at all: beside it, then renamed
+    over it, so a run stopped mid-write leaves the previous file."""
     with open(path + ".tmp", "w") as f:
-        json.dump(value, f)
+        f.write(text)
     os.replace(path + ".tmp", path)
 
 
@@ -420,9 +421,7 @@ class TimeBudget(keras.callbacks.Callback):
         if self.steps and elapsed + self._seconds_per_step() > self.seconds:
             self.model.stop_training = True
         if self.path:
-            with open(self.path + ".tmp", "w") as f:
-                f.write(str(time.time() - self.start))
-            os.replace(self.path + ".tmp", self.path)
+            write_whole(self.path, str(time.time() - self.start))
         if self._bar is not None and logs:
             shown = " - ".join(
                 f"{k}: {float(v):.4g}" for k, v in logs.items() if k.startswith("val_")

@@ -388,16 +388,14 @@ def load_image(path, size=32):
 
     with Image.open(path) as image:
         image = ImageOps.exif_transpose(image)
-        if image.mode.startswith("I"):
-            # 16-bit grayscale (Pillow's "I;16" / "I"): scale 0-65535 to
-            # 0-255; convert("RGB") would clip, turning the picture white.
-            levels = np.asarray(image, np.float64) / 257.0
-            image = Image.fromarray(np.clip(np.rint(levels), 0, 255).astype(np.uint8), "L")
-        elif image.mode == "F":
-            # Float grayscale (TIFF): convert("RGB") would truncate 0-1
-            # values to 0, turning the picture black.
+        if image.mode.startswith("I") or image.mode == "F":
+            # convert("RGB") would clip 16-bit grayscale (Pillow's "I;16" /
+            # "I", 0-65535) to white and truncate float grayscale on 0-1
+            # to black: scale them to 0-255 first.
             levels = np.nan_to_num(np.asarray(image, np.float64))
-            if levels.max(initial=0.0) <= 1.0:
+            if image.mode != "F":
+                levels = levels / 257.0
+            elif levels.max(initial=0.0) <= 1.0:
                 levels = levels * 255.0
             image = Image.fromarray(np.clip(np.rint(levels), 0, 255).astype(np.uint8), "L")
         image = image.convert("RGB")
