@@ -2,20 +2,16 @@
 usage error before drawing (a truncated nll.json and an --output in a
 missing folder ended in tracebacks), and tables the runs it can."""
 
-import importlib.util
 import json
 import os
 
 import pytest
 
-PATH = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "music", "compare.py")
+from tests.examples.scripts import load_script
 
 
 def _compare():
-    spec = importlib.util.spec_from_file_location("compare_under_test", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("music/compare.py")
 
 
 def _run_dir(path, nll_text):

@@ -3,13 +3,13 @@ one line and status 1 (a traceback only with --verbose), Ctrl-C with a line
 and a SIGINT death; and the scripts leave no run folder behind when they
 stop on such a mistake."""
 
-import importlib.util
 import os
 import subprocess
 import sys
-import warnings
 
 import pytest
+
+from tests.examples.scripts import load_script
 
 pytest.importorskip("tensorflow")  # quiet.py imports it at start-up
 pytestmark = pytest.mark.requires_tensorflow
@@ -18,12 +18,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
 def _quiet():
-    spec = importlib.util.spec_from_file_location("quiet_under_test", os.path.join(ROOT, "examples", "quiet.py"))
-    module = importlib.util.module_from_spec(spec)
-    formatwarning = warnings.formatwarning
-    spec.loader.exec_module(module)
-    warnings.formatwarning = formatwarning  # the scripts' one-line format stays out of pytest's
-    return module
+    return load_script("quiet.py")
 
 
 def _raising(error):

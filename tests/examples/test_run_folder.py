@@ -5,12 +5,13 @@ resumed run keeps the best epoch so far; `check_run_folders` refuses,
 before any work, what a run could only fail on later."""
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
 
 import pytest
+
+from tests.examples.scripts import load_script
 
 pytest.importorskip("tensorflow")  # the examples' helpers import it
 pytestmark = pytest.mark.requires_tensorflow
@@ -200,11 +201,7 @@ def test_the_best_checkpoint_survives_a_stop_while_saving_and_a_resumed_run(tmp_
 
 
 def _train_module(example):
-    path = os.path.join(EXAMPLES, example, "train.py")
-    spec = importlib.util.spec_from_file_location(f"{example}_train_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"{example}/train.py")
 
 
 @pytest.mark.parametrize("example, flag, recorded, other", [

@@ -4,7 +4,6 @@ starts no epoch that would run a single step past it, prints what each
 `ExamplesSeen` counts the optimizer steps that ran; flags are refused
 before any work when a run could only fail on them later."""
 
-import importlib.util
 import os
 import re
 
@@ -14,14 +13,11 @@ import pytest
 pytest.importorskip("tensorflow")  # the examples' helpers import it
 pytestmark = pytest.mark.requires_tensorflow
 
-_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "training_utils.py")
+from tests.examples.scripts import load_script
 
 
 def _training_utils():
-    spec = importlib.util.spec_from_file_location("training_utils_under_test", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("training_utils.py")
 
 
 class _Clock:
