@@ -89,19 +89,23 @@ def parse_args(argv=None):
     return args
 
 
+def validation_pieces(args):
+    """The validation pieces of the run's data, as token arrays ending with END."""
+    if args.task == "jsb":
+        return music_data.load_jsb(args.config.get("data_dir"), "valid")
+    return music_data.load_performances(
+        # None in config.json: train.py's defaults.
+        args.config.get("midi_dir") or music_data.default_midi_dir(),
+        args.config.get("cache_dir") or music_data.DEFAULT_CACHE_DIR)["valid"]
+
+
 def make_primers(args):
     """(B, P) right-padded int32 primers, each starting with START."""
     start = np.array([music.START_ID], np.int32)
     if args.primer == "none":
         return np.tile(start, (args.num_samples, 1))
     if args.primer == "validation":
-        if args.task == "jsb":
-            pieces = music_data.load_jsb(args.config.get("data_dir"), "valid")
-        else:
-            pieces = music_data.load_performances(
-                # None in config.json: train.py's defaults.
-                args.config.get("midi_dir") or music_data.default_midi_dir(),
-                args.config.get("cache_dir") or music_data.DEFAULT_CACHE_DIR)["valid"]
+        pieces = validation_pieces(args)
         rows = [pieces[i % len(pieces)][: args.primer_length] for i in range(args.num_samples)]
     else:
         if args.task != "performance":
@@ -140,6 +144,107 @@ def primer_seconds(task, primer_row):
         return len(real) // music.JSB_NUM_VOICES * 0.125  # 16th notes at 120 bpm
     shifts = real[(real >= music.TIME_SHIFT_OFFSET) & (real < music.VELOCITY_OFFSET)]
     return float(np.sum(shifts - music.TIME_SHIFT_OFFSET + 1)) / music.STEPS_PER_SECOND
+
+
+# Note statistics that tell by number what a listener hears first: whether
+# the samples move like the training music. Each: (label, unit, scale).
+STATISTICS = {
+    "jsb": {"note_length": ("note length", "16th notes", 1),
+            "long_notes": ("notes held a bar or longer", "%", 100),
+            "moving_steps": ("steps where a voice moves", "%", 100)},
+    "performance": {"notes_per_second": ("notes per second", "", 1),
+                    "note_duration": ("note duration", "s", 1),
+                    "polyphony": ("notes sounding at once", "", 1)},
+}
+BAR = 16  # 16th notes in a 4/4 bar
+
+
+def _chorale_statistics(rows):
+    lengths, moves, steps = [], 0, 0
+    for row in rows:
+        body = row[row >= music.JSB_REST_ID]
+        body = body[: len(body) - len(body) % music.JSB_NUM_VOICES]
+        if len(body) < 2 * music.JSB_NUM_VOICES:
+            continue
+        grid = music.tokens_to_chorale(body)
+        moved = np.any(grid[1:] != grid[:-1], axis=1)
+        moves, steps = moves + int(moved.sum()), steps + len(moved)
+        for voice in grid.T:
+            bounds = np.concatenate([[0], np.flatnonzero(voice[1:] != voice[:-1]) + 1, [len(voice)]])
+            runs = np.diff(bounds)
+            lengths.extend(runs[voice[bounds[:-1]] >= 0].tolist())
+    if not lengths:
+        return None
+    lengths = np.asarray(lengths)
+    return {"note_length": float(lengths.mean()), "long_notes": float(np.mean(lengths >= BAR)),
+            "moving_steps": moves / max(steps, 1), "notes": int(lengths.size)}
+
+
+def _performance_statistics(rows):
+    durations, seconds = [], 0.0
+    for row in rows:
+        body = row[: np.flatnonzero(row == music.END_ID)[0]] if (row == music.END_ID).any() else row
+        shifts = body[(body >= music.TIME_SHIFT_OFFSET) & (body < music.VELOCITY_OFFSET)]
+        seconds += float(np.sum(shifts - music.TIME_SHIFT_OFFSET + 1)) / music.STEPS_PER_SECOND
+        durations.extend(note.end - note.start for note in music.events_to_notes(body))
+    if not durations or seconds <= 0:
+        return None
+    return {"notes_per_second": len(durations) / seconds, "note_duration": float(np.mean(durations)),
+            "polyphony": float(np.sum(durations)) / seconds, "notes": len(durations)}
+
+
+def music_statistics(task, rows):
+    """Note statistics of token rows, pooled over the rows.
+
+    Args:
+        task: "jsb" or "performance".
+        rows: iterable of 1-D int token arrays; PAD/START are skipped and END
+            ends a row.
+
+    Returns:
+        dict with the keys of `STATISTICS[task]` and "notes" (how many notes
+        they count), or None when the rows hold no note. JSB: mean note length
+        (16th notes; a pitch held over consecutive steps is one note), the
+        share of notes held a bar (16 steps) or longer, the share of steps
+        where some voice moves. Performance: notes per second, mean note
+        duration (s), and notes sounding at once averaged over time.
+    """
+    rows = [np.asarray(row) for row in rows]
+    return _chorale_statistics(rows) if task == "jsb" else _performance_statistics(rows)
+
+
+def validation_windows(pieces, length, step, limit=256):
+    """Up to `limit` non-overlapping windows of `length` tokens (a multiple of
+    `step`) from the starts of the validation pieces: the reference the
+    samples are held against."""
+    length -= length % step
+    windows = [piece[begin:begin + length] for piece in pieces
+               for begin in range(0, len(piece) - length + 1, length)]
+    return windows[:limit] if windows else list(pieces)
+
+
+def compare_with_validation(args, tokens, lengths):
+    """Prints the sampled events' note statistics beside the validation
+    data's (windows as long as the samples); returns both for the report."""
+    sampled = [row[length:] for row, length in zip(tokens, lengths)]
+    new_events = int(args.length - lengths.max())
+    step = music_data.step_size(args.task)
+    windows = validation_windows(validation_pieces(args), new_events, step)
+    both = {"samples": music_statistics(args.task, sampled),
+            "validation": music_statistics(args.task, windows)}
+    if both["samples"] is None or both["validation"] is None:
+        print(f"No note statistics: the {'samples' if both['samples'] is None else 'validation pieces'} "
+              "hold no note.")
+        return both
+    print(f"Sampled events against the validation data ({len(sampled)} samples, "
+          f"{len(windows)} validation windows of up to {new_events - new_events % step} events):")
+    print(f"  {'':34s}{'samples':>10s}{'validation':>12s}")
+    for key, (label, unit, scale) in STATISTICS[args.task].items():
+        name = f"{label} ({unit})" if unit and unit != "%" else label
+        suffix = " %" if unit == "%" else ""
+        values = [f"{both[side][key] * scale:.2f}{suffix}" for side in ("samples", "validation")]
+        print(f"  {name:34s}{values[0]:>10s}{values[1]:>12s}")
+    return both
 
 
 def piano_roll(midi, fs):
@@ -270,6 +375,7 @@ def main(argv=None):
         print("One cached step for the batch at position: " + ", ".join(
             f"{p}: {t * 1000:.2f} ms" for p, t in timings.items()))
         report["step_ms_by_position"] = {str(p): t * 1000 for p, t in timings.items()}
+    report["statistics"] = compare_with_validation(args, tokens, lengths)
     with open(os.path.join(out_dir, f"{args.name}_report.json"), "w") as f:
         json.dump(report, f, indent=2)
 

@@ -1,0 +1,58 @@
+"""examples/music/generate.py's note statistics, which hold the samples
+against the validation data, on hand-counted rows."""
+
+import numpy as np
+import pytest
+
+from keras_attn.preprocessing import music
+from tests.examples.scripts import load_script
+
+
+def _generate():
+    return load_script("music/generate.py")
+
+
+def test_chorale_statistics_count_held_pitches_as_one_note():
+    generate = _generate()
+    # 20 steps: soprano holds 72 for 18 steps then 74 for 2; alto 4 x 5 steps;
+    # tenor rests 10 steps then holds 60 for 10; bass holds 48 throughout.
+    soprano = [72] * 18 + [74] * 2
+    alto = [67] * 5 + [65] * 5 + [64] * 5 + [62] * 5
+    tenor = [-1] * 10 + [60] * 10
+    bass = [48] * 20
+    grid = np.stack([soprano, alto, tenor, bass], axis=1)
+    row = np.concatenate([[music.JSB_START_ID], music.chorale_to_tokens(grid), [music.JSB_END_ID, 0]])
+    stats = generate.music_statistics("jsb", [row])
+    # Notes: 18, 2, 5, 5, 5, 5, 10, 20 (the rest is not a note).
+    assert stats["notes"] == 8
+    assert stats["note_length"] == pytest.approx(70 / 8)
+    assert stats["long_notes"] == pytest.approx(2 / 8)  # 18 and 20 steps
+    # Steps 5, 10 (alto, tenor), 15 (alto) and 18 (soprano) move: 4 of 19.
+    assert stats["moving_steps"] == pytest.approx(4 / 19)
+
+
+def test_performance_statistics_in_seconds():
+    generate = _generate()
+    on, off = music.NOTE_ON_OFFSET, music.NOTE_OFF_OFFSET
+
+    def shift(steps):  # time shift of `steps` x 10 ms
+        return music.TIME_SHIFT_OFFSET + steps - 1
+
+    # 60 sounds 0-1 s, 64 sounds 0.5-1 s; then 0.5 s of silence: 1.5 s in all.
+    row = np.array([on + 60, shift(50), on + 64, shift(50), off + 60, off + 64, shift(50),
+                    music.END_ID, on + 67, shift(100)])
+    stats = generate.music_statistics("performance", [row])
+    assert stats["notes"] == 2
+    assert stats["notes_per_second"] == pytest.approx(2 / 1.5)
+    assert stats["note_duration"] == pytest.approx(0.75)
+    assert stats["polyphony"] == pytest.approx(1.5 / 1.5)
+
+
+def test_no_notes_gives_none_and_validation_windows_are_whole():
+    generate = _generate()
+    assert generate.music_statistics("jsb", [np.array([music.JSB_START_ID, music.JSB_END_ID])]) is None
+    pieces = [np.arange(10), np.arange(3)]
+    windows = generate.validation_windows(pieces, length=5, step=4)
+    assert [w.tolist() for w in windows] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # Pieces all shorter than the samples: the whole pieces are the reference.
+    assert len(generate.validation_windows(pieces, length=40, step=4)) == 2
