@@ -28,6 +28,20 @@ class MaskedSparseCategoricalAccuracy(keras.metrics.Mean):
     Raises:
         ValueError: in `update_state`, if `y_pred` is not `y_true`'s shape
             plus a class axis (static shapes known at call time).
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.metrics import MaskedSparseCategoricalAccuracy
+    >>> accuracy = MaskedSparseCategoricalAccuracy()  # ignores id 0
+    >>> logits = np.array([[[0.0, 9.0, 0.0, 0.0],    # predicts 1: right
+    ...                     [0.0, 9.0, 0.0, 0.0],    # predicts 1: wrong
+    ...                     [9.0, 0.0, 0.0, 0.0]]])  # padding: ignored
+    >>> accuracy.update_state(np.array([[1, 2, 0]]), logits)
+    >>> round(float(accuracy.result()), 4)
+    0.5
+    >>> accuracy.update_state(np.array([[3]]), np.array([[[0.0, 0.0, 0.0, 9.0]]]))
+    >>> round(float(accuracy.result()), 4)  # 2 of 3 tokens, not mean(0.5, 1.0)
+    0.6667
     """
 
     def __init__(self, ignore_class=0, name="accuracy", dtype=None):
@@ -72,6 +86,20 @@ class BitsPerDimension(keras.metrics.Mean):
     Raises:
         ValueError: in `update_state`, if `y_pred` is not `y_true`'s shape
             plus a class axis (static shapes known at call time).
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.metrics import BitsPerDimension
+    >>> bits = BitsPerDimension()
+    >>> bits.update_state(np.array([[0, 17, 255]]), np.zeros((1, 3, 256)))
+    >>> round(float(bits.result()), 4)  # a uniform guess: log2(256)
+    8.0
+    >>> bits = BitsPerDimension(from_logits=False)
+    >>> probabilities = np.array([[[0.5, 0.5, 0.0, 0.0],        # p(0) = 1/2
+    ...                            [0.25, 0.25, 0.25, 0.25]]])  # p(3) = 1/4
+    >>> bits.update_state(np.array([[0, 3]]), probabilities)
+    >>> round(float(bits.result()), 4)  # (1 + 2) / 2
+    1.5
 
     Reference:
         Parmar et al. 2018, "Image Transformer", section 5 (bits/dim).

@@ -16,8 +16,8 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
 
     (the paper counts steps from 1; counting from the optimizer's 0 with
     `n = step + 1` keeps the rate finite and positive at the first step).
-    The peak, reached at `warmup_steps`, is `scale / sqrt(d_model *
-    warmup_steps)`.
+    The peak, reached at `n = warmup_steps` (the optimizer's step
+    `warmup_steps - 1`), is `scale / sqrt(d_model * warmup_steps)`.
 
     Args:
         d_model: the model width D (positive int).
@@ -34,6 +34,13 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
     Raises:
         ValueError: if `d_model`, `warmup_steps` or `scale` is not a
             positive finite number.
+
+    Example:
+    >>> from keras_attn.schedules import WarmupInverseSqrtSchedule
+    >>> schedule = WarmupInverseSqrtSchedule(d_model=64, warmup_steps=4)
+    >>> # 64 ** -0.5 * min(n ** -0.5, n / 8): up to 1 / sqrt(64 * 4) at n = 4
+    >>> [round(float(schedule(step)), 6) for step in (0, 1, 3, 15)]
+    [0.015625, 0.03125, 0.0625, 0.03125]
 
     Reference:
         Vaswani et al. 2017, "Attention Is All You Need", section 5.3.

@@ -27,6 +27,27 @@ def versioned_export_path(export_dir, version, overwrite=False):
     Raises:
         ValueError: if `version` is not a positive integer, or the folder
             exists and `overwrite` is False.
+
+    Example:
+    >>> import os
+    >>> import tempfile
+    >>> from keras_attn.export import versioned_export_path
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = versioned_export_path(folder.name, 3)
+    >>> os.path.relpath(path, folder.name), os.path.exists(path)  # not created
+    ('3', False)
+    >>> os.mkdir(path)
+    >>> versioned_export_path(folder.name, 3)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    ValueError: ...3 already exists. Pass a new `version` ... or `overwrite=True`.
+    >>> versioned_export_path(folder.name, 3, overwrite=True) == path
+    True
+    >>> versioned_export_path(folder.name, 0)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    ValueError: `version` must be a positive integer ... Received: version=0.
+    >>> folder.cleanup()
     """
     if isinstance(version, bool) or not isinstance(version, numbers.Integral) or version <= 0:
         raise ValueError(
@@ -54,6 +75,24 @@ def xla_function(function, jit_compile):
     Serving's GPU builds, and its CPU builds only with
     `--xla_cpu_compilation_enabled=true` (experimental there; without it
     the request fails). The default (False) runs on any server.
+
+    Args:
+        function: a Python function of tensors (the exporter's loop).
+        jit_compile: compile it with XLA (True) or not (False, the
+            default of the exporters).
+
+    Returns:
+        A `tf.function` of `function` (autograph off).
+
+    Example:
+    >>> import tensorflow as tf
+    >>> from keras_attn.export.archive import xla_function
+    >>> double = xla_function(lambda x: 2.0 * x, jit_compile=True)
+    >>> double(tf.constant([1.0, 2.5])).numpy().tolist()
+    [2.0, 5.0]
+    >>> hlo = double.experimental_get_compiler_ir(tf.constant([1.0]))(stage="hlo")
+    >>> hlo.startswith("HloModule")  # compiled by XLA
+    True
     """
     import tensorflow as tf
 
@@ -100,6 +139,31 @@ def write_archive(path, trackables, endpoints, overwrite=False):
         Errors of `keras.export.ExportArchive` (tracking, tracing an
         endpoint, writing the files) and of the file system propagate
         unchanged.
+
+    Example:
+    >>> import os
+    >>> import tempfile
+    >>> import keras
+    >>> import tensorflow as tf
+    >>> from keras_attn.export import write_archive
+    >>> model = keras.Sequential([keras.Input((2,)),
+    ...                           keras.layers.Dense(1, kernel_initializer="ones")])
+    >>> @tf.function(input_signature=[tf.TensorSpec((None, 2), tf.float32, name="x")])
+    ... def total(x):
+    ...     return {"total": model(x)}
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> path = write_archive(os.path.join(folder.name, "1"), [model],
+    ...                      {"serving_default": total})
+    >>> sorted(os.listdir(folder.name))  # no temporary folder left behind
+    ['1']
+    >>> serve = tf.saved_model.load(path).signatures["serving_default"]
+    >>> serve(x=tf.constant([[1.0, 2.0]]))["total"].numpy().tolist()  # 1 + 2
+    [[3.0]]
+    >>> write_archive(path, [model], {"serving_default": total})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    ValueError: ...1 already exists. Pass a new `version` ... or `overwrite=True`.
+    >>> folder.cleanup()
     """
     import keras
 

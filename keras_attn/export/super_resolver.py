@@ -23,6 +23,16 @@ def image_sizes(model):
 
     Raises:
         ValueError: if the model lacks those layers.
+
+    Example:
+    >>> from keras_attn.export.super_resolver import image_sizes
+    >>> from keras_attn.models import super_resolution_transformer
+    >>> model = super_resolution_transformer(low_resolution_size=2, image_size=8,
+    ...                                      num_layers=1, num_encoder_layers=1,
+    ...                                      hidden_dim=8, num_heads=2,
+    ...                                      intermediate_dim=8)
+    >>> image_sizes(model)
+    ((2, 2, 3), (8, 8, 3))
     """
     try:
         low = model.get_layer("encoder_embedding")
@@ -66,10 +76,30 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
         (B, H, W, C) uint8 tensor.
 
     Raises:
-        ValueError: if the images do not have the model's low-resolution
-            shape (h, w, C), `temperature` is a non-positive number, or a
-            Python `top_k` / `top_p` is out of range (see
+        ValueError: if `model` is not a super-resolution model (see
+            `image_sizes`), the images do not have the model's
+            low-resolution shape (h, w, C), `temperature` is a non-positive
+            number, or a Python `top_k` / `top_p` is out of range (see
             `keras_attn.generation.sample`).
+
+    Example:
+    >>> import numpy as np
+    >>> import tensorflow as tf
+    >>> from keras_attn.export.super_resolver import super_resolve
+    >>> from keras_attn.generation import CachedDecoder
+    >>> from keras_attn.models import super_resolution_transformer
+    >>> model = super_resolution_transformer(low_resolution_size=1, image_size=2,
+    ...                                      channels=1, num_layers=1,
+    ...                                      num_encoder_layers=1, hidden_dim=8,
+    ...                                      num_heads=2, intermediate_dim=8)
+    >>> decoder = CachedDecoder(model)  # reused by both calls
+    >>> low_resolution = np.full((2, 1, 1, 1), 128, np.uint8)  # two 1x1 gray images
+    >>> images = super_resolve(model, low_resolution, seed=7, decoder=decoder)
+    >>> tuple(images.shape), images.dtype.name  # 2x2 images: 4 sampled steps
+    ((2, 2, 2, 1), 'uint8')
+    >>> again = super_resolve(model, low_resolution, seed=7, decoder=decoder)
+    >>> bool(tf.reduce_all(images == again))  # the same seed, the same images
+    True
 
     Reference:
         Parmar et al. 2018, "Image Transformer", sections 4 (sampling) and

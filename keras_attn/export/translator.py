@@ -77,7 +77,46 @@ def export_translator(
 
     Raises:
         ValueError: for a bad `version`, an existing folder without
-            `overwrite`, or `max_length < 3` / `num_beams < 1`.
+            `overwrite`, `max_length < 3` / `num_beams < 1`, a model
+            `CachedDecoder` cannot adapt, or a `num_beams` /
+            `length_penalty_alpha` that `beam_search` refuses (e.g. a
+            negative alpha; raised while the signatures are traced, the
+            message prefixed with TensorFlow's "in user code:").
+
+    Example:
+    >>> # The cheap parts only: a real export, even of a one-layer model,
+    >>> # takes about 4 s. The export is shown in a comment, the tensors of
+    >>> # its `translate_tokens` signature by tracing the same function with
+    >>> # the same input spec, and an existing version refused before any
+    >>> # tracing.
+    >>> import os
+    >>> import tempfile
+    >>> import tensorflow as tf
+    >>> from keras_attn.export import export_translator
+    >>> from keras_attn.export.archive import xla_function
+    >>> from keras_attn.export.translator import translation_function
+    >>> from keras_attn.models import translation_transformer
+    >>> from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
+    >>> tokenizer = SubwordTokenizer.train(["Ein Hund rennt.", "A dog runs."] * 50,
+    ...                                    vocabulary_size=300)
+    >>> model = translation_transformer(tokenizer.vocabulary_size, num_layers=1,
+    ...                                 hidden_dim=8, num_heads=2, intermediate_dim=8)
+    >>> # export_translator(model, tokenizer, "models/translator", version=1,
+    >>> #                   max_length=4, num_beams=1) writes models/translator/1/
+    >>> # with `serving_default` (text -> translation) and `translate_tokens`:
+    >>> generate = xla_function(translation_function(model, tokenizer, max_length=4,
+    ...                                              num_beams=1), jit_compile=False)
+    >>> source_spec = tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")
+    >>> tokens = generate.get_concrete_function(source_spec).structured_outputs
+    >>> tokens.shape.as_list(), tokens.dtype.name  # (B, max_length) target ids
+    ([None, 4], 'int32')
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> os.mkdir(os.path.join(folder.name, "1"))  # version 1 exists already
+    >>> export_translator(model, tokenizer, folder.name, version=1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+        ...
+    ValueError: ...1 already exists. Pass a new `version` ... or `overwrite=True`.
+    >>> folder.cleanup()
 
     Reference:
         Vaswani et al. 2017 (beam 4, alpha 0.6); TF Serving's versioned
@@ -135,8 +174,28 @@ def translation_function(model, tokenizer, max_length, num_beams=4, length_penal
 
     Returns:
         A function (B, S) int32 source ids -> (B, L) int32 target ids.
-        Argument errors are raised by `greedy_search` / `beam_search` when
-        it is called, as for `export_translator`.
+
+    Raises:
+        ValueError: at once if `CachedDecoder` cannot adapt `model`; when
+            the returned function is called (or traced), for the arguments
+            `greedy_search` / `beam_search` refuse (e.g. `num_beams` < 1 or
+            a negative `length_penalty_alpha`), as for `export_translator`.
+
+    Example:
+    >>> from keras_attn.export.translator import translation_function
+    >>> from keras_attn.models import translation_transformer
+    >>> from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
+    >>> tokenizer = SubwordTokenizer.train(["Ein Hund rennt.", "A dog runs."] * 50,
+    ...                                    vocabulary_size=300)
+    >>> model = translation_transformer(tokenizer.vocabulary_size, num_layers=1,
+    ...                                 hidden_dim=8, num_heads=2, intermediate_dim=8)
+    >>> generate = translation_function(model, tokenizer, max_length=6, num_beams=1)
+    >>> source = tokenizer.tokenize(["Ein Hund rennt."], add_end=True).to_tensor()
+    >>> tokens = generate(source)  # untrained: the ids after the start are arbitrary
+    >>> tuple(tokens.shape), int(tokens[0, 0]) == tokenizer.start_id
+    ((1, 6), True)
+    >>> tokenizer.start_id in tokens[0, 1:].numpy().tolist()  # never generated
+    False
     """
     from keras_attn.generation import CachedDecoder, beam_search, greedy_search
 

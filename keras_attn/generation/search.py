@@ -127,6 +127,16 @@ def length_penalty(length, alpha):
     Raises:
         Nothing of its own: `length` and `alpha` are not validated.
 
+    Example:
+    >>> import keras
+    >>> from keras_attn.generation.search import length_penalty
+    >>> lengths = keras.ops.array([1, 7, 19])  # (5 + |Y|) / 6 = 1, 2, 4
+    >>> keras.ops.convert_to_numpy(length_penalty(lengths, 1.0)).tolist()
+    [1.0, 2.0, 4.0]
+    >>> penalty = keras.ops.convert_to_numpy(length_penalty(lengths, 0.6))
+    >>> [round(float(value), 4) for value in penalty]  # 1, 2 ** 0.6, 4 ** 0.6
+    [1.0, 1.5157, 2.2974]
+
     Reference:
         Wu et al. 2016, "Google's Neural Machine Translation System",
         section 7, equation 14.

@@ -198,7 +198,9 @@ def upsample_bicubic(images, size):
     """Bicubic upsampling, the classical super-resolution baseline.
 
     `tf.image.resize(method="bicubic")` (Keys' cubic convolution, a = -0.5,
-    half-pixel centres), rounded and clipped to 0..255.
+    half-pixel centres; at the borders the taps that fall outside the image
+    are dropped and the remaining weights renormalised), rounded and clipped
+    to 0..255.
 
     Args:
         images: (B, h, w, C) uint8.
@@ -209,6 +211,21 @@ def upsample_bicubic(images, size):
 
     Raises:
         ValueError: if `images` is not a rank-4 uint8 array.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.images import upsample_bicubic
+    >>> flat = np.full((1, 2, 2, 3), 7, np.uint8)
+    >>> upsampled = upsample_bicubic(flat, 4)  # a flat image stays flat
+    >>> upsampled.shape, np.unique(upsampled).tolist()
+    ((1, 4, 4, 3), [7])
+    >>> row = np.array([100, 200], np.uint8).reshape(1, 1, 2, 1)
+    >>> upsample_bicubic(row, (1, 4))[0, 0, :, 0].tolist()  # cubic overshoot
+    [91, 121, 179, 209]
+
+    Reference:
+        Keys 1981, "Cubic Convolution Interpolation for Digital Image
+        Processing" (a = -0.5).
     """
     import tensorflow as tf
 
@@ -225,8 +242,8 @@ def split_indices(num_examples, validation_fraction=0.1, seed=0):
 
     A fixed permutation of `range(num_examples)` (NumPy's PCG64 with
     `seed`); its first `round(num_examples * validation_fraction)` entries
-    (at least 1) are the validation set. The same arguments always give the
-    same split, on every machine.
+    (at least 1, at most N - 1) are the validation set. The same arguments
+    always give the same split, on every machine.
 
     Args:
         num_examples: N, positive int.
@@ -238,6 +255,17 @@ def split_indices(num_examples, validation_fraction=0.1, seed=0):
 
     Raises:
         ValueError: on N < 2 or a fraction outside (0, 1).
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.images import split_indices
+    >>> train, validation = split_indices(10, validation_fraction=0.2)
+    >>> len(train), len(validation)
+    (8, 2)
+    >>> sorted(np.concatenate([train, validation]).tolist()) == list(range(10))
+    True
+    >>> np.array_equal(split_indices(10, 0.2)[1], validation)  # deterministic
+    True
     """
     if not 0.0 < validation_fraction < 1.0:
         raise ValueError(
@@ -264,18 +292,39 @@ def decode_jpegs(jpeg_bytes, offsets, indices=None, batch_size=1024):
         batch_size: files decoded per tf.data batch.
 
     Returns:
-        (len(indices), H, W, 3) uint8 (all files must share one size).
+        (len(indices), H, W, 3) uint8 (all files must share one size);
+        (0, 32, 32, 3) when `indices` is empty.
 
     Raises:
-        ValueError: if the offsets do not fit the bytes.
+        ValueError: if the offsets do not fit the bytes (not rising from 0
+            to `len(jpeg_bytes)`, or an empty file).
+
+    Example:
+    >>> import io
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from keras_attn.preprocessing.images import decode_jpegs
+    >>> files = []
+    >>> for level in (10, 200):  # two 4x4 gray JPEG files
+    ...     buffer = io.BytesIO()
+    ...     Image.new("L", (4, 4), level).save(buffer, "JPEG")
+    ...     files.append(buffer.getvalue())
+    >>> jpeg_bytes = np.frombuffer(b"".join(files), np.uint8)
+    >>> offsets = np.cumsum([0] + [len(f) for f in files])
+    >>> images = decode_jpegs(jpeg_bytes, offsets, indices=[1, 0])
+    >>> images.shape, images[:, 0, 0].tolist()
+    ((2, 4, 4, 3), [[200, 200, 200], [10, 10, 10]])
+    >>> pillow = np.asarray(Image.open(io.BytesIO(files[1])).convert("RGB"))
+    >>> np.array_equal(images[0], pillow)  # the same pixels as Pillow
+    True
     """
     import tensorflow as tf
 
     offsets = np.asarray(offsets, np.int64)
-    if offsets.ndim != 1 or offsets[0] != 0 or offsets[-1] != len(jpeg_bytes) or np.any(np.diff(offsets) <= 0):
+    if offsets.ndim != 1 or offsets.size == 0 or offsets[0] != 0 or offsets[-1] != len(jpeg_bytes) or np.any(np.diff(offsets) <= 0):
         raise ValueError(
             "`offsets` must rise from 0 to len(jpeg_bytes) (N + 1 entries). "
-            f"Received {len(offsets)} offsets ending at {offsets[-1] if len(offsets) else None} "
+            f"Received {offsets.size} offsets ending at {offsets.reshape(-1)[-1] if offsets.size else None} "
             f"for {len(jpeg_bytes)} bytes."
         )
     if indices is None:
@@ -324,6 +373,32 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
         ValueError: on an unknown split, a file that is not a `.npz`
             archive, or one missing the arrays above.
         FileNotFoundError: if `path` does not exist.
+
+    Example:
+    >>> import io
+    >>> import os
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from keras_attn.preprocessing.images import load_cifar10
+    >>> files = []
+    >>> for level in (0, 60, 120, 180):  # four flat gray 32x32 "images"
+    ...     buffer = io.BytesIO()
+    ...     Image.new("RGB", (32, 32), (level,) * 3).save(buffer, "JPEG")
+    ...     files.append(buffer.getvalue())
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "tiny_cifar10.npz")
+    ...     np.savez(path, jpeg=np.frombuffer(b"".join(files), np.uint8),
+    ...              offsets=np.cumsum([0] + [len(f) for f in files]),
+    ...              labels=np.array([3, 5, 3, 8]),
+    ...              names=np.array(["a.png", "b.png", "c.png", "d.png"]))
+    ...     images, labels = load_cifar10(path, split="all")
+    ...     train, _ = load_cifar10(path, split="train")
+    ...     validation, _ = load_cifar10(path, split="validation")
+    >>> images.shape, labels.tolist(), images[:, 0, 0, 0].tolist()
+    ((4, 32, 32, 3), [3, 5, 3, 8], [0, 60, 120, 180])
+    >>> len(train), len(validation)  # round(4 * 0.1) = 0, raised to 1
+    (3, 1)
 
     Reference:
         Krizhevsky 2009, "Learning Multiple Layers of Features from Tiny
@@ -382,6 +457,24 @@ def load_image(path, size=32):
 
     Raises:
         OSError: if Pillow cannot read the file.
+
+    Example:
+    >>> import os
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from keras_attn.preprocessing.images import load_image
+    >>> row = np.array([0, 40, 80, 120, 160, 200])  # a 6x2 gray picture
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "wide.png")
+    ...     Image.fromarray(np.stack([row, row]).astype(np.uint8)).save(path)
+    ...     image = load_image(path, size=2)  # the centred 2x2 square
+    ...     Image.fromarray(np.stack([row, row]).astype(np.uint16) * 257).save(path)
+    ...     deep = load_image(path, size=2)  # 16-bit: scaled to 8 bits
+    >>> image.shape, image[..., 0].tolist(), image[0, 0].tolist()
+    ((2, 2, 3), [[80, 120], [80, 120]], [80, 80, 80])
+    >>> np.array_equal(deep, image)
+    True
     """
     from PIL import Image
     from PIL import ImageOps
@@ -420,6 +513,22 @@ def load_image_directory(directory, size=32):
     Raises:
         ValueError: if `directory` holds no readable image.
         FileNotFoundError: if `directory` does not exist.
+
+    Example:
+    >>> import os
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> from keras_attn.preprocessing.images import load_image_directory
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     Image.new("RGB", (8, 8), (255, 0, 0)).save(os.path.join(folder, "red.png"))
+    ...     Image.new("L", (8, 8), 90).save(os.path.join(folder, "gray.jpg"))
+    ...     with open(os.path.join(folder, "notes.txt"), "w") as notes:
+    ...         _ = notes.write("not an image: skipped")
+    ...     images, names = load_image_directory(folder, size=4)
+    >>> images.shape, names
+    ((2, 4, 4, 3), ['gray.jpg', 'red.png'])
+    >>> images[:, 0, 0].tolist()
+    [[90, 90, 90], [255, 0, 0]]
     """
     import warnings
 
@@ -461,6 +570,19 @@ def super_resolution_dataset(images, batch_size, factor=4, shuffle=False, seed=0
 
     Raises:
         ValueError: as `downsample`.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.images import super_resolution_dataset
+    >>> images = np.full((3, 8, 8, 3), 50, np.uint8)
+    >>> dataset = super_resolution_dataset(images, batch_size=2, factor=4)
+    >>> inputs, targets = next(iter(dataset))
+    >>> tuple(inputs["low_resolution"].shape), tuple(targets.shape)
+    ((2, 12), (2, 192))
+    >>> inputs["decoder_tokens"][0, :3].numpy().tolist()  # start token first
+    [256, 50, 50]
+    >>> [int(batch[1].shape[0]) for batch in dataset]  # 3 images, batches of 2
+    [2, 1]
     """
     images = _check_images(images)
     low = to_raster(downsample(images, factor)).astype(np.uint8)
@@ -485,6 +607,17 @@ def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, r
     Raises:
         ValueError: if `images` is not uint8 (N, H, W, C) or the labels do
             not match it.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.images import generation_dataset
+    >>> images = np.arange(2 * 2 * 2 * 3, dtype=np.uint8).reshape(2, 2, 2, 3)
+    >>> dataset = generation_dataset(images, batch_size=2, labels=[7, 1])
+    >>> inputs, targets = next(iter(dataset))
+    >>> sorted(inputs), inputs["class_label"].numpy().tolist()
+    (['class_label', 'decoder_tokens'], [7, 1])
+    >>> targets[0, :4].numpy().tolist(), inputs["decoder_tokens"][0, :4].numpy().tolist()
+    ([0, 1, 2, 3], [256, 0, 1, 2])
     """
     images = _check_images(images)
     extra = {}

@@ -161,6 +161,18 @@ def load_midi(midi):
             sequences, which have no single timeline), or cannot be parsed.
         TypeError: if `midi` is none of the accepted types.
 
+    Example:
+    >>> import os, tempfile
+    >>> from keras_attn.preprocessing.music import chorale_to_midi, load_midi
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "chord.mid")
+    ...     chorale_to_midi([[72, 67, 64, 48]]).dump_midi(path)  # one 16th-note chord
+    ...     score = load_midi(path)
+    >>> score.ticks_per_quarter, [track.name for track in score.tracks]
+    (480, ['Soprano', 'Alto', 'Tenor', 'Bass'])
+    >>> [(note.time, note.duration, note.pitch) for note in score.tracks[0].notes]
+    [(0, 120, 72)]
+
     Reference:
         Standard MIDI File specification 1.0 (header chunk: `MThd`, length 6,
         format 0/1/2, number of tracks, division).
@@ -371,6 +383,16 @@ def midi_to_notes(midi, sustain=True):
     Raises:
         ValueError: as `load_midi`, or if the file has no notes outside drum
             tracks.
+        TypeError: if `midi` is not a path, bytes or `symusic.Score`.
+
+    Example:
+    >>> from keras_attn.preprocessing.music import chorale_to_midi, midi_to_notes
+    >>> midi = chorale_to_midi([[72, 67, 64, 48], [72, -1, 64, 48]]).dumps_midi()
+    >>> notes = midi_to_notes(midi)  # 16th notes of 0.125 s at 120 quarters per minute
+    >>> notes[0]
+    Note(velocity=80, pitch=48, start=0.0, end=0.25)
+    >>> [(note.pitch, note.end) for note in notes]
+    [(48, 0.25), (64, 0.25), (67, 0.125), (72, 0.25)]
 
     Reference:
         Huang et al. 2018, section 5.2 (Piano-e-Competition pipeline with
@@ -402,6 +424,14 @@ def velocity_to_bin(velocity):
     Raises:
         Nothing: out-of-range velocities are clipped to 1..127.
 
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.music import velocity_to_bin
+    >>> velocity_to_bin(64)
+    15
+    >>> velocity_to_bin(np.array([0, 1, 4, 5, 127, 200])).tolist()
+    [0, 0, 0, 1, 31, 31]
+
     Reference:
         Oore et al. 2018, section 6.1 (32 velocity bins).
     """
@@ -422,6 +452,14 @@ def bin_to_velocity(velocity_bin):
     Raises:
         ValueError: if a bin lies outside 0..31 (it would decode to an
             invalid MIDI velocity).
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.music import bin_to_velocity, velocity_to_bin
+    >>> bin_to_velocity(velocity_to_bin(64))  # bin 15 decodes to its lowest velocity
+    61
+    >>> bin_to_velocity(np.array([0, 1, 31])).tolist()
+    [1, 5, 125]
 
     Reference:
         Oore et al. 2018, section 6.1.
@@ -630,6 +668,16 @@ def events_to_notes(events, default_velocity=DEFAULT_VELOCITY):
         ValueError: if `events` is not 1-D integer or has ids outside the
             vocabulary.
 
+    Example:
+    >>> from keras_attn.preprocessing.music import event_to_string, events_to_notes
+    >>> events = [378, 63, 308, 191]
+    >>> [event_to_string(event) for event in events]
+    ['VELOCITY(19)', 'NOTE_ON(60)', 'TIME_SHIFT(500ms)', 'NOTE_OFF(60)']
+    >>> events_to_notes(events)
+    [Note(velocity=77, pitch=60, start=0.0, end=0.5)]
+    >>> events_to_notes([1, 63, 308, 2, 64])  # START skipped, nothing after END
+    [Note(velocity=64, pitch=60, start=0.0, end=0.5)]
+
     Reference:
         Oore et al. 2018, section 6.1.
     """
@@ -659,6 +707,7 @@ def midi_to_events(midi, sustain=True, add_start_end=False):
     Raises:
         ValueError: for a missing, empty, non-MIDI, corrupt or type-2 file,
             or one without notes outside drum tracks.
+        TypeError: if `midi` is not a path, bytes or `symusic.Score`.
 
     Example:
     >>> import os, tempfile
@@ -697,6 +746,14 @@ def events_to_midi(events, program=0, resolution=500, tempo=120.0,
         ValueError: if `events` is not 1-D integer or has ids outside the
             vocabulary.
 
+    Example:
+    >>> from keras_attn.preprocessing.music import events_to_midi
+    >>> score = events_to_midi([378, 63, 308, 191])  # VELOCITY(19), NOTE_ON(60), 500 ms, NOTE_OFF
+    >>> score.ticks_per_quarter, score.tracks[0].name
+    (500, 'Piano')
+    >>> [(note.time, note.duration, note.pitch, note.velocity) for note in score.tracks[0].notes]
+    [(0, 500, 60, 77)]
+
     Reference:
         Oore et al. 2018, section 6.1.
     """
@@ -726,6 +783,11 @@ def event_to_string(event):
 
     Raises:
         ValueError: if `event` is outside the vocabulary.
+
+    Example:
+    >>> from keras_attn.preprocessing.music import event_to_string
+    >>> [event_to_string(event) for event in (0, 1, 2, 63, 191, 283, 378)]
+    ['PAD', 'START', 'END', 'NOTE_ON(60)', 'NOTE_OFF(60)', 'TIME_SHIFT(250ms)', 'VELOCITY(19)']
 
     Reference:
         Oore et al. 2018, section 6.1.
@@ -791,6 +853,15 @@ def transpose(events, semitones, out_of_range="drop"):
             with `out_of_range="error"` if a note leaves 0..127; with `"drop"`
             if no note is left.
 
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.music import event_to_string, transpose
+    >>> events = np.array([378, 63, 308, 191])  # VELOCITY(19), NOTE_ON(60), 500 ms, NOTE_OFF(60)
+    >>> transpose(events, 2).tolist()
+    [378, 65, 308, 193]
+    >>> [event_to_string(event) for event in transpose(events, 2)]
+    ['VELOCITY(19)', 'NOTE_ON(62)', 'TIME_SHIFT(500ms)', 'NOTE_OFF(62)']
+
     Reference:
         Huang et al. 2018, section 5.2 (transpositions of up to 3 semitones).
     """
@@ -853,6 +924,13 @@ def time_stretch(events, factor):
         ValueError: if `factor` is not a positive finite number, or `events`
             hold no note.
 
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.music import event_to_string, time_stretch
+    >>> events = np.array([378, 63, 358, 191])  # VELOCITY(19), NOTE_ON(60), 1 s, NOTE_OFF(60)
+    >>> [event_to_string(event) for event in time_stretch(events, 1.05)]
+    ['VELOCITY(19)', 'NOTE_ON(60)', 'TIME_SHIFT(1000ms)', 'TIME_SHIFT(50ms)', 'NOTE_OFF(60)']
+
     Reference:
         Huang et al. 2018, section 5.2 (time stretches of up to 5%).
     """
@@ -892,6 +970,17 @@ def augment(events, rng):
 
     Raises:
         ValueError: as `transpose` and `time_stretch`.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.music import augment, events_to_notes
+    >>> events = np.array([378, 63, 308, 191])  # VELOCITY(19), NOTE_ON(60), 500 ms, NOTE_OFF(60)
+    >>> (note,) = events_to_notes(augment(events, np.random.default_rng(0)))
+    >>> 57 <= note.pitch <= 63, 0.47 <= note.end - note.start <= 0.53, note.velocity
+    (True, True, 77)
+    >>> first = augment(events, np.random.default_rng(0))
+    >>> first.tolist() == augment(events, np.random.default_rng(0)).tolist()  # same seed
+    True
 
     Reference:
         Huang et al. 2018, section 5.2.
@@ -940,8 +1029,22 @@ def load_jsb_chorales(path, split="train"):
         bass, each a MIDI pitch or -1 for a rest, one row per 16th note.
 
     Raises:
-        ValueError: if the file is missing or not the expected JSON, or
-            `split` is not in it.
+        ValueError: if the file is missing or not the expected JSON,
+            `split` is not in it, or a chorale in it is not a (steps, 4) grid
+            of MIDI pitches 0..127 and -1.
+
+    Example:
+    >>> import json, os, tempfile
+    >>> from keras_attn.preprocessing.music import JSB_FILENAME, load_jsb_chorales
+    >>> data = {"train": [[[74, 70, 65, 58], [74, -1, 65, 58]]], "valid": []}
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     with open(os.path.join(folder, JSB_FILENAME), "w") as handle:
+    ...         json.dump(data, handle)
+    ...     chorales = load_jsb_chorales(folder)  # the folder or the file itself
+    >>> len(chorales), chorales[0].shape, chorales[0].dtype
+    (1, (2, 4), dtype('int32'))
+    >>> chorales[0].tolist()
+    [[74, 70, 65, 58], [74, -1, 65, 58]]
 
     Reference:
         Boulanger-Lewandowski et al. 2012 (split); Huang et al. 2017, Coconet
@@ -985,6 +1088,14 @@ def chorale_to_tokens(grid, add_start_end=False):
     Raises:
         ValueError: if `grid` is not (steps, 4) with values in -1..127.
 
+    Example:
+    >>> from keras_attn.preprocessing.music import chorale_to_tokens
+    >>> grid = [[74, 70, 65, 58], [74, -1, 65, 58]]  # 2 steps; the alto rests in the second
+    >>> chorale_to_tokens(grid).tolist()  # pitch + 4, rest = 3
+    [78, 74, 69, 62, 78, 3, 69, 62]
+    >>> chorale_to_tokens(grid, add_start_end=True).tolist()
+    [1, 78, 74, 69, 62, 78, 3, 69, 62, 2]
+
     Reference:
         Huang et al. 2018, section 4.1 (JSB Chorales serialized in a
         grid-like ordering, voice by voice per time step).
@@ -1012,6 +1123,15 @@ def tokens_to_chorale(tokens):
         ValueError: if `tokens` is not 1-D integer, has ids outside the
             vocabulary, or the tokens before `END` (specials removed) are not
             a positive multiple of 4.
+
+    Example:
+    >>> from keras_attn.preprocessing.music import chorale_to_tokens, tokens_to_chorale
+    >>> grid = [[74, 70, 65, 58], [74, -1, 65, 58]]
+    >>> tokens = chorale_to_tokens(grid, add_start_end=True)
+    >>> tokens_to_chorale(tokens).tolist()
+    [[74, 70, 65, 58], [74, -1, 65, 58]]
+    >>> tokens_to_chorale([1, 78, 74, 69, 62, 2, 0, 0]).tolist()  # stops at END, skips PAD
+    [[74, 70, 65, 58]]
 
     Reference:
         Huang et al. 2018, section 4.1.
@@ -1063,6 +1183,15 @@ def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
     Raises:
         ValueError: if `grid` is not (steps, 4) with values in -1..127, or
             `tempo` is not positive.
+
+    Example:
+    >>> from keras_attn.preprocessing.music import chorale_to_midi
+    >>> score = chorale_to_midi([[74, 70, 65, 58], [74, -1, 65, 58]])
+    >>> [track.name for track in score.tracks]
+    ['Soprano', 'Alto', 'Tenor', 'Bass']
+    >>> [[(note.time, note.duration, note.pitch) for note in track.notes]
+    ...  for track in score.tracks[:2]]  # 120 ticks per step; the soprano holds, the alto rests
+    [[(0, 240, 74)], [(0, 120, 70)]]
 
     Reference:
         Huang et al. 2017 (Coconet, 16th-note grid); Huang et al. 2018,

@@ -211,3 +211,10 @@ def test_load_image_reads_float_grayscale_on_either_scale(tmp_path, scale):
     loaded = images.load_image(path, size=32)
     expected = np.rint(ramp * (255.0 / scale)).astype(np.uint8)
     np.testing.assert_array_equal(loaded, np.repeat(expected[..., None], 3, axis=-1))
+
+
+@pytest.mark.parametrize("offsets", [[], 0, [0, 3], [1, 4], [0, 2, 2, 4]])
+def test_decode_jpegs_refuses_offsets_that_do_not_fit_the_bytes(offsets):
+    # An empty list raised IndexError (offsets[0]) before the check.
+    with pytest.raises(ValueError, match="`offsets` must rise from 0 to len"):
+        images.decode_jpegs(b"abcd", offsets)
