@@ -151,16 +151,18 @@ def primer_seconds(task, primer_row):
 STATISTICS = {
     "jsb": {"note_length": ("note length", "16th notes", 1),
             "long_notes": ("notes held a bar or longer", "%", 100),
-            "moving_steps": ("steps where a voice moves", "%", 100)},
+            "moving_steps": ("steps where a voice moves", "%", 100),
+            "dissonant_steps": ("steps with a second, 7th or tritone", "%", 100)},
     "performance": {"notes_per_second": ("notes per second", "", 1),
                     "note_duration": ("note duration", "s", 1),
                     "polyphony": ("notes sounding at once", "", 1)},
 }
 BAR = 16  # 16th notes in a 4/4 bar
+DISSONANT_INTERVAL_CLASSES = (1, 2, 6)  # seconds and sevenths (folded), the tritone
 
 
 def _chorale_statistics(rows):
-    lengths, moves, steps = [], 0, 0
+    lengths, moves, steps, dissonant, sounding = [], 0, 0, 0, 0
     for row in rows:
         body = row[row >= music.JSB_REST_ID]
         body = body[: len(body) - len(body) % music.JSB_NUM_VOICES]
@@ -169,6 +171,12 @@ def _chorale_statistics(rows):
         grid = music.tokens_to_chorale(body)
         moved = np.any(grid[1:] != grid[:-1], axis=1)
         moves, steps = moves + int(moved.sum()), steps + len(moved)
+        # Interval classes between every two sounding voices of a step.
+        pairs = np.abs(grid[:, :, None] - grid[:, None, :]) % 12
+        both = (grid[:, :, None] >= 0) & (grid[:, None, :] >= 0)
+        clash = np.isin(np.minimum(pairs, 12 - pairs), DISSONANT_INTERVAL_CLASSES) & both
+        dissonant += int(clash.any(axis=(1, 2)).sum())
+        sounding += int(((grid >= 0).sum(axis=1) >= 2).sum())
         for voice in grid.T:
             bounds = np.concatenate([[0], np.flatnonzero(voice[1:] != voice[:-1]) + 1, [len(voice)]])
             runs = np.diff(bounds)
@@ -177,7 +185,8 @@ def _chorale_statistics(rows):
         return None
     lengths = np.asarray(lengths)
     return {"note_length": float(lengths.mean()), "long_notes": float(np.mean(lengths >= BAR)),
-            "moving_steps": moves / max(steps, 1), "notes": int(lengths.size)}
+            "moving_steps": moves / max(steps, 1), "dissonant_steps": dissonant / max(sounding, 1),
+            "notes": int(lengths.size)}
 
 
 def _performance_statistics(rows):

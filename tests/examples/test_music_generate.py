@@ -29,6 +29,9 @@ def test_chorale_statistics_count_held_pitches_as_one_note():
     assert stats["long_notes"] == pytest.approx(2 / 8)  # 18 and 20 steps
     # Steps 5, 10 (alto, tenor), 15 (alto) and 18 (soprano) move: 4 of 19.
     assert stats["moving_steps"] == pytest.approx(4 / 19)
+    # Alto 62 against tenor 60 (a second) in steps 15-19, soprano 74 against
+    # tenor 60 (a ninth) in 18-19; the rest are 4ths, 5ths, 3rds, 6ths and octaves.
+    assert stats["dissonant_steps"] == pytest.approx(5 / 20)
 
 
 def test_performance_statistics_in_seconds():
