@@ -125,7 +125,8 @@ def export_music_generator(
     >>> from keras_attn.models import music_transformer
     >>> model = music_transformer(391, num_layers=1, hidden_dim=32, num_heads=2,
     ...                           intermediate_dim=64, max_relative_position=32)
-    >>> export_dir = tempfile.mkdtemp()
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> export_dir = folder.name
     >>> path = export_music_generator(model, export_dir, max_length=64)
     >>> generator = tf.saved_model.load(path).signatures["serving_default"]
     >>> events = generator(primer=tf.constant([[1]]), num_steps=tf.constant(16),
@@ -133,6 +134,7 @@ def export_music_generator(
     ...                    top_p=tf.constant(1.0), seed=tf.constant(7))["events"]
     >>> tuple(events.shape)
     (1, 17)
+    >>> folder.cleanup()
 
     Reference:
         Huang et al. 2018, "Music Transformer: Generating Music with

@@ -248,12 +248,14 @@ def export_super_resolver(
     ...                                      num_layers=1, num_encoder_layers=1,
     ...                                      hidden_dim=16, num_heads=2,
     ...                                      intermediate_dim=32)
-    >>> export_dir = tempfile.mkdtemp()
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> export_dir = folder.name
     >>> path = export_super_resolver(model, export_dir, version=1)
     >>> served = tf.saved_model.load(path)
     >>> low_res = tf.zeros((2, 2, 2, 3), tf.uint8)
     >>> tuple(served.signatures["serving_default"](image=low_res)["image"].shape)
     (2, 8, 8, 3)
+    >>> folder.cleanup()
 
     Reference:
         Parmar et al. 2018, "Image Transformer", section 5.2; TF Serving's

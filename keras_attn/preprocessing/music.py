@@ -609,8 +609,19 @@ def _check_events(events):
     return events.astype(np.int64)
 
 
+def _check_velocity(name, value):
+    """A MIDI note velocity: an int in 1..127 (0 would mean note-off)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= 127:
+        raise ValueError(
+            f"Expected `{name}` to be a MIDI velocity, an int in 1..127. Received: "
+            f"{name}={value!r}."
+        )
+    return int(value)
+
+
 def _decode(events, default_velocity=DEFAULT_VELOCITY):
     """`events_to_notes` as arrays: (start steps, end steps, pitches, velocities), by onset."""
+    default_velocity = _check_velocity("default_velocity", default_velocity)
     events = _check_events(events)
     end_positions = np.flatnonzero(events == END_ID)
     if end_positions.size:
@@ -666,7 +677,7 @@ def events_to_notes(events, default_velocity=DEFAULT_VELOCITY):
 
     Raises:
         ValueError: if `events` is not 1-D integer or has ids outside the
-            vocabulary.
+            vocabulary, or `default_velocity` is not an int in 1..127.
 
     Example:
     >>> from keras_attn.preprocessing.music import event_to_string, events_to_notes
@@ -710,11 +721,11 @@ def midi_to_events(midi, sustain=True, add_start_end=False):
         TypeError: if `midi` is not a path, bytes or `symusic.Score`.
 
     Example:
-    >>> import os, tempfile
-    >>> from keras_attn.preprocessing.music import events_to_midi, midi_to_events
-    >>> events = midi_to_events("examples/music/data/pop909/001.mid")
-    >>> path = os.path.join(tempfile.mkdtemp(), "001_events.mid")
-    >>> events_to_midi(events).dump_midi(path)  # 10 ms times, velocity bins
+    >>> from keras_attn.preprocessing.music import (chorale_to_midi, event_to_string,
+    ...                                             midi_to_events)
+    >>> midi = chorale_to_midi([[72, -1, -1, -1]] * 2).dumps_midi()  # C5 for 0.25 s
+    >>> [event_to_string(event) for event in midi_to_events(midi)]  # velocity 80: bin 19
+    ['VELOCITY(19)', 'NOTE_ON(72)', 'TIME_SHIFT(250ms)', 'NOTE_OFF(72)']
 
     Reference:
         Huang et al. 2018, section 5.2; Oore et al. 2018, section 6.1.
@@ -744,7 +755,7 @@ def events_to_midi(events, program=0, resolution=500, tempo=120.0,
 
     Raises:
         ValueError: if `events` is not 1-D integer or has ids outside the
-            vocabulary.
+            vocabulary, or `default_velocity` is not an int in 1..127.
 
     Example:
     >>> from keras_attn.preprocessing.music import events_to_midi
@@ -1181,8 +1192,8 @@ def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
         "Bass" in that order; write it with `.dump_midi(path)`.
 
     Raises:
-        ValueError: if `grid` is not (steps, 4) with values in -1..127, or
-            `tempo` is not positive.
+        ValueError: if `grid` is not (steps, 4) with values in -1..127,
+            `tempo` is not positive, or `velocity` is not an int in 1..127.
 
     Example:
     >>> from keras_attn.preprocessing.music import chorale_to_midi
@@ -1199,6 +1210,7 @@ def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
     """
     symusic = _symusic()
     grid = _check_grid(grid)
+    velocity = _check_velocity("velocity", velocity)
     if not (np.isfinite(tempo) and tempo > 0):
         raise ValueError(f"`tempo` must be a positive number. Received: tempo={tempo!r}.")
     resolution = 480

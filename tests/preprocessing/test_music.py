@@ -651,3 +651,13 @@ def test_velocity_bins_round_trip_and_reject_bins_outside_the_vocabulary():
         bin_to_velocity(32)
     with pytest.raises(ValueError, match="from -1 to 3"):
         bin_to_velocity([3, -1])
+
+
+@pytest.mark.parametrize("velocity", [0, 128, 200, -5, 80.0, True])
+def test_velocities_outside_midi_are_refused(velocity):
+    # 200 overflowed int8 (OverflowError) in chorale_to_midi and wrapped to
+    # -56 in events_to_midi; 0 wrote silent notes.
+    with pytest.raises(ValueError, match="MIDI velocity, an int in 1..127"):
+        music.chorale_to_midi([[60, -1, -1, -1]], velocity=velocity)
+    with pytest.raises(ValueError, match="MIDI velocity, an int in 1..127"):
+        music.events_to_midi([music.NOTE_ON_OFFSET + 60], default_velocity=velocity)
