@@ -88,17 +88,16 @@ class BitsPerDimension(keras.metrics.Mean):
             plus a class axis (static shapes known at call time).
 
     Example:
+    >>> # A uniform guess over 256 intensities costs 8 bits per dimension.
     >>> import numpy as np
     >>> from keras_attn.metrics import BitsPerDimension
-    >>> bits = BitsPerDimension()
-    >>> bits.update_state(np.array([[0, 17, 255]]), np.zeros((1, 3, 256)))
-    >>> round(float(bits.result()), 4)  # a uniform guess: log2(256)
+    >>> uniform = np.zeros((1, 3, 256))  # equal logits for every intensity
+    >>> round(float(BitsPerDimension()(np.array([[0, 17, 255]]), uniform)), 4)  # log2(256)
     8.0
-    >>> bits = BitsPerDimension(from_logits=False)
     >>> probabilities = np.array([[[0.5, 0.5, 0.0, 0.0],        # p(0) = 1/2
     ...                            [0.25, 0.25, 0.25, 0.25]]])  # p(3) = 1/4
-    >>> bits.update_state(np.array([[0, 3]]), probabilities)
-    >>> round(float(bits.result()), 4)  # (1 + 2) / 2
+    >>> bits = BitsPerDimension(from_logits=False)(np.array([[0, 3]]), probabilities)
+    >>> round(float(bits), 4)  # (1 + 2) / 2 bits
     1.5
 
     Reference:

@@ -84,32 +84,21 @@ def export_translator(
             message prefixed with TensorFlow's "in user code:").
 
     Example:
-    >>> # The cheap parts only: a real export, even of a one-layer model,
-    >>> # takes about 4 s. The export is shown in a comment, the tensors of
-    >>> # its `translate_tokens` signature by tracing the same function with
-    >>> # the same input spec, and an existing version refused before any
-    >>> # tracing.
+    >>> # A real export, even of a one-layer model, traces two decoding loops
+    >>> # (about 4 s): shown here as a comment, with the refusal of a version
+    >>> # that exists. `translation_function` shows the decoding it serves.
     >>> import os
     >>> import tempfile
-    >>> import tensorflow as tf
     >>> from keras_attn.export import export_translator
-    >>> from keras_attn.export.archive import xla_function
-    >>> from keras_attn.export.translator import translation_function
     >>> from keras_attn.models import translation_transformer
     >>> from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
     >>> tokenizer = SubwordTokenizer.train(["Ein Hund rennt.", "A dog runs."] * 50,
     ...                                    vocabulary_size=300)
+    >>> # export_translator(model, tokenizer, "models/translator", version=1)
+    >>> # writes models/translator/1/ with `serving_default` (text in,
+    >>> # translation out) and `translate_tokens` ((B, S) ids in, (B, L) out).
     >>> model = translation_transformer(tokenizer.vocabulary_size, num_layers=1,
     ...                                 hidden_dim=8, num_heads=2, intermediate_dim=8)
-    >>> # export_translator(model, tokenizer, "models/translator", version=1,
-    >>> #                   max_length=4, num_beams=1) writes models/translator/1/
-    >>> # with `serving_default` (text -> translation) and `translate_tokens`:
-    >>> generate = xla_function(translation_function(model, tokenizer, max_length=4,
-    ...                                              num_beams=1), jit_compile=False)
-    >>> source_spec = tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")
-    >>> tokens = generate.get_concrete_function(source_spec).structured_outputs
-    >>> tokens.shape.as_list(), tokens.dtype.name  # (B, max_length) target ids
-    ([None, 4], 'int32')
     >>> folder = tempfile.TemporaryDirectory()
     >>> os.mkdir(os.path.join(folder.name, "1"))  # version 1 exists already
     >>> export_translator(model, tokenizer, folder.name, version=1)  # doctest: +ELLIPSIS
