@@ -99,13 +99,13 @@ def validation_pieces(args):
         args.config.get("cache_dir") or music_data.DEFAULT_CACHE_DIR)["valid"]
 
 
-def make_primers(args):
-    """(B, P) right-padded int32 primers, each starting with START."""
+def make_primers(args, pieces):
+    """(B, P) right-padded int32 primers, each starting with START;
+    `pieces`: the validation pieces (for --primer validation)."""
     start = np.array([music.START_ID], np.int32)
     if args.primer == "none":
         return np.tile(start, (args.num_samples, 1))
     if args.primer == "validation":
-        pieces = validation_pieces(args)
         rows = [pieces[i % len(pieces)][: args.primer_length] for i in range(args.num_samples)]
     else:
         if args.task != "performance":
@@ -122,13 +122,31 @@ def make_primers(args):
     return primers
 
 
+def before_end(tokens):
+    """The tokens of a row before its first END (END is 2 in both tasks)."""
+    end = np.flatnonzero(tokens == music.END_ID)
+    return tokens[: end[0]] if end.size else tokens
+
+
+def chorale_body(tokens):
+    """A JSB row's chorale tokens: before END, PAD/START dropped, cut to
+    whole steps (soprano, alto, tenor, bass)."""
+    body = before_end(tokens)
+    body = body[body >= music.JSB_REST_ID]
+    return body[: len(body) - len(body) % music.JSB_NUM_VOICES]
+
+
+def performance_seconds(events):
+    """Seconds a row of performance events spans: its time shifts before END."""
+    events = before_end(events)
+    shifts = events[(events >= music.TIME_SHIFT_OFFSET) & (events < music.VELOCITY_OFFSET)]
+    return float(np.sum(shifts - music.TIME_SHIFT_OFFSET + 1)) / music.STEPS_PER_SECOND
+
+
 def to_midi(task, tokens):
     """A `symusic.Score` for one generated row (specials dropped)."""
     if task == "jsb":
-        end = np.flatnonzero(tokens == music.JSB_END_ID)
-        body = tokens[: end[0]] if end.size else tokens
-        body = body[body >= music.JSB_REST_ID]
-        body = body[: len(body) - len(body) % music.JSB_NUM_VOICES]
+        body = chorale_body(tokens)
         if not body.size:
             import symusic
 
@@ -139,11 +157,9 @@ def to_midi(task, tokens):
 
 def primer_seconds(task, primer_row):
     """Duration of the primer, to shade it in the piano roll."""
-    real = primer_row[primer_row > music.END_ID]
     if task == "jsb":
-        return len(real) // music.JSB_NUM_VOICES * 0.125  # 16th notes at 120 bpm
-    shifts = real[(real >= music.TIME_SHIFT_OFFSET) & (real < music.VELOCITY_OFFSET)]
-    return float(np.sum(shifts - music.TIME_SHIFT_OFFSET + 1)) / music.STEPS_PER_SECOND
+        return len(chorale_body(primer_row)) // music.JSB_NUM_VOICES * 0.125  # 16ths at 120 bpm
+    return performance_seconds(primer_row)
 
 
 # Note statistics that tell by number what a listener hears first: whether
@@ -164,8 +180,7 @@ DISSONANT_INTERVAL_CLASSES = (1, 2, 6)  # seconds and sevenths (folded), the tri
 def _chorale_statistics(rows):
     lengths, moves, steps, dissonant, sounding = [], 0, 0, 0, 0
     for row in rows:
-        body = row[row >= music.JSB_REST_ID]
-        body = body[: len(body) - len(body) % music.JSB_NUM_VOICES]
+        body = chorale_body(row)
         if len(body) < 2 * music.JSB_NUM_VOICES:
             continue
         grid = music.tokens_to_chorale(body)
@@ -192,10 +207,8 @@ def _chorale_statistics(rows):
 def _performance_statistics(rows):
     durations, seconds = [], 0.0
     for row in rows:
-        body = row[: np.flatnonzero(row == music.END_ID)[0]] if (row == music.END_ID).any() else row
-        shifts = body[(body >= music.TIME_SHIFT_OFFSET) & (body < music.VELOCITY_OFFSET)]
-        seconds += float(np.sum(shifts - music.TIME_SHIFT_OFFSET + 1)) / music.STEPS_PER_SECOND
-        durations.extend(note.end - note.start for note in music.events_to_notes(body))
+        seconds += performance_seconds(row)
+        durations.extend(note.end - note.start for note in music.events_to_notes(row))  # stops at END
     if not durations or seconds <= 0:
         return None
     return {"notes_per_second": len(durations) / seconds, "note_duration": float(np.mean(durations)),
@@ -215,7 +228,9 @@ def music_statistics(task, rows):
         they count), or None when the rows hold no note. JSB: mean note length
         (16th notes; a pitch held over consecutive steps is one note), the
         share of notes held a bar (16 steps) or longer, the share of steps
-        where some voice moves. Performance: notes per second, mean note
+        where some voice moves, and the share of steps with two or more
+        voices sounding that hold a second, seventh or tritone between two
+        of them. Performance: notes per second, mean note
         duration (s), and notes sounding at once averaged over time.
     """
     rows = [np.asarray(row) for row in rows]
@@ -232,13 +247,14 @@ def validation_windows(pieces, length, step, limit=256):
     return windows[:limit] if windows else list(pieces)
 
 
-def compare_with_validation(args, tokens, lengths):
-    """Prints the sampled events' note statistics beside the validation
-    data's (windows as long as the samples); returns both for the report."""
+def compare_with_validation(args, tokens, lengths, pieces):
+    """Prints the sampled events' note statistics beside those of the
+    validation `pieces` (windows as long as the samples); returns both for
+    the report."""
     sampled = [row[length:] for row, length in zip(tokens, lengths)]
     new_events = int(args.length - lengths.max())
     step = music_data.step_size(args.task)
-    windows = validation_windows(validation_pieces(args), new_events, step)
+    windows = validation_windows(pieces, new_events, step)
     both = {"samples": music_statistics(args.task, sampled),
             "validation": music_statistics(args.task, windows)}
     if both["samples"] is None or both["validation"] is None:
@@ -327,7 +343,8 @@ def main(argv=None):
     import tensorflow as tf
 
     model = keras.saving.load_model(os.path.join(args.run_dir, "model.keras"), compile=False)
-    primers = make_primers(args)
+    pieces = validation_pieces(args)  # primers, and the reference of the statistics
+    primers = make_primers(args, pieces)
     if primers.shape[1] >= args.length:
         raise ValueError(f"--length ({args.length}) must exceed the primer ({primers.shape[1]} events): "
                          "pass a larger --length or a shorter --primer_length.")
@@ -384,7 +401,7 @@ def main(argv=None):
         print("One cached step for the batch at position: " + ", ".join(
             f"{p}: {t * 1000:.2f} ms" for p, t in timings.items()))
         report["step_ms_by_position"] = {str(p): t * 1000 for p, t in timings.items()}
-    report["statistics"] = compare_with_validation(args, tokens, lengths)
+    report["statistics"] = compare_with_validation(args, tokens, lengths, pieces)
     with open(os.path.join(out_dir, f"{args.name}_report.json"), "w") as f:
         json.dump(report, f, indent=2)
 
