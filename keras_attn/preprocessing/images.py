@@ -354,7 +354,7 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
 
     The file holds `jpeg` (all JPEG files concatenated, uint8), `offsets`
     (N + 1,) int64, `labels` (N,) class ids in the order of
-    `CIFAR10_CLASS_NAMES`, and `names` (N,) — the format of
+    `CIFAR10_CLASS_NAMES`, and `names` (N,) (not read here) — the format of
     `shared/data/cifar10/cifar10_train_jpeg.npz` (the 50,000 CIFAR-10
     training images) and of the small sample shipped in
     `examples/super_resolution/data/`. The images are decoded with
