@@ -67,7 +67,7 @@ def _exists_error(path):
     )
 
 
-def xla_function(function, jit_compile):
+def xla_function(function, jit_compile, input_signature=None):
     """`function` as the `tf.function` an exporter serves its decoding loop
     through: XLA-compiled with `jit_compile=True`, else a plain graph.
 
@@ -80,6 +80,12 @@ def xla_function(function, jit_compile):
         function: a Python function of tensors (the exporter's loop).
         jit_compile: compile it with XLA (True) or not (False, the
             default of the exporters).
+        input_signature: optional list of `tf.TensorSpec`, as for
+            `tf.function`. An exporter whose endpoints call the loop with
+            different static shapes (the translator's text endpoint pads to
+            `max_length`, its token endpoint does not) passes the widest one,
+            so the loop is traced once per export context, not once per
+            endpoint.
 
     Returns:
         A `tf.function` of `function` (autograph off).
@@ -96,7 +102,9 @@ def xla_function(function, jit_compile):
     """
     import tensorflow as tf
 
-    return tf.function(function, jit_compile=bool(jit_compile), autograph=False)
+    return tf.function(
+        function, input_signature=input_signature, jit_compile=bool(jit_compile), autograph=False
+    )
 
 
 def write_archive(path, trackables, endpoints, overwrite=False):

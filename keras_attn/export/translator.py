@@ -119,9 +119,12 @@ def export_translator(
         raise ValueError(f"`num_beams` must be at least 1. Received: num_beams={num_beams}.")
     path = versioned_export_path(export_dir, version, overwrite)
     source_tokenizer = source_tokenizer or tokenizer
+    # One trace of the decoding loop serves both endpoints (the text endpoint's
+    # (B, max_length) tokens fit the (B, S) signature).
     generate = xla_function(
         translation_function(model, tokenizer, max_length, num_beams, length_penalty_alpha),
         jit_compile,
+        input_signature=[tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")],
     )
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])

@@ -87,6 +87,26 @@ def test_odd_inputs_do_not_crash_the_graph(translator):
     assert out[1] == shorter[0]  # everything past the first pieces is ignored
 
 
+def test_both_endpoints_share_one_trace_of_the_decoding_loop(translator, tmp_path, monkeypatch):
+    import keras_attn.generation as generation
+
+    model, tokenizer, _, _ = translator
+    traced_shapes = []
+    greedy = generation.greedy_search
+
+    def counted(*args, **kwargs):
+        traced_shapes.append(kwargs["inputs"]["encoder_tokens"].shape.as_list())
+        return greedy(*args, **kwargs)
+
+    monkeypatch.setattr(generation, "greedy_search", counted)
+    export_translator(model, tokenizer, tmp_path, max_length=10, num_beams=1)
+    # The text endpoint's (B, 10) tokens reuse the token endpoint's (B, S)
+    # trace. TF traces once when an endpoint is added and once more while
+    # saving (the save context is part of its cache key): two traces, not four.
+    assert traced_shapes and len(traced_shapes) <= 2, traced_shapes
+    assert all(shape == [None, None] for shape in traced_shapes), traced_shapes
+
+
 @pytest.mark.slow
 def test_runs_in_fresh_processes_and_under_the_session_loader(translator):
     model, tokenizer, path, tokens_path = translator
