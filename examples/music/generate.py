@@ -16,6 +16,11 @@ and top-p, under tf.function (XLA by default). For every sample it writes a
 reports the sampling speed (new events per second for the batch) and the
 cost of one cached step at several positions (flat: every step attends over
 the fixed-size cache).
+
+Performances: a model can sample a NOTE_ON and never its NOTE_OFF, and the
+note then sounds to the end of the sample. The .mid files cut such notes at
+--max_note_duration seconds (5 by default, as Magenta's Performance RNN
+does; 0 keeps them), and the statistics count them.
 """
 
 import argparse
@@ -36,6 +41,10 @@ import music_data  # noqa: E402
 from keras_attn.generation import CachedDecoder, sample  # noqa: E402
 from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS  # noqa: E402
 from keras_attn.preprocessing import music  # noqa: E402
+
+# Where Magenta's Performance RNN cuts the notes its samples leave hanging
+# (the default of --max_note_duration), and "long" in the statistics.
+LONG_NOTE_SECONDS = 5.0
 
 
 def parse_args(argv=None):
@@ -58,6 +67,9 @@ def parse_args(argv=None):
                         help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--jit_compile", type=int, default=1)
     parser.add_argument("--name", default=None, help="file name prefix (default: from --primer)")
+    parser.add_argument("--max_note_duration", type=float, default=LONG_NOTE_SECONDS,
+                        help="performance task: cut notes the model leaves sounding longer than "
+                             "this many seconds in the written .mid files (0 = keep them)")
     parser.add_argument("--timing_steps", type=int, default=50,
                         help="repetitions of one cached step per position for the flatness check (0 = skip)")
     args = parser.parse_args(argv)
@@ -71,6 +83,10 @@ def parse_args(argv=None):
         parser.error(f"--top_p must be in (0, 1], received {args.top_p}")
     if args.top_k is not None and args.top_k <= 0:
         parser.error(f"--top_k must be > 0, received {args.top_k}")
+    if not (args.max_note_duration == 0 or args.max_note_duration >= 1 / music.STEPS_PER_SECOND):
+        parser.error(f"--max_note_duration must be 0 (keep every note) or seconds >= "
+                     f"{1 / music.STEPS_PER_SECOND}, received {args.max_note_duration}")
+    args.max_note_duration = args.max_note_duration or None
     config_path = os.path.join(args.run_dir, "config.json")
     if not os.path.isfile(config_path):
         parser.error(f"--run_dir {args.run_dir!r} has no config.json: pass the --output_dir of a "
@@ -143,8 +159,9 @@ def performance_seconds(events):
     return float(np.sum(shifts - music.TIME_SHIFT_OFFSET + 1)) / music.STEPS_PER_SECOND
 
 
-def to_midi(task, tokens):
-    """A `symusic.Score` for one generated row (specials dropped)."""
+def to_midi(task, tokens, max_note_duration=None):
+    """A `symusic.Score` for one generated row (specials dropped); performance
+    notes cut at `max_note_duration` seconds (None: as sampled)."""
     if task == "jsb":
         body = chorale_body(tokens)
         if not body.size:
@@ -152,7 +169,7 @@ def to_midi(task, tokens):
 
             return symusic.Score()
         return music.chorale_to_midi(music.tokens_to_chorale(body))
-    return music.events_to_midi(tokens)
+    return music.events_to_midi(tokens, max_note_duration=max_note_duration)
 
 
 def primer_seconds(task, primer_row):
@@ -171,7 +188,8 @@ STATISTICS = {
             "dissonant_steps": ("steps with a second, 7th or tritone", "%", 100)},
     "performance": {"notes_per_second": ("notes per second", "", 1),
                     "note_duration": ("note duration", "s", 1),
-                    "polyphony": ("notes sounding at once", "", 1)},
+                    "polyphony": ("notes sounding at once", "", 1),
+                    "long_notes": (f"notes longer than {LONG_NOTE_SECONDS:g} s", "%", 100)},
 }
 BAR = 16  # 16th notes in a 4/4 bar
 DISSONANT_INTERVAL_CLASSES = (1, 2, 6)  # seconds and sevenths (folded), the tritone
@@ -204,18 +222,24 @@ def _chorale_statistics(rows):
             "notes": int(lengths.size)}
 
 
-def _performance_statistics(rows):
-    durations, seconds = [], 0.0
+def _performance_statistics(rows, max_note_duration=None):
+    durations, seconds, long_notes = [], 0.0, 0
+    long_steps = LONG_NOTE_SECONDS * music.STEPS_PER_SECOND
     for row in rows:
         seconds += performance_seconds(row)
-        durations.extend(note.end - note.start for note in music.events_to_notes(row))  # stops at END
+        # Both decodings stop at END; the long notes are counted as sampled.
+        exact = np.array([n.end - n.start for n in music.events_to_notes(row)])
+        long_notes += int(np.sum(np.round(exact * music.STEPS_PER_SECOND) > long_steps))
+        durations.extend(note.end - note.start
+                         for note in music.events_to_notes(row, max_note_duration=max_note_duration))
     if not durations or seconds <= 0:
         return None
     return {"notes_per_second": len(durations) / seconds, "note_duration": float(np.mean(durations)),
-            "polyphony": float(np.sum(durations)) / seconds, "notes": len(durations)}
+            "polyphony": float(np.sum(durations)) / seconds, "long_notes": long_notes / len(durations),
+            "notes": len(durations)}
 
 
-def music_statistics(task, rows):
+def music_statistics(task, rows, max_note_duration=None):
     """Note statistics of token rows, pooled over the rows.
 
     Args:
@@ -230,11 +254,15 @@ def music_statistics(task, rows):
         share of notes held a bar (16 steps) or longer, the share of steps
         where some voice moves, and the share of steps with two or more
         voices sounding that hold a second, seventh or tritone between two
-        of them. Performance: notes per second, mean note
-        duration (s), and notes sounding at once averaged over time.
+        of them. Performance: notes per second, mean note duration (s),
+        notes sounding at once averaged over time (these two of the notes
+        cut at `max_note_duration` seconds, as the .mid files hold them), and
+        the share of notes longer than `LONG_NOTE_SECONDS` before any cut.
     """
     rows = [np.asarray(row) for row in rows]
-    return _chorale_statistics(rows) if task == "jsb" else _performance_statistics(rows)
+    if task == "jsb":
+        return _chorale_statistics(rows)
+    return _performance_statistics(rows, max_note_duration)
 
 
 def validation_windows(pieces, length, step, limit=256):
@@ -255,7 +283,8 @@ def compare_with_validation(args, tokens, lengths, pieces):
     new_events = int(args.length - lengths.max())
     step = music_data.step_size(args.task)
     windows = validation_windows(pieces, new_events, step)
-    both = {"samples": music_statistics(args.task, sampled),
+    cut = args.max_note_duration if args.task == "performance" else None
+    both = {"samples": music_statistics(args.task, sampled, max_note_duration=cut),
             "validation": music_statistics(args.task, windows)}
     if both["samples"] is None or both["validation"] is None:
         print(f"No note statistics: the {'samples' if both['samples'] is None else 'validation pieces'} "
@@ -269,6 +298,9 @@ def compare_with_validation(args, tokens, lengths, pieces):
         suffix = " %" if unit == "%" else ""
         values = [f"{both[side][key] * scale:.2f}{suffix}" for side in ("samples", "validation")]
         print(f"  {name:34s}{values[0]:>10s}{values[1]:>12s}")
+    if cut:
+        print(f"  (the samples' note duration and notes sounding at once after cutting notes at "
+              f"{cut:g} s, as in the .mid files;\n   notes longer than {LONG_NOTE_SECONDS:g} s counted as sampled)")
     return both
 
 
@@ -381,7 +413,7 @@ def main(argv=None):
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for i, row in enumerate(tokens):
-        midi = to_midi(args.task, row)
+        midi = to_midi(args.task, row, args.max_note_duration)
         base = os.path.join(out_dir, f"{args.name}_{i}")
         midi.dump_midi(base + ".mid")
         ended = bool((row[lengths[i]:] == music.END_ID).any())
@@ -394,6 +426,7 @@ def main(argv=None):
 
     report = {"primer": args.primer, "num_samples": len(primers), "length": args.length,
               "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+              "max_note_duration": args.max_note_duration if args.task == "performance" else None,
               "seconds": seconds, "events_per_second": new_events / seconds}
     if args.timing_steps:
         positions = sorted({1, args.length // 4, args.length // 2, args.length - 1})

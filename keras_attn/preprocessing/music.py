@@ -69,6 +69,8 @@ Reference:
 
 import collections
 import json
+import math
+import numbers
 import os
 
 import numpy as np
@@ -619,9 +621,28 @@ def _check_velocity(name, value):
     return int(value)
 
 
-def _decode(events, default_velocity=DEFAULT_VELOCITY):
+def _max_note_steps(max_note_duration):
+    """`max_note_duration` (seconds, or None) as a whole number of 10 ms steps."""
+    if max_note_duration is None:
+        return None
+    if (
+        isinstance(max_note_duration, bool)
+        or not isinstance(max_note_duration, numbers.Real)
+        or not math.isfinite(max_note_duration)
+        or max_note_duration < 1 / STEPS_PER_SECOND
+    ):
+        raise ValueError(
+            "Expected `max_note_duration` to be None (notes end only at their NOTE_OFF) or "
+            f"a number of seconds >= {1 / STEPS_PER_SECOND} (one time step), e.g. 5.0. "
+            f"Received: max_note_duration={max_note_duration!r}."
+        )
+    return int(round(max_note_duration * STEPS_PER_SECOND))
+
+
+def _decode(events, default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
     """`events_to_notes` as arrays: (start steps, end steps, pitches, velocities), by onset."""
     default_velocity = _check_velocity("default_velocity", default_velocity)
+    max_steps = _max_note_steps(max_note_duration)
     events = _check_events(events)
     end_positions = np.flatnonzero(events == END_ID)
     if end_positions.size:
@@ -650,6 +671,8 @@ def _decode(events, default_velocity=DEFAULT_VELOCITY):
     starts = now[positions]
     next_time = np.append(starts[1:], 0)
     ends = np.where(has_next, next_time, np.maximum(last, starts + 1))
+    if max_steps is not None:
+        ends = np.minimum(ends, starts + max_steps)
     keep = is_on & (ends > starts)
     starts, ends, pitch = starts[keep], ends[keep], pitch[keep]
     velocities = velocity[positions[keep]]
@@ -657,7 +680,7 @@ def _decode(events, default_velocity=DEFAULT_VELOCITY):
     return starts[order], ends[order], pitch[order], velocities[order]
 
 
-def events_to_notes(events, default_velocity=DEFAULT_VELOCITY):
+def events_to_notes(events, default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
     """Decodes performance events to notes (seconds), tolerating bad sequences.
 
     `PAD_ID` and `START_ID` are skipped; `END_ID` ends the performance (later
@@ -667,9 +690,18 @@ def events_to_notes(events, default_velocity=DEFAULT_VELOCITY):
     if that is later). Notes of zero duration are dropped. Model samples are
     decoded without error.
 
+    A model can leave notes hanging: it samples a `NOTE_ON` and never the
+    matching `NOTE_OFF`, and the note sounds to the end of the sample.
+    `max_note_duration` ends every note at most that many seconds after its
+    onset (Magenta's Performance RNN cuts generated notes at 5 s). The
+    default, None, decodes the events exactly (encoding and decoding a
+    performance gives its notes back).
+
     Args:
         events: 1-D integer array-like of ids in [0, VOCABULARY_SIZE).
         default_velocity: velocity of notes before any `VELOCITY` event.
+        max_note_duration: None, or the longest a note may sound, in seconds
+            (rounded to 10 ms steps, at least one step).
 
     Returns:
         list of `Note`, sorted by onset then pitch; times are multiples of
@@ -677,7 +709,8 @@ def events_to_notes(events, default_velocity=DEFAULT_VELOCITY):
 
     Raises:
         ValueError: if `events` is not 1-D integer or has ids outside the
-            vocabulary, or `default_velocity` is not an int in 1..127.
+            vocabulary, `default_velocity` is not an int in 1..127, or
+            `max_note_duration` is not None or a finite number >= 0.01.
 
     Example:
     >>> from keras_attn.preprocessing.music import event_to_string, events_to_notes
@@ -688,11 +721,15 @@ def events_to_notes(events, default_velocity=DEFAULT_VELOCITY):
     [Note(velocity=77, pitch=60, start=0.0, end=0.5)]
     >>> events_to_notes([1, 63, 308, 2, 64])  # START skipped, nothing after END
     [Note(velocity=64, pitch=60, start=0.0, end=0.5)]
+    >>> events_to_notes([63, 308, 308])  # no NOTE_OFF: sounds to the end
+    [Note(velocity=64, pitch=60, start=0.0, end=1.0)]
+    >>> events_to_notes([63, 308, 308], max_note_duration=0.75)
+    [Note(velocity=64, pitch=60, start=0.0, end=0.75)]
 
     Reference:
         Oore et al. 2018, section 6.1.
     """
-    starts, ends, pitches, velocities = _decode(events, default_velocity)
+    starts, ends, pitches, velocities = _decode(events, default_velocity, max_note_duration)
     return _notes_from_arrays(
         starts / STEPS_PER_SECOND, ends / STEPS_PER_SECOND, pitches, velocities
     )
@@ -734,11 +771,12 @@ def midi_to_events(midi, sustain=True, add_start_end=False):
 
 
 def events_to_midi(events, program=0, resolution=500, tempo=120.0,
-                   default_velocity=DEFAULT_VELOCITY):
+                   default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
     """Decodes performance events to a one-piano `symusic.Score` (in ticks).
 
     See `events_to_notes` for how special tokens and unmatched events are
-    handled (skipped; `END_ID` stops decoding). The default `resolution` and
+    handled (skipped; `END_ID` stops decoding) and for `max_note_duration`,
+    which cuts the notes a model leaves hanging. The default `resolution` and
     `tempo` make one tick exactly 1 ms, so the 10 ms times are kept exactly;
     with others, times are rounded to the nearest tick.
 
@@ -748,6 +786,7 @@ def events_to_midi(events, program=0, resolution=500, tempo=120.0,
         resolution: ticks per quarter note of the MIDI file.
         tempo: quarter notes per minute written in the file.
         default_velocity: velocity of notes before any `VELOCITY` event.
+        max_note_duration: None, or the longest a note may sound, in seconds.
 
     Returns:
         `symusic.Score` with one track named "Piano"; write it with
@@ -755,7 +794,8 @@ def events_to_midi(events, program=0, resolution=500, tempo=120.0,
 
     Raises:
         ValueError: if `events` is not 1-D integer or has ids outside the
-            vocabulary, or `default_velocity` is not an int in 1..127.
+            vocabulary, `default_velocity` is not an int in 1..127, or
+            `max_note_duration` is not None or a finite number >= 0.01.
 
     Example:
     >>> from keras_attn.preprocessing.music import events_to_midi
@@ -769,7 +809,7 @@ def events_to_midi(events, program=0, resolution=500, tempo=120.0,
         Oore et al. 2018, section 6.1.
     """
     symusic = _symusic()
-    starts, ends, pitches, velocities = _decode(events, default_velocity)
+    starts, ends, pitches, velocities = _decode(events, default_velocity, max_note_duration)
     ticks_per_step = resolution * tempo / 60.0 / STEPS_PER_SECOND
     start_ticks = np.round(starts * ticks_per_step).astype(np.int32)
     end_ticks = np.round(ends * ticks_per_step).astype(np.int32)

@@ -51,6 +51,28 @@ def test_performance_statistics_in_seconds():
     assert stats["polyphony"] == pytest.approx(1.5 / 1.5)
 
 
+def test_performance_statistics_count_hanging_notes_and_measure_them_cut():
+    generate = _generate()
+    on, off = music.NOTE_ON_OFFSET, music.NOTE_OFF_OFFSET
+    second = music.TIME_SHIFT_OFFSET + 99  # a time shift of 1 s
+    # 60 is never turned off (8 s to the end); 64 sounds exactly 5 s; 67 sounds 1 s.
+    row = np.array([on + 60, on + 64] + [second] * 5 + [off + 64, on + 67, second, off + 67]
+                   + [second] * 2)
+    exact = generate.music_statistics("performance", [row])
+    assert exact["notes"] == 3
+    assert exact["note_duration"] == pytest.approx((8 + 5 + 1) / 3)
+    assert exact["long_notes"] == pytest.approx(1 / 3)  # 5 s is not longer than 5 s
+    cut = generate.music_statistics("performance", [row], max_note_duration=2.0)
+    assert cut["note_duration"] == pytest.approx((2 + 2 + 1) / 3)
+    assert cut["polyphony"] == pytest.approx(5 / 8)
+    assert cut["long_notes"] == exact["long_notes"]  # counted as sampled
+    # The written file holds the cut notes (ticks are milliseconds).
+    notes = generate.to_midi("performance", row, max_note_duration=2.0).tracks[0].notes
+    assert sorted((n.pitch, n.time, n.duration) for n in notes) == [
+        (60, 0, 2000), (64, 0, 2000), (67, 5000, 1000)
+    ]
+
+
 def test_no_notes_gives_none_and_validation_windows_are_whole():
     generate = _generate()
     assert generate.music_statistics("jsb", [np.array([music.JSB_START_ID, music.JSB_END_ID])]) is None

@@ -389,6 +389,34 @@ def test_events_to_midi_skips_specials_and_unmatched_events():
     assert [(n.pitch, n.time, n.duration) for n in score.tracks[0].notes] == [(60, 0, 5), (61, 14, 5)]
 
 
+def test_max_note_duration_cuts_hanging_notes_only():
+    events = [
+        VEL + 10, ON + 60, ON + 64, shift(50), OFF + 64,  # 64 ends at 0.5 s
+        shift(100), shift(100), shift(100), ON + 67, shift(30),  # 60 never ends
+    ]
+    exact = [(60, 0.0, 3.8), (64, 0.0, 0.5), (67, 3.5, 3.8)]
+    assert [(n.pitch, n.start, n.end) for n in music.events_to_notes(events)] == exact
+    cut = music.events_to_notes(events, max_note_duration=2.0)
+    assert [(n.pitch, n.start, n.end) for n in cut] == [(60, 0.0, 2.0), (64, 0.0, 0.5), (67, 3.5, 3.8)]
+    # Rounded to 10 ms steps; the MIDI file gets the same ends (ticks = ms).
+    assert written_notes(music.events_to_midi(events, max_note_duration=0.254)) == [
+        (60, 41, 0, 250), (64, 41, 0, 250), (67, 41, 3500, 3750)
+    ]
+    # A re-strike still ends the earlier note first.
+    restruck = [ON + 60, shift(100), ON + 60, shift(100)]
+    assert [(n.start, n.end) for n in music.events_to_notes(restruck, max_note_duration=0.5)] == [
+        (0.0, 0.5), (1.0, 1.5)
+    ]
+
+
+@pytest.mark.parametrize("value", [0, -1.0, 0.001, float("nan"), float("inf"), "5", True])
+def test_max_note_duration_must_be_seconds_of_at_least_one_step(value):
+    with pytest.raises(ValueError, match=r"`max_note_duration` to be None .* >= 0.01"):
+        music.events_to_notes([ON + 60], max_note_duration=value)
+    with pytest.raises(ValueError, match=r"Received: max_note_duration="):
+        music.events_to_midi([ON + 60], max_note_duration=value)
+
+
 def test_events_to_midi_rejects_ids_outside_the_vocabulary():
     with pytest.raises(ValueError, match=r"ids from 3 to 391"):
         music.events_to_midi([ON, music.VOCABULARY_SIZE])
