@@ -292,12 +292,12 @@ def compare_with_validation(args, tokens, lengths, pieces):
         return both
     print(f"Sampled events against the validation data ({len(sampled)} samples, "
           f"{len(windows)} validation windows of up to {new_events - new_events % step} events):")
-    print(f"  {'':34s}{'samples':>10s}{'validation':>12s}")
+    print(f"  {'':36s}{'samples':>10s}{'validation':>12s}")
     for key, (label, unit, scale) in STATISTICS[args.task].items():
         name = f"{label} ({unit})" if unit and unit != "%" else label
         suffix = " %" if unit == "%" else ""
         values = [f"{both[side][key] * scale:.2f}{suffix}" for side in ("samples", "validation")]
-        print(f"  {name:34s}{values[0]:>10s}{values[1]:>12s}")
+        print(f"  {name:36s}{values[0]:>10s}{values[1]:>12s}")
     if cut:
         print(f"  (the samples' note duration and notes sounding at once after cutting notes at "
               f"{cut:g} s, as in the .mid files;\n   notes longer than {LONG_NOTE_SECONDS:g} s counted as sampled)")
