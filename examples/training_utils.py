@@ -331,6 +331,21 @@ def positive(kind, zero=False):
     return parse
 
 
+def add_console_arguments(parser):
+    """Adds the output flags every train.py shares: `--progress` (0 silent;
+    1 a progress bar; 2 one line per epoch; by default 1 on a terminal and 2
+    when the output goes to a file or a pipe, where a bar that redraws itself
+    with carriage returns would fill the file) and `--verbose` (TensorFlow's
+    start-up logs too, which `quiet` hides)."""
+    parser.add_argument("--progress", type=int, default=1 if sys.stdout.isatty() else 2,
+                        choices=[0, 1, 2],
+                        help="0 = silent, 1 = progress bar (against the --minutes budget when given), "
+                             "2 = one line per epoch; default 1 on a terminal, 2 when the output goes "
+                             "to a file or pipe (the bar redraws itself with carriage returns)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show TensorFlow's start-up logs (hidden by default)")
+
+
 def time_budget(args, path=None):
     """The callbacks and the `fit(verbose=...)` that `--minutes` and
     `--progress` ask for: a `TimeBudget` when there is a budget (its own bar

@@ -25,6 +25,7 @@ does; 0 keeps them), and the statistics count them.
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -58,20 +59,30 @@ def parse_args(argv=None):
                         help="events taken from the primer (default: half the training length)")
     parser.add_argument("--length", type=int, default=None,
                         help="total events per sample, primer included (default: 2 x training length)")
-    parser.add_argument("--num_samples", type=int, default=4, help="batch size")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top_k", type=int, default=None)
-    parser.add_argument("--top_p", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--num_samples", type=int, default=4, help="samples, sampled as one batch (default 4)")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="> 0; below 1 sharpens the model's distribution, above 1 flattens it "
+                             "(default 1)")
+    parser.add_argument("--top_k", type=int, default=None,
+                        help="sample among the k most likely events (default: all)")
+    parser.add_argument("--top_p", type=float, default=None,
+                        help="sample among the most likely events whose probabilities sum to p, in (0, 1] "
+                             "(default: all)")
+    parser.add_argument("--seed", type=int, default=1, help="same seed, same samples (default 1)")
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
-    parser.add_argument("--jit_compile", type=int, default=1)
-    parser.add_argument("--name", default=None, help="file name prefix (default: from --primer)")
-    parser.add_argument("--max_note_duration", type=float, default=LONG_NOTE_SECONDS,
-                        help="performance task: cut notes the model leaves sounding longer than "
-                             "this many seconds in the written .mid files (0 = keep them)")
+    parser.add_argument("--jit_compile", type=int, default=1, choices=(0, 1),
+                        help="1 = compile the sampling loop with XLA (default 1)")
+    parser.add_argument("--name", default=None,
+                        help="file name prefix (default: from --primer); files of the same name in "
+                             "<run_dir>/samples/ are replaced")
+    parser.add_argument("--max_note_duration", type=float, default=None,
+                        help=f"performance task: cut notes the model leaves sounding longer than this "
+                             f"many seconds in the written .mid files (default {LONG_NOTE_SECONDS:g}; "
+                             "0 = keep them)")
     parser.add_argument("--timing_steps", type=int, default=50,
-                        help="repetitions of one cached step per position for the flatness check (0 = skip)")
+                        help="repetitions of one cached step per position for the flatness check "
+                             "(default 50; 0 = skip)")
     args = parser.parse_args(argv)
     for flag in ("length", "primer_length", "num_samples"):
         value = getattr(args, flag)
@@ -81,12 +92,13 @@ def parse_args(argv=None):
         parser.error(f"--temperature must be > 0, received {args.temperature}")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         parser.error(f"--top_p must be in (0, 1], received {args.top_p}")
-    if args.top_k is not None and args.top_k <= 0:
-        parser.error(f"--top_k must be > 0, received {args.top_k}")
-    if not (args.max_note_duration == 0 or args.max_note_duration >= 1 / music.STEPS_PER_SECOND):
-        parser.error(f"--max_note_duration must be 0 (keep every note) or seconds >= "
-                     f"{1 / music.STEPS_PER_SECOND}, received {args.max_note_duration}")
-    args.max_note_duration = args.max_note_duration or None
+    if args.top_k is not None and args.top_k < 0:
+        parser.error(f"--top_k must be >= 0 (0 = sample among all events), received {args.top_k}")
+    args.top_k = args.top_k or None
+    cut = args.max_note_duration
+    if cut is not None and not (cut == 0 or (math.isfinite(cut) and cut >= 1 / music.STEPS_PER_SECOND)):
+        parser.error(f"--max_note_duration must be 0 (keep every note) or a finite number of "
+                     f"seconds >= {1 / music.STEPS_PER_SECOND}, received {cut}")
     config_path = os.path.join(args.run_dir, "config.json")
     if not os.path.isfile(config_path):
         parser.error(f"--run_dir {args.run_dir!r} has no config.json: pass the --output_dir of a "
@@ -94,6 +106,11 @@ def parse_args(argv=None):
     with open(config_path) as f:
         args.config = json.load(f)
     args.task = args.config["task"]
+    if args.task == "jsb" and cut is not None:
+        parser.error("--max_note_duration applies to performance runs; chorales on a 16th-note grid "
+                     "have no notes left sounding: leave it out")
+    args.max_note_duration = None if args.task == "jsb" else (
+        LONG_NOTE_SECONDS if cut is None else cut or None)
     args.length = args.length if args.length is not None else 2 * args.config["sequence_length"]
     args.primer_length = (args.primer_length if args.primer_length is not None
                          else args.config["sequence_length"] // 2)
@@ -283,7 +300,7 @@ def compare_with_validation(args, tokens, lengths, pieces):
     new_events = int(args.length - lengths.max())
     step = music_data.step_size(args.task)
     windows = validation_windows(pieces, new_events, step)
-    cut = args.max_note_duration if args.task == "performance" else None
+    cut = args.max_note_duration  # None for chorales
     both = {"samples": music_statistics(args.task, sampled, max_note_duration=cut),
             "validation": music_statistics(args.task, windows)}
     if both["samples"] is None or both["validation"] is None:
@@ -388,6 +405,9 @@ def main(argv=None):
     def generate(prompt, seed):
         return sample(model, prompt, args.length, seed=seed, end_token_id=music.END_ID, **kwargs)
 
+    print(f"Sampling {len(primers)} x {args.length} events: up to {args.length - lengths.min()} steps in "
+          "one compiled loop, which shows no progress until it ends (each step attends over all "
+          f"{args.length} cache positions)...", flush=True)
     start = time.perf_counter()
     tokens = np.asarray(tf.function(generate, jit_compile=bool(args.jit_compile))(
         tf.constant(primers), tf.constant(args.seed)))
@@ -426,7 +446,7 @@ def main(argv=None):
 
     report = {"primer": args.primer, "num_samples": len(primers), "length": args.length,
               "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-              "max_note_duration": args.max_note_duration if args.task == "performance" else None,
+              "max_note_duration": args.max_note_duration,
               "seconds": seconds, "events_per_second": new_events / seconds}
     if args.timing_steps:
         positions = sorted({1, args.length // 4, args.length // 2, args.length - 1})

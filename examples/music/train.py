@@ -103,12 +103,7 @@ def parse_args(argv=None):
     parser.add_argument("--export_max_length", type=training_utils.positive(int), default=None,
                         help="longest sequence the SavedModel generates (default 2 L)")
     parser.add_argument("--skip_training", action="store_true", help="evaluate <output_dir>/model.keras")
-    parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
-                        help="0 = silent, 1 = progress bar (against the --minutes budget when "
-                             "given), 2 = one line per epoch (for a log file: the bar redraws "
-                             "itself with carriage returns, as Keras' own bar does)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show TensorFlow's start-up logs (hidden by default)")
+    training_utils.add_console_arguments(parser)
     parser.add_argument("--seed", type=int, default=1)
     run_folder.add_export_arguments(parser)
     training_utils.add_strategy_arguments(parser)
@@ -131,7 +126,15 @@ def parse_args(argv=None):
     args.max_relative_position = args.max_relative_position or args.sequence_length
     args.export_max_length = args.export_max_length or 2 * args.sequence_length
     if args.task == "performance":
-        args.midi_dir = args.midi_dir or music_data.default_midi_dir()
+        given = args.midi_dir
+        args.midi_dir = given or music_data.default_midi_dir()
+        if given:
+            args.midi_source = "--midi_dir" if given != os.environ.get("MIDI_DIR") else "$MIDI_DIR"
+        elif args.midi_dir == music_data.SHIPPED_MIDI_DIR:
+            args.midi_source = ("the songs shipped with the example: no pop909/POP909 in the shared "
+                                f"data folder {music_data.shared_data_dir()}")
+        else:
+            args.midi_source = "POP909, found in the shared data folder"
     return args
 
 
@@ -139,6 +142,7 @@ def load_data(args):
     """Training pieces (with variants) and validation pieces of the task."""
     if args.task == "jsb":
         return music_data.load_jsb(args.data_dir, "train"), music_data.load_jsb(args.data_dir, "valid")
+    print(f"Performances from {args.midi_dir} ({args.midi_source})", flush=True)
     data = music_data.load_performances(args.midi_dir, args.cache_dir)
     print(f"{args.midi_dir}: {len(data['train'])} training and {len(data['valid'])} validation files "
           f"(validation: crc32(file name) % 10 == 0)")

@@ -163,12 +163,7 @@ def parse_args(argv=None):
                              "spread over them), or images per class / in total to generate")
     parser.add_argument("--sample_batch_size", type=training_utils.positive(int), default=8,
                         help="images sampled per batch (super resolution)")
-    parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
-                        help="0 = silent, 1 = progress bar (against the --minutes budget when "
-                             "given), 2 = one line per epoch (for a log file: the bar redraws "
-                             "itself with carriage returns, as Keras' own bar does)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show TensorFlow's start-up logs (hidden by default)")
+    training_utils.add_console_arguments(parser)
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
     parser.add_argument("--continue_training", action="store_true",
                         help="train <output_dir>/model.keras (with its optimizer state) for more "

@@ -118,12 +118,7 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
     parser.add_argument("--eval_size", type=training_utils.positive(int), default=None, help="score only the first N test sentences")
     parser.add_argument("--eval_batch_size", type=training_utils.positive(int), default=64)
     parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
-    parser.add_argument("--progress", type=int, default=1, choices=[0, 1, 2],
-                        help="0 = silent, 1 = progress bar (against the --minutes budget when "
-                             "given), 2 = one line per epoch (for a log file: the bar redraws "
-                             "itself with carriage returns, as Keras' own bar does)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show TensorFlow's start-up logs (hidden by default)")
+    training_utils.add_console_arguments(parser)
     parser.add_argument("--seed", type=int, default=1)
     run_folder.add_export_arguments(parser)
     training_utils.add_strategy_arguments(parser)

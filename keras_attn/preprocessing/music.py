@@ -625,18 +625,21 @@ def _max_note_steps(max_note_duration):
     """`max_note_duration` (seconds, or None) as a whole number of 10 ms steps."""
     if max_note_duration is None:
         return None
-    if (
-        isinstance(max_note_duration, bool)
-        or not isinstance(max_note_duration, numbers.Real)
-        or not math.isfinite(max_note_duration)
-        or max_note_duration < 1 / STEPS_PER_SECOND
-    ):
+    seconds = math.nan
+    if not isinstance(max_note_duration, bool) and isinstance(max_note_duration, numbers.Real):
+        try:  # in float64 first: np.int8(5) * 100 would wrap around
+            seconds = float(max_note_duration)
+        except OverflowError:  # an int beyond float64: no cut if positive
+            seconds = 1e12 if max_note_duration > 0 else -math.inf
+    if not math.isfinite(seconds) or seconds < 1 / STEPS_PER_SECOND:
         raise ValueError(
             "Expected `max_note_duration` to be None (notes end only at their NOTE_OFF) or "
-            f"a number of seconds >= {1 / STEPS_PER_SECOND} (one time step), e.g. 5.0. "
+            f"a finite number of seconds >= {1 / STEPS_PER_SECOND} (one time step), e.g. 5.0. "
             f"Received: max_note_duration={max_note_duration!r}."
         )
-    return int(round(max_note_duration * STEPS_PER_SECOND))
+    # Longer than any performance (about 30,000 years) is no cut at all, and
+    # the step count stays well inside int64.
+    return int(round(min(seconds, 1e12) * STEPS_PER_SECOND))
 
 
 def _decode(events, default_velocity=DEFAULT_VELOCITY, max_note_duration=None):

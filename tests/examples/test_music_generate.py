@@ -81,3 +81,34 @@ def test_no_notes_gives_none_and_validation_windows_are_whole():
     assert [w.tolist() for w in windows] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     # Pieces all shorter than the samples: the whole pieces are the reference.
     assert len(generate.validation_windows(pieces, length=40, step=4)) == 2
+
+
+def _parse(tmp_path, task, *flags):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"task": task, "sequence_length": 32}))
+    return _generate().parse_args(["--run_dir", str(tmp_path), *flags])
+
+
+def test_max_note_duration_flag(tmp_path, capsys):
+    generate = _generate()
+    assert _parse(tmp_path, "performance").max_note_duration == generate.LONG_NOTE_SECONDS
+    assert _parse(tmp_path, "performance", "--max_note_duration", "2.5").max_note_duration == 2.5
+    assert _parse(tmp_path, "performance", "--max_note_duration", "0").max_note_duration is None
+    assert _parse(tmp_path, "jsb").max_note_duration is None
+    for task, value, message in (
+        ("performance", "inf", "finite number of seconds >= 0.01, received inf"),
+        ("performance", "0.001", "finite number of seconds >= 0.01, received 0.001"),
+        ("jsb", "5", "applies to performance runs"),
+    ):
+        with pytest.raises(SystemExit):
+            _parse(tmp_path, task, "--max_note_duration", value)
+        assert message in capsys.readouterr().err
+
+
+def test_top_k_zero_means_all_events_as_in_the_saved_model(tmp_path, capsys):
+    assert _parse(tmp_path, "jsb", "--top_k", "0").top_k is None
+    assert _parse(tmp_path, "jsb", "--top_k", "20").top_k == 20
+    with pytest.raises(SystemExit):
+        _parse(tmp_path, "jsb", "--top_k", "-1")
+    assert "--top_k must be >= 0" in capsys.readouterr().err

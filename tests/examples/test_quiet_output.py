@@ -29,12 +29,19 @@ def _run(tmp_path, *extra):
 
 
 def test_training_output_is_quiet_and_shows_the_budget(tmp_path):
-    output = _run(tmp_path)
+    output = _run(tmp_path, "--progress", "1")  # the bar, as on a terminal
     for noise in NOISE:
         assert noise not in output, (noise, output[-3000:])
     assert "Training for 0.05 min (the bar is the time budget)" in output
     assert "Epoch 1/" not in output  # Keras' epoch bar would promise an ETA past the budget
     assert "greedy (beams=1), " in output and ": BLEU" in output
+
+
+def test_output_to_a_pipe_gets_one_line_per_epoch_by_default(tmp_path):
+    output = _run(tmp_path)  # stdout is a pipe here
+    assert "Training for 0.05 min at most" in output
+    assert "(the bar is the time budget)" not in output and "\r" not in output
+    assert "Epoch 1/" in output
 
 
 def test_verbose_brings_tensorflow_logs_back(tmp_path):

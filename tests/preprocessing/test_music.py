@@ -409,7 +409,23 @@ def test_max_note_duration_cuts_hanging_notes_only():
     ]
 
 
-@pytest.mark.parametrize("value", [0, -1.0, 0.001, float("nan"), float("inf"), "5", True])
+@pytest.mark.parametrize("value", [np.int8(2), np.int16(3), np.uint8(2), np.float16(2), 2, 2.0, 1e308,
+                                   10**400, np.int64(2**62)], ids=lambda value: repr(value)[:20])
+def test_max_note_duration_of_any_real_type_and_size(value):
+    # Small numpy types once wrapped around in the step count (np.int8(5) * 100
+    # is -12) and dropped every note; huge values overflowed.
+    events = [ON + 60] + [shift(100)] * 3  # a note never turned off: 3 s
+    expected_end = 3.0 if value > 3 else float(value)
+    assert [(n.start, n.end) for n in music.events_to_notes(events, max_note_duration=value)] == [
+        (0.0, expected_end)
+    ]
+    assert written_notes(music.events_to_midi(events, max_note_duration=value)) == [
+        (60, 64, 0, int(expected_end * 1000))
+    ]
+
+
+@pytest.mark.parametrize("value", [0, -1.0, 0.001, float("nan"), float("inf"), -(10**400), "5", True],
+                         ids=lambda value: repr(value)[:12])
 def test_max_note_duration_must_be_seconds_of_at_least_one_step(value):
     with pytest.raises(ValueError, match=r"`max_note_duration` to be None .* >= 0.01"):
         music.events_to_notes([ON + 60], max_note_duration=value)
