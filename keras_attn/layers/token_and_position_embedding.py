@@ -20,10 +20,14 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
     Positions beyond a learned table are refused when the length and
     `start_index` are known when the layer is called (eagerly, or traced
     with a static length: a `ValueError`). When either is known only at
-    run time (a traced `start_index`, or a `None` length inside a compiled
-    graph) positions past the table are clamped to its last row (and
-    negative ones to row 0) instead of gathering out of range. Sinusoidal
-    positions work at any length.
+    run time (a traced `start_index`, or a `None` length inside a graph,
+    e.g. a SavedModel's token input) the same message fails the graph when
+    it runs (TensorFlow: `InvalidArgumentError`; JAX: a `JaxRuntimeError`
+    holding the ValueError). Where no check runs (under XLA, which has no
+    assertions, and in the generation loops' steps, whose positions the
+    loop keeps inside the table) positions past the table are clamped to
+    its last row (negative ones to row 0) instead of gathering out of
+    range. Sinusoidal positions work at any length.
 
     Args:
         vocabulary_size: number of token ids (positive int).
@@ -149,20 +153,25 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
             and known_start is not None
             and known_start + shape[1] > self.sequence_length
         ):
-            raise ValueError(
-                f"Positions {known_start}..{known_start + shape[1] - 1} do not "
-                f"fit the learned position table of {self.sequence_length} "
-                "rows. Truncate the sequence to `sequence_length` tokens or "
-                "build the layer with a larger `sequence_length` (or "
-                'position="sinusoidal").'
-            )
+            raise ValueError("".join(
+                str(piece) for piece in self._table_message(known_start, known_start + shape[1] - 1)
+            ))
         embeddings = self.token_embedding(inputs)
         if self.scale_token_embeddings:
             embeddings = embeddings * ops.cast(
                 self.embedding_dim**0.5, embeddings.dtype
             )
         if self.position_embedding is not None:
-            positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
+            start = ops.cast(start_index, "int32")
+            positions = ops.arange(length, dtype="int32") + start
+            if shape[1] is None or known_start is None:  # checked when the graph runs
+                fits = ops.logical_and(
+                    ops.greater_equal(start, 0),
+                    ops.less_equal(start + length, self.sequence_length),
+                )
+                positions = checks.check_in_graph(
+                    fits, self._table_message(start, start + length - 1), positions
+                )
             positions = ops.clip(positions, 0, self.sequence_length - 1)
             position_vectors = self.position_embedding(positions)
         else:
@@ -171,6 +180,16 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
                 embeddings.dtype,
             )
         return embeddings + position_vectors[None]
+
+    def _table_message(self, first, last):
+        """The refusal of positions `first..last` (ints, or scalar tensors
+        for the in-graph check), as pieces for `checks.check_in_graph`."""
+        return [
+            f"Positions must fit the learned position table of {self.sequence_length} rows "
+            f"(0..{self.sequence_length - 1}). Truncate the sequence to `sequence_length` tokens "
+            'or build the layer with a larger `sequence_length` (or position="sinusoidal"). '
+            "Received: positions ", first, "..", last, ".",
+        ]
 
     def compute_mask(self, inputs, previous_mask=None):
         if not self.mask_zero:

@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 
@@ -42,18 +43,68 @@ def test_sinusoidal_positions_work_past_any_table():
     assert np.isfinite(out).all()
 
 
-@pytest.mark.requires_tensorflow
+def _traced(function, jit_compile=False):
+    """`function` traced as the backend traces (tf.function or jax.jit)."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(function, jit_compile=jit_compile)
+    if backend == "jax":
+        import jax
+
+        return jax.jit(function)
+    pytest.skip(f"no traced values on {backend}")
+
+
+# TensorFlow's assertion shows each value in brackets: "positions ] [9] [..] [9] [."
+TABLE_MESSAGE = (r"Positions must fit the learned position table of 4 rows \(0\.\.3\)\. Truncate the "
+                 r"sequence .* Received: positions\W*{}\W*\.\.\W*{}\W*\.")
+
+
 def test_positions_beyond_the_learned_table():
     layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
-    with pytest.raises(ValueError, match=r"Positions 2..5 do not fit the learned position table of 4 rows"):
+    with pytest.raises(ValueError, match=TABLE_MESSAGE.format(2, 5)):
         layer(np.ones((1, 4), "int32"), start_index=2)
+    # Known only when the graph runs (a traced start index): the same message then.
+    embed = _traced(lambda ids, start: layer(ids, start_index=start))
+    last = np.asarray(layer(np.ones((1, 1), "int32"), start_index=3))
+    np.testing.assert_allclose(np.asarray(embed(np.ones((1, 1), "int32"), np.int32(3))), last, atol=1e-6)
+    with pytest.raises(Exception, match=TABLE_MESSAGE.format(9, 9)):
+        np.asarray(embed(np.ones((1, 1), "int32"), np.int32(9)))
+    with pytest.raises(Exception, match=TABLE_MESSAGE.format(-1, 0)):
+        np.asarray(embed(np.ones((1, 2), "int32"), np.int32(-1)))
+
+
+@pytest.mark.requires_tensorflow
+def test_a_length_known_only_at_run_time_is_checked_in_the_graph():
     import tensorflow as tf
 
-    # Inside a graph with a traced start index: clamped to the last row, never out of range.
-    clamp = tf.function(lambda ids, start: layer(ids, start_index=start))
-    out = np.asarray(clamp(np.ones((1, 1), "int32"), tf.constant(9)))
+    layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
+    embed = tf.function(layer, input_signature=[tf.TensorSpec((None, None), tf.int32)])
+    assert embed(tf.ones((2, 4), tf.int32)).shape == (2, 4, 8)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=TABLE_MESSAGE.format(0, 5)):
+        embed(tf.ones((2, 6), tf.int32))
+
+
+@pytest.mark.requires_tensorflow
+def test_where_no_check_runs_positions_are_clamped_to_the_table():
+    import tensorflow as tf
+
+    from keras_attn.checks import checked_by_caller
+
+    layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
     last = np.asarray(layer(np.ones((1, 1), "int32"), start_index=3))
-    np.testing.assert_allclose(out, last, atol=1e-6)
+    # XLA has no assertions; a generation loop's steps leave the check to the loop.
+    compiled = tf.function(lambda ids, start: layer(ids, start_index=start), jit_compile=True)
+    np.testing.assert_allclose(np.asarray(compiled(tf.ones((1, 1), tf.int32), tf.constant(9))), last, atol=1e-6)
+
+    def step(ids, start):
+        with checked_by_caller():
+            return layer(ids, start_index=start)
+
+    np.testing.assert_allclose(np.asarray(tf.function(step)(tf.ones((1, 1), tf.int32), tf.constant(9))),
+                               last, atol=1e-6)
 
 
 def test_errors():
