@@ -183,6 +183,46 @@ def check_start_index(start_index):
     return known
 
 
+def check_positions(requirement, start_index, length, limit, value):
+    """Refuses positions `start_index .. start_index + T - 1` outside
+    `[0, limit)`: now when both are known, else when the graph runs.
+
+    For a position layer with a fixed number of positions (a learned table,
+    an image's pixels). Inside `checked_by_caller` (a generation loop's
+    steps) and under XLA no run-time check runs.
+
+    Args:
+        requirement: the message's first sentences (what fits, how to fix);
+            the message is `"{requirement} Received: positions a..b."`.
+        start_index: int or int32 scalar (checked with `check_index`).
+        length: T, the sequence length: an int, or a scalar tensor with
+            the static length unknown.
+        limit: the number of positions (int).
+        value: the tensor to return.
+
+    Returns:
+        `value`, depending on the run-time check where there is one.
+
+    Raises:
+        ValueError: if the positions are known now and outside the range.
+            Known only at run time, the graph fails with the same message
+            (see `check_in_graph`).
+    """
+    known_start, known_length = static_int(start_index), static_int(length)
+    if known_start is not None and known_length is not None:
+        if known_start < 0 or known_start + known_length > limit:
+            raise ValueError(
+                f"{requirement} Received: positions {known_start}..{known_start + known_length - 1}."
+            )
+        return value
+    start = keras.ops.cast(start_index, "int32")
+    fits = keras.ops.logical_and(
+        keras.ops.greater_equal(start, 0), keras.ops.less_equal(start + length, limit)
+    )
+    received = [f"{requirement} Received: positions ", start, "..", start + length - 1, "."]
+    return check_in_graph(fits, received, value)
+
+
 def check_token_id(name, value, vocabulary_size=None):
     """Raises a ValueError unless `value` is None or a non-negative int
     token id known when tracing (`end_token_id`, `pad_token_id`), and an id

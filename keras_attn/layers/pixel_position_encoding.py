@@ -186,35 +186,16 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
             )
         self._check_width(shape[-1])
         checks.check_index(start_index, "start_index")
-        known_start = checks.static_int(start_index)
-        if shape[1] is not None and known_start is not None:
-            if known_start < 0 or known_start + shape[1] > self.num_positions:
-                raise ValueError("".join(str(piece) for piece in self._positions_message(
-                    known_start, known_start + shape[1] - 1
-                )))
         length = ops.shape(inputs)[1]
-        encoding = self.encode(length, shape[-1], start_index)
-        encoding = ops.cast(encoding, self.compute_dtype)
-        if shape[1] is None or known_start is None:  # checked when the graph runs
-            start = ops.cast(start_index, "int32")
-            fits = ops.logical_and(
-                ops.greater_equal(start, 0), ops.less_equal(start + length, self.num_positions)
-            )
-            encoding = checks.check_in_graph(
-                fits, self._positions_message(start, start + length - 1), encoding
-            )
-        return ops.broadcast_to(encoding[None], ops.shape(inputs))
-
-    def _positions_message(self, first, last):
-        """The refusal of positions `first..last` (ints, or scalar tensors
-        for the in-graph check), as pieces for `checks.check_in_graph`."""
-        return [
+        encoding = ops.cast(self.encode(length, shape[-1], start_index), self.compute_dtype)
+        encoding = checks.check_positions(
             f"Positions must lie inside the {self.num_positions} positions of a "
             f"{self.image_size[0]}x{self.image_size[1]} image with {self.channels} channels (plus "
             "one for the shifted start token). Pass sequences of at most that length, or build "
-            "the layer with the right `image_size` / `channels`. Received: positions ",
-            first, "..", last, ".",
-        ]
+            "the layer with the right `image_size` / `channels`.",
+            start_index, length, self.num_positions, encoding,
+        )
+        return ops.broadcast_to(encoding[None], ops.shape(inputs))
 
     def encode(self, length, dim, start_index=0):
         """The (length, dim) encoding of positions `start_index ...`."""

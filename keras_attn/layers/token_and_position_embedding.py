@@ -146,32 +146,21 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
                 f"length). Received: inputs.shape={shape}."
             )
         length = ops.shape(inputs)[1]
-        known_start = checks.check_start_index(start_index)
-        if (
-            self.position == "learned"
-            and shape[1] is not None
-            and known_start is not None
-            and known_start + shape[1] > self.sequence_length
-        ):
-            raise ValueError("".join(
-                str(piece) for piece in self._table_message(known_start, known_start + shape[1] - 1)
-            ))
+        checks.check_start_index(start_index)
         embeddings = self.token_embedding(inputs)
         if self.scale_token_embeddings:
             embeddings = embeddings * ops.cast(
                 self.embedding_dim**0.5, embeddings.dtype
             )
         if self.position_embedding is not None:
-            start = ops.cast(start_index, "int32")
-            positions = ops.arange(length, dtype="int32") + start
-            if shape[1] is None or known_start is None:  # checked when the graph runs
-                fits = ops.logical_and(
-                    ops.greater_equal(start, 0),
-                    ops.less_equal(start + length, self.sequence_length),
-                )
-                positions = checks.check_in_graph(
-                    fits, self._table_message(start, start + length - 1), positions
-                )
+            positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
+            positions = checks.check_positions(
+                f"Positions must fit the learned position table of {self.sequence_length} rows "
+                f"(0..{self.sequence_length - 1}). Truncate the sequence to `sequence_length` "
+                "tokens or build the layer with a larger `sequence_length` (or "
+                'position="sinusoidal").',
+                start_index, length, self.sequence_length, positions,
+            )
             positions = ops.clip(positions, 0, self.sequence_length - 1)
             position_vectors = self.position_embedding(positions)
         else:
@@ -180,16 +169,6 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
                 embeddings.dtype,
             )
         return embeddings + position_vectors[None]
-
-    def _table_message(self, first, last):
-        """The refusal of positions `first..last` (ints, or scalar tensors
-        for the in-graph check), as pieces for `checks.check_in_graph`."""
-        return [
-            f"Positions must fit the learned position table of {self.sequence_length} rows "
-            f"(0..{self.sequence_length - 1}). Truncate the sequence to `sequence_length` tokens "
-            'or build the layer with a larger `sequence_length` (or position="sinusoidal"). '
-            "Received: positions ", first, "..", last, ".",
-        ]
 
     def compute_mask(self, inputs, previous_mask=None):
         if not self.mask_zero:
