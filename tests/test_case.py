@@ -20,6 +20,24 @@ def property_examples(count):
     return max(5, count // 3)
 
 
+def traced(function):
+    """`function` traced as the backend traces (`tf.function` on TensorFlow,
+    `jax.jit` on JAX), for checks that only run on traced values; skips the
+    test on backends with no traced values."""
+    import pytest
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(function)
+    if backend == "jax":
+        import jax
+
+        return jax.jit(function)
+    pytest.skip(f"no traced values on {backend}")
+
+
 def gradients(fn, inputs, variables):
     """Gradients of `fn` on the current Keras backend: `tf.GradientTape` on
     TensorFlow, `jax.grad` on JAX, so gradient checks (finite gradients on

@@ -4,6 +4,7 @@ import pytest
 
 from keras_attn.checks import check_heads_divide, check_sizes
 from keras_attn.models import music_transformer, translation_transformer
+from tests.test_case import traced
 
 
 def test_check_sizes_names_the_first_bad_argument_and_refuses_bools():
@@ -130,32 +131,23 @@ def test_checked_by_caller_leaves_out_traced_checks_and_restores_them():
 
     from keras_attn.checks import check_in_graph, checked_by_caller
 
-    def traced(condition, in_scope=False):  # a failing check, traced as the backend traces
+    def failing_check(condition, in_scope=False):  # traced as the backend traces
         def check(c):
             if not in_scope:
                 return check_in_graph(c, "checked", keras.ops.ones(()))
             with checked_by_caller():
                 return check_in_graph(c, "checked", keras.ops.ones(()))
 
-        backend = keras.backend.backend()
-        if backend == "tensorflow":
-            import tensorflow as tf
-
-            return tf.function(check)(condition)
-        if backend == "jax":
-            import jax
-
-            return jax.jit(check)(condition)
-        pytest.skip(f"no traced values on {backend}")
+        return traced(check)(condition)
 
     false = keras.ops.array(False)
-    traced(false, in_scope=True)  # left out: no error
+    failing_check(false, in_scope=True)  # left out: no error
     with pytest.raises(Exception, match="checked"):
-        traced(false)
+        failing_check(false)
     with pytest.raises(RuntimeError), checked_by_caller():
         raise RuntimeError("leaving the scope by an exception")
     with pytest.raises(Exception, match="checked"):
-        traced(false)
+        failing_check(false)
 
 
 @pytest.mark.requires_tensorflow

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from keras_attn.layers import SinusoidalPositionEncoding, TokenAndPositionEmbedding
-from tests.test_case import run_layer_test
+from tests.test_case import run_layer_test, traced
 
 
 def test_sinusoids_match_the_paper_formula():
@@ -43,20 +43,6 @@ def test_sinusoidal_positions_work_past_any_table():
     assert np.isfinite(out).all()
 
 
-def _traced(function, jit_compile=False):
-    """`function` traced as the backend traces (tf.function or jax.jit)."""
-    backend = keras.backend.backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return tf.function(function, jit_compile=jit_compile)
-    if backend == "jax":
-        import jax
-
-        return jax.jit(function)
-    pytest.skip(f"no traced values on {backend}")
-
-
 # TensorFlow's assertion shows each value in brackets: "positions ] [9] [..] [9] [."
 TABLE_MESSAGE = (r"Positions must fit the learned position table of 4 rows \(0\.\.3\)\. Truncate the "
                  r"sequence .* Received: positions\W*{}\W*\.\.\W*{}\W*\.")
@@ -67,7 +53,7 @@ def test_positions_beyond_the_learned_table():
     with pytest.raises(ValueError, match=TABLE_MESSAGE.format(2, 5)):
         layer(np.ones((1, 4), "int32"), start_index=2)
     # Known only when the graph runs (a traced start index): the same message then.
-    embed = _traced(lambda ids, start: layer(ids, start_index=start))
+    embed = traced(lambda ids, start: layer(ids, start_index=start))
     last = np.asarray(layer(np.ones((1, 1), "int32"), start_index=3))
     np.testing.assert_allclose(np.asarray(embed(np.ones((1, 1), "int32"), np.int32(3))), last, atol=1e-6)
     with pytest.raises(Exception, match=TABLE_MESSAGE.format(9, 9)):
