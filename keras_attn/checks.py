@@ -541,6 +541,50 @@ def check_sizes(**sizes):
             raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}.")
 
 
+def check_batch_not_empty(name, value):
+    """Refuses a batch of no rows: generation has nothing to generate for
+    it. Now when the batch size is static, else when the graph runs (once
+    per call; see `check_in_graph`).
+
+    Args:
+        name: the tensor's name, for the message (e.g. "prompt").
+        value: a tensor of rank >= 1 whose first axis is the batch B.
+
+    Returns:
+        `value`, depending on the run-time check where there is one (use it
+        in place of the original).
+
+    Raises:
+        ValueError: if B is 0 (the message gives the shape received).
+
+    Example:
+    >>> import numpy as np
+    >>> try:
+    ...     check_batch_not_empty("prompt", np.zeros((0, 3), "int32"))
+    ... except ValueError as error:
+    ...     print(error)
+    `prompt` must hold at least one row (batch size >= 1): there is nothing to generate for an empty batch. Received: prompt.shape=(0, 3).
+    """
+    requirement = (
+        f"`{name}` must hold at least one row (batch size >= 1): there is nothing "
+        f"to generate for an empty batch. Received: {name}.shape="
+    )
+    shape = tuple(value.shape)
+    if shape[0] == 0:
+        raise ValueError(f"{requirement}{shape}.")
+    if shape[0] is not None:
+        return value
+    sizes = keras.ops.shape(value)
+    received, text = [requirement, "(", sizes[0]], ""
+    for axis, size in enumerate(shape[1:], start=1):  # static sizes as text
+        if size is None:
+            received += [text + ", ", sizes[axis]]
+            text = ""
+        else:
+            text += f", {size}"
+    return check_in_graph(keras.ops.greater(sizes[0], 0), received + [text + ")."], value)
+
+
 def check_max_length(max_length, meaning):
     """Raises a ValueError unless `max_length` is a positive Python int.
 

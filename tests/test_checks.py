@@ -1,5 +1,6 @@
 import re
 
+import numpy as np
 import pytest
 
 from keras_attn.checks import check_heads_divide, check_sizes
@@ -170,3 +171,32 @@ def test_a_function_traced_inside_the_scope_keeps_its_checks():
         outer(tf.constant(False))
     with pytest.raises(tf.errors.InvalidArgumentError, match="checked"):
         inner(tf.constant(False))  # the trace made inside the scope, reused
+
+
+def test_check_batch_not_empty_names_the_tensor_and_its_shape():
+    import numpy as np
+
+    from keras_attn.checks import check_batch_not_empty
+
+    rows = np.zeros((2, 3), "int32")
+    assert check_batch_not_empty("prompt", rows) is rows
+    with pytest.raises(ValueError, match=re.escape(
+        "`prompt` must hold at least one row (batch size >= 1): there is nothing to "
+        "generate for an empty batch. Received: prompt.shape=(0, 3).")):
+        check_batch_not_empty("prompt", np.zeros((0, 3), "int32"))
+
+
+@pytest.mark.requires_tensorflow
+def test_check_batch_not_empty_in_the_graph_gives_the_run_time_shape():
+    # A batch size known only at run time (a serving signature): the check
+    # runs in the graph, static sizes as text and unknown ones as values.
+    import tensorflow as tf
+
+    from keras_attn.checks import check_batch_not_empty
+
+    check = tf.function(lambda x: check_batch_not_empty("image", x) + 1,
+                        input_signature=[tf.TensorSpec((None, None, 4), tf.int32)])
+    np.testing.assert_array_equal(check(tf.zeros((1, 2, 4), tf.int32)), np.ones((1, 2, 4)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(
+            "Received: image.shape=] [(] [0] [, ] [2] [, 4).]")):
+        check(tf.zeros((0, 2, 4), tf.int32))

@@ -5,6 +5,7 @@ import numbers
 
 import tensorflow as tf
 
+from keras_attn import checks
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
 
 DEFAULT_TEMPERATURE = 1.0
@@ -212,7 +213,8 @@ def export_super_resolver(
     client calling `signatures[...]` by an in-graph `EnsureShape`
     (`InvalidArgumentError`: "Shape of tensor image [1,8,8,1] is not
     compatible with expected shape [?,8,8,3]"). A non-positive temperature
-    fails an in-graph check whose message says so.
+    fails an in-graph check whose message says so, and so does an empty
+    batch (0 images), with or without XLA: it is checked before the loop.
 
     The exported graph needs only `tensorflow` (no keras, no keras_attn),
     and runs under the session-based loader too (written with
@@ -284,8 +286,9 @@ def export_super_resolver(
     def checked(image):
         # The signature's static shape documents the input, but a TF2 client
         # calling the signature is not stopped by it: EnsureShape refuses
-        # other sizes at run time with an error naming both shapes.
-        return tf.ensure_shape(image, (None, h, w, c))
+        # other sizes at run time with an error naming both shapes. An empty
+        # batch is refused here, outside the loop, where XLA would drop it.
+        return checks.check_batch_not_empty("image", tf.ensure_shape(image, (None, h, w, c)))
 
     @tf.function(input_signature=[image_spec])
     def serve(image):
@@ -303,7 +306,7 @@ def export_super_resolver(
     ])
     def serve_with_options(image, temperature, seed, top_k, top_p):
         image = checked(image)
-        checks = [
+        argument_checks = [
             tf.debugging.assert_positive(
                 temperature,
                 message="`temperature` must be > 0 (1.0 samples the model's distribution)",
@@ -316,7 +319,7 @@ def export_super_resolver(
                 top_p, 1.0, message="`top_p` must be in (0, 1] (1 = no nucleus filter)"
             ),
         ]
-        with tf.control_dependencies(checks):
+        with tf.control_dependencies(argument_checks):
             temperature = tf.identity(temperature)
         return {"image": sampler(image, seed, temperature, top_k, top_p)}
 

@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from keras_attn import checks
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
 
 
@@ -42,7 +43,12 @@ def export_translator(
     end id is always appended); an empty or whitespace-only string
     translates to the empty string; bytes that are not valid UTF-8 are read
     with U+FFFD replacement characters (no error). Translations are at most
-    `max_length - 2` pieces long.
+    `max_length - 2` pieces long. Requests the model cannot answer fail with
+    an InvalidArgumentError holding the library's message: an empty batch
+    (`text` or `encoder_tokens` of no rows), token ids outside the
+    vocabulary, a source longer than a learned position table. These checks
+    run before the decoding loop, so an XLA-compiled export (which drops
+    assertions inside its program) makes them too.
 
     By default the decoding loop is a plain graph, which any server runs;
     `jit_compile=True` XLA-compiles the search (the encoder run and the
@@ -111,6 +117,7 @@ def export_translator(
         Vaswani et al. 2017 (beam 4, alpha 0.6); TF Serving's versioned
         model layout.
     """
+    from keras_attn.generation import CachedDecoder
     from keras_attn.preprocessing.text import encode_source
 
     if max_length < 3:
@@ -121,14 +128,22 @@ def export_translator(
     source_tokenizer = source_tokenizer or tokenizer
     # One trace of the decoding loop serves both endpoints (the text endpoint's
     # (B, max_length) tokens fit the (B, S) signature).
-    generate = xla_function(
+    decoding_loop = xla_function(
         translation_function(model, tokenizer, max_length, num_beams, length_penalty_alpha),
         jit_compile,
         input_signature=[tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")],
     )
+    decoder = CachedDecoder(model)
+
+    def generate(encoder_tokens):
+        # The request is checked here, in the plain graph, as the decoding
+        # checks it: XLA drops those checks inside the loop.
+        encoder_tokens = checks.check_batch_not_empty("encoder_tokens", encoder_tokens)
+        return decoding_loop(decoder.check_inputs(encoder_tokens)["encoder_tokens"])
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])
     def serve_text(text):
+        text = checks.check_batch_not_empty("text", text)
         tokens = encode_source(source_tokenizer, text, max_length)
         tokens = tokens.to_tensor(default_value=0, shape=[None, max_length])
         translation = tokenizer.detokenize(tf.cast(generate(tokens), tf.int32))

@@ -148,13 +148,67 @@ class Decoder:
             values[name] = value
         return values
 
+    def check_inputs(self, inputs):
+        """The model's inputs besides the tokens, checked as generation
+        checks them, for a caller that compiles generation with XLA (which
+        drops run-time checks: an id outside the vocabulary would be clamped
+        silently) to run first, in the plain graph around the XLA program.
+
+        The ids are checked against the embeddings that read them (see
+        `_other_inputs`), and those embeddings are called once, so that
+        their own run-time checks run too (a learned position table refuses
+        a source longer than it; only embeddings that take that input alone
+        are called, and their output is discarded: `tf.function` runs
+        a stateful check whether or not its value is used, and so does
+        `jax.jit`).
+
+        Args:
+            inputs: a dict by input name (a single tensor where the model has
+                one input besides the tokens): every input besides the tokens.
+
+        Returns:
+            `{name: tensor}`, the checked inputs: use them in place of the
+            originals.
+
+        Raises:
+            ValueError: as `_other_inputs`, and where an embedding refuses
+                its input (values known only at run time fail when the graph
+                runs, TF's InvalidArgumentError with the same message).
+
+        Example:
+        >>> import numpy as np
+        >>> from keras_attn.generation import CachedDecoder
+        >>> from keras_attn.models import translation_transformer
+        >>> model = translation_transformer(50, num_layers=1, hidden_dim=8,
+        ...                                 num_heads=2, intermediate_dim=8)
+        >>> try:
+        ...     CachedDecoder(model).check_inputs(np.array([[5, 60, 2]]))
+        ... except ValueError as error:
+        ...     print(error)
+        The model input encoder_tokens must hold ids in [0, 50), the ids its layer encoder_embedding takes. Received: ids from 2 to 60.
+        """
+        needed = [name for name in self._input_names if name != self.token_input]
+        values = self._other_inputs(inputs, needed)
+        for name, value in values.items():
+            for _, layer in self._embeddings_reading(name):
+                nodes = keras_internals.inbound_nodes(layer)
+                if all(len(node.input_tensors) == 1 for node in nodes):
+                    layer(value)
+        return values
+
     def _embedding_bound(self, name):
         """`(size, layer name)` of the embedding that reads the model input
-        `name` and takes the fewest ids (a Keras `Embedding`'s `input_dim`,
-        a keras_attn embedding's `vocabulary_size`), or None when no such
-        layer reads it directly."""
+        `name` and takes the fewest ids, or None when no such layer reads it
+        directly (see `_embeddings_reading`)."""
+        bounds = [(size, layer.name) for size, layer in self._embeddings_reading(name)]
+        return min(bounds) if bounds else None
+
+    def _embeddings_reading(self, name):
+        """`[(size, layer)]`: the layers that read the model input `name`
+        directly and take a known number of ids (a Keras `Embedding`'s
+        `input_dim`, a keras_attn embedding's `vocabulary_size`)."""
         tensor = self._input_names.get(name)
-        bounds = []
+        found = []
         for layer in self.model.layers:
             reads_input = any(
                 any(t is tensor for t in node.input_tensors)
@@ -162,9 +216,8 @@ class Decoder:
             )
             size = getattr(layer, "input_dim", getattr(layer, "vocabulary_size", None))
             if reads_input and isinstance(size, int) and not isinstance(size, bool):
-                bounds.append((size, layer.name))
-        return min(bounds) if bounds else None
-
+                found.append((size, layer))
+        return found
 
 def _find_token_input(input_names, token_input, owner):
     names = list(input_names)

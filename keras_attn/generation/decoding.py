@@ -133,18 +133,7 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
             "least one (start) token per row. Received: prompt.shape="
             f"{tuple(prompt.shape)}, max_length={max_length}."
         )
-    empty_batch = (
-        "The prompt must hold at least one row (batch size >= 1): there is "
-        "nothing to generate for an empty batch. Received: prompt.shape="
-    )
-    if prompt.shape[0] == 0:
-        raise ValueError(f"{empty_batch}{tuple(prompt.shape)}.")
-    prompt = ops.cast(prompt, "int32")
-    if prompt.shape[0] is None:  # a batch known only at run time: once per call
-        batch_size = ops.shape(prompt)[0]
-        prompt = checks.check_in_graph(ops.greater(batch_size, 0), [
-            empty_batch, "(", batch_size, f", {width}).",
-        ], prompt)
+    prompt = checks.check_batch_not_empty("prompt", ops.cast(prompt, "int32"))
     if prompt_lengths is None:
         lengths = ops.sum(ops.cast(ops.not_equal(prompt, pad_token_id), "int32"), axis=1)
     else:

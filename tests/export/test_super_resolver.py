@@ -137,6 +137,9 @@ def test_wrong_images_and_temperature_give_clear_errors(exported, low_resolution
             image=tf.constant(low_resolution), temperature=tf.constant(0.0),
             seed=tf.constant(1, tf.int64), **NO_FILTER,
         )
+    empty = r"`image` must hold at least one row .*Received: image.shape=\] \[\(\] \[0\] \[, 2, 2, 3\)\.\]"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=empty):
+        default(image=tf.zeros((0, 2, 2, 3), tf.uint8))
 
 
 def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
@@ -248,6 +251,9 @@ def test_xla_compiled_export_equals_the_xla_sampler(model, low_resolution, tmp_p
         image=tf.constant(low_resolution), temperature=tf.constant(0.9), seed=tf.constant(5, tf.int64), **NO_FILTER
     )["image"].numpy()
     np.testing.assert_array_equal(got, want)
+    # XLA has no assertions: the empty batch is refused before the loop.
+    with pytest.raises(tf.errors.InvalidArgumentError, match="`image` must hold at least one row"):
+        served.signatures["serving_default"](image=tf.zeros((0, 2, 2, 3), tf.uint8))
     result, outdir = _saved_model_cli(
         path, "sample_with_options",
         {"image": low_resolution, "temperature": np.float32(0.9), "seed": np.int64(5),

@@ -1,4 +1,5 @@
 import os
+import re
 
 import numpy as np
 import pytest
@@ -105,6 +106,35 @@ def test_both_endpoints_share_one_trace_of_the_decoding_loop(translator, tmp_pat
     # saving (the save context is part of its cache key): two traces, not four.
     assert traced_shapes and len(traced_shapes) <= 2, traced_shapes
     assert all(shape == [None, None] for shape in traced_shapes), traced_shapes
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_bad_requests_fail_with_the_engines_messages_also_under_xla(translator, tmp_path, jit_compile):
+    model, tokenizer, path, _ = translator
+    if jit_compile:  # XLA drops assertions: the request is checked before the loop
+        path = export_translator(model, tokenizer, tmp_path, max_length=10, num_beams=1,
+                                 jit_compile=True)
+    served = tf.saved_model.load(path).signatures
+    tokens = served["translate_tokens"]
+    vocabulary = tokenizer.vocabulary_size
+    for bad, low, high in (([[5, vocabulary, 2]], 2, vocabulary), ([[5, -3, 2]], -3, 5)):
+        message = (rf"encoder_tokens must hold ids in \[0, {vocabulary}\).*"
+                   rf"Received: ids from \] \[{low}\] \[ to \] \[{high}\]")
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            tokens(encoder_tokens=tf.constant(bad, tf.int32))
+    # TF prints an assertion's pieces in brackets: the received shape is
+    # "(", 0, ", ", 3, ")." as the eager message's "(0, 3).".
+    empty = "`{0}` must hold at least one row (batch size >= 1): there is nothing to generate " \
+            "for an empty batch. Received: {0}.shape=] [(] [0] {1}[).]"
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=re.escape(empty.format("encoder_tokens", "[, ] [3] "))):
+        tokens(encoder_tokens=tf.zeros((0, 3), tf.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(empty.format("text", ""))):
+        served["serving_default"](text=tf.constant([], tf.string))
+    # A good request still translates (the checks pass their values on).
+    ids, _ = _expected(model, tokenizer, SENTENCES)
+    source = encode_source(tokenizer, tf.constant(SENTENCES), 10).to_tensor()
+    np.testing.assert_array_equal(tokens(encoder_tokens=source)["tokens"].numpy(), ids)
 
 
 @pytest.mark.slow

@@ -299,3 +299,26 @@ def test_cached_layers_that_break_the_protocol_are_named():
 
     with pytest.raises(ValueError, match=r"'keras_mask'.*`mask` call argument.*Rename"):
         CachedDecoder(_model(lambda x: _TakesKerasMask(name="keras_mask")(x)))
+
+
+def test_check_inputs_checks_ids_and_runs_the_embeddings_own_checks():
+    # What an exporter runs outside an XLA program (which drops run-time
+    # checks): the ids against the embedding, and the embedding's own checks.
+    from keras_attn.models import translation_transformer
+    from tests.test_case import traced
+
+    model = translation_transformer(50, num_layers=1, hidden_dim=8, num_heads=2,
+                                    intermediate_dim=8, position="learned", max_length=6)
+    decoder = CachedDecoder(model)
+    good = np.array([[5, 49, 2]], "int32")
+    checked = decoder.check_inputs({"encoder_tokens": good})
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(checked["encoder_tokens"]), good)
+    with pytest.raises(ValueError, match=r"encoder_tokens must hold ids in \[0, 50\).*from 2 to 60\."):
+        decoder.check_inputs(np.array([[5, 60, 2]], "int32"))
+    with pytest.raises(ValueError, match=r"learned position table of 6 rows.*Received: positions 0\.\.6\."):
+        decoder.check_inputs(np.ones((1, 7), "int32"))  # longer than the position table
+    # Traced, the ids are known only when the function runs.
+    check = traced(lambda ids: decoder.check_inputs(ids)["encoder_tokens"])
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(check(good)), good)
+    with pytest.raises(Exception, match=r"encoder_tokens must hold ids in \[0, 50\)"):
+        keras.ops.convert_to_numpy(check(np.array([[5, 60, 2]], "int32")))
