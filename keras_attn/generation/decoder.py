@@ -159,8 +159,8 @@ class Decoder:
         their own run-time checks run too (a learned position table refuses
         a source longer than it; only embeddings that take that input alone
         are called, and their output is discarded: `tf.function` runs
-        a stateful check whether or not its value is used, and so does
-        `jax.jit`).
+        a stateful check whether or not its value is used; under `jax.jit`
+        shapes are static, so such checks fail while tracing).
 
         Args:
             inputs: a dict by input name (a single tensor where the model has
