@@ -349,7 +349,8 @@ def add_console_arguments(parser):
 def time_budget(args, path=None):
     """The callbacks and the `fit(verbose=...)` that `--minutes` and
     `--progress` ask for: a `TimeBudget` when there is a budget (its own bar
-    replaces Keras' in mode 1, so `fit` is silent then), else none and
+    in mode 1 and its own epoch lines in mode 2 replace Keras', which would
+    count every epoch as complete, so `fit` is silent then), else none and
     `verbose=args.progress`.
 
     Args:
@@ -364,7 +365,7 @@ def time_budget(args, path=None):
     if args.minutes is None:
         return [], args.progress
     budget = TimeBudget(args.minutes, path, progress=args.progress)
-    return [budget], 0 if args.progress == 1 else args.progress
+    return [budget], 0
 
 
 class TimeBudget(keras.callbacks.Callback):
@@ -372,13 +373,16 @@ class TimeBudget(keras.callbacks.Callback):
     every batch); the epoch then ends early, with its validation and
     checkpoint, so a demo run takes the time it promises.
 
-    With `progress=True` it also draws the run's progress against the
+    With `progress=1` it also draws the run's progress against the
     budget, in Keras' progress-bar style: one bar whose length is the
     budget (elapsed / budget seconds, the time left as its ETA) with the
     running training metrics, and one line per finished epoch with the
-    steps so far and its validation metrics. Call `fit` with `verbose=0` then:
-    Keras' own bar counts epochs of a fixed number of steps and would
-    promise an ETA past the budget.
+    steps so far and its validation metrics. With `progress=2` (for log
+    files) it prints one line per epoch with the steps that really ran (an
+    epoch the budget cut short says so) and all its metrics. Call `fit`
+    with `verbose=0` in both: Keras' own bar counts epochs of a fixed number
+    of steps, would promise an ETA past the budget, and reports a cut epoch
+    as complete ("100/100").
 
     Args:
         minutes: the budget (float, minutes).
@@ -387,8 +391,7 @@ class TimeBudget(keras.callbacks.Callback):
             models get the same budget however often they were restarted.
             Without it the budget counts this process only.
         progress: 1 (or True) draws the progress bar described above; 2
-            only prints the budget at the start (for `fit(verbose=2)`, one
-            line per epoch); 0 (or False) prints nothing.
+            prints one line per epoch (above); 0 (or False) prints nothing.
     """
 
     def __init__(self, minutes, path=None, progress=False):
@@ -399,6 +402,7 @@ class TimeBudget(keras.callbacks.Callback):
         self.start = None
         self.steps = 0
         self._bar = None
+        self._epoch_start, self._epoch_steps = None, 0
 
     def on_train_begin(self, logs=None):
         spent = 0.0
@@ -418,11 +422,15 @@ class TimeBudget(keras.callbacks.Callback):
             self._bar = _BudgetBar(int(round(self.seconds)))
         elif self.progress:
             print(f"Training for {self.seconds / 60:g} min at most (the budget ends the last "
-                  "epoch early, whatever its line says of steps and epochs):", flush=True)
+                  "epoch early):", flush=True)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start, self._epoch_steps = time.time(), 0
 
     def on_train_batch_end(self, batch, logs=None):
         elapsed = time.time() - self.start
         self.steps += 1
+        self._epoch_steps += 1
         if self._bar is not None:
             values = [(k, float(v)) for k, v in (logs or {}).items() if np.ndim(v) == 0]
             self._bar.update(min(int(elapsed), self._bar.target - 1), values)
@@ -443,6 +451,20 @@ class TimeBudget(keras.callbacks.Callback):
             )
             print(f"\n  epoch {epoch + 1} done at {(time.time() - self.start) / 60:.1f} min, "
                   f"{self.steps} steps" + (f" - {shown}" if shown else ""), flush=True)
+        elif self.progress == 2:
+            print(self._epoch_line(epoch, logs or {}), flush=True)
+
+    def _epoch_line(self, epoch, logs):
+        """`epoch 3: 28 of 100 steps (cut short by the time budget) - 38 s
+        - 7.6 min in all - loss: 3.228 - val_loss: 3.157`."""
+        planned = (self.params or {}).get("steps")
+        steps = f"{self._epoch_steps} steps"
+        if planned and self._epoch_steps < planned:
+            steps = f"{self._epoch_steps} of {planned} steps (cut short by the time budget)"
+        seconds = time.time() - (self._epoch_start or self._process_start)
+        metrics = [f"{k}: {float(v):.4g}" for k, v in logs.items() if np.ndim(v) == 0]
+        return " - ".join([f"epoch {epoch + 1}: {steps}", f"{seconds:.0f} s",
+                           f"{(time.time() - self.start) / 60:.1f} min in all"] + metrics)
 
     def _seconds_per_step(self):
         """Mean wall time of this process's steps so far."""

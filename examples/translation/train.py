@@ -232,6 +232,8 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
         backup,
         *callbacks,
         training_utils.TokenThroughput(target_tokens / len(counts), "target_tokens_per_second"),
+        # Optimizer steps so far: an epoch cut short by --minutes counts what ran.
+        training_utils.ExamplesSeen(1, key="training_steps"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
         run_folder.best_checkpoint(args.output_dir, "val_loss"),  # model.keras: the best epoch so far
@@ -252,14 +254,21 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
 
 def plot_training_curves(args):
     def draw(plt, rows):
-        epochs = range(1, len(rows) + 1)
+        # Against optimizer steps, so that an epoch the time budget cut short
+        # is drawn as short as it was; runs from before `training_steps` was
+        # logged, against whole epochs.
+        if all(r.get("training_steps") for r in rows):
+            x, label = [int(float(r["training_steps"])) for r in rows], "training step"
+        else:
+            x, label = range(1, len(rows) + 1), "epoch"
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
         for key, axis in (("loss", axes[0]), ("accuracy", axes[1])):
-            axis.plot(epochs, [float(r[key]) for r in rows], marker="o", label="train")
+            axis.plot(x, [float(r[key]) for r in rows], marker="o", label="train")
             if f"val_{key}" in rows[0]:
-                axis.plot(epochs, [float(r[f"val_{key}"]) for r in rows], marker="o",
+                axis.plot(x, [float(r[f"val_{key}"]) for r in rows], marker="o",
                           label="validation")
-            axis.set_xlabel("epoch")
+            axis.set_xlabel(label)
+            axis.xaxis.get_major_locator().set_params(integer=True)
             axis.set_title(f"{key} ({args.source}→{args.target})")
             axis.legend()
         return fig
