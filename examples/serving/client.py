@@ -643,14 +643,17 @@ def generate_music(primer, num_steps, temperature=1.0, top_k=0, top_p=1.0, seed=
 
 
 def _load_images(paths, size):
-    from PIL import Image
+    """The pictures as the model's (N, size, size, 3) uint8 input: upright
+    (EXIF), RGB, the largest centred square area-averaged to `size`, as
+    examples/super_resolution/super_resolve.py prepares them (a picture
+    that is not square is cropped, not squashed)."""
+    from PIL import Image, ImageOps
 
     images = []
     for path in paths:
         with Image.open(path) as image:
-            image = image.convert("RGB")
-            if image.size != (size, size):
-                image = image.resize((size, size), Image.Resampling.BOX)
+            image = ImageOps.exif_transpose(image).convert("RGB")
+            image = ImageOps.fit(image, (size, size), method=Image.Resampling.BOX)
             images.append(np.asarray(image, dtype=np.uint8))
     return np.stack(images)
 
@@ -679,8 +682,10 @@ def main(argv=None):
                         help="'translator' uses the text model's translate_tokens signature")
 
     images = commands.add_parser("super-resolve", help="low-resolution images -> sampled high-resolution")
-    images.add_argument("images", nargs="+", help="image files (resized to --low-resolution)")
-    images.add_argument("--output", nargs="+", required=True, help="PNG path per image")
+    images.add_argument("images", nargs="+",
+                        help="image files (centre square, area-averaged to --low-resolution)")
+    images.add_argument("--output", nargs="+", required=True,
+                        help="one PNG path per image, in the same order")
     images.add_argument("--low-resolution", type=int, default=8, help="the model's input size")
     images.add_argument("--temperature", type=float)
     images.add_argument("--seed", type=int)

@@ -47,7 +47,9 @@ def main(argv=None):
     parser.add_argument("export_dir", help="base folder of the exported super resolver")
     parser.add_argument("--image_dir", required=True, help="folder of pictures")
     parser.add_argument("--output_dir", default=os.path.join("runs", "super_resolved"))
-    parser.add_argument("--temperature", type=float, default=0.9)
+    parser.add_argument("--temperature", type=float, default=0.9,
+                        help="sampling temperature (default 0.9, as the README's figures; the "
+                             "export's serving_default samples at 1.0)")
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
     parser.add_argument("--seed", type=int, default=0)

@@ -344,3 +344,22 @@ def test_super_resolver_over_rest_and_grpc():
         "image": types_pb2.DT_UINT8, "temperature": types_pb2.DT_FLOAT, "seed": types_pb2.DT_INT64,
         "top_k": types_pb2.DT_INT32, "top_p": types_pb2.DT_FLOAT}
     np.testing.assert_array_equal(got["image"], want)
+
+
+def test_pictures_are_centre_cropped_not_squashed(tmp_path):
+    # As super_resolve.py prepares them: a wide picture keeps its centre
+    # square (green here), area-averaged, instead of all three colour bands
+    # squeezed together.
+    from PIL import Image
+
+    wide = np.zeros((4, 12, 3), np.uint8)
+    wide[:, :4, 0], wide[:, 4:8, 1], wide[:, 8:, 2] = 255, 200, 255
+    square = np.arange(64 * 3, dtype=np.uint8).reshape(8, 8, 3)
+    Image.fromarray(wide).save(tmp_path / "wide.png")
+    Image.fromarray(square).save(tmp_path / "square.png")
+    loaded = client._load_images([str(tmp_path / "wide.png"), str(tmp_path / "square.png")], 2)
+    assert loaded.shape == (2, 2, 2, 3) and loaded.dtype == np.uint8
+    np.testing.assert_array_equal(loaded[0], np.full((2, 2, 3), (0, 200, 0)))
+    # 2x2 area averages of the square picture.
+    want = square.reshape(2, 4, 2, 4, 3).astype(float).mean(axis=(1, 3))
+    np.testing.assert_allclose(loaded[1], want, atol=1)
