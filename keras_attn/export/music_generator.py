@@ -197,10 +197,13 @@ def _generation_function(model, max_length, max_primer_length, end_token_id,
         )
         with tf.control_dependencies(request_checks):
             primer = tf.identity(primer)
+        # The engine's own checks of the sampling controls, here before the
+        # loop: XLA drops `sample`'s checks inside it.
+        temperature = checks.check_temperature(temperature)
+        top_k, top_p = checks.check_top_k(top_k), checks.check_top_p(top_p)
         return decode(primer, num_steps, temperature, top_k, top_p, seed)
 
     def decode_loop(primer, num_steps, temperature, top_k, top_p, seed):
-        # temperature, top_k and top_p are checked by `sample`, in the graph.
         width = tf.shape(primer)[1]
         lengths = tf.reduce_sum(tf.cast(tf.not_equal(primer, _PAD_ID), tf.int32), axis=1)
         # One static primer width, so the graph serves every primer length.

@@ -1,6 +1,7 @@
 """SavedModel export of an Image Transformer super-resolution model: a
 low-resolution uint8 image in, a sampled high-resolution uint8 image out."""
 
+import math
 import numbers
 
 import tensorflow as tf
@@ -79,8 +80,9 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
     Raises:
         ValueError: if `model` is not a super-resolution model (see
             `image_sizes`), the images do not have the model's
-            low-resolution shape (h, w, C), `temperature` is a non-positive
-            number, or a Python `top_k` / `top_p` is out of range (see
+            low-resolution shape (h, w, C), a `temperature` known now is not
+            a finite number > 0 (a traced one fails when the graph runs), or
+            a Python `top_k` / `top_p` is out of range (see
             `keras_attn.generation.sample`).
 
     Example:
@@ -116,8 +118,7 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
             f"(uint8 RGB). Received shape {shape}. Resize or convert the images "
             f"(e.g. `keras_attn.preprocessing.images.downsample`, RGB)."
         )
-    if isinstance(temperature, numbers.Real) and not temperature > 0:
-        raise ValueError(f"`temperature` must be > 0. Received: temperature={temperature!r}.")
+    checks.check_temperature(temperature, in_graph=False)  # the loop checks a traced one
     batch = tf.shape(low_resolution)[0]
     tokens = tf.reshape(tf.cast(low_resolution, tf.int32), [batch, h * w * c])
     return sample_images(
@@ -266,9 +267,10 @@ def export_super_resolver(
     from keras_attn.generation import CachedDecoder
 
     (h, w, c), _ = image_sizes(model)
-    if not isinstance(default_temperature, numbers.Real) or not default_temperature > 0:
+    if isinstance(default_temperature, bool) or not isinstance(default_temperature, numbers.Real) \
+            or not 0 < default_temperature < math.inf:
         raise ValueError(
-            "`default_temperature` must be a number > 0. Received: "
+            "`default_temperature` must be a finite number > 0. Received: "
             f"default_temperature={default_temperature!r}."
         )
     if isinstance(default_seed, bool) or not isinstance(default_seed, numbers.Integral):
@@ -306,21 +308,10 @@ def export_super_resolver(
     ])
     def serve_with_options(image, temperature, seed, top_k, top_p):
         image = checked(image)
-        argument_checks = [
-            tf.debugging.assert_positive(
-                temperature,
-                message="`temperature` must be > 0 (1.0 samples the model's distribution)",
-            ),
-            tf.debugging.assert_non_negative(
-                top_k, message="`top_k` must be >= 0 (0 = sample among all 256 intensities)"
-            ),
-            tf.debugging.assert_positive(top_p, message="`top_p` must be in (0, 1] (1 = no nucleus filter)"),
-            tf.debugging.assert_less_equal(
-                top_p, 1.0, message="`top_p` must be in (0, 1] (1 = no nucleus filter)"
-            ),
-        ]
-        with tf.control_dependencies(argument_checks):
-            temperature = tf.identity(temperature)
+        # The engine's own checks (finite temperature > 0, top_k >= 0, top_p
+        # in (0, 1]), here before the loop, where XLA would drop them.
+        temperature = checks.check_temperature(temperature)
+        top_k, top_p = checks.check_top_k(top_k), checks.check_top_p(top_p)
         return {"image": sampler(image, seed, temperature, top_k, top_p)}
 
     return write_archive(

@@ -61,9 +61,14 @@ def exported(tmp_path_factory):
     return model, path
 
 
-@pytest.fixture(scope="module")
-def served(exported):
-    return tf.saved_model.load(exported[1]).signatures["serving_default"]
+@pytest.fixture(scope="module", params=[False, True], ids=["graph", "xla"])
+def served(exported, request, tmp_path_factory):
+    if not request.param:
+        return tf.saved_model.load(exported[1]).signatures["serving_default"]
+    # XLA has no assertions: the request must be checked before the loop.
+    path = export_music_generator(exported[0], str(tmp_path_factory.mktemp("music_xla")),
+                                  max_length=MAX_LENGTH, max_primer_length=6, jit_compile=True)
+    return tf.saved_model.load(path).signatures["serving_default"]
 
 
 def test_round_trip_equals_the_engine_for_every_primer_length(exported, served):

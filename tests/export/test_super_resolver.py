@@ -132,11 +132,12 @@ def test_wrong_images_and_temperature_give_clear_errors(exported, low_resolution
             default(image=tf.constant(bad))
     with pytest.raises(tf.errors.InvalidArgumentError, match="expected to be a uint8 tensor but is a float"):
         default(image=tf.constant(low_resolution, tf.float32))
-    with pytest.raises(tf.errors.InvalidArgumentError, match="`temperature` must be > 0"):
-        served.signatures["sample_with_options"](
-            image=tf.constant(low_resolution), temperature=tf.constant(0.0),
-            seed=tf.constant(1, tf.int64), **NO_FILTER,
-        )
+    for temperature in (0.0, float("inf"), float("nan")):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="`temperature` must be a finite number > 0"):
+            served.signatures["sample_with_options"](
+                image=tf.constant(low_resolution), temperature=tf.constant(temperature),
+                seed=tf.constant(1, tf.int64), **NO_FILTER,
+            )
     empty = r"`image` must hold at least one row .*Received: image.shape=\] \[\(\] \[0\] \[, 2, 2, 3\)\.\]"
     with pytest.raises(tf.errors.InvalidArgumentError, match=empty):
         default(image=tf.zeros((0, 2, 2, 3), tf.uint8))
@@ -145,8 +146,11 @@ def test_wrong_images_and_temperature_give_clear_errors(exported, low_resolution
 def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
     with pytest.raises(ValueError, match="`version` must be a positive integer"):
         export_super_resolver(model, str(tmp_path), version=0)
-    with pytest.raises(ValueError, match="`default_temperature` must be a number > 0"):
-        export_super_resolver(model, str(tmp_path), default_temperature=0.0)
+    for bad in (0.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="`default_temperature` must be a finite number > 0"):
+            export_super_resolver(model, str(tmp_path), default_temperature=bad)
+    with pytest.raises(ValueError, match=r"`temperature` must be a finite number > 0.*temperature=inf"):
+        super_resolve(model, np.zeros((1, 2, 2, 3), np.uint8), temperature=float("inf"))
     with pytest.raises(ValueError, match=r"Expected low-resolution images of shape \(batch, 2, 2, 3\)"):
         super_resolve(model, np.zeros((1, 2, 2, 4), np.uint8))
     from keras_attn.models import image_transformer
@@ -251,9 +255,16 @@ def test_xla_compiled_export_equals_the_xla_sampler(model, low_resolution, tmp_p
         image=tf.constant(low_resolution), temperature=tf.constant(0.9), seed=tf.constant(5, tf.int64), **NO_FILTER
     )["image"].numpy()
     np.testing.assert_array_equal(got, want)
-    # XLA has no assertions: the empty batch is refused before the loop.
+    # XLA has no assertions: the request is checked before the loop.
     with pytest.raises(tf.errors.InvalidArgumentError, match="`image` must hold at least one row"):
         served.signatures["serving_default"](image=tf.zeros((0, 2, 2, 3), tf.uint8))
+    for name, value in (("temperature", float("inf")), ("top_k", -1), ("top_p", 0.0)):
+        options = {"temperature": 0.9, "top_k": 0, "top_p": 1.0, name: value}
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"`{name}` must be"):
+            served.signatures["sample_with_options"](
+                image=tf.constant(low_resolution), seed=tf.constant(5, tf.int64),
+                temperature=tf.constant(options["temperature"], tf.float32),
+                top_k=tf.constant(options["top_k"]), top_p=tf.constant(options["top_p"]))
     result, outdir = _saved_model_cli(
         path, "sample_with_options",
         {"image": low_resolution, "temperature": np.float32(0.9), "seed": np.int64(5),
