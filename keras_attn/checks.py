@@ -555,7 +555,8 @@ def check_batch_not_empty(name, value):
         in place of the original).
 
     Raises:
-        ValueError: if B is 0 (the message gives the shape received).
+        ValueError: if B is 0 (the message gives the shape received), or
+            `value` is a scalar or of unknown rank.
 
     Example:
     >>> import numpy as np
@@ -569,7 +570,13 @@ def check_batch_not_empty(name, value):
         f"`{name}` must hold at least one row (batch size >= 1): there is nothing "
         f"to generate for an empty batch. Received: {name}.shape="
     )
-    shape = tuple(value.shape)
+    shape = value.shape
+    if getattr(shape, "rank", 0) is None or len(shape) == 0:  # unknown rank, or a scalar
+        raise ValueError(
+            f"`{name}` must be a batch of rows (a tensor of rank >= 1). Received: "
+            f"{name}.shape={shape}."
+        )
+    shape = tuple(shape)
     if shape[0] == 0:
         raise ValueError(f"{requirement}{shape}.")
     if shape[0] is not None:
@@ -582,6 +589,8 @@ def check_batch_not_empty(name, value):
             text = ""
         else:
             text += f", {size}"
+    if len(shape) == 1:
+        text = ","  # "(0,)", as Python writes a 1-tuple
     return check_in_graph(keras.ops.greater(sizes[0], 0), received + [text + ")."], value)
 
 

@@ -184,6 +184,9 @@ def test_check_batch_not_empty_names_the_tensor_and_its_shape():
         "`prompt` must hold at least one row (batch size >= 1): there is nothing to "
         "generate for an empty batch. Received: prompt.shape=(0, 3).")):
         check_batch_not_empty("prompt", np.zeros((0, 3), "int32"))
+    with pytest.raises(ValueError, match=re.escape("`label` must be a batch of rows (a tensor of rank >= 1). "
+                                                   "Received: label.shape=().")):
+        check_batch_not_empty("label", np.int32(3))
 
 
 @pytest.mark.requires_tensorflow

@@ -46,9 +46,11 @@ def export_translator(
     `max_length - 2` pieces long. Requests the model cannot answer fail with
     an InvalidArgumentError holding the library's message: an empty batch
     (`text` or `encoder_tokens` of no rows), token ids outside the
-    vocabulary, a source longer than a learned position table. These checks
-    run before the decoding loop, so an XLA-compiled export (which drops
-    assertions inside its program) makes them too.
+    vocabulary, a source longer than a learned position table, a tensor of
+    another rank than the signature's ("Shape of tensor text [1,1] is not
+    compatible with expected shape [?]"). These checks run before the
+    decoding loop, so an XLA-compiled export (which drops assertions inside
+    its program) makes them too.
 
     By default the decoding loop is a plain graph, which any server runs;
     `jit_compile=True` XLA-compiles the search (the encoder run and the
@@ -137,13 +139,16 @@ def export_translator(
 
     def generate(encoder_tokens):
         # The request is checked here, in the plain graph, as the decoding
-        # checks it: XLA drops those checks inside the loop.
+        # checks it: XLA drops those checks inside the loop. A TF2 client
+        # calling a signature is not stopped by its static shape: EnsureShape
+        # refuses another rank with an error naming both shapes.
+        encoder_tokens = tf.ensure_shape(encoder_tokens, (None, None))
         encoder_tokens = checks.check_batch_not_empty("encoder_tokens", encoder_tokens)
         return decoding_loop(decoder.check_inputs(encoder_tokens)["encoder_tokens"])
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])
     def serve_text(text):
-        text = checks.check_batch_not_empty("text", text)
+        text = checks.check_batch_not_empty("text", tf.ensure_shape(text, (None,)))
         tokens = encode_source(source_tokenizer, text, max_length)
         tokens = tokens.to_tensor(default_value=0, shape=[None, max_length])
         translation = tokenizer.detokenize(tf.cast(generate(tokens), tf.int32))

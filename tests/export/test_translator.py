@@ -123,14 +123,21 @@ def test_bad_requests_fail_with_the_engines_messages_also_under_xla(translator, 
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):
             tokens(encoder_tokens=tf.constant(bad, tf.int32))
     # TF prints an assertion's pieces in brackets: the received shape is
-    # "(", 0, ", ", 3, ")." as the eager message's "(0, 3).".
+    # "(", 0, ", ", 3, ")." as the eager message's "(0, 3).", and (0,) for text.
     empty = "`{0}` must hold at least one row (batch size >= 1): there is nothing to generate " \
-            "for an empty batch. Received: {0}.shape=] [(] [0] {1}[).]"
+            "for an empty batch. Received: {0}.shape=] [(] [0] [{1})."
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=re.escape(empty.format("encoder_tokens", "[, ] [3] "))):
+                       match=re.escape(empty.format("encoder_tokens", ", ] [3] ["))):
         tokens(encoder_tokens=tf.zeros((0, 3), tf.int32))
-    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(empty.format("text", ""))):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(empty.format("text", ","))):
         served["serving_default"](text=tf.constant([], tf.string))
+    # Another rank than the signature's: refused by name, not answered.
+    for name, bad in (("text", [["x"]]), ("text", "x"), ("encoder_tokens", [5, 2]),
+                      ("encoder_tokens", [[[5, 2]]])):
+        signature = served["serving_default" if name == "text" else "translate_tokens"]
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"Shape of tensor {name} \[[\d,]*\] is not compatible with expected shape"):
+            signature(**{name: tf.constant(bad, tf.string if name == "text" else tf.int32)})
     # A good request still translates (the checks pass their values on).
     ids, _ = _expected(model, tokenizer, SENTENCES)
     source = encode_source(tokenizer, tf.constant(SENTENCES), 10).to_tensor()
