@@ -300,6 +300,60 @@ def check_prompt_ids(tokens, vocabulary_size=None, width=None):
     return _check_id_range(tokens, ids, vocabulary_size, requirement, "prompt ids")
 
 
+def check_int32_ids(name, ids):
+    """Integer ids as int32, refusing values int32 cannot hold: a cast
+    would wrap them silently (2**32 + 5 would be read as id 5). Now when the
+    ids are known, else once in the graph (see `check_in_graph`).
+
+    Args:
+        name: the tensor's name, for the message (e.g. "prompt").
+        ids: integer ids of any shape: a NumPy array, a Python list or a
+            backend tensor.
+
+    Returns:
+        The ids as an int32 tensor (traced ones depending on the check).
+
+    Raises:
+        ValueError: if `ids` are not integers (floats would be truncated),
+            or, known now, one lies outside int32 (the message gives the
+            smallest and largest id).
+
+    Example:
+    >>> import numpy as np
+    >>> try:
+    ...     check_int32_ids("prompt", np.array([[1, 2**32 + 5]]))
+    ... except ValueError as error:
+    ...     print(error)
+    `prompt` must hold ids that fit int32, the dtype the model reads them in (a cast would wrap larger ones). Received: ids from 1 to 4294967301.
+    """
+    if not hasattr(ids, "dtype"):
+        ids = np.asarray(ids)
+    dtype = keras.backend.standardize_dtype(ids.dtype)
+    if "int" not in dtype or dtype == "bool":
+        raise ValueError(
+            f"`{name}` must hold integer ids (a cast would truncate other numbers). "
+            f"Received dtype {dtype}."
+        )
+    if dtype in ("int8", "uint8", "int16", "uint16", "int32"):
+        return keras.ops.cast(ids, "int32")
+    bounds = np.iinfo(np.int32)
+    requirement = (
+        f"`{name}` must hold ids that fit int32, the dtype the model reads them in (a cast "
+        "would wrap larger ones)."
+    )
+    known = known_value(ids)
+    if known is not None:
+        if known.size and (known.min() < bounds.min or known.max() > bounds.max):
+            raise ValueError(f"{requirement} Received: ids from {known.min()} to {known.max()}.")
+        return keras.ops.cast(known.astype(np.int32), "int32")
+    if 0 not in tuple(ids.shape):
+        lowest, highest = keras.ops.min(ids), keras.ops.max(ids)
+        fits = keras.ops.logical_and(lowest >= bounds.min, highest <= bounds.max)
+        ids = check_in_graph(fits, [f"{requirement} Received: ids from ", lowest, " to ",
+                                    highest, "."], ids)
+    return keras.ops.cast(ids, "int32")
+
+
 def check_input_ids(name, ids, vocabulary_size, layer_name):
     """Checks the ids of a model input other than the tokens (a source
     sentence, a class label) against the embedding that reads them: in

@@ -203,3 +203,33 @@ def test_check_batch_not_empty_in_the_graph_gives_the_run_time_shape():
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(
             "Received: image.shape=] [(] [0] [, ] [2] [, 4).]")):
         check(tf.zeros((0, 2, 4), tf.int32))
+
+
+def test_check_int32_ids_refuses_what_a_cast_would_wrap_or_truncate():
+    import keras
+
+    from keras_attn.checks import check_int32_ids
+
+    ids = check_int32_ids("prompt", np.array([[1, 2**31 - 1]], "int64"))
+    assert keras.backend.standardize_dtype(ids.dtype) == "int32"
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(ids), [[1, 2**31 - 1]])
+    for bad, low, high in (([[1, 2**32 + 5]], 1, 2**32 + 5), ([[-(2**31) - 1, 0]], -(2**31) - 1, 0)):
+        with pytest.raises(ValueError, match=re.escape(
+                "`prompt` must hold ids that fit int32, the dtype the model reads them in (a cast "
+                f"would wrap larger ones). Received: ids from {low} to {high}.")):
+            check_int32_ids("prompt", np.array(bad, "int64"))
+    with pytest.raises(ValueError, match=r"`prompt` must hold integer ids .*Received dtype float64"):
+        check_int32_ids("prompt", np.array([[49.9]]))
+
+
+@pytest.mark.requires_tensorflow
+def test_check_int32_ids_in_the_graph():
+    import tensorflow as tf
+
+    from keras_attn.checks import check_int32_ids
+
+    check = tf.function(lambda x: check_int32_ids("source", x),
+                        input_signature=[tf.TensorSpec((None, None), tf.int64)])
+    np.testing.assert_array_equal(check(tf.constant([[3, 4]], tf.int64)), [[3, 4]])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`source` must hold ids that fit int32"):
+        check(tf.constant([[3, 2**32 + 5]], tf.int64))

@@ -1,4 +1,5 @@
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn import checks, keras_internals
@@ -141,8 +142,14 @@ class Decoder:
         values = {}
         for name in needed:
             dtype = self._input_names[name].dtype
-            value = ops.convert_to_tensor(inputs[name], dtype=dtype)
             bound = self._embedding_bound(name)
+            value = inputs[name]
+            if not hasattr(value, "dtype"):
+                value = np.asarray(value)
+            integer = "int" in keras.backend.standardize_dtype(value.dtype)
+            if bound is not None and integer and keras.backend.standardize_dtype(dtype) == "int32":
+                value = checks.check_int32_ids(name, value)  # the cast would wrap wider ids
+            value = ops.convert_to_tensor(value, dtype=dtype)
             if bound is not None and "int" in keras.backend.standardize_dtype(dtype):
                 value = checks.check_input_ids(name, value, *bound)
             values[name] = value

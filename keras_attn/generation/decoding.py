@@ -133,7 +133,7 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
             "least one (start) token per row. Received: prompt.shape="
             f"{tuple(prompt.shape)}, max_length={max_length}."
         )
-    prompt = checks.check_batch_not_empty("prompt", ops.cast(prompt, "int32"))
+    prompt = checks.check_batch_not_empty("prompt", checks.check_int32_ids("prompt", prompt))
     if prompt_lengths is None:
         lengths = ops.sum(ops.cast(ops.not_equal(prompt, pad_token_id), "int32"), axis=1)
     else:

@@ -317,6 +317,9 @@ def test_check_inputs_checks_ids_and_runs_the_embeddings_own_checks():
         decoder.check_inputs(np.array([[5, 60, 2]], "int32"))
     with pytest.raises(ValueError, match=r"learned position table of 6 rows.*Received: positions 0\.\.6\."):
         decoder.check_inputs(np.ones((1, 7), "int32"))  # longer than the position table
+    # Ids int32 cannot hold are refused, not wrapped by the cast (2**32 + 7 -> 7).
+    with pytest.raises(ValueError, match=r"`encoder_tokens` must hold ids that fit int32"):
+        decoder.check_inputs(np.array([[2**32 + 7, 3]], "int64"))
     # Traced, the ids are known only when the function runs.
     check = traced(lambda ids: decoder.check_inputs(ids)["encoder_tokens"])
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(check(good)), good)

@@ -219,6 +219,9 @@ def test_empty_batch_and_prompt_ids_outside_the_vocabulary_are_refused(generate)
             with pytest.raises(ValueError, match=r"`prompt` must hold token ids in \[0, 13\).*"
                                                  rf"Received: prompt ids from {lowest} to {highest}\."):
                 generate(decoder, np.array(prompt, "int32"), 5)
+    # An int64 id int32 cannot hold is refused, not wrapped by the cast (2**32 + 5 -> 5).
+    with pytest.raises(ValueError, match=r"`prompt` must hold ids that fit int32.*from 1 to 4294967301\."):
+        generate(model, np.array([[1, 2**32 + 5]], "int64"), 5)
     # Only the ids the model reads: past a row's length they become padding.
     got = np.asarray(generate(model, np.array([[1, 2, 99]], "int32"), 5,
                               prompt_lengths=np.array([2], "int32")))
