@@ -646,13 +646,20 @@ def _load_images(paths, size):
     """The pictures as the model's (N, size, size, 3) uint8 input: upright
     (EXIF), RGB, the largest centred square area-averaged to `size`, as
     examples/super_resolution/super_resolve.py prepares them (a picture
-    that is not square is cropped, not squashed)."""
+    that is not square is cropped, not squashed; 16-bit grayscale scaled to
+    8 bits, float grayscale read as 0-1 when no value exceeds 1, where
+    Pillow's RGB conversion would clip them to white or black)."""
     from PIL import Image, ImageOps
 
     images = []
     for path in paths:
         with Image.open(path) as image:
-            image = ImageOps.exif_transpose(image).convert("RGB")
+            image = ImageOps.exif_transpose(image)
+            if image.mode.startswith("I") or image.mode == "F":  # 16/32-bit or float levels
+                levels = np.nan_to_num(np.asarray(image, np.float64))
+                scale = 1 / 257 if image.mode != "F" else 255.0 if levels.max(initial=0) <= 1 else 1.0
+                image = Image.fromarray(np.clip(np.rint(levels * scale), 0, 255).astype(np.uint8))
+            image = image.convert("RGB")
             image = ImageOps.fit(image, (size, size), method=Image.Resampling.BOX)
             images.append(np.asarray(image, dtype=np.uint8))
     return np.stack(images)

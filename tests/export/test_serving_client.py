@@ -346,7 +346,7 @@ def test_super_resolver_over_rest_and_grpc():
     np.testing.assert_array_equal(got["image"], want)
 
 
-def test_pictures_are_centre_cropped_not_squashed(tmp_path):
+def test_pictures_are_read_as_super_resolve_py_reads_them(tmp_path):
     # As super_resolve.py prepares them: a wide picture keeps its centre
     # square (green here), area-averaged, instead of all three colour bands
     # squeezed together.
@@ -363,3 +363,10 @@ def test_pictures_are_centre_cropped_not_squashed(tmp_path):
     # 2x2 area averages of the square picture.
     want = square.reshape(2, 4, 2, 4, 3).astype(float).mean(axis=(1, 3))
     np.testing.assert_allclose(loaded[1], want, atol=1)
+    # 16-bit and float grayscale, which Pillow's RGB conversion clips, read as
+    # keras_attn.preprocessing.images.load_image reads them.
+    Image.fromarray(np.full((2, 2), 100 * 257, np.uint16)).save(tmp_path / "deep.png")
+    Image.fromarray(np.full((2, 2), 0.5, np.float32)).save(tmp_path / "float.tif")
+    loaded = client._load_images([str(tmp_path / "deep.png"), str(tmp_path / "float.tif")], 2)
+    np.testing.assert_array_equal(loaded[0], np.full((2, 2, 3), 100))
+    np.testing.assert_array_equal(loaded[1], np.full((2, 2, 3), 128))
