@@ -403,6 +403,7 @@ class TimeBudget(keras.callbacks.Callback):
         self.steps = 0
         self._bar = None
         self._epoch_start, self._epoch_steps = None, 0
+        self._stopped = False  # by the budget, in the middle of an epoch
 
     def on_train_begin(self, logs=None):
         spent = 0.0
@@ -435,7 +436,7 @@ class TimeBudget(keras.callbacks.Callback):
             values = [(k, float(v)) for k, v in (logs or {}).items() if np.ndim(v) == 0]
             self._bar.update(min(int(elapsed), self._bar.target - 1), values)
         if elapsed > self.seconds:
-            self.model.stop_training = True
+            self.model.stop_training = self._stopped = True
 
     def on_epoch_end(self, epoch, logs=None):
         # An epoch that ends less than one step before the budget would be
@@ -459,10 +460,17 @@ class TimeBudget(keras.callbacks.Callback):
         - 7.6 min in all - loss: 3.228 - val_loss: 3.157`."""
         planned = (self.params or {}).get("steps")
         steps = f"{self._epoch_steps} steps"
-        if planned and self._epoch_steps < planned:
-            steps = f"{self._epoch_steps} of {planned} steps (cut short by the time budget)"
+        if planned and self._epoch_steps < planned:  # the budget, or data that ran out
+            steps = f"{self._epoch_steps} of {planned} steps" + (
+                " (cut short by the time budget)" if self._stopped else "")
         seconds = time.time() - (self._epoch_start or self._process_start)
-        metrics = [f"{k}: {float(v):.4g}" for k, v in logs.items() if np.ndim(v) == 0]
+        metrics = []
+        for key, value in logs.items():
+            try:  # numbers only: a string or an array in the logs is left out
+                if np.ndim(value) == 0:
+                    metrics.append(f"{key}: {float(value):.4g}")
+            except (TypeError, ValueError):
+                pass
         return " - ".join([f"epoch {epoch + 1}: {steps}", f"{seconds:.0f} s",
                            f"{(time.time() - self.start) / 60:.1f} min in all"] + metrics)
 

@@ -127,6 +127,22 @@ def test_log_lines_say_when_the_budget_cut_an_epoch_short(capsys):
     assert lines[1].endswith(" - loss: 2 - images_seen: 912") and "/1000" not in lines[1]
 
 
+def test_log_lines_blame_the_budget_only_when_it_stopped_the_epoch(capsys):
+    # Data that runs out also ends an epoch early; values that are not
+    # numbers are left out of the line instead of failing the run.
+    module = _training_utils()
+    budget = module.TimeBudget(10.0, progress=2)
+    budget.set_model(_Model())
+    budget.set_params({"epochs": 2, "steps": 10})
+    budget.on_train_begin()
+    budget.on_epoch_begin(0)
+    for step in range(5):
+        budget.on_train_batch_end(step, {"loss": 2.0})
+    budget.on_epoch_end(0, {"loss": 2.0, "note": "hello", "curve": np.ones(3), "z": 1j})
+    line = capsys.readouterr().out.splitlines()[-1]
+    assert line.startswith("epoch 1: 5 of 10 steps - ") and line.endswith(" - loss: 2"), line
+
+
 def test_time_budget_pairs_the_callback_with_fit_verbosity():
     import argparse
 
