@@ -392,6 +392,10 @@ class TimeBudget(keras.callbacks.Callback):
             Without it the budget counts this process only.
         progress: 1 (or True) draws the progress bar described above; 2
             prints one line per epoch (above); 0 (or False) prints nothing.
+
+    Steps are counted by Keras' batch-end calls: a model compiled with
+    `steps_per_execution` > 1 (the examples' are not) calls them once per
+    execution, so the lines then count executions.
     """
 
     def __init__(self, minutes, path=None, progress=False):
