@@ -108,20 +108,26 @@ def test_progress_modes_print_what_they_promise(capsys, progress):
         assert re.fullmatch(r"epoch 1: 1 steps - \d+ s - 0\.0 min in all - loss: 2 - val_loss: 2\.1", line)
 
 
-def test_log_lines_say_when_the_budget_cut_an_epoch_short(capsys):
-    # Keras' verbose=2 line said "100/100" for an epoch the budget stopped
-    # after 28 steps; the budget's own line says what ran.
-    module = _training_utils()
-    budget = module.TimeBudget(0.0, progress=2)
+def _epoch_lines(capsys, minutes, planned_steps, epochs):
+    """The lines of a `TimeBudget(progress=2)` over `epochs`, a list of
+    (steps run, epoch logs), each epoch planned at `planned_steps`."""
+    budget = _training_utils().TimeBudget(minutes, progress=2)
     budget.set_model(_Model())
-    budget.set_params({"epochs": 1000, "steps": 100})
+    budget.set_params({"epochs": 1000, "steps": planned_steps})
     budget.on_train_begin()
-    for epoch, steps in ((0, 100), (1, 28)):
+    for epoch, (steps, logs) in enumerate(epochs):
         budget.on_epoch_begin(epoch)
         for step in range(steps):
             budget.on_train_batch_end(step, {"loss": 2.0})
-        budget.on_epoch_end(epoch, {"loss": 2.0, "images_seen": 912.0})
-    lines = capsys.readouterr().out.splitlines()[1:]
+        budget.on_epoch_end(epoch, logs)
+    return capsys.readouterr().out.splitlines()[1:]
+
+
+def test_log_lines_say_when_the_budget_cut_an_epoch_short(capsys):
+    # Keras' verbose=2 line said "100/100" for an epoch the budget stopped
+    # after 28 steps; the budget's own line says what ran.
+    logs = {"loss": 2.0, "images_seen": 912.0}
+    lines = _epoch_lines(capsys, 0.0, 100, [(100, logs), (28, logs)])
     assert lines[0].startswith("epoch 1: 100 steps - ")
     assert lines[1].startswith("epoch 2: 28 of 100 steps (cut short by the time budget) - ")
     assert lines[1].endswith(" - loss: 2 - images_seen: 912") and "/1000" not in lines[1]
@@ -130,16 +136,8 @@ def test_log_lines_say_when_the_budget_cut_an_epoch_short(capsys):
 def test_log_lines_blame_the_budget_only_when_it_stopped_the_epoch(capsys):
     # Data that runs out also ends an epoch early; values that are not
     # numbers are left out of the line instead of failing the run.
-    module = _training_utils()
-    budget = module.TimeBudget(10.0, progress=2)
-    budget.set_model(_Model())
-    budget.set_params({"epochs": 2, "steps": 10})
-    budget.on_train_begin()
-    budget.on_epoch_begin(0)
-    for step in range(5):
-        budget.on_train_batch_end(step, {"loss": 2.0})
-    budget.on_epoch_end(0, {"loss": 2.0, "note": "hello", "curve": np.ones(3), "z": 1j})
-    line = capsys.readouterr().out.splitlines()[-1]
+    logs = {"loss": 2.0, "note": "hello", "curve": np.ones(3), "z": 1j}
+    [line] = _epoch_lines(capsys, 10.0, 10, [(5, logs)])
     assert line.startswith("epoch 1: 5 of 10 steps - ") and line.endswith(" - loss: 2"), line
 
 
