@@ -538,6 +538,32 @@ class TokenThroughput(keras.callbacks.Callback):
             logs[self.key] = self.tokens_per_step * self.steps / (time.time() - self.start)
 
 
+class HistoryLogger(keras.callbacks.CSVLogger):
+    """`keras.callbacks.CSVLogger(path, append=True)` that keeps the columns
+    of a history it appends to.
+
+    A run resumed by a newer train.py that logs one more figure (as
+    `training_steps` was added) would otherwise write rows one column longer
+    than the file's header, and every reader of the file would take each
+    later value for its neighbour's. Here an existing file's header decides
+    the columns: a new figure is left out of that run's history, and a
+    figure no longer logged is written as "NA". A new or empty file gets
+    every figure, as with CSVLogger.
+
+    Args:
+        path: the CSV file (one row per epoch, after a header).
+    """
+
+    def __init__(self, path):
+        super().__init__(path, append=True)
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        if not self.append_header:  # a history with a header already
+            with open(self.filename, newline="") as f:
+                self.keys = next(csv.reader(f))[1:]  # the columns after "epoch"
+
+
 class ExamplesSeen(keras.callbacks.Callback):
     """Logs the examples trained on so far under `key` at each epoch end:
     optimizer steps x global batch size, so an epoch cut short by a time

@@ -337,7 +337,7 @@ def train(args, data, strategy=None, callbacks=()):
         *callbacks,
         training_utils.ExamplesSeen(args.batch_size, key="images_seen"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
-        keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
+        training_utils.HistoryLogger(os.path.join(args.output_dir, "history.csv")),
         run_folder.best_checkpoint(args.output_dir, "val_bits_per_dim"),  # model.keras: the best epoch so far
     ]
     # The budget counts the time of interrupted runs too (a continued run's anew).

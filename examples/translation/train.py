@@ -235,7 +235,7 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
         # Optimizer steps so far: an epoch cut short by --minutes counts what ran.
         training_utils.ExamplesSeen(1, key="training_steps"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
-        keras.callbacks.CSVLogger(os.path.join(args.output_dir, "history.csv"), append=True),
+        training_utils.HistoryLogger(os.path.join(args.output_dir, "history.csv")),
         run_folder.best_checkpoint(args.output_dir, "val_loss"),  # model.keras: the best epoch so far
     ]
     budget, verbose = training_utils.time_budget(  # counts the time of interrupted runs too

@@ -289,3 +289,29 @@ def test_a_damaged_budget_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"train_seconds.txt should hold the seconds of training "
                                          r"spent so far, not 'garbage\\n': fix or delete it"):
         budget.on_train_begin()
+
+
+def test_history_logger_keeps_the_columns_of_the_history_it_appends_to(tmp_path):
+    # A run resumed by a train.py that logs one more figure: Keras' CSVLogger
+    # wrote rows one column longer than the header, shifting later values.
+    import csv
+
+    module = _training_utils()
+    path = tmp_path / "history.csv"
+    path.write_text("epoch,loss,val_loss\n0,2.0,2.1\n")
+    for epoch, logs in ((1, {"training_steps": 20, "loss": 1.5, "val_loss": 1.6}), (2, {"loss": 1.2})):
+        logger = module.HistoryLogger(str(path))
+        logger.on_train_begin()
+        logger.on_epoch_end(epoch, logs)
+        logger.on_train_end()
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows == [["epoch", "loss", "val_loss"], ["0", "2.0", "2.1"], ["1", "1.5", "1.6"],
+                    ["2", "1.2", "NA"]]
+    # A new history gets every figure, as with CSVLogger.
+    fresh = tmp_path / "fresh.csv"
+    logger = module.HistoryLogger(str(fresh))
+    logger.on_train_begin()
+    logger.on_epoch_end(0, {"training_steps": 20, "loss": 1.5, "val_loss": 1.6})
+    logger.on_train_end()
+    assert fresh.read_text().splitlines() == ["epoch,loss,training_steps,val_loss", "0,1.5,20,1.6"]
