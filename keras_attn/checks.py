@@ -341,16 +341,9 @@ def check_int32_ids(name, ids):
         f"`{name}` must hold ids that fit int32, the dtype the model reads them in (a cast "
         "would wrap larger ones)."
     )
-    known = known_value(ids)
-    if known is not None:
-        if known.size and (known.min() < bounds.min or known.max() > bounds.max):
-            raise ValueError(f"{requirement} Received: ids from {known.min()} to {known.max()}.")
-        return keras.ops.cast(known.astype(np.int32), "int32")
-    if 0 not in tuple(ids.shape):
-        lowest, highest = keras.ops.min(ids), keras.ops.max(ids)
-        fits = keras.ops.logical_and(lowest >= bounds.min, highest <= bounds.max)
-        ids = check_in_graph(fits, [f"{requirement} Received: ids from ", lowest, " to ",
-                                    highest, "."], ids)
+    ids = _check_id_range(ids, ids, bounds.max + 1, requirement, "ids", lowest_id=bounds.min)
+    if isinstance(ids, np.ndarray):  # checked: the values fit
+        ids = ids.astype(np.int32)
     return keras.ops.cast(ids, "int32")
 
 
@@ -392,14 +385,15 @@ def check_input_ids(name, ids, vocabulary_size, layer_name):
     return _check_id_range(ids, ids, vocabulary_size, requirement, "ids")
 
 
-def _check_id_range(value, ids, vocabulary_size, requirement, what):
+def _check_id_range(value, ids, vocabulary_size, requirement, what, lowest_id=0):
     """`value`, once `ids` (part of it) are known, or checked in the graph,
-    to lie in [0, `vocabulary_size`) (>= 0 when the size is None)."""
+    to lie in [`lowest_id`, `vocabulary_size`) (>= `lowest_id` when the size
+    is None)."""
 
     def is_valid(lowest, highest):
         if vocabulary_size is None:
-            return lowest >= 0
-        return (lowest >= 0) & (highest < vocabulary_size)
+            return lowest >= lowest_id
+        return (lowest >= lowest_id) & (highest < vocabulary_size)
 
     known = known_value(ids)
     if known is not None:

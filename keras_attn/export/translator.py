@@ -119,7 +119,7 @@ def export_translator(
         Vaswani et al. 2017 (beam 4, alpha 0.6); TF Serving's versioned
         model layout.
     """
-    from keras_attn.generation import CachedDecoder
+    from keras_attn.generation import Decoder
     from keras_attn.preprocessing.text import encode_source
 
     if max_length < 3:
@@ -135,7 +135,7 @@ def export_translator(
         jit_compile,
         input_signature=[tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")],
     )
-    decoder = CachedDecoder(model)
+    inputs = Decoder(model)  # the model's inputs, as generation reads them (no second replay)
 
     def generate(encoder_tokens):
         # The request is checked here, in the plain graph, as the decoding
@@ -144,7 +144,7 @@ def export_translator(
         # refuses another rank with an error naming both shapes.
         encoder_tokens = tf.ensure_shape(encoder_tokens, (None, None))
         encoder_tokens = checks.check_batch_not_empty("encoder_tokens", encoder_tokens)
-        return decoding_loop(decoder.check_inputs(encoder_tokens)["encoder_tokens"])
+        return decoding_loop(inputs.check_inputs(encoder_tokens)["encoder_tokens"])
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])
     def serve_text(text):

@@ -141,16 +141,16 @@ class Decoder:
         checks.check_input_names(inputs, accepted, self.token_input)
         values = {}
         for name in needed:
-            dtype = self._input_names[name].dtype
+            dtype = keras.backend.standardize_dtype(self._input_names[name].dtype)
             bound = self._embedding_bound(name)
             value = inputs[name]
             if not hasattr(value, "dtype"):
                 value = np.asarray(value)
             integer = "int" in keras.backend.standardize_dtype(value.dtype)
-            if bound is not None and integer and keras.backend.standardize_dtype(dtype) == "int32":
+            if bound is not None and integer and dtype == "int32":
                 value = checks.check_int32_ids(name, value)  # the cast would wrap wider ids
             value = ops.convert_to_tensor(value, dtype=dtype)
-            if bound is not None and "int" in keras.backend.standardize_dtype(dtype):
+            if bound is not None and "int" in dtype:
                 value = checks.check_input_ids(name, value, *bound)
             values[name] = value
         return values
@@ -225,6 +225,7 @@ class Decoder:
             if reads_input and isinstance(size, int) and not isinstance(size, bool):
                 found.append((size, layer))
         return found
+
 
 def _find_token_input(input_names, token_input, owner):
     names = list(input_names)
