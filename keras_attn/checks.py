@@ -526,19 +526,27 @@ def check_finite_positive_number(owner, name, value, meaning):
 
 
 def check_rate(owner, name, value):
-    """Raises a ValueError unless `value` is a float in [0, 1).
+    """Raises a ValueError unless `value` is a rate (a dropout) in [0, 1).
+
+    Args:
+        owner: the layer (or any object) whose argument is checked; its class
+            name starts the message. None for a function's argument (a
+            model builder's `dropout`).
+        name: the argument's name.
+        value: the value received.
 
     Raises:
-        ValueError: if `value` is not a number in [0, 1).
+        ValueError: if `value` is not a real number in [0, 1) (bools and
+            strings refused, NaN too).
     """
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Real)
         or not 0.0 <= float(value) < 1.0
     ):
+        prefix = "" if owner is None else f"{type(owner).__name__}: "
         raise ValueError(
-            f"{type(owner).__name__}: `{name}` must be a number in [0, 1). "
-            f"Received: {name}={value!r}."
+            f"{prefix}`{name}` must be a number in [0, 1). Received: {name}={value!r}."
         )
 
 

@@ -22,7 +22,7 @@ from keras_attn.layers import Projection
 from keras_attn.layers import SequenceDelay
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
-from keras_attn.checks import check_heads_divide, check_image_size, check_sizes
+from keras_attn.checks import check_heads_divide, check_image_size, check_rate, check_sizes
 # The layout's constants live with the layout (re-exported here).
 from keras_attn.preprocessing.images import NUM_INTENSITIES, START_TOKEN  # noqa: F401
 
@@ -425,8 +425,7 @@ def _check_width(hidden_dim, num_heads, position, dropout):
             "Sinusoidal 2D positions need `hidden_dim` divisible by 4 (half for "
             f"the row, half for the column and channel). Received: hidden_dim={hidden_dim}."
         )
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}.")
+    check_rate(None, "dropout", dropout)
 
 
 def _local_window(block_size, memory_flange, row_length):

@@ -6,7 +6,7 @@ import math
 import keras
 
 from keras_attn.layers import Projection, RelativeGlobalAttention, TokenAndPositionEmbedding, TransformerDecoder
-from keras_attn.checks import check_heads_divide, check_sizes
+from keras_attn.checks import check_heads_divide, check_rate, check_sizes
 from keras_attn.preprocessing import music
 
 ATTENTION_TYPES = ("relative", "absolute")
@@ -133,8 +133,7 @@ def music_transformer(
         raise ValueError(
             f"Sinusoidal positions need an even `hidden_dim`. Received: hidden_dim={hidden_dim}."
         )
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"`dropout` must be in [0, 1). Received: dropout={dropout!r}.")
+    check_rate(None, "dropout", dropout)
     key_dim = hidden_dim // num_heads
 
     tokens = keras.Input((None,), dtype="int32", name="tokens")

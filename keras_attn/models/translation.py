@@ -3,7 +3,7 @@
 import keras
 
 from keras_attn.layers import Projection, TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
-from keras_attn.checks import check_heads_divide, check_sizes
+from keras_attn.checks import check_heads_divide, check_rate, check_sizes
 
 
 def translation_transformer(
@@ -66,7 +66,8 @@ def translation_transformer(
 
     Raises:
         ValueError: on non-positive sizes, `hidden_dim` not divisible by
-            `num_heads`, or a learned position table without `max_length`.
+            `num_heads`, `dropout` outside [0, 1), or a learned position
+            table without `max_length`.
 
     Example:
     >>> import keras
@@ -84,6 +85,7 @@ def translation_transformer(
     decoder_vocabulary_size = decoder_vocabulary_size or encoder_vocabulary_size
     check_sizes(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads)
     check_heads_divide(hidden_dim, num_heads)
+    check_rate(None, "dropout", dropout)
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
 

@@ -232,3 +232,6 @@ def test_default_window_is_one_image_row_and_errors():
         super_resolution_transformer(low_resolution_size=(8, 8, 3))
     with pytest.raises(ValueError, match="`memory_flange` must be a non-negative integer"):
         image_transformer(memory_flange=-1)
+    for builder in (image_transformer, super_resolution_transformer):
+        with pytest.raises(ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout=True"):
+            builder(dropout=True)

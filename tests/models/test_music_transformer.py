@@ -140,8 +140,9 @@ def test_errors():
         music_transformer(10, max_relative_position=0)
     with pytest.raises(ValueError, match="`vocabulary_size` must be a positive integer"):
         music_transformer(0)
-    with pytest.raises(ValueError, match=r"`dropout` must be in \[0, 1\)"):
-        music_transformer(10, dropout=1.0)
+    for dropout in (1.0, -0.1, "0.1", True, float("nan")):
+        with pytest.raises(ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout="):
+            music_transformer(10, dropout=dropout)
     with pytest.raises(ValueError, match="Sinusoidal positions need an even `hidden_dim`"):
         music_transformer(10, hidden_dim=9, num_heads=3, attention="absolute")
 

@@ -47,3 +47,6 @@ def test_errors():
         translation_transformer(10, hidden_dim=30, num_heads=4)
     with pytest.raises(ValueError, match="num_layers` must be a positive integer"):
         translation_transformer(10, num_layers=0)
+    # Refused by the builder, before any layer is made.
+    with pytest.raises(ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout='0.1'"):
+        translation_transformer(10, dropout="0.1")
