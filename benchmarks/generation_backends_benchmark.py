@@ -66,8 +66,9 @@ def build_model(args, sequence_length):
 
 def worker(args):
     """One backend: answers `compile N`, `run N`, `quit` on stdin."""
-    if args.worker == "tensorflow":
-        harness.setup_tensorflow()
+    # Under JAX too: keras.utils.set_random_seed imports TensorFlow (to seed
+    # it) whenever it is installed, and the import should be a quiet one.
+    harness.setup_tensorflow()
     import keras
     import numpy as np
 

@@ -52,14 +52,27 @@ _TRAMPOLINE = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
 
 
 # ------------------------------------------------------------------ setup
+VERBOSE = "--verbose" in sys.argv[1:]
+
+
 def setup_tensorflow(constant_folding=False):
     """Imports TensorFlow quietly and returns it.
+
+    Unless the command line has `--verbose`, TensorFlow is imported the way
+    the examples import it (`examples/quiet.py`), with its C++ start-up
+    lines (oneDNN, CUDA-driver and absl notes, which no log level hides)
+    kept off the terminal, so a run prints its tables and little else.
 
     Grappler's constant folding is off by default: keras' MultiHeadAttention
     builds causal masks from static shapes, and folding a (T, T) constant
     took 13-26 s at T = 4096 here, time that says nothing about steady-state
     speed and eats the 5-minute budget.
     """
+    if not VERBOSE and "tensorflow" not in sys.modules:
+        sys.path.insert(0, os.path.join(PROJECT_ROOT, "examples"))
+        from quiet import import_tensorflow_silently
+
+        import_tensorflow_silently()
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")
@@ -70,7 +83,7 @@ def setup_tensorflow(constant_folding=False):
 
 def add_common_arguments(parser, repeats=5, budget=280.0):
     """The flags every script has: --quick, --repeats, --budget, --output,
-    and the hidden --memory-worker used by `measure_memory`."""
+    --verbose, and the hidden --memory-worker used by `measure_memory`."""
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: smallest configurations, 2 repeats, nothing written "
                              "unless --output is given")
@@ -79,6 +92,8 @@ def add_common_arguments(parser, repeats=5, budget=280.0):
     parser.add_argument("--budget", type=float, default=budget,
                         help="seconds for the whole run; configurations that would not fit are skipped")
     parser.add_argument("--output", default=None, help="JSON file to write (default benchmarks/results/<name>.json)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="keep TensorFlow's start-up log lines (read by `setup_tensorflow`)")
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     return parser
 
