@@ -525,6 +525,63 @@ def check_finite_positive_number(owner, name, value, meaning):
         )
 
 
+def check_bool(owner, name, value, meaning):
+    """Raises a ValueError unless `value` is a Python bool.
+
+    A flag read with `if` takes any value: "False" (a string) or 1 would
+    switch the feature on without a word, and a config must hold plain
+    bools.
+
+    Args:
+        owner: the layer (or any object) whose argument is checked; its class
+            name starts the message. None for a function's argument.
+        name: the argument's name.
+        value: the value received.
+        meaning: what True (and False) mean, for the message.
+
+    Raises:
+        ValueError: if `value` is not True or False (NumPy bools too: the
+            message says to pass `bool(value)`).
+
+    Example:
+    >>> try:
+    ...     check_bool(None, "mask_zero", "False", "True = id 0 is padding")
+    ... except ValueError as error:
+    ...     print(error)
+    `mask_zero` must be True or False (True = id 0 is padding). Received: mask_zero='False'.
+    """
+    if not isinstance(value, bool):
+        prefix = "" if owner is None else f"{type(owner).__name__}: "
+        hint = f" Pass `{name}=bool({name})`." if isinstance(value, np.bool_) else ""
+        raise ValueError(
+            f"{prefix}`{name}` must be True or False ({meaning}). "
+            f"Received: {name}={value!r}.{hint}"
+        )
+
+
+def check_layer_seed(owner, seed):
+    """Raises a ValueError unless a layer's `seed` (of its dropout) is None
+    or an int, as Keras' seed generators take it; checked when the layer is
+    made, not at the first training call.
+
+    Args:
+        owner: the layer whose argument is checked; its class name starts the
+            message.
+        seed: the value received.
+
+    Raises:
+        ValueError: on a bool, a float, a string, a list, a NumPy integer
+            (Keras refuses it too; the message says to pass `int(seed)`) or
+            any other value.
+    """
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(
+            f"{type(owner).__name__}: `seed` must be None or an int (the seed of the "
+            f"dropout, for reproducible runs). Received: seed={seed!r}."
+            f"{_python_int_hint('seed', seed)}"
+        )
+
+
 def check_rate(owner, name, value):
     """Raises a ValueError unless `value` is a rate (a dropout) in [0, 1).
 
@@ -594,7 +651,10 @@ def check_sizes(**sizes):
     """
     for arg, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"`{arg}` must be a positive integer. Received: {arg}={value!r}.")
+            raise ValueError(
+                f"`{arg}` must be a positive integer. Received: {arg}={value!r}."
+                f"{_python_int_hint(arg, value)}"
+            )
 
 
 def check_batch_not_empty(name, value):

@@ -80,6 +80,8 @@ class AttentionBase(ArgumentsConfig, keras.layers.Layer):
         if output_dim is not None:
             check(self, "output_dim", output_dim)
         checks.check_rate(self, "dropout", dropout)
+        checks.check_bool(self, "use_bias", use_bias, "True = the projections have biases")
+        checks.check_layer_seed(self, seed)
         self.num_heads = num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim

@@ -226,11 +226,10 @@ class LocalBlockAttention(MultiHeadSelfAttention):
                  image_size=None, **kwargs):
         kwargs.setdefault("chunk_size", None)  # no chunked core: the dense blocks
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
-        if not isinstance(rolling_cache, bool):
-            raise ValueError(
-                f"{type(self).__name__}: `rolling_cache` must be True or False. "
-                f"Received: rolling_cache={rolling_cache!r}."
-            )
+        checks.check_bool(
+            self, "rolling_cache", rolling_cache,
+            "True = a cache of the last block and flange positions only",
+        )
         self.rolling_cache = rolling_cache
         block = self._as_sizes("block_size", block_size)
         if any(b <= 0 for b in block):

@@ -67,7 +67,8 @@ class LowResolutionEmbedding(ArgumentsConfig, keras.layers.Layer):
     Raises:
         ValueError: on invalid arguments (non-positive sizes, a
             low-resolution side that does not divide the high-resolution
-            one, an unknown `interpolation`), or a `low_resolution` input
+            one, an unknown `interpolation`, a `scale_embeddings` that is
+            not a bool), or a `low_resolution` input
             whose length is not h * w * channels.
 
     Example:
@@ -100,6 +101,10 @@ class LowResolutionEmbedding(ArgumentsConfig, keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         checks.check_positive_int(self, "embedding_dim", embedding_dim)
+        checks.check_bool(
+            self, "scale_embeddings", scale_embeddings,
+            "True = embeddings times sqrt(embedding_dim)",
+        )
         self.raster = LowResolutionRaster(
             self, image_size, low_resolution_size, channels, num_intensities, interpolation
         )

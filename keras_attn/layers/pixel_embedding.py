@@ -92,6 +92,10 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         checks.check_positive_int(self, "vocabulary_size", vocabulary_size)
         checks.check_positive_int(self, "embedding_dim", embedding_dim)
         checks.check_positive_int(self, "channels", channels)
+        checks.check_bool(
+            self, "scale_token_embeddings", scale_token_embeddings,
+            "True = intensity embeddings times sqrt(embedding_dim)",
+        )
         self.image_size = checks.check_image_size(image_size, owner=self)
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim

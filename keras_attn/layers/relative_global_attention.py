@@ -122,12 +122,10 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
     ):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         checks.check_positive_int(self, "max_relative_position", max_relative_position)
-        if not isinstance(heads_share_relative_embedding, bool):
-            raise ValueError(
-                f"{type(self).__name__}: `heads_share_relative_embedding` must be "
-                "a bool (True = one table for all heads). Received: "
-                f"heads_share_relative_embedding={heads_share_relative_embedding!r}."
-            )
+        checks.check_bool(
+            self, "heads_share_relative_embedding", heads_share_relative_embedding,
+            "True = one table for all heads",
+        )
         self.max_relative_position = max_relative_position
         self.heads_share_relative_embedding = heads_share_relative_embedding
 

@@ -1,4 +1,8 @@
+import math
+import numbers
+
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn import checks
@@ -28,8 +32,9 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
 
     Args:
         delay: positions to delay by, an int >= 1.
-        fill_value: the output at the first `delay` positions (0). Cast to
-            the input's dtype.
+        fill_value: the output at the first `delay` positions (0): a finite
+            real number, cast to the input's dtype; a whole number that the
+            dtype holds for integer inputs.
         **kwargs: base `keras.layers.Layer` arguments (for integer tokens,
             pass `dtype="int32"` so the cache keeps their dtype).
 
@@ -47,8 +52,10 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         `(outputs, new_cache)`.
 
     Raises:
-        ValueError: for a `delay` that is not an int >= 1, inputs of
-            rank < 2, or a cache that is not (B, delay, ...).
+        ValueError: for a `delay` that is not an int >= 1, a `fill_value`
+            that is not a finite number (or, for integer inputs, not a whole
+            number their dtype holds), inputs of rank < 2, or a cache that
+            is not (B, delay, ...).
 
     Example:
     >>> import keras
@@ -67,6 +74,12 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
     def __init__(self, delay, fill_value=0, **kwargs):
         super().__init__(**kwargs)
         checks.check_positive_int(self, "delay", delay)
+        if (isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real)
+                or not math.isfinite(fill_value)):
+            raise ValueError(
+                f"{type(self).__name__}: `fill_value` must be a finite real number (the "
+                f"output at the first `delay` positions). Received: fill_value={fill_value!r}."
+            )
         self.delay = delay
         self.fill_value = fill_value
         self._feature_shape = None
@@ -92,6 +105,7 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
 
     def call(self, inputs, cache=None, cache_index=0):
         self._check_rank(inputs.shape)
+        self._check_fill_value(inputs.dtype)
         length = ops.shape(inputs)[1]
         if cache is None:
             shape = (ops.shape(inputs)[0], self.delay) + tuple(ops.shape(inputs)[2:])
@@ -106,6 +120,20 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
             )
         history = ops.concatenate([ops.cast(cache, inputs.dtype), inputs], axis=1)
         return history[:, :length], history[:, length:]
+
+    def _check_fill_value(self, dtype):
+        """Refuses a `fill_value` that a cast to integer inputs' dtype would
+        change (1.7 read as 1, 2**40 wrapped)."""
+        dtype = keras.backend.standardize_dtype(dtype)
+        if "int" not in dtype:
+            return
+        info = np.iinfo(dtype)
+        if not float(self.fill_value).is_integer() or not info.min <= self.fill_value <= info.max:
+            raise ValueError(
+                f"{type(self).__name__}: `fill_value` must be a whole number that {dtype} "
+                f"holds ({info.min}..{info.max}) for inputs of that dtype. "
+                f"Received: fill_value={self.fill_value!r}."
+            )
 
     def compute_output_spec(self, inputs, cache=None, cache_index=0):
         outputs = keras.KerasTensor(tuple(inputs.shape), dtype=inputs.dtype)

@@ -33,7 +33,8 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         vocabulary_size: number of token ids (positive int).
         embedding_dim: D (positive int; even for sinusoidal positions).
         sequence_length: rows of the learned position table (required for
-            `position="learned"`, ignored for `"sinusoidal"`).
+            `position="learned"`; unused for `"sinusoidal"`, but checked
+            when given).
         position: `"learned"` or `"sinusoidal"`.
         mask_zero: whether id 0 is padding.
         scale_token_embeddings: multiply token vectors by √D.
@@ -90,13 +91,18 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
                 '`position` must be "learned" or "sinusoidal". '
                 f"Received: position={position!r}."
             )
-        if position == "learned":
+        if position == "learned" or sequence_length is not None:
             checks.check_positive_int(self, "sequence_length", sequence_length)
         elif embedding_dim % 2:
             raise ValueError(
                 "Sinusoidal positions need an even `embedding_dim`. "
                 f"Received: embedding_dim={embedding_dim}."
             )
+        checks.check_bool(self, "mask_zero", mask_zero, "True = id 0 is padding")
+        checks.check_bool(
+            self, "scale_token_embeddings", scale_token_embeddings,
+            "True = token embeddings times sqrt(embedding_dim)",
+        )
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim
         self.sequence_length = sequence_length

@@ -84,12 +84,11 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             self, "layer_norm_epsilon", layer_norm_epsilon,
             "added to the variance in the layer norms; 1e-5 by default",
         )
-        if not isinstance(normalize_first, bool):
-            raise ValueError(
-                f"{type(self).__name__}: `normalize_first` must be a bool (False "
-                "= post-norm as in the paper, True = pre-norm). Received: "
-                f"normalize_first={normalize_first!r}."
-            )
+        checks.check_bool(
+            self, "normalize_first", normalize_first,
+            "False = post-norm as in the paper, True = pre-norm",
+        )
+        checks.check_layer_seed(self, seed)
         if isinstance(self_attention, dict):
             # Without its build config the nested layer is built by `build`,
             # inside this block's name scope, as when the block was first

@@ -22,7 +22,7 @@ from keras_attn.layers import Projection
 from keras_attn.layers import SequenceDelay
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
-from keras_attn.checks import check_heads_divide, check_image_size, check_rate, check_sizes
+from keras_attn.checks import check_bool, check_heads_divide, check_image_size, check_rate, check_sizes
 # The layout's constants live with the layout (re-exported here).
 from keras_attn.preprocessing.images import NUM_INTENSITIES, START_TOKEN  # noqa: F401
 
@@ -308,6 +308,15 @@ def super_resolution_transformer(
     low_height, low_width = check_image_size(low_resolution_size, "low_resolution_size")
     height, width = check_image_size(image_size)
     _check_width(hidden_dim, num_heads, position, dropout)
+    # Flags read with `if` here: "False" or 1 would switch a part on.
+    for flag, value in (
+        ("align_positions", align_positions),
+        ("low_resolution_consistency", low_resolution_consistency),
+        ("low_resolution_channel_residual", low_resolution_channel_residual),
+        ("low_resolution_left_residual", low_resolution_left_residual),
+        ("low_resolution_channel_consistency", low_resolution_channel_consistency),
+    ):
+        check_bool(None, flag, value, "see the docstring of super_resolution_transformer")
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
     low_resolution = keras.Input(

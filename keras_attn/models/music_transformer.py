@@ -121,8 +121,9 @@ def music_transformer(
         hidden_dim=hidden_dim,
         num_heads=num_heads,
         intermediate_dim=intermediate_dim,
-        max_relative_position=max_relative_position,
     )
+    if attention == "relative":
+        check_sizes(max_relative_position=max_relative_position)
     if attention not in ATTENTION_TYPES:
         raise ValueError(
             '`attention` must be "relative" (the Music Transformer) or "absolute" '

@@ -82,8 +82,16 @@ def translation_transformer(
     Reference:
         Vaswani et al. 2017, "Attention Is All You Need", sections 3 and 5.
     """
-    decoder_vocabulary_size = decoder_vocabulary_size or encoder_vocabulary_size
-    check_sizes(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads)
+    if decoder_vocabulary_size is None:
+        decoder_vocabulary_size = encoder_vocabulary_size
+    check_sizes(
+        encoder_vocabulary_size=encoder_vocabulary_size,
+        decoder_vocabulary_size=decoder_vocabulary_size,
+        num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
+        intermediate_dim=intermediate_dim,
+    )
+    if max_length is not None:
+        check_sizes(max_length=max_length)
     check_heads_divide(hidden_dim, num_heads)
     check_rate(None, "dropout", dropout)
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")

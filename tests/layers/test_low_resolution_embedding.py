@@ -69,6 +69,9 @@ def test_errors():
         LowResolutionEmbedding(8, image_size=8, low_resolution_size=3)
     with pytest.raises(ValueError, match=r"`interpolation` must be one of.*'area'"):
         LowResolutionEmbedding(8, image_size=8, low_resolution_size=2, interpolation="area")
+    with pytest.raises(ValueError, match=r"^LowResolutionEmbedding: `scale_embeddings` must be True or False "
+                                         r".*Received: scale_embeddings='no'\.$"):
+        LowResolutionEmbedding(8, image_size=8, low_resolution_size=2, scale_embeddings="no")
     layer = LowResolutionEmbedding(8, image_size=8, low_resolution_size=2)
     with pytest.raises(ValueError, match=r"must be \(batch, 12\).*Received: low_resolution.shape=\(1, 10\)"):
         layer(np.zeros((1, 192), "int32"), np.zeros((1, 10), "int32"))

@@ -278,7 +278,7 @@ def test_fully_masked_rows_are_zero_with_finite_gradients(policy, causal):
         ({"max_relative_position": -3}, "Received: max_relative_position=-3"),
         ({"max_relative_position": 2.5}, "max_relative_position` must be a positive integer"),
         ({"max_relative_position": True}, "max_relative_position` must be a positive integer"),
-        ({"heads_share_relative_embedding": "yes"}, "heads_share_relative_embedding` must be a bool.*'yes'"),
+        ({"heads_share_relative_embedding": "yes"}, "heads_share_relative_embedding` must be True or False \\(True = one table.*'yes'"),
         ({"num_heads": 0}, "num_heads` must be a positive integer"),
     ],
 )

@@ -62,3 +62,23 @@ def test_errors():
     with pytest.raises(ValueError, match=r"`cache` must be \(batch, delay=2, \.\.\.\).*"
                                          r"cache.shape=\(1, 3\)"):
         layer(np.zeros((1, 1), "float32"), cache=np.zeros((1, 3), "float32"), cache_index=0)
+
+
+@pytest.mark.parametrize("fill_value", [float("nan"), float("inf"), None, "x", [1, 2], True])
+def test_fill_value_must_be_a_finite_number(fill_value):
+    with pytest.raises(ValueError, match=r"^SequenceDelay: `fill_value` must be a finite real number "
+                                         r"\(the output at the first `delay` positions\)\. Received: fill_value="):
+        SequenceDelay(2, fill_value=fill_value)
+
+
+def test_fill_value_must_fit_integer_inputs():
+    tokens = np.ones((1, 4), "int32")
+    # A cast would read 1.7 as 1 and wrap 2**40 to 0.
+    for fill_value in (1.7, 2**40, -(2**31) - 1):
+        with pytest.raises(ValueError, match=r"`fill_value` must be a whole number that int32 holds "
+                                             r"\(-2147483648\.\.2147483647\) for inputs of that dtype\. "
+                                             rf"Received: fill_value={fill_value}\."):
+            SequenceDelay(2, fill_value=fill_value)(tokens)
+    # A whole float is a whole number; float inputs take any finite value.
+    np.testing.assert_array_equal(SequenceDelay(2, fill_value=-1.0)(tokens), [[-1, -1, 1, 1]])
+    np.testing.assert_allclose(SequenceDelay(1, fill_value=1.7)(np.ones((1, 2), "float32")), [[1.7, 1.0]])

@@ -272,7 +272,7 @@ def test_num_heads_with_a_self_attention_layer_sizes_the_cross_attention():
 def test_layer_norm_epsilon_and_normalize_first_are_checked():
     with pytest.raises(ValueError, match=r"TransformerDecoder: `layer_norm_epsilon` must be a finite number > 0 .*Received: layer_norm_epsilon=-1\.0"):
         TransformerDecoder(16, num_heads=2, layer_norm_epsilon=-1.0)
-    with pytest.raises(ValueError, match=r"TransformerDecoder: `normalize_first` must be a bool .*Received: normalize_first='yes'"):
+    with pytest.raises(ValueError, match=r"TransformerDecoder: `normalize_first` must be True or False \(False = post-norm.*Received: normalize_first='yes'"):
         TransformerDecoder(16, num_heads=2, normalize_first="yes")
 
 

@@ -99,5 +99,5 @@ def test_layer_norm_epsilon_must_be_a_finite_positive_number(epsilon):
 
 @pytest.mark.parametrize("normalize_first", ["yes", 1, None])
 def test_normalize_first_must_be_a_bool(normalize_first):
-    with pytest.raises(ValueError, match=r"`normalize_first` must be a bool .*Received: normalize_first="):
+    with pytest.raises(ValueError, match=r"`normalize_first` must be True or False \(False = post-norm.*Received: normalize_first="):
         TransformerEncoder(16, num_heads=2, normalize_first=normalize_first)

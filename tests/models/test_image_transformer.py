@@ -235,3 +235,8 @@ def test_default_window_is_one_image_row_and_errors():
     for builder in (image_transformer, super_resolution_transformer):
         with pytest.raises(ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout=True"):
             builder(dropout=True)
+    # Flags the builder reads with `if`: the string "False" would switch them on.
+    for flag in ("align_positions", "low_resolution_consistency", "low_resolution_channel_residual",
+                 "low_resolution_left_residual", "low_resolution_channel_consistency"):
+        with pytest.raises(ValueError, match=rf"^`{flag}` must be True or False .*Received: {flag}='False'\.$"):
+            super_resolution_transformer(**{flag: "False"})

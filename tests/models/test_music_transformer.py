@@ -147,6 +147,15 @@ def test_errors():
         music_transformer(10, hidden_dim=9, num_heads=3, attention="absolute")
 
 
+def test_max_relative_position_is_ignored_by_the_absolute_baseline():
+    # As the docstring says: the baseline has no relative embeddings to size.
+    model = music_transformer(10, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8,
+                              attention="absolute", max_relative_position=None)
+    assert model.count_params() == music_transformer(
+        10, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8, attention="absolute"
+    ).count_params()
+
+
 def test_suppressed_ids_are_padding_and_start_of_both_music_vocabularies():
     assert MUSIC_SUPPRESSED_TOKEN_IDS == (music.PAD_ID, music.START_ID) == (0, 1)
     assert MUSIC_SUPPRESSED_TOKEN_IDS == (music.JSB_PAD_ID, music.JSB_START_ID)

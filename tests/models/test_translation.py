@@ -50,3 +50,11 @@ def test_errors():
     # Refused by the builder, before any layer is made.
     with pytest.raises(ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout='0.1'"):
         translation_transformer(10, dropout="0.1")
+    # 0 is not "same as the source": only None is.
+    with pytest.raises(ValueError, match=r"^`decoder_vocabulary_size` must be a positive integer\. Received: decoder_vocabulary_size=0\.$"):
+        translation_transformer(20, decoder_vocabulary_size=0)
+    # Checked when given, though sinusoidal positions do not read it.
+    with pytest.raises(ValueError, match=r"^`max_length` must be a positive integer\. Received: max_length=-1\.$"):
+        translation_transformer(20, max_length=-1)
+    with pytest.raises(ValueError, match=r"Received: num_layers=np\.int64\(2\)\. It is a numpy\.int64: pass a Python int, e\.g\. `num_layers=int\(num_layers\)`\.$"):
+        translation_transformer(20, num_layers=np.int64(2))

@@ -218,6 +218,17 @@ def test_cache_errors(kind):
         (lambda: RelativeGlobalAttention(2, 4, max_relative_position=0), r"`max_relative_position` must be a positive integer\. Received: max_relative_position=0"),
         (lambda: RelativeGlobalAttention(2, 4, max_relative_position=3, value_dim=0), r"value_dim` must be a positive integer"),
         (lambda: MultiHeadSelfAttention(num_heads=2, key_dim=4, dropout=-0.1), r"`dropout` must be a number in \[0, 1\)"),
+        # Flags and seeds: refused when the layer is made, not read as truthy
+        # ("False" would switch a part on) or refused at the first training call.
+        (lambda: MultiHeadSelfAttention(2, 4, use_bias="False"), r"^MultiHeadSelfAttention: `use_bias` must be True or False \(True = the projections have biases\)\. Received: use_bias='False'\.$"),
+        (lambda: RelativeGlobalAttention(2, 4, 3, heads_share_relative_embedding=np.True_), r"Received: heads_share_relative_embedding=np\.True_\. Pass `heads_share_relative_embedding=bool\(heads_share_relative_embedding\)`\.$"),
+        (lambda: MultiHeadAttention(2, 4, dropout=0.1, seed=1.5), r"^MultiHeadAttention: `seed` must be None or an int \(the seed of the dropout, for reproducible runs\)\. Received: seed=1\.5\.$"),
+        (lambda: TransformerEncoder(8, num_heads=2, seed="x"), r"^TransformerEncoder: `seed` must be None or an int .*Received: seed='x'\.$"),
+        (lambda: TransformerDecoder(8, num_heads=2, seed=np.int64(3)), r"Received: seed=np\.int64\(3\)\. It is a numpy\.int64: pass a Python int, e\.g\. `seed=int\(seed\)`\.$"),
+        (lambda: TokenAndPositionEmbedding(10, 8, 6, mask_zero="False"), r"^TokenAndPositionEmbedding: `mask_zero` must be True or False \(True = id 0 is padding\)\. Received: mask_zero='False'\.$"),
+        (lambda: TokenAndPositionEmbedding(10, 8, 6, scale_token_embeddings=1), r"`scale_token_embeddings` must be True or False .*Received: scale_token_embeddings=1\.$"),
+        (lambda: TokenAndPositionEmbedding(10, 8, "x", position="sinusoidal"), r"`sequence_length` must be a positive integer\. Received: sequence_length='x'\.$"),
+        (lambda: PixelEmbedding(257, 8, image_size=2, scale_token_embeddings=None), r"^PixelEmbedding: `scale_token_embeddings` must be True or False .*Received: scale_token_embeddings=None\.$"),
     ],
 )
 def test_constructor_errors(make, message):
