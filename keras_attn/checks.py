@@ -385,6 +385,52 @@ def check_input_ids(name, ids, vocabulary_size, layer_name):
     return _check_id_range(ids, ids, vocabulary_size, requirement, "ids")
 
 
+def check_layer_ids(owner, what, ids, vocabulary_size, fix):
+    """Checks the ids an embedding layer reads against its table: in
+    [0, `vocabulary_size`). Now when the ids are known, else inside the
+    graph (once per call; nothing inside `checked_by_caller`, where a
+    generation loop feeds back ids it made).
+
+    Without it an id outside the table fails inside TensorFlow's gather with
+    an index of the layer's own making, or is read as a row of NaN (JAX),
+    and a negative id silently reads another row.
+
+    Args:
+        owner: the layer; its class and name start the message.
+        what: what the ids are, for the message (e.g. "token ids").
+        ids: the ids, integer (or whole float) tensor of any shape.
+        vocabulary_size: the rows of the layer's table.
+        fix: what to do instead, for the message.
+
+    Returns:
+        `ids`; traced ones come back depending on the in-graph check: use
+        the returned value.
+
+    Raises:
+        ValueError: if the ids are known now and one lies outside the range
+            (traced ones fail when the graph runs: TensorFlow
+            `InvalidArgumentError`, not checked under `jit_compile=True`;
+            JAX `JaxRuntimeError` wrapping the ValueError).
+
+    Example:
+    >>> import keras
+    >>> import numpy as np
+    >>> embed = keras.layers.Embedding(20, 8, name="embedding")
+    >>> try:
+    ...     check_layer_ids(embed, "token ids", np.array([[3, 25, -1]]), 20,
+    ...                     "Map unknown tokens to an id of the vocabulary.")
+    ... except ValueError as error:
+    ...     print(error)
+    Embedding embedding: token ids must lie in [0, 20), the rows of its table. Map unknown tokens to an id of the vocabulary. Received: token ids from -1 to 25.
+    """
+    # No quote marks: TensorFlow escapes them in an assertion's text.
+    requirement = (
+        f"{type(owner).__name__} {owner.name}: {what} must lie in [0, {vocabulary_size}), "
+        f"the rows of its table. {fix}"
+    )
+    return _check_id_range(ids, ids, vocabulary_size, requirement, what)
+
+
 def _check_id_range(value, ids, vocabulary_size, requirement, what, lowest_id=0):
     """`value`, once `ids` (part of it) are known, or checked in the graph,
     to lie in [`lowest_id`, `vocabulary_size`) (>= `lowest_id` when the size

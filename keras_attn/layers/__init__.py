@@ -13,6 +13,7 @@ from keras_attn.layers.relative_global_attention import RelativeGlobalAttention
 from keras_attn.layers.sequence_delay import SequenceDelay
 from keras_attn.layers.sinusoidal_position_encoding import SinusoidalPositionEncoding
 from keras_attn.layers.token_and_position_embedding import TokenAndPositionEmbedding
+from keras_attn.layers.token_embedding import TokenEmbedding
 from keras_attn.layers.transformer_decoder import TransformerDecoder
 from keras_attn.layers.transformer_encoder import TransformerEncoder
 
@@ -30,6 +31,7 @@ __all__ = [
     "SequenceDelay",
     "SinusoidalPositionEncoding",
     "TokenAndPositionEmbedding",
+    "TokenEmbedding",
     "TransformerDecoder",
     "TransformerEncoder",
 ]

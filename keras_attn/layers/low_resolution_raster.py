@@ -10,6 +10,7 @@ each position of a high-resolution raster sequence of channel intensities
 import numpy as np
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.checks import check_image_size, check_positive_int
 
 INTERPOLATIONS = ("nearest", "bicubic")
@@ -40,6 +41,7 @@ class LowResolutionRaster:
         name = type(owner).__name__
         check_positive_int(owner, "channels", channels)
         check_positive_int(owner, "num_intensities", num_intensities)
+        self.owner = owner
         self.owner_name = name
         self.image_size = check_image_size(image_size, owner=owner)
         self.low_resolution_size = check_image_size(low_resolution_size, "low_resolution_size", owner)
@@ -86,6 +88,19 @@ class LowResolutionRaster:
                 f"Received: low_resolution.shape={tuple(low_resolution.shape)}."
             )
 
+    def check_intensities(self, low_resolution):
+        """`low_resolution`, its shape checked and its intensities (now, or
+        in the graph: see `checks.check_layer_ids`) in [0, num_intensities):
+        an intensity outside would be clipped by the bicubic path and read
+        from another channel's rows (or fail in a gather) by the nearest
+        one."""
+        self.check_length(low_resolution)
+        return checks.check_layer_ids(
+            self.owner, "low-resolution intensities", low_resolution, self.num_intensities,
+            "Pass the low-resolution image as intensities 0..num_intensities - 1 "
+            "(images.downsample makes them).",
+        )
+
     def values(self, low_resolution, positions):
         """(B, h*w*C) low-resolution raster, (T,) positions -> (B, T) int32
         low-resolution intensities there (same channel)."""
@@ -111,6 +126,7 @@ class LowResolutionRaster:
         `previous_channel_values` instead, or with `block_sums` and
         `previous_block_sums` ((B, length) float, the block sums one position
         back) `previous_channel_consistent_values`."""
+        low_resolution = self.check_intensities(low_resolution)
         positions = self.positions(length, start_index)
         upsampled = None
         if block_sums is not None or (previous_intensities is not None and self.channels > 1):

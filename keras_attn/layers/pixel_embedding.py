@@ -151,6 +151,13 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
                 f"Received: inputs.shape={shape}."
             )
         length = ops.shape(inputs)[1]
+        # Checked before the channel offset below makes them ids of another
+        # channel's table (or of none).
+        inputs = checks.check_layer_ids(
+            self, "intensity ids", inputs, self.vocabulary_size,
+            "Pass intensities (and a start token) below vocabulary_size, as "
+            "preprocessing.images.decoder_inputs makes them.",
+        )
         positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
         table = positions % self.channels
         ids = ops.cast(inputs, "int32") + (table * self.vocabulary_size)[None, :]

@@ -153,6 +153,11 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
             )
         length = ops.shape(inputs)[1]
         checks.check_start_index(start_index)
+        inputs = checks.check_layer_ids(
+            self, "token ids", inputs, self.vocabulary_size,
+            "Map unknown tokens to an id of the vocabulary, or build the layer with a "
+            "larger vocabulary_size.",
+        )
         embeddings = self.token_embedding(inputs)
         if self.scale_token_embeddings:
             embeddings = embeddings * ops.cast(

@@ -20,6 +20,7 @@ from keras_attn.layers import LowResolutionLogitBias
 from keras_attn.layers import PixelEmbedding
 from keras_attn.layers import Projection
 from keras_attn.layers import SequenceDelay
+from keras_attn.layers import TokenEmbedding
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
 from keras_attn.checks import check_bool, check_heads_divide, check_image_size, check_rate, check_sizes
@@ -140,7 +141,7 @@ def image_transformer(
     if num_classes is not None:
         class_label = keras.Input((), dtype="int32", name="class_label")
         inputs["class_label"] = class_label
-        condition = keras.layers.Embedding(num_classes, hidden_dim, name="class_embedding")(
+        condition = TokenEmbedding(num_classes, hidden_dim, name="class_embedding")(
             class_label
         )
         condition = keras.layers.Reshape((1, hidden_dim), name="class_embedding_per_position")(

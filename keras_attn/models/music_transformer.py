@@ -5,7 +5,13 @@ import math
 
 import keras
 
-from keras_attn.layers import Projection, RelativeGlobalAttention, TokenAndPositionEmbedding, TransformerDecoder
+from keras_attn.layers import (
+    Projection,
+    RelativeGlobalAttention,
+    TokenAndPositionEmbedding,
+    TokenEmbedding,
+    TransformerDecoder,
+)
 from keras_attn.checks import check_heads_divide, check_rate, check_sizes
 from keras_attn.preprocessing import music
 
@@ -139,7 +145,7 @@ def music_transformer(
 
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     if attention == "relative":
-        x = keras.layers.Embedding(
+        x = TokenEmbedding(
             vocabulary_size, hidden_dim, mask_zero=True, name="token_embedding"
         )(tokens)
         # The same √D scaling as the baseline's embedding, so the two

@@ -23,6 +23,7 @@ _REQUIRED = {
     "SequenceDelay": dict(delay=2),
     "SinusoidalPositionEncoding": {},
     "TokenAndPositionEmbedding": dict(vocabulary_size=10, embedding_dim=8, sequence_length=4),
+    "TokenEmbedding": dict(input_dim=10, output_dim=4),
     "TransformerDecoder": dict(intermediate_dim=8, num_heads=2),
     "TransformerEncoder": dict(intermediate_dim=8, num_heads=2),
 }
@@ -58,7 +59,8 @@ def test_get_config_holds_exactly_the_init_arguments(name):
     base = set(keras.layers.Layer().get_config())
     init_owner = next(k for k in cls.__mro__ if "__init__" in vars(k))
     if init_owner.__module__.startswith("keras."):
-        # A keras layer with another `call` (Projection: Dense): its config
+        # A keras layer with another `call` (Projection: Dense, TokenEmbedding:
+        # Embedding): its config
         # is its keras base's, whose own convention it keeps.
         expected = set(init_owner(**_REQUIRED[name]).get_config())
         assert set(layer.get_config()) == expected

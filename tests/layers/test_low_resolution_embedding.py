@@ -75,6 +75,15 @@ def test_errors():
     layer = LowResolutionEmbedding(8, image_size=8, low_resolution_size=2)
     with pytest.raises(ValueError, match=r"must be \(batch, 12\).*Received: low_resolution.shape=\(1, 10\)"):
         layer(np.zeros((1, 192), "int32"), np.zeros((1, 10), "int32"))
+    # Intensities outside the table: the bicubic path clipped them, the
+    # nearest one read another channel's rows.
+    for interpolation in ("bicubic", "nearest"):
+        layer = LowResolutionEmbedding(8, image_size=8, low_resolution_size=2, interpolation=interpolation,
+                                       name="covering")
+        with pytest.raises(ValueError, match=r"LowResolutionEmbedding covering: low-resolution intensities "
+                                             r"must lie in \[0, 256\).*Received: low-resolution intensities "
+                                             r"from -1 to 300\."):
+            layer(np.zeros((1, 192), "int32"), np.array([[-1] + [0] * 10 + [300]]))
 
 
 @pytest.mark.requires_tensorflow

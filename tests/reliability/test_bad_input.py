@@ -356,3 +356,70 @@ def test_image_longer_than_the_pixel_positions():
         tf.function(layer, input_signature=signature)(np.ones((1, 9), "int32"))
     run = tf.function(layer, jit_compile=True, input_signature=signature)  # XLA: no assertions
     assert np.isfinite(np.asarray(run(np.ones((1, 9), "int32")))).all()
+
+
+# ------------------------------------------- ids outside an embedding's table
+ID_CASES = {
+    "token_id_past_the_table": (
+        lambda: TokenAndPositionEmbedding(20, 8, 6, name="tokens"), np.array([[3, 20]]),
+        r"TokenAndPositionEmbedding tokens: token ids must lie in \[0, 20\), the rows of its table\. "
+        r"Map unknown tokens to an id of the vocabulary.*Received: token ids from",
+        ("3", "20"),
+    ),
+    "negative_token_id": (
+        lambda: TokenAndPositionEmbedding(20, 8, position="sinusoidal", name="tokens"), np.array([[-1, 3]]),
+        r"token ids must lie in \[0, 20\).*Received: token ids from", ("-1", "3"),
+    ),
+    "intensity_past_the_table": (
+        # Before the check, 257 in channel 1 read as row 514 of the joint
+        # table: channel 2's intensity 0.
+        lambda: PixelEmbedding(257, 8, image_size=2, name="pixels"), np.array([[0, 257]]),
+        r"PixelEmbedding pixels: intensity ids must lie in \[0, 257\), the rows of its table\. "
+        r"Pass intensities.*Received: intensity ids from", ("0", "257"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ID_CASES))
+def test_ids_outside_an_embedding_table(case):
+    from tests.test_case import traced
+
+    make, ids, message, (lowest, highest) = ID_CASES[case]
+    layer = make()
+    with pytest.raises(ValueError, match=rf"{message} {lowest} to {highest}\."):
+        layer(ids)
+    good = np.zeros_like(ids)
+    run = traced(lambda x: layer(x))
+    np.testing.assert_allclose(np.asarray(run(good)), np.asarray(layer(good)), atol=1e-6)
+    # Known only when the graph runs: the same words from the in-graph check
+    # (TensorFlow's InvalidArgumentError formats the numbers its own way;
+    # JAX raises a JaxRuntimeError holding the ValueError).
+    with pytest.raises(Exception, match=rf"{message}.*{lowest}.*to.*{highest}"):
+        np.asarray(run(ids))
+
+
+def test_models_refuse_ids_outside_their_tables():
+    # On JAX these gave NaN logits without a word; on TensorFlow a gather
+    # error about an index of the layer's own making.
+    from keras_attn.models import image_transformer, music_transformer, super_resolution_transformer
+
+    tiny = dict(num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8)
+    music = music_transformer(20, max_relative_position=4, **tiny)
+    with pytest.raises(ValueError, match=r"TokenEmbedding token_embedding: token ids must lie in \[0, 20\).*from 25 to 25\."):
+        music(np.full((2, 6), 25, "int32"))
+    images = image_transformer(image_size=2, channels=1, num_classes=5, **tiny)
+    with pytest.raises(ValueError, match=r"TokenEmbedding class_embedding: token ids must lie in \[0, 5\).*from 0 to 7\."):
+        images({"decoder_tokens": np.zeros((2, 4), "int32"), "class_label": np.array([0, 7])})
+    translation = translation_transformer(20, **tiny)
+    with pytest.raises(ValueError, match=r"encoder_embedding: token ids must lie in \[0, 20\).*from -1 to 3\."):
+        translation({"encoder_tokens": np.array([[3, -1]]), "decoder_tokens": np.array([[1, 2]])})
+    sr = super_resolution_transformer(low_resolution_size=2, image_size=4, num_encoder_layers=1,
+                                      hidden_dim=8, num_heads=2, intermediate_dim=8, num_layers=1,
+                                      position="learned", align_positions=False)
+    tokens = np.zeros((1, 48), "int32")
+    low = np.full((1, 12), 7, "int32")
+    sr({"decoder_tokens": tokens, "low_resolution": low})
+    with pytest.raises(ValueError, match=r"encoder_embedding: intensity ids must lie in \[0, 256\).*from 7 to 300\."):
+        sr({"decoder_tokens": tokens, "low_resolution": np.concatenate([low[:, :11], [[300]]], 1)})
+    with pytest.raises(ValueError, match=r"decoder_embedding: intensity ids must lie in \[0, 257\).*from 0 to 999\."):
+        sr({"decoder_tokens": np.concatenate([tokens[:, :47], [[999]]], 1), "low_resolution": low})
