@@ -52,10 +52,11 @@ def parse_args(argv=None):
     parser.add_argument("--run_dir", required=True,
                         help="a train.py output folder (config.json, model.keras)")
     parser.add_argument("--primer", default="none",
-                        help="'none' (start token only), 'validation' (start of validation pieces) "
-                             "or a .mid file (performance task)")
+                        help="'none' (default: start token only), 'validation' (start of validation "
+                             "pieces) or a .mid file (performance task)")
     parser.add_argument("--primer_length", type=int, default=None,
-                        help="events taken from the primer (default: half the training length)")
+                        help="events taken from the primer (default: half the training length; "
+                             "JSB: a multiple of 4, one 16th of the four voices)")
     parser.add_argument("--length", type=int, default=None,
                         help="total events per sample, primer included (default: 2 x training length)")
     parser.add_argument("--num_samples", type=int, default=4, help="samples, sampled as one batch (default 4)")
@@ -113,9 +114,21 @@ def parse_args(argv=None):
     args.max_note_duration = None if args.task == "jsb" else (
         LONG_NOTE_SECONDS if cut is None else cut or None)
     args.length = args.length if args.length is not None else 2 * args.config["sequence_length"]
+    if args.primer == "none" and args.primer_length is not None:
+        parser.error("--primer_length takes events from a primer: pass --primer validation or a "
+                     ".mid file with it, or leave it out")
+    if args.primer not in ("none", "validation"):
+        if not args.primer.lower().endswith((".mid", ".midi")):
+            parser.error(f"--primer must be 'none', 'validation' or a .mid file, received "
+                         f"{args.primer!r}")
+        if not os.path.isfile(args.primer):
+            parser.error(f"--primer {args.primer!r}: no such MIDI file")
+    step = music_data.step_size(args.task)
+    if args.primer_length is not None and args.primer_length % step:
+        parser.error(f"--primer_length must be a multiple of {step} for a {args.task} run (whole "
+                     f"time steps of the {step} voices), received {args.primer_length}")
     args.primer_length = (args.primer_length if args.primer_length is not None
                          else args.config["sequence_length"] // 2)
-    step = music_data.step_size(args.task)
     args.primer_length -= args.primer_length % step
     if args.name is None:
         args.name = os.path.splitext(os.path.basename(args.primer))[0] if args.primer.endswith(
@@ -396,8 +409,9 @@ def main(argv=None):
     pieces = validation_pieces(args)  # primers, and the reference of the statistics
     primers = make_primers(args, pieces)
     if primers.shape[1] >= args.length:
-        raise ValueError(f"--length ({args.length}) must exceed the primer ({primers.shape[1]} events): "
-                         "pass a larger --length or a shorter --primer_length.")
+        raise ValueError(f"--length ({args.length}) must exceed the primer ({primers.shape[1] - 1} "
+                         "events and the start token): pass a larger --length or a shorter "
+                         "--primer_length.")
     lengths = (primers != 0).sum(axis=1)
     # Padding and the start token are never sampled (MUSIC_SUPPRESSED_TOKEN_IDS).
     kwargs = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

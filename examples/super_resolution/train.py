@@ -1,5 +1,6 @@
-"""Train the Image Transformer on CIFAR-10: 8x8 -> 32x32 super resolution,
-or class-conditional / unconditional image generation.
+"""Train the Image Transformer on CIFAR-10: 8x8 -> 32x32 super resolution, or image generation.
+
+Class-conditional or unconditional image generation with --mode.
 
     # the demo: the 1,000 CIFAR-10 images shipped in data/, 5 minutes
     python examples/super_resolution/train.py --minutes 5

@@ -114,3 +114,26 @@ def test_top_k_zero_means_all_events_as_in_the_saved_model(tmp_path, capsys):
     with pytest.raises(SystemExit):
         _parse(tmp_path, "jsb", "--top_k", "-1")
     assert "--top_k must be >= 0" in capsys.readouterr().err
+
+
+def test_primer_flags(tmp_path, capsys):
+    # The default primer length, rounded to whole chorale steps; one given is
+    # taken as it is, and refused unless whole steps: it was rounded down
+    # silently (3 became 0, an unprimed sample).
+    assert _parse(tmp_path, "jsb", "--primer", "validation").primer_length % 4 == 0
+    assert _parse(tmp_path, "jsb", "--primer", "validation", "--primer_length", "8").primer_length == 8
+    assert _parse(tmp_path, "performance", "--primer", "validation", "--primer_length", "7").primer_length == 7
+    midi = tmp_path / "primer.mid"
+    midi.write_bytes(b"")
+    assert _parse(tmp_path, "performance", "--primer", str(midi)).primer == str(midi)
+    for task, args, message in (
+        ("jsb", ["--primer", "validation", "--primer_length", "3"],
+         "--primer_length must be a multiple of 4 for a jsb run (whole time steps of the 4 voices), "
+         "received 3"),
+        ("jsb", ["--primer_length", "64"], "--primer_length takes events from a primer"),
+        ("jsb", ["--primer", "foo"], "--primer must be 'none', 'validation' or a .mid file, received 'foo'"),
+        ("performance", ["--primer", str(tmp_path / "missing.mid")], "missing.mid': no such MIDI file"),
+    ):
+        with pytest.raises(SystemExit):
+            _parse(tmp_path, task, *args)
+        assert message in capsys.readouterr().err
