@@ -559,16 +559,33 @@ def check_finite_positive_number(owner, name, value, meaning):
         ValueError: if `value` is not a finite number > 0 (bools, strings,
             NaN and infinities refused).
     """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or not value > 0
-    ):
+    if not _is_finite_real(value) or not value > 0:
         raise ValueError(
             f"{type(owner).__name__}: `{name}` must be a finite number > 0 "
             f"({meaning}). Received: {name}={value!r}."
         )
+
+
+def check_finite_number(owner, name, value, meaning):
+    """Raises a ValueError unless `value` is a finite real number (of any
+    sign: a fill value, say).
+
+    Args:
+        owner, name, value, meaning: as in `check_finite_positive_number`.
+
+    Raises:
+        ValueError: if `value` is not a finite real number (bools, strings,
+            None, NaN and infinities refused).
+    """
+    if not _is_finite_real(value):
+        raise ValueError(
+            f"{type(owner).__name__}: `{name}` must be a finite real number "
+            f"({meaning}). Received: {name}={value!r}."
+        )
+
+
+def _is_finite_real(value):
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
 
 
 def check_bool(owner, name, value, meaning):

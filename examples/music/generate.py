@@ -131,7 +131,7 @@ def parse_args(argv=None):
                          else args.config["sequence_length"] // 2)
     args.primer_length -= args.primer_length % step
     if args.name is None:
-        args.name = os.path.splitext(os.path.basename(args.primer))[0] if args.primer.endswith(
+        args.name = os.path.splitext(os.path.basename(args.primer))[0] if args.primer.lower().endswith(
             (".mid", ".midi")) else args.primer
     return args
 

@@ -41,8 +41,7 @@ class LowResolutionRaster:
         name = type(owner).__name__
         check_positive_int(owner, "channels", channels)
         check_positive_int(owner, "num_intensities", num_intensities)
-        self.owner = owner
-        self.owner_name = name
+        self.owner = owner  # the layer it serves, named in messages
         self.image_size = check_image_size(image_size, owner=owner)
         self.low_resolution_size = check_image_size(low_resolution_size, "low_resolution_size", owner)
         if any(big % small for big, small in zip(self.image_size, self.low_resolution_size)):
@@ -83,7 +82,7 @@ class LowResolutionRaster:
         length = low_height * low_width * self.channels
         if len(low_resolution.shape) != 2 or low_resolution.shape[-1] not in (None, length):
             raise ValueError(
-                f"{self.owner_name}: `low_resolution` must be (batch, {length}), the "
+                f"{type(self.owner).__name__}: `low_resolution` must be (batch, {length}), the "
                 f"raster sequence of a {low_height}x{low_width}x{self.channels} image. "
                 f"Received: low_resolution.shape={tuple(low_resolution.shape)}."
             )

@@ -1,6 +1,3 @@
-import math
-import numbers
-
 import keras
 import numpy as np
 from keras import ops
@@ -74,12 +71,9 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
     def __init__(self, delay, fill_value=0, **kwargs):
         super().__init__(**kwargs)
         checks.check_positive_int(self, "delay", delay)
-        if (isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real)
-                or not math.isfinite(fill_value)):
-            raise ValueError(
-                f"{type(self).__name__}: `fill_value` must be a finite real number (the "
-                f"output at the first `delay` positions). Received: fill_value={fill_value!r}."
-            )
+        checks.check_finite_number(
+            self, "fill_value", fill_value, "the output at the first `delay` positions"
+        )
         self.delay = delay
         self.fill_value = fill_value
         self._feature_shape = None
