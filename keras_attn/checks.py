@@ -576,6 +576,14 @@ def check_finite_number(owner, name, value, meaning):
     Raises:
         ValueError: if `value` is not a finite real number (bools, strings,
             None, NaN and infinities refused).
+
+    Example:
+    >>> import keras
+    >>> try:
+    ...     check_finite_number(keras.layers.Layer(), "fill_value", float("nan"), "the padding")
+    ... except ValueError as error:
+    ...     print(error)
+    Layer: `fill_value` must be a finite real number (the padding). Received: fill_value=nan.
     """
     if not _is_finite_real(value):
         raise ValueError(
@@ -636,6 +644,14 @@ def check_layer_seed(owner, seed):
         ValueError: on a bool, a float, a string, a list, a NumPy integer
             (Keras refuses it too; the message says to pass `int(seed)`) or
             any other value.
+
+    Example:
+    >>> import keras
+    >>> try:
+    ...     check_layer_seed(keras.layers.Layer(), 1.5)
+    ... except ValueError as error:
+    ...     print(error)
+    Layer: `seed` must be None or an int (the seed of the dropout, for reproducible runs). Received: seed=1.5.
     """
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(
