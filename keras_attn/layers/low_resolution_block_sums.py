@@ -2,11 +2,11 @@ import keras
 from keras import ops
 
 from keras_attn.layers.arguments_config import ArgumentsConfig
-from keras_attn.layers.low_resolution_raster import LowResolutionRaster
+from keras_attn.layers.low_resolution_raster import LowResolutionRaster, RasterGeometry
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class LowResolutionBlockSums(ArgumentsConfig, keras.layers.Layer):
+class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer):
     """For each position of a super resolver's output, the sum of the
     intensities already generated in its low-resolution block.
 
@@ -80,10 +80,6 @@ class LowResolutionBlockSums(ArgumentsConfig, keras.layers.Layer):
         self.raster = LowResolutionRaster(
             self, image_size, low_resolution_size, channels, num_intensities, "nearest"
         )
-        self.image_size = self.raster.image_size
-        self.low_resolution_size = self.raster.low_resolution_size
-        self.channels = channels
-        self.num_intensities = num_intensities
         low_height, low_width = self.low_resolution_size
         self.num_blocks = low_height * low_width * channels
 

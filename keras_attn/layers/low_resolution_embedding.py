@@ -4,11 +4,11 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
-from keras_attn.layers.low_resolution_raster import LowResolutionRaster
+from keras_attn.layers.low_resolution_raster import LowResolutionRaster, RasterGeometry
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class LowResolutionEmbedding(ArgumentsConfig, keras.layers.Layer):
+class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer):
     """Embeds, at each position of a high-resolution raster sequence, the
     low-resolution image's intensity there.
 
@@ -108,12 +108,7 @@ class LowResolutionEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.raster = LowResolutionRaster(
             self, image_size, low_resolution_size, channels, num_intensities, interpolation
         )
-        self.image_size = self.raster.image_size
-        self.low_resolution_size = self.raster.low_resolution_size
         self.embedding_dim = embedding_dim
-        self.channels = channels
-        self.num_intensities = num_intensities
-        self.interpolation = interpolation
         self.scale_embeddings = scale_embeddings
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.embedding = keras.layers.Embedding(
@@ -123,12 +118,6 @@ class LowResolutionEmbedding(ArgumentsConfig, keras.layers.Layer):
             dtype=self.dtype_policy,
             name="intensity_embedding",
         )
-
-    @property
-    def num_positions(self):
-        """Intensities of the high-resolution image (height * width *
-        channels)."""
-        return self.raster.num_positions
 
     def build(self, inputs_shape=None, low_resolution_shape=None):
         self.embedding.build()

@@ -4,11 +4,11 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
-from keras_attn.layers.low_resolution_raster import LowResolutionRaster
+from keras_attn.layers.low_resolution_raster import LowResolutionRaster, RasterGeometry
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class LowResolutionLogitBias(ArgumentsConfig, keras.layers.Layer):
+class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer):
     """Adds to each intensity's logits a learned log-prior over its offset
     from the low-resolution value at that position.
 
@@ -143,11 +143,6 @@ class LowResolutionLogitBias(ArgumentsConfig, keras.layers.Layer):
         self.raster = LowResolutionRaster(
             self, image_size, low_resolution_size, channels, num_intensities, interpolation
         )
-        self.image_size = self.raster.image_size
-        self.low_resolution_size = self.raster.low_resolution_size
-        self.channels = channels
-        self.num_intensities = num_intensities
-        self.interpolation = interpolation
         checks.check_positive_number_or_none(
             self, "prior_scale", prior_scale, "the initial Laplace scale in intensity levels; "
             "None = start from `bias_initializer`")

@@ -411,6 +411,28 @@ class LowResolutionRaster:
         return ops.reshape(image, (-1, self.num_positions))
 
 
+class RasterGeometry:
+    """Mixin for the layers that hold a `LowResolutionRaster` as `self.raster`.
+
+    Their `image_size`, `low_resolution_size`, `channels`, `num_intensities`,
+    `interpolation` and `num_positions` are the raster's, read from it (one
+    home: the raster checks and normalizes them once). `ArgumentsConfig`
+    reads the config from these attributes like any other.
+    """
+
+    image_size = property(lambda self: self.raster.image_size,
+                          doc="(height, width) of the high-resolution image.")
+    low_resolution_size = property(lambda self: self.raster.low_resolution_size,
+                                   doc="(height, width) of the low-resolution image.")
+    channels = property(lambda self: self.raster.channels, doc="Colour channels per pixel.")
+    num_intensities = property(lambda self: self.raster.num_intensities,
+                               doc="Intensity values per channel.")
+    interpolation = property(lambda self: self.raster.interpolation,
+                             doc='"nearest" or "bicubic".')
+    num_positions = property(lambda self: self.raster.num_positions,
+                             doc="Intensities of the high-resolution image (H * W * C).")
+
+
 def _bicubic_weights(size_in, size_out):
     """(size_out, size_in) weights of 1D bicubic upsampling: Keys' cubic
     convolution (a = -0.5), half-pixel centres, taps outside the image
