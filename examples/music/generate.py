@@ -17,6 +17,9 @@ reports the sampling speed (new events per second for the batch) and the
 cost of one cached step at several positions (flat: every step attends over
 the fixed-size cache).
 
+JSB: pitches no training chorale uses (below MIDI 36 or above 81) are never
+sampled, as in the exported SavedModel; --all_pitches samples them too.
+
 Performances: a model can sample a NOTE_ON and never its NOTE_OFF, and the
 note then sounds to the end of the sample. The .mid files cut such notes at
 --max_note_duration seconds (5 by default, as Magenta's Performance RNN
@@ -68,6 +71,9 @@ def parse_args(argv=None):
     parser.add_argument("--top_p", type=float, default=None,
                         help="sample among the most likely events whose probabilities sum to p, in (0, 1] "
                              "(default: all)")
+    parser.add_argument("--all_pitches", action="store_true",
+                        help="JSB: also sample the pitches no training chorale uses (left out by "
+                             "default: the model never learned them)")
     parser.add_argument("--seed", type=int, default=1, help="same seed, same samples (default 1)")
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (hidden by default)")
@@ -144,6 +150,19 @@ def validation_pieces(args):
         # None in config.json: train.py's defaults.
         args.config.get("midi_dir") or music_data.default_midi_dir(),
         args.config.get("cache_dir") or music_data.DEFAULT_CACHE_DIR)["valid"]
+
+
+def suppressed_ids(args):
+    """Ids never sampled: padding and start, and for JSB (unless
+    --all_pitches) the pitches the training chorales never use."""
+    unused = ()
+    if args.task == "jsb" and not args.all_pitches:
+        train = music_data.load_jsb(args.config.get("data_dir"), "train")
+        unused = music_data.unused_pitch_ids(args.task, train)
+        sung = np.setdiff1d(np.arange(music.NUM_PITCHES), np.array(unused) - music.JSB_PITCH_OFFSET)
+        print(f"Never sampled: the {len(unused)} pitches no training chorale uses (the chorales "
+              f"span MIDI {sung.min()}..{sung.max()}; --all_pitches samples them too)")
+    return tuple(MUSIC_SUPPRESSED_TOKEN_IDS) + unused
 
 
 def make_primers(args, pieces):
@@ -413,9 +432,9 @@ def main(argv=None):
                          "events and the start token): pass a larger --length or a shorter "
                          "--primer_length.")
     lengths = (primers != 0).sum(axis=1)
-    # Padding and the start token are never sampled (MUSIC_SUPPRESSED_TOKEN_IDS).
+    suppressed = suppressed_ids(args)
     kwargs = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                  suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS)
+                  suppressed_token_ids=suppressed)
 
     def generate(prompt, seed):
         return sample(model, prompt, args.length, seed=seed, end_token_id=music.END_ID, **kwargs)
@@ -462,6 +481,7 @@ def main(argv=None):
     report = {"primer": args.primer, "num_samples": len(primers), "length": args.length,
               "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
               "max_note_duration": args.max_note_duration,
+              "suppressed_token_ids": list(suppressed),
               "seconds": seconds, "events_per_second": new_events / seconds}
     if args.timing_steps:
         positions = sorted({1, args.length // 4, args.length // 2, args.length - 1})

@@ -70,6 +70,31 @@ def step_size(task):
     return music.JSB_NUM_VOICES if task == "jsb" else 1
 
 
+def unused_pitch_ids(task, train_pieces):
+    """The pitch ids no training piece holds, to leave out of sampling.
+
+    JSB models train on the chorales as they are (no transposition), so a
+    pitch Bach's four voices never sing (below MIDI 36 or above 81) gets
+    only the probability an untrained output row starts with; sampled
+    thousands of times it shows up as a stray note far below the bass or
+    above the soprano. Performance models train on every piece transposed
+    by -3..3 semitones (`training_dataset`), so no pitch is left out there.
+
+    Args:
+        task: "jsb" or "performance".
+        train_pieces: the training token arrays (`load_jsb(..., "train")`).
+
+    Returns:
+        sorted tuple of int ids (`music.JSB_PITCH_OFFSET + pitch`); empty
+        for performances.
+    """
+    if task != "jsb":
+        return ()
+    used = np.unique(np.concatenate(train_pieces)) if train_pieces else np.zeros((0,), np.int32)
+    pitches = np.arange(music.JSB_PITCH_OFFSET, music.JSB_VOCABULARY_SIZE)
+    return tuple(int(i) for i in np.setdiff1d(pitches, used))
+
+
 # ----------------------------------------------------------------- reading
 def load_jsb(data_dir=None, split="train"):
     """The chorales of one split as token arrays, each ending with END.

@@ -33,7 +33,8 @@ Outputs in --output_dir (default runs/music_<task>_<attention>):
 config.json (the flags that define the model), model.keras (best validation loss), backup/, logs/
 (TensorBoard), history.csv, training_curves.png, nll.json, and (unless
 --skip_export) export/<version>/, a SavedModel that samples events
-(keras_attn.export.export_music_generator). Generate music with generate.py.
+(keras_attn.export.export_music_generator; JSB: never a pitch no training
+chorale uses). Generate music with generate.py.
 """
 
 import argparse
@@ -325,10 +326,14 @@ def main(argv=None):
         json.dump(results, f, indent=2)
     if not args.skip_export:
         from keras_attn.export import export_music_generator
+        from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS
 
+        # As generate.py samples: never padding or start, nor (JSB) a pitch
+        # no training chorale uses.
+        suppressed = MUSIC_SUPPRESSED_TOKEN_IDS + music_data.unused_pitch_ids(args.task, train_pieces)
         path = export_music_generator(
-            model, args.export_dir, version=args.version,
-            max_length=args.export_max_length, jit_compile=bool(args.export_xla),
+            model, args.export_dir, version=args.version, max_length=args.export_max_length,
+            suppressed_token_ids=suppressed, jit_compile=bool(args.export_xla),
         )
         print(f"Exported the music generator to {path}")
 

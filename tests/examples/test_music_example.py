@@ -42,6 +42,21 @@ def test_train_evaluate_export_and_generate(task, tmp_path):
     assert nll["1L"]["tokens"] == nll["2L"]["tokens"]  # the same targets at both lengths
     for name in ("model.keras", "history.csv", "training_curves.png", "export/1/saved_model.pb"):
         assert os.path.exists(os.path.join(run_dir, name)), name
+    if task == "jsb":
+        # The served generator, like generate.py, never samples a pitch no
+        # training chorale uses (a 20-step model at temperature 3 would).
+        import tensorflow as tf
+
+        from tests.examples.scripts import load_script
+
+        music_data = load_script("music/music_data.py")
+        unused = music_data.unused_pitch_ids("jsb", music_data.load_jsb(None, "train"))
+        served = tf.saved_model.load(os.path.join(run_dir, "export", "1")).signatures["serving_default"]
+        events = served(primer=tf.constant([[1]] * 4), num_steps=tf.constant(60),
+                        temperature=tf.constant(3.0), top_k=tf.constant(0),
+                        top_p=tf.constant(1.0), seed=tf.constant(7))["events"].numpy()
+        assert (events >= 4).sum() > 100  # it sampled pitches
+        assert not np.isin(events, unused).any()
     # Both generation tasks: from nothing and continuing a primer.
     primer = os.path.join(EXAMPLE, "data", "pop909", "005.mid") if task == "performance" else "validation"
     for args in (["--primer", "none"], ["--primer", primer, "--primer_length", "16"]):

@@ -137,3 +137,23 @@ def test_primer_flags(tmp_path, capsys):
         with pytest.raises(SystemExit):
             _parse(tmp_path, task, *args)
         assert message in capsys.readouterr().err
+
+
+def test_jsb_samples_leave_out_the_pitches_no_training_chorale_uses(tmp_path, capsys):
+    generate = _generate()
+    music_data = load_script("music/music_data.py")
+    train = music_data.load_jsb(None, "train")
+    unused = music_data.unused_pitch_ids("jsb", train)
+    # The 229 training chorales span MIDI 36..81 without a gap; the other 82
+    # pitches are left out, and no validation chorale uses one of them.
+    pitches = np.array(unused) - music.JSB_PITCH_OFFSET
+    assert pitches.tolist() == list(range(36)) + list(range(82, 128))
+    valid = np.concatenate(music_data.load_jsb(None, "valid"))
+    assert not np.isin(valid, unused).any()
+    assert music_data.unused_pitch_ids("performance", train) == ()
+
+    assert generate.suppressed_ids(_parse(tmp_path, "jsb")) == (0, 1) + unused
+    assert "the 82 pitches no training chorale uses (the chorales span MIDI 36..81" in (
+        capsys.readouterr().out)
+    assert generate.suppressed_ids(_parse(tmp_path, "jsb", "--all_pitches")) == (0, 1)
+    assert generate.suppressed_ids(_parse(tmp_path, "performance")) == (0, 1)
