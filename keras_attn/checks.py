@@ -789,6 +789,60 @@ def check_batch_not_empty(name, value):
     return check_in_graph(keras.ops.greater(sizes[0], 0), received + [text + ")."], value)
 
 
+def check_batch_size(name, value, batch_size, requirement):
+    """Refuses a tensor whose batch (first axis) is not `batch_size`: two
+    inputs of one call, or a model input and the prompt it is generated
+    for, describe the same rows. Now when both sizes are static, else when
+    the graph runs (once per call; see `check_in_graph`).
+
+    Without it a mismatch failed deep inside the model, in a broadcast or a
+    gather ("Incompatible shapes: [2,17,16] vs. [3,17,16]").
+
+    Args:
+        name: the tensor's name, for the message (e.g. "low_resolution").
+        value: a tensor of rank >= 1 whose first axis is its batch.
+        batch_size: the batch expected: an int, or a scalar int tensor
+            (None, as a functional trace gives it: not checked).
+        requirement: the message's first sentence: what the rows must match
+            and how to fix it.
+
+    Returns:
+        `value`, depending on the run-time check where there is one (use it
+        in place of the original).
+
+    Raises:
+        ValueError: if the sizes differ: `"{requirement} Received: {name}
+            with batch size {b}, expected {batch_size}."`.
+
+    Example:
+    >>> import numpy as np
+    >>> try:
+    ...     check_batch_size("class_label", np.zeros((3,), "int32"), 2,
+    ...                      "Pass one class label per prompt row.")
+    ... except ValueError as error:
+    ...     print(error)
+    Pass one class label per prompt row. Received: class_label with batch size 3, expected 2.
+    """
+    if len(value.shape) == 0:
+        return value  # no batch axis: the caller's shape checks refuse it
+    rows = value.shape[0]
+    expected = known_value(batch_size)
+    if rows is not None and expected is not None:
+        if rows != int(expected):
+            raise ValueError(
+                f"{requirement} Received: {name} with batch size {rows}, expected {int(expected)}."
+            )
+        return value
+    rows = keras.ops.shape(value)[0]
+    if rows is None or batch_size is None:
+        return value  # a symbolic (Keras functional) trace: checked on values
+    return check_in_graph(
+        keras.ops.equal(rows, batch_size),
+        [f"{requirement} Received: {name} with batch size ", rows, ", expected ", batch_size, "."],
+        value,
+    )
+
+
 def check_max_length(max_length, meaning):
     """Raises a ValueError unless `max_length` is a positive Python int.
 

@@ -189,6 +189,23 @@ def test_check_batch_not_empty_names_the_tensor_and_its_shape():
         check_batch_not_empty("label", np.int32(3))
 
 
+def test_check_batch_size_compares_the_first_axis():
+    import keras
+
+    from keras_attn.checks import check_batch_size
+
+    labels = np.zeros((3,), "int32")
+    assert check_batch_size("label", labels, 3, "One per row.") is labels
+    assert check_batch_size("label", labels, keras.ops.convert_to_tensor(3), "One per row.") is labels
+    with pytest.raises(ValueError, match=re.escape(
+            "One per row. Received: label with batch size 3, expected 2.")):
+        check_batch_size("label", labels, np.int64(2), "One per row.")
+    with pytest.raises(ValueError, match=r"batch size 2, expected 3\."):
+        check_batch_size("image", np.zeros((2, 4, 4)), 3, "One per row.")
+    scalar = np.int32(1)  # no batch axis: left to the caller's shape checks
+    assert check_batch_size("label", scalar, 2, "One per row.") is scalar
+
+
 @pytest.mark.requires_tensorflow
 def test_check_batch_not_empty_in_the_graph_gives_the_run_time_shape():
     # A batch size known only at run time (a serving signature): the check

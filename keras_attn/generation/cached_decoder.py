@@ -451,8 +451,9 @@ class CachedDecoder(Decoder):
         Raises:
             ValueError: if `max_length` is not a positive int, an input the
                 encoder path needs is missing, `inputs` holds a name that is
-                not one of the model's other inputs, or `max_length` exceeds
-                a learned position table.
+                not one of the model's other inputs, an input has rows other
+                than `batch_size`, or `max_length` exceeds a learned position
+                table.
         """
         checks.check_max_length(max_length, "the number of positions the caches hold, a static shape")
         for step in self._steps:
@@ -464,7 +465,7 @@ class CachedDecoder(Decoder):
                     f"(`max_positions`). Generate at most "
                     f"{limit - step['start_index']} positions."
                 )
-        values = self._encoder_values(inputs)
+        values = self._encoder_values(inputs, batch_size)
         memory = []
         for spec in self._memory_specs:
             if spec[0] == "tensor":
@@ -489,8 +490,8 @@ class CachedDecoder(Decoder):
         )
         return {"caches": tuple(caches), "padding_masks": masks, "memory": tuple(memory)}
 
-    def _encoder_values(self, inputs):
-        given = self._other_inputs(inputs, self._static_inputs)
+    def _encoder_values(self, inputs, batch_size=None):
+        given = self._other_inputs(inputs, self._static_inputs, batch_size)
         values = {id(self._static_inputs[name]): value for name, value in given.items()}
         for node in self._static_nodes:
             args, kwargs = keras_internals.call_arguments(node, values)

@@ -98,13 +98,15 @@ class Decoder:
             for key, value in state.items()
         }
 
-    def _other_inputs(self, inputs, needed):
+    def _other_inputs(self, inputs, needed, batch_size=None):
         """The model inputs besides the tokens, as tensors by name.
 
         Args:
             inputs: a dict by input name, or a single tensor when exactly one
                 input is needed, or None.
             needed: the names that must be given.
+            batch_size: B, the rows decoded (the prompt's), an int or scalar
+                tensor; each input must have B rows. None: not checked.
 
         Returns:
             `{name: tensor}` for each name in `needed`, in the input's dtype;
@@ -118,7 +120,8 @@ class Decoder:
             ValueError: if `inputs` is not a dict where one is needed, misses
                 a name, holds a name that is not one of the model's inputs
                 besides the tokens (e.g. a typo; the message lists them), or
-                holds ids outside the embedding that reads them.
+                holds ids outside the embedding that reads them, or rows
+                other than `batch_size` (see `checks.check_batch_size`).
         """
         needed = list(needed)
         if not isinstance(inputs, dict):
@@ -152,6 +155,12 @@ class Decoder:
             value = ops.convert_to_tensor(value, dtype=dtype)
             if bound is not None and "int" in dtype:
                 value = checks.check_input_ids(name, value, *bound)
+            if batch_size is not None:
+                value = checks.check_batch_size(
+                    name, value, batch_size,
+                    f"The model input {name} must have one row per sequence decoded (the "
+                    "prompt's rows, or `initial_state`'s batch_size): pass it for the same rows.",
+                )
             values[name] = value
         return values
 

@@ -67,11 +67,12 @@ class RecomputingDecoder(Decoder):
             `{"tokens": (B, L) int32, "inputs": {name: tensor}}`.
 
         Raises:
-            ValueError: if an input is missing, or `inputs` holds a name that
-                is not one of the model's other inputs.
+            ValueError: if an input is missing, `inputs` holds a name that
+                is not one of the model's other inputs, or an input whose
+                rows are not `batch_size`.
         """
         others = [name for name in self._input_names if name != self.token_input]
-        values = self._other_inputs(inputs, others)
+        values = self._other_inputs(inputs, others, batch_size)
         return {"tokens": ops.zeros((batch_size, max_length), "int32"), "inputs": values}
 
     def __call__(self, token_ids, cache_index, state, logits_index=None):

@@ -124,6 +124,7 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         self.built = True
 
     def call(self, inputs, low_resolution, start_index=0):
+        low_resolution = self.raster.check_batch(low_resolution, inputs, "inputs")
         ids = self.raster.channel_value_ids(low_resolution, ops.shape(inputs)[1], start_index)
         embeddings = self.embedding(ids)
         if self.scale_embeddings:

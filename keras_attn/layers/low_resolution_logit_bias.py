@@ -177,6 +177,7 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
                 f"{self.num_intensities} values. Received: logits.shape="
                 f"{tuple(logits.shape)}."
             )
+        low_resolution = self.raster.check_batch(low_resolution, logits, "logits")
         # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
         # one row gather per position (its gradient is a row scatter-add).
         table = ops.take(self.offset_bias, self._offsets, axis=1)

@@ -1,6 +1,8 @@
 import itertools
+import re
 
 import keras
+
 import numpy as np
 import pytest
 
@@ -322,6 +324,43 @@ def test_ids_of_the_other_inputs_are_checked_in_the_graph():
     with pytest.raises(error, match=r"The model input class_label must hold ids in \[0, 10\).*"
                                     r"Received: ids from.*0.*to.*10"):
         np.asarray(traced(np.array([0, 10], "int32")))
+
+
+@pytest.mark.parametrize("generate", STRATEGIES)
+def test_other_inputs_must_have_the_rows_of_the_prompt(generate):
+    # Three class labels or source sentences for two prompts failed in the
+    # model's Add: "Incompatible shapes: [2,1,8] vs. [3,1,8]".
+    labels = _class_conditional()
+    prompt = np.full((2, 1), 256, "int32")
+    for decoder in (labels, RecomputingDecoder(labels)):
+        with pytest.raises(ValueError, match=re.escape(
+                "The model input class_label must have one row per sequence decoded (the prompt's "
+                "rows, or `initial_state`'s batch_size): pass it for the same rows. Received: "
+                "class_label with batch size 3, expected 2.")):
+            generate(decoder, prompt, 3, inputs={"class_label": np.array([1, 2, 3], "int32")})
+    translation = tiny_models.translation_model(num_layers=1)
+    with pytest.raises(ValueError, match=r"encoder_tokens with batch size 2, expected 1\."):
+        generate(translation, np.ones((1, 1), "int32"), 3, inputs={"encoder_tokens": tiny_models.SOURCE})
+
+
+def test_other_inputs_rows_are_checked_in_the_graph():
+    # A batch known only at run time (a serving signature).
+    labels = _class_conditional()
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("JAX traces have static shapes: checked when traced (the test above)")
+    import tensorflow as tf
+
+    traced = tf.function(
+        lambda p, c: greedy_search(labels, p, 3, inputs={"class_label": c}),
+        input_signature=[tf.TensorSpec((None, 1), tf.int32), tf.TensorSpec((None,), tf.int32)])
+    prompt = np.full((2, 1), 256, "int32")
+    good = np.array([0, 9], "int32")
+    np.testing.assert_array_equal(np.asarray(traced(prompt, good)),
+                                  np.asarray(greedy_search(labels, prompt, 3, inputs={"class_label": good})))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"class_label must have one row per sequence decoded.*"
+                             r"Received: class_label with batch size.*3.*expected.*2"):
+        traced(prompt, np.array([0, 1, 2], "int32"))
 
 
 @pytest.mark.parametrize("alpha", [float("nan"), float("inf")])

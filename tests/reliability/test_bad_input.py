@@ -8,6 +8,8 @@ LocalBlockAttention docstring defines it as one block (full attention);
 tests/layers/test_local_block_attention.py checks it against the dense layer.
 """
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -423,3 +425,39 @@ def test_models_refuse_ids_outside_their_tables():
         sr({"decoder_tokens": tokens, "low_resolution": np.concatenate([low[:, :11], [[300]]], 1)})
     with pytest.raises(ValueError, match=r"decoder_embedding: intensity ids must lie in \[0, 257\).*from 0 to 999\."):
         sr({"decoder_tokens": np.concatenate([tokens[:, :47], [[999]]], 1), "low_resolution": low})
+
+
+@pytest.mark.parametrize("which", ["embedding", "logit_bias"])
+def test_low_resolution_images_must_match_the_rows_they_condition(which):
+    # Three images for two sequences failed in the model's Add
+    # ("Incompatible shapes: [2,17,16] vs. [3,17,16]"); a layer alone
+    # broadcast nothing and failed in a gather.
+    from keras_attn.layers import LowResolutionEmbedding, LowResolutionLogitBias
+    from tests.test_case import traced
+
+    sizes = dict(image_size=4, low_resolution_size=2, channels=1, name="low")
+    if which == "embedding":
+        layer = LowResolutionEmbedding(8, **sizes)
+        first, name = np.zeros((2, 16), "int32"), "inputs"
+    else:
+        layer = LowResolutionLogitBias(**sizes)
+        first, name = np.zeros((2, 16, 256), "float32"), "logits"
+    low = np.full((3, 4), 7, "int32")
+    message = (f"{type(layer).__name__} low: `low_resolution` must hold one image per row of `{name}`: "
+               "pass both for the same batch. Received: low_resolution with batch size 3, expected 2.")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        layer(first, low)
+    np.testing.assert_allclose(np.asarray(layer(first, low[:2])).shape, first.shape[:2] + (
+        8 if which == "embedding" else 256,))
+    if keras.backend.backend() == "tensorflow":  # a batch known only at run time
+        import tensorflow as tf
+
+        run = tf.function(lambda x, y: layer(x, y), input_signature=[
+            tf.TensorSpec((None,) + first.shape[1:], first.dtype), tf.TensorSpec((None, 4), tf.int32)])
+        np.testing.assert_allclose(np.asarray(run(first, low[:2])), np.asarray(layer(first, low[:2])))
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"must hold one image per row.*batch size.*3.*expected.*2"):
+            run(first, low)
+    else:
+        with pytest.raises(ValueError, match=re.escape(message)):  # static shapes: when traced
+            traced(lambda x, y: layer(x, y))(first, low)
