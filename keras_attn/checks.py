@@ -823,8 +823,10 @@ def check_batch_size(name, value, batch_size, requirement):
     ...     print(error)
     Pass one class label per prompt row. Received: class_label with batch size 3, expected 2.
     """
-    if len(value.shape) == 0:
-        return value  # no batch axis: the caller's shape checks refuse it
+    if len(value.shape) == 0 or batch_size is None:
+        # No batch axis (the caller's shape checks refuse it), or a symbolic
+        # (Keras functional) trace: checked when called on values.
+        return value
     rows = value.shape[0]
     expected = known_value(batch_size)
     if rows is not None and expected is not None:
@@ -834,8 +836,8 @@ def check_batch_size(name, value, batch_size, requirement):
             )
         return value
     rows = keras.ops.shape(value)[0]
-    if rows is None or batch_size is None:
-        return value  # a symbolic (Keras functional) trace: checked on values
+    if rows is None:
+        return value  # a symbolic trace of unknown batch
     return check_in_graph(
         keras.ops.equal(rows, batch_size),
         [f"{requirement} Received: {name} with batch size ", rows, ", expected ", batch_size, "."],

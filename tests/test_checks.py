@@ -203,6 +203,9 @@ def test_check_batch_size_compares_the_first_axis():
     with pytest.raises(ValueError, match=r"batch size 2, expected 3\."):
         check_batch_size("image", np.zeros((2, 4, 4)), 3, "One per row.")
     scalar = np.int32(1)  # no batch axis: left to the caller's shape checks
+    # A functional trace's unknown batch: nothing to compare yet (it gave a
+    # TypeError from int(None) where the value's own batch was static).
+    assert check_batch_size("label", labels, None, "One per row.") is labels
     assert check_batch_size("label", scalar, 2, "One per row.") is scalar
 
 

@@ -103,9 +103,8 @@ class LowResolutionRaster:
     def check_batch(self, low_resolution, reference, reference_name):
         """`low_resolution`, checked to have one image per row of the
         owner's other input `reference` (see `checks.check_batch_size`)."""
-        rows = reference.shape[0]
         return checks.check_batch_size(
-            "low_resolution", low_resolution, ops.shape(reference)[0] if rows is None else rows,
+            "low_resolution", low_resolution, ops.shape(reference)[0],
             f"{type(self.owner).__name__} {self.owner.name}: `low_resolution` must hold one "
             f"image per row of `{reference_name}`: pass both for the same batch.",
         )
