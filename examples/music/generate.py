@@ -155,14 +155,16 @@ def validation_pieces(args):
 def suppressed_ids(args):
     """Ids never sampled: padding and start, and for JSB (unless
     --all_pitches) the pitches the training chorales never use."""
-    unused = ()
+    train = []
     if args.task == "jsb" and not args.all_pitches:
         train = music_data.load_jsb(args.config.get("data_dir"), "train")
-        unused = music_data.unused_pitch_ids(args.task, train)
-        sung = np.setdiff1d(np.arange(music.NUM_PITCHES), np.array(unused) - music.JSB_PITCH_OFFSET)
+    ids = music_data.never_sampled_ids(args.task, train, args.all_pitches)
+    unused = np.array(ids[len(MUSIC_SUPPRESSED_TOKEN_IDS):], np.int64)
+    if len(unused):
+        sung = np.setdiff1d(np.arange(music.NUM_PITCHES), unused - music.JSB_PITCH_OFFSET)
         print(f"Never sampled: the {len(unused)} pitches no training chorale uses (the chorales "
               f"span MIDI {sung.min()}..{sung.max()}; --all_pitches samples them too)")
-    return tuple(MUSIC_SUPPRESSED_TOKEN_IDS) + unused
+    return ids
 
 
 def make_primers(args, pieces):

@@ -48,6 +48,7 @@ import zlib
 
 import numpy as np
 
+from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS
 from keras_attn.preprocessing import music
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,6 +94,25 @@ def unused_pitch_ids(task, train_pieces):
     used = np.unique(np.concatenate(train_pieces)) if train_pieces else np.zeros((0,), np.int32)
     pitches = np.arange(music.JSB_PITCH_OFFSET, music.JSB_VOCABULARY_SIZE)
     return tuple(int(i) for i in np.setdiff1d(pitches, used))
+
+
+def never_sampled_ids(task, train_pieces, all_pitches=False):
+    """The ids that sampling, in `generate.py` and in the exported
+    generator alike, never draws: padding and start
+    (`MUSIC_SUPPRESSED_TOKEN_IDS`), and for JSB the pitches no training
+    chorale uses (`unused_pitch_ids`) unless `all_pitches`.
+
+    Args:
+        task: "jsb" or "performance".
+        train_pieces: the training token arrays (`load_jsb(..., "train")`;
+            not read for performances or with `all_pitches`).
+        all_pitches: True = let sampling draw every pitch.
+
+    Returns:
+        tuple of int ids, padding and start first.
+    """
+    unused = () if all_pitches else unused_pitch_ids(task, train_pieces)
+    return tuple(MUSIC_SUPPRESSED_TOKEN_IDS) + unused
 
 
 # ----------------------------------------------------------------- reading

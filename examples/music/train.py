@@ -326,14 +326,10 @@ def main(argv=None):
         json.dump(results, f, indent=2)
     if not args.skip_export:
         from keras_attn.export import export_music_generator
-        from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS
-
-        # As generate.py samples: never padding or start, nor (JSB) a pitch
-        # no training chorale uses.
-        suppressed = MUSIC_SUPPRESSED_TOKEN_IDS + music_data.unused_pitch_ids(args.task, train_pieces)
         path = export_music_generator(
             model, args.export_dir, version=args.version, max_length=args.export_max_length,
-            suppressed_token_ids=suppressed, jit_compile=bool(args.export_xla),
+            suppressed_token_ids=music_data.never_sampled_ids(args.task, train_pieces),
+            jit_compile=bool(args.export_xla),
         )
         print(f"Exported the music generator to {path}")
 

@@ -151,6 +151,10 @@ def test_jsb_samples_leave_out_the_pitches_no_training_chorale_uses(tmp_path, ca
     valid = np.concatenate(music_data.load_jsb(None, "valid"))
     assert not np.isin(valid, unused).any()
     assert music_data.unused_pitch_ids("performance", train) == ()
+    # One home for what generate.py and train.py's export leave out.
+    assert music_data.never_sampled_ids("jsb", train) == (0, 1) + unused
+    assert music_data.never_sampled_ids("jsb", train, all_pitches=True) == (0, 1)
+    assert music_data.never_sampled_ids("performance", train) == (0, 1)
 
     assert generate.suppressed_ids(_parse(tmp_path, "jsb")) == (0, 1) + unused
     assert "the 82 pitches no training chorale uses (the chorales span MIDI 36..81" in (
