@@ -566,6 +566,41 @@ def check_finite_positive_number(owner, name, value, meaning):
         )
 
 
+def check_max_wavelength(owner, value):
+    """Raises a ValueError unless `value` is a finite number >= 1, the
+    `max_wavelength` of a sinusoid position encoding.
+
+    Feature pair i of the encoding turns at the frequency
+    `max_wavelength^(-2i / D)`; pair 0 turns once per 2 pi positions
+    whatever the value, so the longest wavelength is >= 1 by definition.
+    Below 1 the frequencies grow with i instead, and a tiny value (1e-300)
+    overflows float32 and fills the encoding with NaN.
+
+    Args:
+        owner: the layer whose argument is checked (its class name starts
+            the message).
+        value: the value received.
+
+    Raises:
+        ValueError: if `value` is not a finite number >= 1 (bools, strings,
+            NaN and infinities refused).
+
+    Example:
+    >>> import keras
+    >>> try:
+    ...     check_max_wavelength(keras.layers.Layer(), 0.5)
+    ... except ValueError as error:
+    ...     print(error)  # doctest: +ELLIPSIS
+    Layer: `max_wavelength` must be a finite number >= 1 (the longest ... Received: max_wavelength=0.5.
+    """
+    if not _is_finite_real(value) or not value >= 1:
+        raise ValueError(
+            f"{type(owner).__name__}: `max_wavelength` must be a finite number >= 1 "
+            "(the longest wavelength of the sinusoids, in positions; 10000 in the "
+            f"paper). Received: max_wavelength={value!r}."
+        )
+
+
 def check_finite_number(owner, name, value, meaning):
     """Raises a ValueError unless `value` is a finite real number (of any
     sign: a fill value, say).

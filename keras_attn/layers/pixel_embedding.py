@@ -43,7 +43,8 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
             `PixelPositionEncoding`.
         scale_token_embeddings: multiply the intensity vectors by √D.
         embeddings_initializer: initializer of the tables.
-        max_wavelength: longest wavelength of sinusoidal positions.
+        max_wavelength: longest wavelength of sinusoidal positions (a
+            finite number >= 1).
         coordinate_scale: distance between pixel centres in the position
             encoding (see `PixelPositionEncoding`; e.g. 4 for an 8x8 image
             placed on the 32x32 grid it was made from).

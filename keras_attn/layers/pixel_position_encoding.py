@@ -4,6 +4,7 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
+from keras_attn.layers.sinusoidal_position_encoding import sinusoids_at
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -50,10 +51,11 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         position: "sinusoidal" (default; needs D divisible by 4) or
             "learned" (D even).
         max_wavelength: longest wavelength of the sinusoids (a finite
-            number > 0).
+            number >= 1).
         coordinate_scale: finite positive number s, the distance between pixel
             centres (see above); 1.0 = plain pixel indices. Sinusoidal
-            positions only.
+            positions only. The scaled coordinates must stay below 2**24,
+            where float32 stops telling neighbouring positions apart.
         embeddings_initializer: initializer of the learned tables.
         **kwargs: base `keras.layers.Layer` arguments.
 
@@ -67,9 +69,10 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     Raises:
         ValueError: on a non-positive image size or channel count, an
-            unknown `position`, a `max_wavelength` or `coordinate_scale`
-            that is not a finite number > 0, a `coordinate_scale` other
-            than 1 with learned positions, inputs not (B, T, D) with D
+            unknown `position`, a `max_wavelength` that is not a finite
+            number >= 1, a `coordinate_scale` that is not a finite number
+            > 0 or places a pixel at a coordinate of 2**24 or more, a
+            `coordinate_scale` other than 1 with learned positions, inputs not (B, T, D) with D
             divisible by 4 (sinusoidal) or 2 (learned), a `start_index` that
             is not an integer scalar, or a known `start_index` that is
             negative or whose `start_index + T` is beyond `height * width *
@@ -107,10 +110,7 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
                 f'{type(self).__name__}: `position` must be "sinusoidal" or '
                 f'"learned". Received: position={position!r}.'
             )
-        checks.check_finite_positive_number(
-            self, "max_wavelength", max_wavelength,
-            "the longest wavelength of the sinusoids; 10000 in the paper",
-        )
+        checks.check_max_wavelength(self, max_wavelength)
         checks.check_finite_positive_number(
             self, "coordinate_scale", coordinate_scale,
             "the distance between pixel centres; 1.0 = plain pixel indices",
@@ -120,6 +120,16 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
                 f"{type(self).__name__}: learned positions index a table by "
                 "integer coordinates, so `coordinate_scale` must be 1 with "
                 f'position="learned". Received: coordinate_scale={coordinate_scale!r}.'
+            )
+        height, width = self.image_size
+        largest = max((height - 0.5) * coordinate_scale, ((width - 0.5) * coordinate_scale) * channels)
+        if largest >= 2**24:
+            raise ValueError(
+                f"{type(self).__name__}: `coordinate_scale` places pixels at coordinates "
+                f"up to {largest:.3g}; float32 tells neighbouring positions apart only "
+                "below 2**24 = 16777216. Use the upscaling factor (4 for 8x8 -> 32x32). "
+                f"Received: coordinate_scale={coordinate_scale!r} for image_size="
+                f"{self.image_size}, channels={channels}."
             )
         self.channels = channels
         self.position = position
@@ -219,8 +229,8 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
             row = (row + 0.5) * scale - 0.5
             column_channel = ((column + 0.5) * scale - 0.5) * self.channels + channel
         return ops.concatenate(
-            [_sinusoids(row, half, self.max_wavelength),
-             _sinusoids(column_channel, half, self.max_wavelength)],
+            [sinusoids_at(row, half, self.max_wavelength),
+             sinusoids_at(column_channel, half, self.max_wavelength)],
             axis=-1,
         )
 
@@ -230,12 +240,3 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
     def compute_mask(self, inputs, previous_mask=None):
         return previous_mask
 
-
-def _sinusoids(positions, dim, max_wavelength):
-    """(T, dim) float32: sin on even, cos on odd features of positions (T,)."""
-    positions = ops.cast(positions, "float32")
-    pair_index = ops.cast(ops.arange(dim, dtype="int32") // 2, "float32")
-    inverse_frequency = ops.power(float(max_wavelength), -2.0 * pair_index / float(dim))
-    angles = positions[:, None] * inverse_frequency[None, :]
-    is_even = ops.equal(ops.arange(dim, dtype="int32") % 2, 0)
-    return ops.where(is_even[None, :], ops.sin(angles), ops.cos(angles))

@@ -20,7 +20,8 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
     absolute position signal for generating past the training length.
 
     Args:
-        max_wavelength: the longest wavelength, 10000 in the paper.
+        max_wavelength: the longest wavelength, a finite number >= 1;
+            10000 in the paper.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -32,7 +33,7 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         (B, T, D) encoding in the layer's compute dtype (broadcast over B).
 
     Raises:
-        ValueError: if `max_wavelength` is not a finite number > 0 (bools
+        ValueError: if `max_wavelength` is not a finite number >= 1 (bools
             refused); the inputs are not rank 3 with a known, even feature
             dimension; `start_index` is not an integer scalar, or a known
             one is negative.
@@ -50,10 +51,7 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        checks.check_finite_positive_number(
-            self, "max_wavelength", max_wavelength,
-            "the longest wavelength of the sinusoids; 10000 in the paper",
-        )
+        checks.check_max_wavelength(self, max_wavelength)
         self.max_wavelength = max_wavelength
         self.supports_masking = True
 
@@ -78,15 +76,36 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 def sinusoids(length, dim, start_index=0, max_wavelength=10000):
     """The (length, dim) float32 sinusoid table for positions
     `start_index .. start_index + length - 1` (sin on even, cos on odd
-    features). See `SinusoidalPositionEncoding`."""
-    positions = ops.cast(
-        ops.arange(length, dtype="int32") + ops.cast(start_index, "int32"), "float32"
-    )
+    features). See `SinusoidalPositionEncoding`; `sinusoids_at` for
+    positions that are not consecutive."""
+    positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
+    return sinusoids_at(positions, dim, max_wavelength)
+
+
+def sinusoids_at(positions, dim, max_wavelength=10000):
+    """The sinusoid encoding of arbitrary (possibly fractional) positions.
+
+    The one home of the formula of `SinusoidalPositionEncoding`:
+    feature 2i of position p is sin(p / max_wavelength^(2i / dim)) and
+    feature 2i + 1 its cos (Vaswani et al. 2017, section 3.5).
+
+    Args:
+        positions: (T,) positions, any real dtype (cast to float32).
+        dim: even number of features D.
+        max_wavelength: the longest wavelength, a finite number >= 1.
+
+    Returns:
+        (T, D) float32 table.
+
+    Example:
+    >>> import numpy as np
+    >>> table = sinusoids_at(np.array([0.0, 1.5]), 4)
+    >>> np.round(np.asarray(table, "float64"), 3).tolist()
+    [[0.0, 1.0, 0.0, 1.0], [0.997, 0.071, 0.015, 1.0]]
+    """
+    positions = ops.cast(positions, "float32")
     pair_index = ops.cast(ops.arange(dim, dtype="int32") // 2, "float32")
-    inverse_frequency = ops.power(
-        float(max_wavelength), -2.0 * pair_index / float(dim)
-    )
+    inverse_frequency = ops.power(float(max_wavelength), -2.0 * pair_index / float(dim))
     angles = positions[:, None] * inverse_frequency[None, :]
     is_even = ops.equal(ops.arange(dim, dtype="int32") % 2, 0)
     return ops.where(is_even[None, :], ops.sin(angles), ops.cos(angles))
-

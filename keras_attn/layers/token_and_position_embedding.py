@@ -41,7 +41,7 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         embeddings_initializer: initializer of the token (and learned
             position) tables.
         max_wavelength: longest wavelength of sinusoidal positions (a
-            finite number > 0).
+            finite number >= 1).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -55,7 +55,7 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
 
     Raises:
         ValueError: on invalid arguments (a `max_wavelength` that is not a
-            finite number > 0 among them); inputs that are not (B, T); a
+            finite number >= 1 among them); inputs that are not (B, T); a
             `start_index` that is not an integer scalar, or a known one that
             is negative; a known `start_index + T` beyond a learned table.
 
@@ -110,10 +110,7 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.mask_zero = mask_zero
         self.scale_token_embeddings = scale_token_embeddings
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
-        checks.check_finite_positive_number(
-            self, "max_wavelength", max_wavelength,
-            "the longest wavelength of the sinusoids; 10000 in the paper",
-        )
+        checks.check_max_wavelength(self, max_wavelength)
         self.max_wavelength = max_wavelength
         self.supports_masking = True
         self.token_embedding = self._embedding(vocabulary_size, "token_embedding")

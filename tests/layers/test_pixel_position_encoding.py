@@ -90,8 +90,21 @@ def test_start_index_must_be_an_integer_scalar():
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), True, "x", 0, None])
 @pytest.mark.parametrize("name", ["max_wavelength", "coordinate_scale"])
 def test_max_wavelength_and_coordinate_scale_must_be_finite_positive_numbers(name, value):
-    with pytest.raises(ValueError, match=rf"PixelPositionEncoding: `{name}` must be a finite number > 0 .*Received: {name}="):
+    bound = ">= 1" if name == "max_wavelength" else "> 0"
+    with pytest.raises(ValueError, match=rf"PixelPositionEncoding: `{name}` must be a finite number {bound} .*Received: {name}="):
         PixelPositionEncoding(image_size=2, **{name: value})
     # PixelEmbedding passes both to its PixelPositionEncoding.
-    with pytest.raises(ValueError, match=rf"`{name}` must be a finite number > 0"):
+    with pytest.raises(ValueError, match=rf"`{name}` must be a finite number {bound}"):
         PixelEmbedding(4, 8, image_size=2, **{name: value})
+
+
+def test_extreme_wavelengths_and_scales_are_refused_not_turned_into_nan():
+    # Both gave a NaN encoding: 1e-300 ** -0.75 and 3 * 1e300 overflow float32.
+    with pytest.raises(ValueError, match=r"`max_wavelength` must be a finite number >= 1 .*Received: max_wavelength=1e-300"):
+        PixelPositionEncoding(image_size=2, max_wavelength=1e-300)
+    with pytest.raises(ValueError, match=r"coordinates up to 1.05e\+301; float32 .* below 2\*\*24 .*Received: coordinate_scale=1e\+300 for image_size=\(4, 4\), channels=3"):
+        PixelPositionEncoding(image_size=4, channels=3, coordinate_scale=1e300)
+    # The largest scale below the bound still gives a finite encoding.
+    layer = PixelPositionEncoding(image_size=4, channels=3, coordinate_scale=1e6, max_wavelength=1)
+    out = np.asarray(layer(np.zeros((1, 49, 8), "float32")))
+    assert np.isfinite(out).all()

@@ -118,13 +118,14 @@ def test_sinusoidal_encoding_refuses_start_indices_as_token_and_position_embeddi
         np.testing.assert_allclose(np.asarray(layer(x, start_index=start)), want)
 
 
-@pytest.mark.parametrize("max_wavelength", [float("nan"), float("inf"), True, "x", 0, -2.0, None])
-def test_sinusoidal_encoding_refuses_a_max_wavelength_that_is_not_a_finite_positive_number(max_wavelength):
-    with pytest.raises(ValueError, match=r"SinusoidalPositionEncoding: `max_wavelength` must be a finite number > 0 .*Received: max_wavelength="):
+@pytest.mark.parametrize("max_wavelength", [float("nan"), float("inf"), True, "x", 0, -2.0, None, 0.5, 1e-300])
+def test_sinusoidal_encoding_refuses_a_max_wavelength_that_is_not_a_finite_number_from_1(max_wavelength):
+    # 1e-300 gave NaN: 1e-300 ** -0.75 overflows float32.
+    with pytest.raises(ValueError, match=r"SinusoidalPositionEncoding: `max_wavelength` must be a finite number >= 1 .*Received: max_wavelength="):
         SinusoidalPositionEncoding(max_wavelength=max_wavelength)
 
 
-@pytest.mark.parametrize("max_wavelength", [float("nan"), float("inf"), True, "x", 0])
-def test_token_and_position_embedding_refuses_a_max_wavelength_that_is_not_a_finite_positive_number(max_wavelength):
-    with pytest.raises(ValueError, match=r"TokenAndPositionEmbedding: `max_wavelength` must be a finite number > 0"):
+@pytest.mark.parametrize("max_wavelength", [float("nan"), float("inf"), True, "x", 0, 1e-300])
+def test_token_and_position_embedding_refuses_a_max_wavelength_that_is_not_a_finite_number_from_1(max_wavelength):
+    with pytest.raises(ValueError, match=r"TokenAndPositionEmbedding: `max_wavelength` must be a finite number >= 1"):
         TokenAndPositionEmbedding(10, 8, position="sinusoidal", max_wavelength=max_wavelength)
