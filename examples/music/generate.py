@@ -86,6 +86,9 @@ def parse_args(argv=None):
                         help=f"performance task: cut notes the model leaves sounding longer than this "
                              f"many seconds in the written .mid files (default {LONG_NOTE_SECONDS:g}; "
                              "0 = keep them)")
+    parser.add_argument("--speed", type=int, default=1, choices=(0, 1),
+                        help="1 = time the sampling loop (default): two more passes of the batch to "
+                             "--length without stopping at END, the first to compile; 0 = skip them")
     parser.add_argument("--timing_steps", type=int, default=50,
                         help="repetitions of one cached step per position for the flatness check "
                              "(default 50; 0 = skip)")
@@ -422,6 +425,29 @@ def step_timings(model, batch_size, max_length, positions, repeats):
     return best
 
 
+def measure_speed(args, model, primers, lengths, kwargs):
+    """Times the sampling loop without stopping at END (every row runs to
+    --length) on its second call, so compilation is out; prints the Speed
+    line and returns its figures for the report."""
+    import tensorflow as tf
+
+    def run_to_length(prompt, seed):
+        return sample(model, prompt, args.length, seed=seed, end_token_id=None, **kwargs)
+
+    print("Timing the loop: two more passes of the batch to --length, the first to compile "
+          "(--speed 0 skips them)...", flush=True)
+    timed = tf.function(run_to_length, jit_compile=bool(args.jit_compile))
+    np.asarray(timed(tf.constant(primers), tf.constant(args.seed)))
+    start = time.perf_counter()
+    np.asarray(timed(tf.constant(primers), tf.constant(args.seed + 1)))
+    seconds = time.perf_counter() - start
+    new_events = int(sum(args.length - lengths))
+    print(f"Speed: {new_events} new events ({len(primers)} rows x up to {args.length}) in {seconds:.2f} s: "
+          f"{new_events / seconds:.0f} events/s for the batch, {seconds / (args.length - lengths.min()) * 1000:.2f} "
+          "ms per step")
+    return {"seconds": seconds, "events_per_second": new_events / seconds}
+
+
 def main(argv=None):
     args = parse_args(argv)
     import tensorflow as tf
@@ -450,20 +476,7 @@ def main(argv=None):
     print(f"Sampled {len(primers)} x {args.length} events in {time.perf_counter() - start:.1f} s "
           "(tracing and compilation included)")
 
-    # Speed: the same loop without stopping at END (every row runs to
-    # --length), timed on its second call so compilation is out.
-    def run_to_length(prompt, seed):
-        return sample(model, prompt, args.length, seed=seed, end_token_id=None, **kwargs)
-
-    timed = tf.function(run_to_length, jit_compile=bool(args.jit_compile))
-    np.asarray(timed(tf.constant(primers), tf.constant(args.seed)))
-    start = time.perf_counter()
-    np.asarray(timed(tf.constant(primers), tf.constant(args.seed + 1)))
-    seconds = time.perf_counter() - start
-    new_events = int(sum(args.length - lengths))
-    print(f"Speed: {new_events} new events ({len(primers)} rows x up to {args.length}) in {seconds:.2f} s: "
-          f"{new_events / seconds:.0f} events/s for the batch, {seconds / (args.length - lengths.min()) * 1000:.2f} "
-          "ms per step")
+    speed = measure_speed(args, model, primers, lengths, kwargs) if args.speed else {}
 
     out_dir = os.path.join(args.run_dir, "samples")
     os.makedirs(out_dir, exist_ok=True)
@@ -483,8 +496,7 @@ def main(argv=None):
     report = {"primer": args.primer, "num_samples": len(primers), "length": args.length,
               "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
               "max_note_duration": args.max_note_duration,
-              "suppressed_token_ids": list(suppressed),
-              "seconds": seconds, "events_per_second": new_events / seconds}
+              "suppressed_token_ids": list(suppressed), **speed}
     if args.timing_steps:
         positions = sorted({1, args.length // 4, args.length // 2, args.length - 1})
         timings = step_timings(model, len(primers), args.length, positions, args.timing_steps)

@@ -63,9 +63,15 @@ def test_train_evaluate_export_and_generate(task, tmp_path):
         out = _run("generate.py", "--run_dir", run_dir, "--num_samples", "2", "--top_k", "20",
                    "--timing_steps", "2", "--jit_compile", "0", *args)
         assert "events/s for the batch" in out
+    # --speed 0: the samples without the two timing passes.
+    out = _run("generate.py", "--run_dir", run_dir, "--num_samples", "2", "--name", "quick",
+               "--speed", "0", "--timing_steps", "0", "--jit_compile", "0")
+    assert "Timing the loop" not in out and "events/s" not in out
+    with open(os.path.join(run_dir, "samples", "quick_report.json")) as f:
+        assert "events_per_second" not in json.load(f)
     samples = sorted(os.listdir(os.path.join(run_dir, "samples")))
-    assert sum(name.endswith(".mid") for name in samples) == 4
-    assert sum(name.endswith(".png") for name in samples) == 4
+    assert sum(name.endswith(".mid") for name in samples) == 6
+    assert sum(name.endswith(".png") for name in samples) == 6
     # A second run of the same command finds the finished run and does not retrain.
     out = _run("train.py", "--task", task, "--output_dir", run_dir, "--cache_dir",
                str(tmp_path / "cache"), "--skip_export", *TINY, *extra)
