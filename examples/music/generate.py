@@ -387,7 +387,8 @@ def plot_piano_roll(midi, path, title, primer_end=0.0, fs=50):
                 extent=(0, roll.shape[1] / fs, low - 0.5, high + 0.5), interpolation="nearest")
     if primer_end > 0:
         axis.axvspan(0, primer_end, color="tab:blue", alpha=0.15, label="primer")
-        axis.legend(loc="upper right")
+        # Beside the roll, not over its top-right notes.
+        axis.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
     axis.set_xlabel("time (s)")
     axis.set_ylabel("MIDI pitch")
     axis.set_title(title)
