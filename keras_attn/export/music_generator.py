@@ -261,7 +261,9 @@ def _check_request(primer, num_steps, vocabulary_size, max_length, max_primer_le
           "events. Received events per row:", lengths]),
         (num_steps >= 0,
          ["`num_steps` must be >= 0. Received:", num_steps]),
-        (shape[1] + num_steps <= max_length,
+        # Not width + num_steps <= max_length: a huge num_steps would wrap
+        # the int32 sum around and pass.
+        (num_steps <= max_length - shape[1],
          [f"primer width + `num_steps` must be <= {max_length} (the exported "
           "max_length). Received width and num_steps:", shape[1], num_steps]),
     ]

@@ -10,6 +10,9 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.generation import decoding
 
+# A temperature below this would flush to 0 in float32 (see `sample`).
+_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
+
 
 def sample(
     model,
@@ -49,7 +52,9 @@ def sample(
             64 bits: the same value, negative ones included, gives the same
             tokens as a Python int, a NumPy int or an int32/int64 tensor.
         temperature: finite number > 0, or a number scalar tensor; < 1
-            sharpens, > 1 flattens the distribution.
+            sharpens, > 1 flattens the distribution. Towards 0 it samples
+            the most likely token (ties shared), down to the smallest
+            positive float.
         top_k: optional positive int: keep the k most likely tokens; or an
             int scalar tensor (a graph input) >= 0, where 0 keeps every
             token.
@@ -101,7 +106,13 @@ def sample(
     key = _seed_key(seed)
 
     def choose(logits, position):
-        logits = logits / ops.cast(temperature, "float32")
+        # Shifted so the largest logit is 0 first: the same distribution,
+        # and a tiny temperature (1e-38) sends the others to -inf instead
+        # of every positive logit to +inf, where argmax would pick the
+        # first inf rather than the most likely token. Below float32's
+        # smallest normal number a temperature would flush to 0 (0 / 0).
+        logits = logits - ops.max(logits, axis=-1, keepdims=True)
+        logits = logits / ops.maximum(ops.cast(temperature, "float32"), _SMALLEST_NORMAL)
         if top_k is not None:
             logits = top_k_filter(logits, top_k)
         if top_p is not None:

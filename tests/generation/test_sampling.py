@@ -115,6 +115,21 @@ def test_top_k_one_is_greedy_and_seeds_reproduce():
     assert (first != other).any()
 
 
+@pytest.mark.parametrize("temperature", [1e-38, 1e-45, ops.convert_to_tensor(1e-38)])
+def test_a_tiny_temperature_samples_the_most_likely_token(temperature):
+    # logits / 1e-38 overflowed float32: every positive logit became +inf,
+    # and the first +inf won, not the largest logit.
+    logits = np.array([0.5, 2.0, -1.0, 1.0], "float32")
+    out = np.asarray(sample(_FixedLogits(logits), np.ones((64, 1), "int32"), max_length=3,
+                            seed=5, temperature=temperature))
+    assert (out[:, 1:] == 1).all()
+    # Tied maxima share the draws, as any temperature shares them.
+    out = np.asarray(sample(_FixedLogits([3.0, 0.0, 3.0]), np.ones((2000, 1), "int32"),
+                            max_length=2, seed=5, temperature=temperature))
+    counts = np.bincount(out[:, 1], minlength=3)
+    assert counts[1] == 0 and 850 < counts[0] < 1150, counts
+
+
 @pytest.mark.parametrize("kind", tiny_models.KINDS)
 def test_seeded_sampling_cached_equals_recomputing(kind):
     model = tiny_models.language_model(kind, num_layers=1)
