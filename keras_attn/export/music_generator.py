@@ -163,6 +163,11 @@ def export_music_generator(
 def _check_int(name, value, low):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
         raise ValueError(f"`{name}` must be an int >= {low}. Received: {name}={value!r}.")
+    if value >= 2**31:
+        raise ValueError(
+            f"`{name}` must be an int >= {low} and < 2**31 (int32 positions). "
+            f"Received: {name}={value!r}."
+        )
 
 
 def _generation_function(model, max_length, max_primer_length, end_token_id,

@@ -117,6 +117,8 @@ def test_signature_is_readable_by_clients(served):
     (dict(primer=[[1, 0, 5]]), "rows must be right-padded"),
     (dict(num_steps=-1), "`num_steps` must be >= 0"),
     (dict(num_steps=MAX_LENGTH), r"`num_steps` must be <= 16 \(the exported max_length\)"),
+    # width + num_steps wrapped around in int32 and passed: empty events.
+    (dict(num_steps=2**31 - 1), r"`num_steps` must be <= 16 \(the exported max_length\)"),
     # The sampling controls: the message `sample` gives in Python.
     (dict(temperature=0.0), re.escape(checks.TEMPERATURE_REQUIREMENT)),
     (dict(temperature=float("nan")), re.escape(checks.TEMPERATURE_REQUIREMENT)),
@@ -181,6 +183,8 @@ def test_export_errors(tmp_path):
         export_music_generator(model, str(tmp_path), version=0)
     with pytest.raises(ValueError, match="`max_length` must be an int >= 2"):
         export_music_generator(model, str(tmp_path), max_length=1)
+    with pytest.raises(ValueError, match=r"`max_length` must be an int >= 2 and < 2\*\*31 \(int32 positions\)\. Received: max_length=2147483648"):
+        export_music_generator(model, str(tmp_path), max_length=2**31)
     with pytest.raises(ValueError, match="`end_token_id` cannot be suppressed"):
         export_music_generator(model, str(tmp_path), max_length=8, suppressed_token_ids=(1, END))
     with pytest.raises(ValueError, match=r"must be ids of the model's vocabulary \[0, 40\)"):
