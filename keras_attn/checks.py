@@ -1229,8 +1229,8 @@ def check_seed(seed):
 
     Raises:
         ValueError: on a bool, a float (it would be truncated), a string,
-            None, or a tensor that is not of an integer dtype or of another
-            shape.
+            None, an int that does not fit 64 bits, or a tensor that is not
+            of an integer dtype or of another shape.
     """
     requirement = (
         "`seed` must be an int, or an int tensor of shape () or (2,) (stateless "
@@ -1240,6 +1240,12 @@ def check_seed(seed):
     if isinstance(seed, bool):
         raise ValueError(f"{requirement} Received: seed={seed!r}.")
     if isinstance(seed, numbers.Integral):
+        if not -(2**63) <= seed < 2**64:
+            raise ValueError(
+                "`seed` must fit 64 bits (-2**63 to 2**64 - 1): only its low 64 bits "
+                "are read, so a larger one would draw the tokens of a smaller one. "
+                f"Received: seed={seed!r}."
+            )
         return
     if isinstance(seed, (list, tuple)):
         try:

@@ -113,6 +113,12 @@ def test_check_seed_refuses_what_is_not_an_int():
         with pytest.raises(ValueError, match=r"`seed` must be an int, or an int tensor of shape \(\) or "
                                              rf"\(2,\).*Received: {re.escape(received)}"):
             check_seed(seed)
+    # Only the low 64 bits are read: 2**70 drew the tokens of seed 0.
+    for seed in (-(2**63), 2**64 - 1, np.uint64(2**64 - 1)):
+        check_seed(seed)
+    for seed in (2**64, 2**70, -(2**63) - 1):
+        with pytest.raises(ValueError, match=rf"`seed` must fit 64 bits .*Received: seed={seed}\."):
+            check_seed(seed)
 
 
 def test_check_input_names_lists_the_accepted_names():

@@ -1,9 +1,9 @@
 """SavedModel export of an Image Transformer super-resolution model: a
 low-resolution uint8 image in, a sampled high-resolution uint8 image out."""
 
-import math
 import numbers
 
+import numpy as np
 import tensorflow as tf
 
 from keras_attn import checks
@@ -11,6 +11,8 @@ from keras_attn.export.archive import versioned_export_path, write_archive, xla_
 
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_SEED = 0
+_FLOAT32_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def image_sizes(model):
@@ -63,7 +65,8 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
 
     Args:
         model: a `super_resolution_transformer` model.
-        low_resolution: (B, h, w, C) uint8 (or int) images.
+        low_resolution: (B, h, w, C) uint8 (or int) images, intensities
+            0..255 (a NumPy array, tensor or nested list).
         seed: int, or an int scalar / (2,) tensor.
         temperature: positive float or float scalar tensor (1.0 samples the
             model's distribution; lower is sharper).
@@ -79,8 +82,8 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
 
     Raises:
         ValueError: if `model` is not a super-resolution model (see
-            `image_sizes`), the images do not have the model's
-            low-resolution shape (h, w, C), a `temperature` known now is not
+            `image_sizes`), the images are not of an integer dtype or do
+            not have the model's low-resolution shape (h, w, C), a `temperature` known now is not
             a finite number > 0 (a traced one fails when the graph runs), or
             a Python `top_k` / `top_p` is out of range (see
             `keras_attn.generation.sample`).
@@ -111,6 +114,16 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
     from keras_attn.generation import CachedDecoder
 
     (h, w, c), (height, width, channels) = image_sizes(model)
+    if not hasattr(low_resolution, "dtype"):
+        low_resolution = tf.convert_to_tensor(low_resolution)  # nested lists
+    dtype = tf.as_dtype(low_resolution.dtype)
+    if not dtype.is_integer:
+        raise ValueError(
+            "Expected low-resolution images of integer intensities 0..255 (uint8): a "
+            "cast would truncate other numbers (floats in [0, 1] become black). Received "
+            f"dtype {dtype.name}. For floats in [0, 1], pass "
+            "`np.round(images * 255).astype(np.uint8)`."
+        )
     shape = tuple(low_resolution.shape)
     if len(shape) != 4 or tuple(shape[1:]) != (h, w, c):
         raise ValueError(
@@ -229,8 +242,9 @@ def export_super_resolver(
         model: a `keras_attn.models.super_resolution_transformer` model.
         export_dir: base folder; the SavedModel goes to `export_dir/<version>/`.
         version: positive int (TF Serving serves the highest).
-        default_temperature: temperature of `serving_default` (> 0).
-        default_seed: seed of `serving_default` (int).
+        default_temperature: temperature of `serving_default`, a finite
+            number > 0 that float32 holds (from about 1.2e-38 to 3.4e38).
+        default_seed: seed of `serving_default`, an int that int64 holds.
         jit_compile: XLA-compile the sampling loop (see above).
         overwrite: replace an existing version folder.
 
@@ -239,8 +253,9 @@ def export_super_resolver(
 
     Raises:
         ValueError: on a bad `version`, an existing folder without
-            `overwrite`, a model that is not a super-resolution model, or a
-            non-positive `default_temperature`.
+            `overwrite`, a model that is not a super-resolution model, a
+            `default_temperature` float32 does not hold as a number > 0,
+            or a `default_seed` int64 does not hold.
 
     Example:
     >>> import tempfile
@@ -267,14 +282,21 @@ def export_super_resolver(
     from keras_attn.generation import CachedDecoder
 
     (h, w, c), _ = image_sizes(model)
+    # The graph holds both as float32 and int64 constants: values those
+    # cannot hold would become 0 or inf (every request refused) or wrap.
     if isinstance(default_temperature, bool) or not isinstance(default_temperature, numbers.Real) \
-            or not 0 < default_temperature < math.inf:
+            or not _FLOAT32_SMALLEST_NORMAL <= default_temperature <= _FLOAT32_MAX:
         raise ValueError(
-            "`default_temperature` must be a finite number > 0. Received: "
+            "`default_temperature` must be a finite number > 0 that float32 holds "
+            f"({_FLOAT32_SMALLEST_NORMAL:.3g} to {_FLOAT32_MAX:.3g}). Received: "
             f"default_temperature={default_temperature!r}."
         )
-    if isinstance(default_seed, bool) or not isinstance(default_seed, numbers.Integral):
-        raise ValueError(f"`default_seed` must be an int. Received: default_seed={default_seed!r}.")
+    if isinstance(default_seed, bool) or not isinstance(default_seed, numbers.Integral) \
+            or not -(2**63) <= default_seed < 2**63:
+        raise ValueError(
+            "`default_seed` must be an int that int64 holds (-2**63 to 2**63 - 1). "
+            f"Received: default_seed={default_seed!r}."
+        )
     path = versioned_export_path(export_dir, version, overwrite)
     decoder = CachedDecoder(model)
     sampler = xla_function(

@@ -146,13 +146,21 @@ def test_wrong_images_and_temperature_give_clear_errors(exported, low_resolution
 def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
     with pytest.raises(ValueError, match="`version` must be a positive integer"):
         export_super_resolver(model, str(tmp_path), version=0)
-    for bad in (0.0, float("inf"), float("nan"), True):
-        with pytest.raises(ValueError, match="`default_temperature` must be a finite number > 0"):
+    # 1e-46 and 1e300 passed, and float32 made them 0 and inf: every request failed.
+    for bad in (0.0, float("inf"), float("nan"), True, 1e-46, 1e300):
+        with pytest.raises(ValueError, match="`default_temperature` must be a finite number > 0 that float32 holds"):
             export_super_resolver(model, str(tmp_path), default_temperature=bad)
+    with pytest.raises(ValueError, match=r"`default_seed` must be an int that int64 holds .*Received: default_seed=1180591620717411303424"):
+        export_super_resolver(model, str(tmp_path), default_seed=2**70)
     with pytest.raises(ValueError, match=r"`temperature` must be a finite number > 0.*temperature=inf"):
         super_resolve(model, np.zeros((1, 2, 2, 3), np.uint8), temperature=float("inf"))
     with pytest.raises(ValueError, match=r"Expected low-resolution images of shape \(batch, 2, 2, 3\)"):
         super_resolve(model, np.zeros((1, 2, 2, 4), np.uint8))
+    # Floats in [0, 1] were cast to 0: black inputs, without a word.
+    with pytest.raises(ValueError, match=r"integer intensities 0..255 .*Received dtype float32. For floats in \[0, 1\], pass `np.round\(images \* 255\)"):
+        super_resolve(model, np.full((1, 2, 2, 3), 0.5, np.float32))
+    # Nested lists are images too.
+    assert super_resolve(model, np.zeros((1, 2, 2, 3), np.uint8).tolist(), seed=3).shape == (1, 4, 4, 3)
     from keras_attn.models import image_transformer
 
     with pytest.raises(ValueError, match="Expected a `keras_attn.models.super_resolution_transformer`"):
