@@ -1,6 +1,7 @@
 import keras
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster, RasterGeometry
 
@@ -39,8 +40,8 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
             int (8); a block is image_size // low_resolution_size pixels
             on each side.
         channels: colour channels per pixel (3 for RGB).
-        num_intensities: N, intensity values per channel (256); larger ids
-            (the start token) count as nothing.
+        num_intensities: N, intensity values per channel (256); the id N
+            (the start token) counts as nothing.
         **kwargs: base `keras.layers.Layer` arguments (the model builder
             passes `dtype="float32"`: sums up to 16 * 255 are exact there).
 
@@ -57,8 +58,12 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         `(sums, new_cache)`.
 
     Raises:
-        ValueError: on invalid sizes (as `LowResolutionEmbedding`), or
-            `decoder_tokens` that are not (batch, length).
+        ValueError: on invalid sizes (as `LowResolutionEmbedding`);
+            `decoder_tokens` that are not (batch, length) or hold ids
+            outside 0..N; a `cache` that is not (B, h * w * C) floats for
+            the same batch; a `cache_index` that is not an integer scalar,
+            or positions outside the image plus one. Values known only
+            when the graph runs are checked there, with the same message.
 
     Example:
     >>> import keras
@@ -94,6 +99,19 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
                 f"{type(self).__name__}: `decoder_tokens` must be (batch, length) "
                 f"token ids. Received: decoder_tokens.shape={tuple(decoder_tokens.shape)}."
             )
+        checks.check_index(cache_index, "cache_index")
+        decoder_tokens = checks.check_layer_ids(
+            self, "decoder tokens", decoder_tokens, self.num_intensities + 1,
+            f"Pass intensities 0..{self.num_intensities - 1} behind the start token "
+            f"{self.num_intensities}.",
+        )
+        if cache is not None:
+            checks.check_cache(cache, ("batch", self.num_blocks), "as returned by `init_cache`")
+            cache = checks.check_batch_size(
+                "cache", cache, ops.shape(decoder_tokens)[0],
+                f"{type(self).__name__} {self.name}: `cache` must hold the sums of every row "
+                "of `decoder_tokens`: pass both for the same batch.",
+            )
         length = ops.shape(decoder_tokens)[1]
         start = ops.cast(cache_index, "int32")
         positions = ops.arange(length, dtype="int32") + start
@@ -112,6 +130,7 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         # Sum at p over its own block: tokens up to p are intensities before p.
         own_blocks = self.raster.covering_index(self.raster.positions(length, start))
         sums = ops.sum(running * ops.one_hot(own_blocks, self.num_blocks)[None], axis=-1)
+        sums = self.raster.check_positions(cache_index, length, sums)
         if cache is None:
             return sums
         return sums, running[:, -1, :]

@@ -68,8 +68,11 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         ValueError: on invalid arguments (non-positive sizes, a
             low-resolution side that does not divide the high-resolution
             one, an unknown `interpolation`, a `scale_embeddings` that is
-            not a bool), or a `low_resolution` input
-            whose length is not h * w * channels.
+            not a bool), `inputs` that are not (B, T), a `low_resolution`
+            input whose length is not h * w * channels or batch not B, a
+            `start_index` that is not an integer scalar, or positions
+            outside the image plus one (`0 .. H * W * C`; checked in the
+            graph where they are known only there).
 
     Example:
     >>> import keras
@@ -124,6 +127,11 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         self.built = True
 
     def call(self, inputs, low_resolution, start_index=0):
+        if len(inputs.shape) != 2:
+            raise ValueError(
+                f"{type(self).__name__} {self.name}: `inputs` must be (batch, length) token "
+                f"ids (only its shape is read). Received: inputs.shape={tuple(inputs.shape)}."
+            )
         low_resolution = self.raster.check_batch(low_resolution, inputs, "inputs")
         ids = self.raster.channel_value_ids(low_resolution, ops.shape(inputs)[1], start_index)
         embeddings = self.embedding(ids)

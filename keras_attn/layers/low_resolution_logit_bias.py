@@ -108,8 +108,12 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
 
     Raises:
         ValueError: on invalid sizes or `interpolation` (as
-            `LowResolutionEmbedding`), logits whose last axis is not N, or a
-            `low_resolution` input whose length is not h * w * C.
+            `LowResolutionEmbedding`), a bias table over 2 GiB
+            (4 * N^2 * (C + 1) bytes), logits that are not (B, T, N), a
+            `low_resolution` input whose length is not h * w * C, optional
+            inputs that are not (B, T) or come without the input they
+            correct (see `LowResolutionRaster.check_companions`), or
+            positions outside the image plus one.
 
     Example:
     >>> import keras
@@ -143,6 +147,16 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         self.raster = LowResolutionRaster(
             self, image_size, low_resolution_size, channels, num_intensities, interpolation
         )
+        # Every call gathers a (C * N, N) float32 table from an (N, N) int32
+        # offset matrix: N = 65536 would ask for tens of GiB.
+        table_bytes = 4 * num_intensities**2 * (channels + 1)
+        if table_bytes > 2**31:
+            raise ValueError(
+                f"{type(self).__name__}: the bias table of {channels} channels x "
+                f"num_intensities^2 offsets would take {table_bytes / 2**30:.1f} GiB at every "
+                "call (at most 2 GiB): use 8-bit intensities (num_intensities=256). "
+                f"Received: num_intensities={num_intensities}, channels={channels}."
+            )
         checks.check_positive_number_or_none(
             self, "prior_scale", prior_scale, "the initial Laplace scale in intensity levels; "
             "None = start from `bias_initializer`")
@@ -171,11 +185,10 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
 
     def call(self, logits, low_resolution, start_index=0, block_sums=None,
              previous_intensities=None, left_intensities=None, previous_block_sums=None):
-        if logits.shape[-1] not in (None, self.num_intensities):
+        if len(logits.shape) != 3 or logits.shape[-1] not in (None, self.num_intensities):
             raise ValueError(
-                f"{type(self).__name__}: `logits` must end with num_intensities="
-                f"{self.num_intensities} values. Received: logits.shape="
-                f"{tuple(logits.shape)}."
+                f"{type(self).__name__}: `logits` must be (batch, length, num_intensities="
+                f"{self.num_intensities}). Received: logits.shape={tuple(logits.shape)}."
             )
         low_resolution = self.raster.check_batch(low_resolution, logits, "logits")
         # (C, N, N) -> (C * N, N): the bias rows of every channel and value;

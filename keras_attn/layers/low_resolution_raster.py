@@ -56,6 +56,12 @@ class LowResolutionRaster:
                 f"{name}: `interpolation` must be one of "
                 f"{INTERPOLATIONS}. Received: interpolation={interpolation!r}."
             )
+        if channels * num_intensities >= 2**31:
+            raise ValueError(
+                f"{name}: `channels * num_intensities` must stay below 2**31: the "
+                "per-channel table ids `channel * num_intensities + value` are int32. "
+                f"Received: channels={channels}, num_intensities={num_intensities}."
+            )
         self.channels = channels
         self.num_intensities = num_intensities
         self.interpolation = interpolation
@@ -76,6 +82,63 @@ class LowResolutionRaster:
         positions past the image's last intensity repeat the last one."""
         positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
         return ops.minimum(positions, self.num_positions - 1)
+
+    def check_positions(self, start_index, length, value):
+        """`value`, with the positions `start_index .. start_index + length
+        - 1` checked to lie inside the image plus one (the last input of a
+        decoder shifted by its start token): now when both are known, else
+        in the graph (see `checks.check_positions`).
+
+        Raises:
+            ValueError: if `start_index` is not an integer scalar, or the
+                positions are known and outside `[0, H * W * C]`.
+        """
+        checks.check_index(start_index, "start_index")
+        height, width = self.image_size
+        return checks.check_positions(
+            f"{type(self.owner).__name__} {self.owner.name}: positions must lie inside "
+            f"the {self.num_positions + 1} positions of a {height}x{width} image with "
+            f"{self.channels} channels (plus one for the shifted start token). Pass a "
+            "`start_index` >= 0 and at most that many positions, or build the layer with "
+            "the right `image_size` / `channels`.",
+            start_index, length, self.num_positions + 1, value,
+        )
+
+    def check_companions(self, low_resolution, length, block_sums, previous_intensities,
+                         left_intensities, previous_block_sums):
+        """Refuses the optional inputs of `channel_value_ids` that are not
+        (B, length) (where the sizes are known) or that come without the
+        input they correct: `left_intensities` needs `block_sums`, and
+        `previous_block_sums` needs `block_sums` and `previous_intensities`
+        (alone they would be ignored)."""
+        name = f"{type(self.owner).__name__} {self.owner.name}"
+        batch, known_length = low_resolution.shape[0], checks.static_int(length)
+        optional = {"block_sums": block_sums, "previous_intensities": previous_intensities,
+                    "left_intensities": left_intensities, "previous_block_sums": previous_block_sums}
+        for key, tensor in optional.items():
+            if tensor is None:
+                continue
+            shape = tuple(tensor.shape)
+            if len(shape) != 2 or any(
+                got is not None and want is not None and got != want
+                for got, want in zip(shape, (batch, known_length))
+            ):
+                raise ValueError(
+                    f"{name}: `{key}` must be (batch, length) = ({batch}, {known_length}), "
+                    "one value per position of the call, for the same batch. "
+                    f"Received: {key}.shape={shape}."
+                )
+        needs = {"left_intensities": ("block_sums",),
+                 "previous_block_sums": ("block_sums", "previous_intensities")}
+        for key, required in needs.items():
+            missing = [r for r in required if optional[key] is not None and optional[r] is None]
+            if missing:
+                raise ValueError(
+                    f"{name}: `{key}` corrects the value computed from "
+                    f"{' and '.join(f'`{r}`' for r in required)}, and would be ignored "
+                    f"without {' and '.join(f'`{r}`' for r in missing)}: pass "
+                    f"{'them' if len(required) > 1 else 'it'} too, or leave `{key}` out."
+                )
 
     def check_length(self, low_resolution):
         low_height, low_width = self.low_resolution_size
@@ -135,6 +198,9 @@ class LowResolutionRaster:
         `previous_block_sums` ((B, length) float, the block sums one position
         back) `previous_channel_consistent_values`."""
         low_resolution = self.check_intensities(low_resolution)
+        self.check_companions(low_resolution, length, block_sums, previous_intensities,
+                              left_intensities, previous_block_sums)
+        checks.check_index(start_index, "start_index")
         positions = self.positions(length, start_index)
         upsampled = None
         if block_sums is not None or (previous_intensities is not None and self.channels > 1):
@@ -163,7 +229,8 @@ class LowResolutionRaster:
                     low_resolution, positions, previous_intensities, upsampled=upsampled
                 )
             values = ops.where((positions % self.channels > 0)[None, :], following, values)
-        return values + ((positions % self.channels) * self.num_intensities)[None, :]
+        ids = values + ((positions % self.channels) * self.num_intensities)[None, :]
+        return self.check_positions(start_index, length, ids)
 
     @property
     def block_area(self):

@@ -17,6 +17,7 @@ from keras_attn.layers import LocalBlockAttention
 from keras_attn.layers import LowResolutionBlockSums
 from keras_attn.layers import LowResolutionEmbedding
 from keras_attn.layers import LowResolutionLogitBias
+from keras_attn.layers.low_resolution_raster import INTERPOLATIONS
 from keras_attn.layers import PixelEmbedding
 from keras_attn.layers import Projection
 from keras_attn.layers import SequenceDelay
@@ -286,7 +287,10 @@ def super_resolution_transformer(
             sinusoidal positions, if the image is not the same integer
             multiple of the low-resolution size along both sides; with
             `low_resolution_embedding`, if a side is not a multiple of the
-            low-resolution one or the value is not "nearest" / "bicubic".
+            low-resolution one; if `low_resolution_embedding` or
+            `low_resolution_logit_bias` is not "nearest", "bicubic" or
+            None; if `low_resolution_left_residual` is True without the
+            consistency and the logit bias it corrects.
 
     Example:
     >>> import keras
@@ -318,6 +322,23 @@ def super_resolution_transformer(
         ("low_resolution_channel_consistency", low_resolution_channel_consistency),
     ):
         check_bool(None, flag, value, "see the docstring of super_resolution_transformer")
+    # The layers would name their own `interpolation`, not these arguments.
+    for name, value in (("low_resolution_embedding", low_resolution_embedding),
+                        ("low_resolution_logit_bias", low_resolution_logit_bias)):
+        if value is not None and value not in INTERPOLATIONS:
+            raise ValueError(
+                f"`{name}` must be one of {INTERPOLATIONS} (how the low-resolution value at "
+                f"each position is read) or None (no such part). Received: {name}={value!r}."
+            )
+    if low_resolution_left_residual and not (
+            low_resolution_consistency and low_resolution_logit_bias is not None):
+        raise ValueError(
+            "`low_resolution_left_residual=True` corrects the consistent value of the logit "
+            "bias, so it needs `low_resolution_consistency=True` and a "
+            "`low_resolution_logit_bias` (without them it would be ignored). Received: "
+            f"low_resolution_consistency={low_resolution_consistency}, "
+            f"low_resolution_logit_bias={low_resolution_logit_bias!r}."
+        )
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
     low_resolution = keras.Input(

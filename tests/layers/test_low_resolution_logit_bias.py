@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -281,8 +283,40 @@ def test_errors():
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, max_correction=-1)
     with pytest.raises(ValueError, match=r"max_correction=True"):
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, max_correction=True)
+    with pytest.raises(ValueError, match=r"`channels \* num_intensities` must stay below 2\*\*31"):
+        LowResolutionLogitBias(image_size=8, low_resolution_size=2, num_intensities=2**31)
+    # A NumPy MemoryError (32 GiB) before.
+    with pytest.raises(ValueError, match=r"the bias table of 3 channels x num_intensities\^2 offsets would take "
+                                         r"64.0 GiB at every call \(at most 2 GiB\).*num_intensities=65536"):
+        LowResolutionLogitBias(image_size=8, low_resolution_size=2, num_intensities=65536)
     layer = LowResolutionLogitBias(image_size=8, low_resolution_size=2)
-    with pytest.raises(ValueError, match=r"must end with num_intensities=256.*\(1, 192, 10\)"):
+    with pytest.raises(ValueError, match=r"must be \(batch, length, num_intensities=256\).*\(1, 192, 10\)"):
         layer(np.zeros((1, 192, 10), "float32"), np.zeros((1, 12), "int32"))
     with pytest.raises(ValueError, match=r"must be \(batch, 12\).*Received: low_resolution.shape=\(1, 10\)"):
         layer(np.zeros((1, 192, 256), "float32"), np.zeros((1, 10), "int32"))
+
+
+def test_optional_inputs_must_be_one_value_per_position_and_come_with_what_they_correct():
+    # Wrong shapes broadcast into another batch or another rank, and the
+    # corrections given without their base were ignored.
+    layer = LowResolutionLogitBias(image_size=4, low_resolution_size=2, channels=1, name="bias")
+    logits, low = np.zeros((1, 16, 256), "float32"), np.full((1, 4), 100, "int32")
+    sums, ints = np.zeros((1, 16), "float32"), np.zeros((1, 16), "int32")
+    for bad in (np.zeros((3, 16)), np.zeros((1, 16, 1)), np.zeros((16,)), np.zeros((1, 5))):
+        with pytest.raises(ValueError, match=r"LowResolutionLogitBias bias: `block_sums` must be \(batch, length\) = "
+                                             rf"\(1, 16\).*Received: block_sums.shape={re.escape(str(bad.shape))}"):
+            layer(logits, low, block_sums=bad.astype("float32"))
+    with pytest.raises(ValueError, match=r"`left_intensities` must be \(batch, length\)"):
+        layer(logits, low, block_sums=sums, left_intensities=np.zeros((1, 5), "int32"))
+    with pytest.raises(ValueError, match=r"`left_intensities` corrects the value computed from `block_sums`, and "
+                                         r"would be ignored without `block_sums`"):
+        layer(logits, low, left_intensities=ints)
+    with pytest.raises(ValueError, match=r"`previous_block_sums` corrects the value computed from `block_sums` and "
+                                         r"`previous_intensities`, and would be ignored without `previous_intensities`"):
+        layer(logits, low, block_sums=sums, previous_block_sums=sums)
+    with pytest.raises(ValueError, match=r"positions must lie inside the 17 positions .*Received: positions -2..13\."):
+        layer(logits, low, start_index=-2)
+    # The valid combinations still run.
+    assert layer(logits, low, block_sums=sums, left_intensities=ints).shape == (1, 16, 256)
+    assert layer(logits, low, block_sums=sums, previous_intensities=ints,
+                 previous_block_sums=sums).shape == (1, 16, 256)

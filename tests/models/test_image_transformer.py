@@ -240,3 +240,12 @@ def test_default_window_is_one_image_row_and_errors():
                  "low_resolution_left_residual", "low_resolution_channel_consistency"):
         with pytest.raises(ValueError, match=rf"^`{flag}` must be True or False .*Received: {flag}='False'\.$"):
             super_resolution_transformer(**{flag: "False"})
+    # The layers' own message named their `interpolation`, not these arguments.
+    for part in ("low_resolution_embedding", "low_resolution_logit_bias"):
+        with pytest.raises(ValueError, match=rf"^`{part}` must be one of \('nearest', 'bicubic'\) .*or None "
+                                             rf".*Received: {part}='Bicubic'\.$"):
+            super_resolution_transformer(**{part: "Bicubic"})
+    # The left residual corrects the consistent value: alone it was ignored.
+    for without in (dict(low_resolution_consistency=False), dict(low_resolution_logit_bias=None)):
+        with pytest.raises(ValueError, match=r"`low_resolution_left_residual=True` corrects the consistent value"):
+            super_resolution_transformer(low_resolution_left_residual=True, **without)
