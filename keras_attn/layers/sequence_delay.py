@@ -1,4 +1,5 @@
 import keras
+import ml_dtypes
 import numpy as np
 from keras import ops
 
@@ -31,7 +32,8 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         delay: positions to delay by, an int >= 1.
         fill_value: the output at the first `delay` positions (0): a finite
             real number, cast to the input's dtype; a whole number that the
-            dtype holds for integer inputs.
+            dtype holds for integer inputs, a number no larger than the
+            dtype's largest for float inputs (65504 for float16).
         **kwargs: base `keras.layers.Layer` arguments (for integer tokens,
             pass `dtype="int32"` so the cache keeps their dtype).
 
@@ -50,8 +52,9 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
 
     Raises:
         ValueError: for a `delay` that is not an int >= 1, a `fill_value`
-            that is not a finite number (or, for integer inputs, not a whole
-            number their dtype holds), inputs of rank < 2, or a cache that
+            that is not a finite number (or that the inputs' dtype does not
+            hold: not a whole number in range for integers, too large for
+            floats), inputs of rank < 2, or a cache that
             is not (B, delay, ...).
 
     Example:
@@ -116,9 +119,19 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         return history[:, :length], history[:, length:]
 
     def _check_fill_value(self, dtype):
-        """Refuses a `fill_value` that a cast to integer inputs' dtype would
-        change (1.7 read as 1, 2**40 wrapped)."""
+        """Refuses a `fill_value` that a cast to the inputs' dtype would
+        change: 1.7 read as 1 and 2**40 wrapped by an integer dtype, 1e300
+        (float32) or 1e6 (float16) made infinite by a float one."""
         dtype = keras.backend.standardize_dtype(dtype)
+        if "float" in dtype:
+            largest = float(ml_dtypes.finfo(dtype).max)  # bfloat16 too
+            if abs(self.fill_value) > largest:
+                raise ValueError(
+                    f"{type(self).__name__}: `fill_value` must be a number that {dtype} holds "
+                    f"(at most {largest:.4g} in size) for inputs of that dtype; a larger one "
+                    f"becomes infinite. Received: fill_value={self.fill_value!r}."
+                )
+            return
         if "int" not in dtype:
             return
         info = np.iinfo(dtype)

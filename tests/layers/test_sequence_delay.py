@@ -1,3 +1,6 @@
+import re
+
+import keras
 import numpy as np
 import pytest
 
@@ -79,6 +82,20 @@ def test_fill_value_must_fit_integer_inputs():
                                              r"\(-2147483648\.\.2147483647\) for inputs of that dtype\. "
                                              rf"Received: fill_value={fill_value}\."):
             SequenceDelay(2, fill_value=fill_value)(tokens)
-    # A whole float is a whole number; float inputs take any finite value.
+    # A whole float is a whole number; float inputs take any value their dtype holds.
     np.testing.assert_array_equal(SequenceDelay(2, fill_value=-1.0)(tokens), [[-1, -1, 1, 1]])
     np.testing.assert_allclose(SequenceDelay(1, fill_value=1.7)(np.ones((1, 2), "float32")), [[1.7, 1.0]])
+
+
+@pytest.mark.parametrize("dtype, fill_value, largest", [
+    ("float32", 1e300, "3.403e\\+38"), ("float16", 1e6, "6.55e\\+04"), ("bfloat16", -1e39, "3.39e\\+38"),
+])
+def test_fill_value_must_fit_float_inputs(dtype, fill_value, largest):
+    # The cast made these infinite: the first outputs were inf.
+    inputs = keras.ops.ones((1, 4), dtype)
+    with pytest.raises(ValueError, match=rf"`fill_value` must be a number that {dtype} holds \(at most "
+                                         rf"{largest} in size\).*Received: fill_value={re.escape(str(fill_value))}\."):
+        SequenceDelay(2, fill_value=fill_value, dtype=dtype)(inputs)
+    out = SequenceDelay(2, fill_value=-5.0, dtype=dtype)(inputs)
+    out = keras.ops.convert_to_numpy(keras.ops.cast(out, "float32"))
+    np.testing.assert_array_equal(out, [[-5, -5, 1, 1]])
