@@ -25,8 +25,9 @@ def versioned_export_path(export_dir, version, overwrite=False):
         The version folder's path (not created).
 
     Raises:
-        ValueError: if `version` is not a positive integer, or the folder
-            exists and `overwrite` is False.
+        ValueError: if `version` is not a positive integer, `export_dir`
+            is not a path or is a file, or the version folder exists and
+            `overwrite` is False.
 
     Example:
     >>> import os
@@ -53,6 +54,16 @@ def versioned_export_path(export_dir, version, overwrite=False):
         raise ValueError(
             "`version` must be a positive integer (TF Serving serves numbered "
             f"folders under the model's base path). Received: version={version!r}."
+        )
+    if not isinstance(export_dir, (str, os.PathLike)):
+        raise ValueError(
+            "`export_dir` must be a folder path (str or os.PathLike), the model's base "
+            f"path for TF Serving. Received: export_dir={export_dir!r}."
+        )
+    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
+        raise ValueError(
+            f"`export_dir` must be a folder, and {os.fspath(export_dir)} is a file: pass "
+            "another path (the version folders go inside it)."
         )
     path = os.path.join(os.fspath(export_dir), str(int(version)))
     if os.path.lexists(path) and not overwrite:

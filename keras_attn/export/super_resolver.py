@@ -41,7 +41,7 @@ def image_sizes(model):
     try:
         low = model.get_layer("encoder_embedding")
         high = model.get_layer("decoder_embedding")
-    except ValueError:
+    except (ValueError, AttributeError):  # no such layer; not a model (None, a path)
         low = high = None
     if low is None or not hasattr(low, "image_size") or not hasattr(high, "image_size"):
         raise ValueError(

@@ -1,5 +1,7 @@
 """SavedModel export of a translation Transformer: string in, string out."""
 
+import numbers
+
 import tensorflow as tf
 
 from keras_attn import checks
@@ -85,11 +87,11 @@ def export_translator(
 
     Raises:
         ValueError: for a bad `version`, an existing folder without
-            `overwrite`, `max_length < 3` / `num_beams < 1`, a model
-            `CachedDecoder` cannot adapt, or a `num_beams` /
-            `length_penalty_alpha` that `beam_search` refuses (e.g. a
-            negative alpha; raised while the signatures are traced, the
-            message prefixed with TensorFlow's "in user code:").
+            `overwrite`, a `max_length` that is not an int in 3 .. 2**31 - 1,
+            a `num_beams` / `length_penalty_alpha` that `beam_search`
+            refuses (not a positive int; a negative alpha), a tokenizer
+            that is not a `SubwordTokenizer`, or a model `CachedDecoder`
+            cannot adapt.
 
     Example:
     >>> # A real export, even of a one-layer model, traces two decoding loops
@@ -122,10 +124,29 @@ def export_translator(
     from keras_attn.generation import Decoder
     from keras_attn.preprocessing.text import encode_source
 
-    if max_length < 3:
-        raise ValueError(f"`max_length` must be at least 3. Received: max_length={max_length}.")
-    if num_beams < 1:
-        raise ValueError(f"`num_beams` must be at least 1. Received: num_beams={num_beams}.")
+    if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) \
+            or not 3 <= max_length < 2**31:
+        raise ValueError(
+            "`max_length` must be an int from 3 (the start token, one token and the end "
+            "token) to 2**31 - 1 (int32 positions): the static length of sources and "
+            f"translations. Received: max_length={max_length!r}."
+        )
+    # Here, not first while the signatures are traced (TensorFlow's
+    # "in user code:" prefix).
+    checks.check_beam_arguments(num_beams, length_penalty_alpha)
+    for name, value in (("tokenizer", tokenizer), ("source_tokenizer", source_tokenizer)):
+        if value is not None and not all(
+                hasattr(value, a) for a in ("tokenize", "detokenize", "pad_id")):
+            raise ValueError(
+                f"`{name}` must be a `keras_attn.preprocessing.subword_tokenizer."
+                f"SubwordTokenizer` (tokenize, detokenize, pad_id ...). Received: "
+                f"{name}={value!r}."
+            )
+    if tokenizer is None:
+        raise ValueError(
+            "`tokenizer` must be the target `SubwordTokenizer` the model was trained "
+            "with. Received: tokenizer=None."
+        )
     path = versioned_export_path(export_dir, version, overwrite)
     source_tokenizer = source_tokenizer or tokenizer
     # One trace of the decoding loop serves both endpoints (the text endpoint's

@@ -3,6 +3,7 @@ overwrite, left intact when an export fails."""
 
 import hashlib
 import os
+import re
 
 import keras
 import numpy as np
@@ -204,3 +205,16 @@ def test_a_file_in_the_version_place_is_replaced_without_leftovers(tmp_path, mon
     archive._replace_folder(str(new), str(base / "1"))
     assert sorted(os.listdir(base)) == ["1"]
     assert (base / "1" / "saved_model.pb").read_text() == "new"
+
+
+def test_export_dir_must_be_a_folder_path(tmp_path):
+    # None gave a TypeError from os.fspath, a file a bare FileExistsError.
+    from keras_attn.export import versioned_export_path
+
+    with pytest.raises(ValueError, match=r"^`export_dir` must be a folder path .*Received: export_dir=None\.$"):
+        versioned_export_path(None, 1)
+    a_file = tmp_path / "model.keras"
+    a_file.write_text("not a folder")
+    with pytest.raises(ValueError, match=rf"^`export_dir` must be a folder, and {re.escape(str(a_file))} is a file"):
+        versioned_export_path(a_file, 1)
+    assert versioned_export_path(tmp_path / "new", 2) == str(tmp_path / "new" / "2")

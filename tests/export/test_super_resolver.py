@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -163,6 +164,11 @@ def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
     assert super_resolve(model, np.zeros((1, 2, 2, 3), np.uint8).tolist(), seed=3).shape == (1, 4, 4, 3)
     from keras_attn.models import image_transformer
 
+    # None gave an AttributeError (get_layer).
+    for not_a_model in (None, "model.keras"):
+        with pytest.raises(ValueError, match=rf"Expected a `keras_attn.models.super_resolution_transformer` model .*"
+                                             rf"Received: {re.escape(repr(not_a_model))}\."):
+            super_resolve(not_a_model, np.zeros((1, 2, 2, 3), np.uint8))
     with pytest.raises(ValueError, match="Expected a `keras_attn.models.super_resolution_transformer`"):
         export_super_resolver(image_transformer(image_size=4, num_layers=1, hidden_dim=16,
                                                 num_heads=2, intermediate_dim=32), str(tmp_path))

@@ -74,6 +74,24 @@ def test_versioned_layout_and_signatures(translator, tmp_path):
         export_translator(model, tokenizer, tmp_path, version=0)
 
 
+def test_bad_export_arguments_are_refused_before_tracing(translator, tmp_path):
+    # Each gave a TypeError, an error from deep in the trace, or (num_beams=True) an export.
+    model, tokenizer = translator[:2]
+    for bad in ("10", None, 2, 2**40, True):
+        with pytest.raises(ValueError, match=rf"^`max_length` must be an int from 3 .*Received: max_length={re.escape(repr(bad))}\.$"):
+            export_translator(model, tokenizer, tmp_path, max_length=bad)
+    for bad in (True, 0, 1.5):
+        with pytest.raises(ValueError, match=rf"^`num_beams` must be a positive int. Received: num_beams={bad!r}\.$"):
+            export_translator(model, tokenizer, tmp_path, num_beams=bad)
+    with pytest.raises(ValueError, match=r"^`length_penalty_alpha` must be a number >= 0"):
+        export_translator(model, tokenizer, tmp_path, length_penalty_alpha=-1.0)
+    with pytest.raises(ValueError, match=r"^`tokenizer` must be the target `SubwordTokenizer`.*tokenizer=None\.$"):
+        export_translator(model, None, tmp_path)
+    with pytest.raises(ValueError, match=r"^`source_tokenizer` must be a `keras_attn.preprocessing.subword_tokenizer"):
+        export_translator(model, tokenizer, tmp_path, source_tokenizer="de.model")
+    assert not os.listdir(tmp_path)  # nothing written
+
+
 def test_odd_inputs_do_not_crash_the_graph(translator):
     _, _, path, _ = translator
     serving = tf.saved_model.load(path).signatures["serving_default"]
