@@ -190,6 +190,12 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
                 f"{type(self).__name__}: `logits` must be (batch, length, num_intensities="
                 f"{self.num_intensities}). Received: logits.shape={tuple(logits.shape)}."
             )
+        dtype = keras.backend.standardize_dtype(logits.dtype)
+        if "float" not in dtype:
+            raise ValueError(
+                f"{type(self).__name__}: `logits` must be floating point (the bias is a "
+                f"float: integer logits would truncate it). Received: logits.dtype={dtype}."
+            )
         low_resolution = self.raster.check_batch(low_resolution, logits, "logits")
         # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
         # one row gather per position (its gradient is a row scatter-add).

@@ -54,8 +54,10 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         ValueError: for a `delay` that is not an int >= 1, a `fill_value`
             that is not a finite number (or that the inputs' dtype does not
             hold: not a whole number in range for integers, too large for
-            floats), inputs of rank < 2, or a cache that
-            is not (B, delay, ...).
+            floats), inputs of rank < 2, a cache that is
+            not (B, delay, ...) for the inputs' batch and feature sizes
+            (a batch known only at run time is checked in the graph), or a
+            `cache_index` that is not an integer scalar.
 
     Example:
     >>> import keras
@@ -109,12 +111,22 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
             cache = ops.full(shape, self.fill_value, inputs.dtype)
             history = ops.concatenate([cache, inputs], axis=1)
             return history[:, :length]
-        if len(cache.shape) != len(inputs.shape) or cache.shape[1] not in (None, self.delay):
+        checks.check_index(cache_index, "cache_index")
+        wanted = (inputs.shape[0], self.delay) + tuple(inputs.shape[2:])
+        if len(cache.shape) != len(inputs.shape) or any(
+            got is not None and want is not None and got != want
+            for got, want in zip(cache.shape, wanted)
+        ):
             raise ValueError(
                 f"{type(self).__name__}: `cache` must be (batch, delay={self.delay}, ...) "
                 f"like `init_cache` returns, for inputs of shape {tuple(inputs.shape)}. "
                 f"Received: cache.shape={tuple(cache.shape)}."
             )
+        cache = checks.check_batch_size(
+            "cache", cache, ops.shape(inputs)[0],
+            f"{type(self).__name__} {self.name}: `cache` must hold the history of every row "
+            "of `inputs`: pass both for the same batch.",
+        )
         history = ops.concatenate([ops.cast(cache, inputs.dtype), inputs], axis=1)
         return history[:, :length], history[:, length:]
 

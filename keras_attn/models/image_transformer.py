@@ -330,6 +330,20 @@ def super_resolution_transformer(
                 f"`{name}` must be one of {INTERPOLATIONS} (how the low-resolution value at "
                 f"each position is read) or None (no such part). Received: {name}={value!r}."
             )
+    # Checked here for all the parts that need it at once: the encoder's
+    # message alone suggested align_positions=False, and then a layer refused.
+    needing = [part for part, on in (
+        ("align_positions", align_positions and position == "sinusoidal"),
+        ("low_resolution_embedding", low_resolution_embedding is not None),
+        ("low_resolution_logit_bias", low_resolution_logit_bias is not None),
+    ) if on]
+    if needing and (height % low_height or width % low_width):
+        raise ValueError(
+            "Each side of `image_size` must be a multiple of the same side of "
+            f"`low_resolution_size` (an integer upscaling factor) for {', '.join(needing)}. "
+            f"Received: low_resolution_size={(low_height, low_width)}, image_size="
+            f"{(height, width)}."
+        )
     if low_resolution_left_residual and not (
             low_resolution_consistency and low_resolution_logit_bias is not None):
         raise ValueError(

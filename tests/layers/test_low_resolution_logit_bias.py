@@ -316,6 +316,9 @@ def test_optional_inputs_must_be_one_value_per_position_and_come_with_what_they_
         layer(logits, low, block_sums=sums, previous_block_sums=sums)
     with pytest.raises(ValueError, match=r"positions must lie inside the 17 positions .*Received: positions -2..13\."):
         layer(logits, low, start_index=-2)
+    # Integer logits came back integer, the bias truncated (-77.5 -> -77).
+    with pytest.raises(ValueError, match=r"`logits` must be floating point .*Received: logits.dtype=int32"):
+        layer(np.zeros((1, 16, 256), "int32"), low)
     # The valid combinations still run.
     assert layer(logits, low, block_sums=sums, left_intensities=ints).shape == (1, 16, 256)
     assert layer(logits, low, block_sums=sums, previous_intensities=ints,

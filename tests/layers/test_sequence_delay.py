@@ -65,6 +65,15 @@ def test_errors():
     with pytest.raises(ValueError, match=r"`cache` must be \(batch, delay=2, \.\.\.\).*"
                                          r"cache.shape=\(1, 3\)"):
         layer(np.zeros((1, 1), "float32"), cache=np.zeros((1, 3), "float32"), cache_index=0)
+    # Another batch or feature size failed in a concatenation; a string
+    # cache_index was accepted.
+    tokens = np.zeros((2, 1, 4), "float32")
+    with pytest.raises(ValueError, match=r"`cache` must be \(batch, delay=2, \.\.\.\).*cache.shape=\(2, 2, 5\)"):
+        layer(tokens, cache=np.zeros((2, 2, 5), "float32"), cache_index=0)
+    with pytest.raises(ValueError, match=r"`cache` must be \(batch, delay=2, \.\.\.\).*cache.shape=\(3, 2, 4\)"):
+        layer(tokens, cache=np.zeros((3, 2, 4), "float32"), cache_index=0)
+    with pytest.raises(ValueError, match=r"`cache_index` must be an integer scalar"):
+        layer(tokens, cache=np.zeros((2, 2, 4), "float32"), cache_index="abc")
 
 
 @pytest.mark.parametrize("fill_value", [float("nan"), float("inf"), None, "x", [1, 2], True])

@@ -245,6 +245,13 @@ def test_default_window_is_one_image_row_and_errors():
         with pytest.raises(ValueError, match=rf"^`{part}` must be one of \('nearest', 'bicubic'\) .*or None "
                                              rf".*Received: {part}='Bicubic'\.$"):
             super_resolution_transformer(**{part: "Bicubic"})
+    # One message for every part that needs an integer upscaling factor
+    # (the encoder's alone suggested align_positions=False, then a layer refused).
+    with pytest.raises(ValueError, match=r"Each side of `image_size` must be a multiple of the same side of "
+                                         r"`low_resolution_size` \(an integer upscaling factor\) for align_positions, "
+                                         r"low_resolution_embedding, low_resolution_logit_bias\. Received: "
+                                         r"low_resolution_size=\(4, 4\), image_size=\(2, 2\)\."):
+        super_resolution_transformer(low_resolution_size=4, image_size=2)
     # The left residual corrects the consistent value: alone it was ignored.
     for without in (dict(low_resolution_consistency=False), dict(low_resolution_logit_bias=None)):
         with pytest.raises(ValueError, match=r"`low_resolution_left_residual=True` corrects the consistent value"):
