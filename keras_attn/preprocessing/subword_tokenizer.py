@@ -266,9 +266,7 @@ class SubwordTokenizer(tf.Module):
                 "`ids` must be a rank-2 (batch, length) integer tensor. "
                 f"Received: shape={ids.shape}, dtype={ids.dtype.name}."
             )
-        ids = tf.cast(ids, tf.int32)
-        out_of_range = (ids < 0) | (ids >= self._vocabulary_size)
-        ids = tf.where(out_of_range, tf.constant(UNKNOWN_ID, tf.int32), ids)
+        ids = self._known_ids(ids)
         is_end = tf.cast(ids == END_ID, tf.int32)
         before_end = tf.cumsum(is_end, axis=1) == 0
         keep = before_end & (ids != PAD_ID) & (ids != START_ID)
@@ -278,13 +276,33 @@ class SubwordTokenizer(tf.Module):
         """The vocabulary pieces of token ids, for display (e.g. the axes of
         an attention plot): "▁" marks the start of a word.
 
+        Ids outside `[0, vocabulary_size)` give the unknown piece "<unk>",
+        as `detokenize` reads them as the unknown id (SentencePiece itself
+        would crash the process on them).
+
         Args:
             ids: int tensor or array of any shape.
 
         Returns:
             A string tensor of the same shape.
+
+        Raises:
+            ValueError: if `ids` are not integers.
         """
-        return self._sentencepiece.id_to_string(tf.cast(ids, tf.int32))
+        ids = tf.convert_to_tensor(ids)
+        if not ids.dtype.is_integer:
+            raise ValueError(
+                f"`ids` must be integer token ids. Received: dtype={ids.dtype.name}."
+            )
+        return self._sentencepiece.id_to_string(self._known_ids(ids))
+
+    def _known_ids(self, ids):
+        """Integer `ids` as int32, those outside the vocabulary (compared
+        before the cast, so that 2**32 + 5 does not pass as 5) replaced by
+        the unknown id."""
+        wide = tf.cast(ids, tf.int64)
+        out_of_range = (wide < 0) | (wide >= self._vocabulary_size)
+        return tf.cast(tf.where(out_of_range, tf.constant(UNKNOWN_ID, tf.int64), wide), tf.int32)
 
     def save(self, path):
         """Writes the SentencePiece model proto to `path` (a `.model` file).

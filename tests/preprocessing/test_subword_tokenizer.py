@@ -157,6 +157,19 @@ def test_detokenize_strips_padding_and_stops_at_end(tokenizer):
     # Unknown and out-of-range ids read as the unknown piece " ⁇ ".
     unknown = tokenizer.detokenize([[1], [5000], [-7]])
     assert _texts(unknown) == [" \u2047 "] * 3
+    # Compared before the cast to int32: 2**32 + 5 was read as piece 5.
+    wrapped = tokenizer.detokenize(np.array([[5, 2**32 + 5]], np.int64))
+    assert _texts(wrapped) == [_texts(tokenizer.detokenize([[5, 1]]))[0]]
+
+
+def test_id_to_piece_reads_ids_outside_the_vocabulary_as_the_unknown_piece(tokenizer):
+    # SentencePiece crashed the whole process (segmentation fault) on them.
+    size = tokenizer.vocabulary_size
+    pieces = tokenizer.id_to_piece(np.array([size, 10_000, -1, 2**32 + 5], np.int64)).numpy()
+    assert [p.decode() for p in pieces] == ["<unk>"] * 4
+    assert tokenizer.id_to_piece([size - 1]).numpy()[0].decode() != "<unk>"
+    with pytest.raises(ValueError, match=r"`ids` must be integer token ids. Received: dtype=float32"):
+        tokenizer.id_to_piece(np.array([1.0], np.float32))
 
 
 def test_works_inside_tf_function(tokenizer, corpus):
