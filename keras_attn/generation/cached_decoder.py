@@ -431,6 +431,26 @@ class CachedDecoder(Decoder):
         self._produced_by = produced_by
 
     # ------------------------------------------------------------- protocol
+    def check_max_length(self, max_length):
+        """Refuses a `max_length` that is not a positive int or that a
+        position-aware layer cannot encode. The searches call it before
+        they pad the prompt to `max_length` (a huge one would otherwise
+        exhaust memory first), `initial_state` again.
+
+        Raises:
+            ValueError: naming the layer and the positions it encodes.
+        """
+        checks.check_max_length(max_length, "the number of positions the caches hold, a static shape")
+        for step in self._steps:
+            limit = getattr(step["op"], "max_positions", None) if "start_index" in step else None
+            if limit is not None and step["start_index"] + max_length > limit:
+                raise ValueError(
+                    f"max_length={max_length} does not fit layer "
+                    f"'{step['op'].name}', which encodes {limit} positions "
+                    f"(`max_positions`). Generate at most "
+                    f"{limit - step['start_index']} positions."
+                )
+
     def initial_state(self, batch_size, max_length, inputs=None):
         """Runs the encoder path once and allocates the empty caches.
 
@@ -455,16 +475,7 @@ class CachedDecoder(Decoder):
                 than `batch_size`, or `max_length` exceeds a learned position
                 table.
         """
-        checks.check_max_length(max_length, "the number of positions the caches hold, a static shape")
-        for step in self._steps:
-            limit = getattr(step["op"], "max_positions", None) if "start_index" in step else None
-            if limit is not None and step["start_index"] + max_length > limit:
-                raise ValueError(
-                    f"max_length={max_length} does not fit layer "
-                    f"'{step['op'].name}', which encodes {limit} positions "
-                    f"(`max_positions`). Generate at most "
-                    f"{limit - step['start_index']} positions."
-                )
+        self.check_max_length(max_length)
         values = self._encoder_values(inputs, batch_size)
         memory = []
         for spec in self._memory_specs:

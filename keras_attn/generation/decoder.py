@@ -18,7 +18,9 @@ class Decoder:
     the state dict beams share (`shared_state_keys`: e.g. the encoder memory
     of a translation, computed once per source row), and the reading of the
     model's inputs both decoders need (which one holds the tokens, the others
-    as a dict by name).
+    as a dict by name). A decoder may also have `check_max_length(max_length)`,
+    which the searches call before they pad the prompt to `max_length`
+    (`CachedDecoder` refuses lengths its position layers cannot encode).
 
     Args:
         model: a `keras.Model` whose output is the next-token logits

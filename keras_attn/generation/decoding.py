@@ -259,6 +259,8 @@ def checked_prefill(decoder, prompt, max_length, end_token_id, pad_token_id, pro
     """
     size = vocabulary_size(decoder)
     check_token_ids(end_token_id, pad_token_id, size)
+    if hasattr(decoder, "check_max_length"):  # before the prompt is padded to it
+        decoder.check_max_length(max_length)
     prepared = prepare_prompt(
         prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size(decoder)
     )

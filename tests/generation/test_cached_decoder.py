@@ -130,6 +130,12 @@ def test_errors_name_the_unexpected_layer():
         decoder.initial_state(2, 8, {"source": tiny_models.SOURCE})
     with pytest.raises(ValueError, match=r"max_length=20 does not fit layer .*16 positions"):
         CachedDecoder(tiny_models.language_model(max_length=16)).initial_state(1, 20)
+    # The searches ask before padding the prompt to max_length: 10**9 was
+    # padded first, and the process was killed for memory.
+    from keras_attn.generation import greedy_search
+
+    with pytest.raises(ValueError, match=r"max_length=1000000000 does not fit layer .*16 positions"):
+        greedy_search(tiny_models.language_model(max_length=16), np.ones((2, 3), "int32"), 10**9)
 
 
 def test_step_errors():
