@@ -773,6 +773,37 @@ def midi_to_events(midi, sustain=True, add_start_end=False):
     return _encode(*_midi_note_arrays(midi, sustain), add_start_end=add_start_end)
 
 
+# What a Standard MIDI File can hold: the tempo as microseconds per quarter
+# note in 24 bits, ticks per quarter note in 15 bits, programs 0..127.
+_MIN_TEMPO = 6e7 / (2**24 - 1)  # quarter notes per minute, about 3.58
+_MAX_TEMPO = 6e7
+
+
+def _check_midi_header(tempo, resolution, program):
+    """Refuses a tempo, resolution or program a MIDI file cannot hold: the
+    file would silently hold another (a tempo of 3 wraps to a note 6.5x
+    shorter, a resolution of 40000 to one 5.5x longer)."""
+    if isinstance(tempo, bool) or not isinstance(tempo, numbers.Real) \
+            or not _MIN_TEMPO <= tempo <= _MAX_TEMPO:
+        raise ValueError(
+            f"`tempo` must be a number of quarter notes per minute from {_MIN_TEMPO:.2f} to "
+            f"{_MAX_TEMPO:.0f}, what a MIDI file holds (microseconds per quarter note in 24 "
+            f"bits). Received: tempo={tempo!r}."
+        )
+    if isinstance(resolution, bool) or not isinstance(resolution, numbers.Integral) \
+            or not 1 <= resolution <= 2**15 - 1:
+        raise ValueError(
+            "`resolution` must be an int from 1 to 32767, the ticks per quarter note a MIDI "
+            f"file holds (15 bits). Received: resolution={resolution!r}."
+        )
+    if isinstance(program, bool) or not isinstance(program, numbers.Integral) \
+            or not 0 <= program <= 127:
+        raise ValueError(
+            "`program` must be a General MIDI program, an int from 0 to 127 (0 = acoustic "
+            f"grand piano). Received: program={program!r}."
+        )
+
+
 def events_to_midi(events, program=0, resolution=500, tempo=120.0,
                    default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
     """Decodes performance events to a one-piano `symusic.Score` (in ticks).
@@ -797,8 +828,10 @@ def events_to_midi(events, program=0, resolution=500, tempo=120.0,
 
     Raises:
         ValueError: if `events` is not 1-D integer or has ids outside the
-            vocabulary, `default_velocity` is not an int in 1..127, or
-            `max_note_duration` is not None or a finite number >= 0.01.
+            vocabulary, `default_velocity` is not an int in 1..127,
+            `max_note_duration` is not None or a finite number >= 0.01, or
+            `tempo` (3.58 .. 6e7), `resolution` (1 .. 32767) or `program`
+            (0 .. 127) is outside what a MIDI file holds.
 
     Example:
     >>> from keras_attn.preprocessing.music import events_to_midi
@@ -812,6 +845,7 @@ def events_to_midi(events, program=0, resolution=500, tempo=120.0,
         Oore et al. 2018, section 6.1.
     """
     symusic = _symusic()
+    _check_midi_header(tempo, resolution, program)
     starts, ends, pitches, velocities = _decode(events, default_velocity, max_note_duration)
     ticks_per_step = resolution * tempo / 60.0 / STEPS_PER_SECOND
     start_ticks = np.round(starts * ticks_per_step).astype(np.int32)
@@ -1236,7 +1270,9 @@ def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
 
     Raises:
         ValueError: if `grid` is not (steps, 4) with values in -1..127,
-            `tempo` is not positive, or `velocity` is not an int in 1..127.
+            `tempo` is outside 3.58 .. 6e7 quarter notes per minute or
+            `program` outside 0..127 (what a MIDI file holds), or
+            `velocity` is not an int in 1..127.
 
     Example:
     >>> from keras_attn.preprocessing.music import chorale_to_midi
@@ -1254,9 +1290,8 @@ def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
     symusic = _symusic()
     grid = _check_grid(grid)
     velocity = _check_velocity("velocity", velocity)
-    if not (np.isfinite(tempo) and tempo > 0):
-        raise ValueError(f"`tempo` must be a positive number. Received: tempo={tempo!r}.")
     resolution = 480
+    _check_midi_header(tempo, resolution, program)
     ticks_per_step = resolution // 4
     score = symusic.Score(resolution)
     score.tempos.append(symusic.Tempo(0, qpm=float(tempo)))

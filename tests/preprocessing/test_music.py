@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 
 import numpy as np
 import pytest
@@ -387,6 +388,32 @@ def test_events_to_midi_skips_specials_and_unmatched_events():
     assert score.ticks_per_quarter == 480 and score.tempos[0].mspq == 1000000
     assert score.tracks[0].program == 5 and score.tracks[0].name == "Piano"
     assert [(n.pitch, n.time, n.duration) for n in score.tracks[0].notes] == [(60, 0, 5), (61, 14, 5)]
+
+
+def test_midi_writers_refuse_what_a_midi_file_cannot_hold(tmp_path):
+    # Each was written, and read back as another piece: a tempo of 3 as a
+    # note 6.5x shorter, resolution 40000 as one 5.5x longer, program 128
+    # not at all.
+    events = [VEL + 19, ON + 60, shift(50), OFF + 60]
+    for tempo in (3.0, 0, -1, float("nan"), 1e9, True):
+        with pytest.raises(ValueError, match=r"`tempo` must be a number of quarter notes per minute from 3.58 "
+                                             rf"to 60000000.*Received: tempo={re.escape(repr(tempo))}\."):
+            music.events_to_midi(events, tempo=tempo)
+        with pytest.raises(ValueError, match=r"`tempo` must be a number of quarter notes per minute"):
+            music.chorale_to_midi([[60, 60, 60, 60]], tempo=tempo)
+    for resolution in (0, -5, 40000, 2.5):
+        with pytest.raises(ValueError, match=rf"`resolution` must be an int from 1 to 32767.*resolution={resolution!r}\."):
+            music.events_to_midi(events, resolution=resolution)
+    for program in (-1, 128, 1000):
+        with pytest.raises(ValueError, match=rf"`program` must be a General MIDI program.*program={program}\."):
+            music.events_to_midi(events, program=program)
+        with pytest.raises(ValueError, match=r"`program` must be a General MIDI program"):
+            music.chorale_to_midi([[60, 60, 60, 60]], program=program)
+    # The limits themselves still round-trip: 500 ms at the slowest tempo.
+    path = str(tmp_path / "slow.mid")
+    music.events_to_midi(events, tempo=3.6, resolution=32767, program=127).dump_midi(path)
+    notes = music.midi_to_notes(path)
+    assert len(notes) == 1 and abs(notes[0].end - notes[0].start - 0.5) < 1e-3
 
 
 def test_max_note_duration_cuts_hanging_notes_only():
