@@ -1,5 +1,7 @@
 """Deterministic decoding: greedy search and beam search over a cached decoder."""
 
+import math
+
 from keras import ops
 
 from keras_attn import checks
@@ -206,7 +208,10 @@ def beam_search(
     Raises:
         ValueError: if `num_beams` is not a positive int,
             `length_penalty_alpha` is not a finite number >= 0 (NaN and
-            infinities refused), or for the reasons of `greedy_search`.
+            infinities refused) or so large that the penalty at
+            `max_length` exceeds 1e30 (float32 scores would lose every
+            difference), `return_all_beams` is not a bool, or for the
+            reasons of `greedy_search`.
 
     Example:
     >>> import keras
@@ -228,6 +233,9 @@ def beam_search(
         (beam size 4, alpha = 0.6).
     """
     checks.check_beam_arguments(num_beams, length_penalty_alpha)
+    _check_penalty_range(length_penalty_alpha, max_length)
+    checks.check_bool(None, "return_all_beams", return_all_beams,
+                      "True = also return every beam and its score")
     checks.check_token_id("end_token_id", end_token_id)
     checks.check_token_id("pad_token_id", pad_token_id)
     suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
@@ -339,6 +347,26 @@ def _end_beams(finished, token, forced, end_token_id):
         return finished
     ended = ops.logical_and(ops.logical_not(forced)[:, None], ops.equal(token, end_token_id))
     return ops.logical_or(finished, ended)
+
+
+# The largest length penalty kept: scores log P / lp stay distinct float32
+# numbers (a penalty of 1e31 or more sent them to -0.0 or NaN).
+_MAX_LOG_PENALTY = math.log(1e30)
+
+
+def _check_penalty_range(alpha, max_length):
+    """Refuses an `alpha` whose penalty at `max_length` leaves float32."""
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        return  # refused with its own message by the prompt's checks
+    largest = alpha * math.log((5.0 + max_length) / 6.0)
+    if largest > _MAX_LOG_PENALTY:
+        raise ValueError(
+            "`length_penalty_alpha` is too large for float32 scores: the penalty "
+            f"((5 + |Y|) / 6) ** alpha reaches e^{largest:.3g} at max_length={max_length}, "
+            "and log P / lp then loses every difference between beams. Use at most "
+            f"{_MAX_LOG_PENALTY / math.log((5.0 + max_length) / 6.0):.3g} here (0.6 in "
+            f"Vaswani et al. 2017). Received: length_penalty_alpha={alpha!r}."
+        )
 
 
 def _best_candidates(candidate_log_probs, candidate_length, length_penalty_alpha):

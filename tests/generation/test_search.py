@@ -371,6 +371,22 @@ def test_beam_search_refuses_a_non_finite_length_penalty(alpha):
         beam_search(model, np.array([[1, 2]], "int32"), 5, length_penalty_alpha=alpha)
 
 
+def test_beam_search_refuses_a_length_penalty_float32_cannot_rank_with():
+    # alpha=200 sent every score to -0.0 (another best beam than at 100),
+    # 1e300 to NaN, without an error.
+    model = tiny_models.language_model(num_layers=1)
+    prompt = np.array([[1, 2]], "int32")
+    # max_length 16: ln((5 + 16) / 6) = 1.2528, so alpha up to 69.08 / 1.2528 = 55.1.
+    for alpha in (200.0, 1e300):
+        with pytest.raises(ValueError, match=r"`length_penalty_alpha` is too large for float32 scores: .*"
+                                             r"at max_length=16.*Use at most 55.1 here.*"
+                                             rf"Received: length_penalty_alpha={re.escape(repr(alpha))}\."):
+            beam_search(model, prompt, 16, length_penalty_alpha=alpha)
+    assert beam_search(model, prompt, 16, length_penalty_alpha=55.0).shape == (1, 16)
+    with pytest.raises(ValueError, match=r"`return_all_beams` must be True or False .*Received: return_all_beams='no'"):
+        beam_search(model, prompt, 16, return_all_beams="no")
+
+
 @pytest.mark.parametrize("generate", STRATEGIES)
 def test_unknown_input_names_are_refused(generate):
     # A typo next to the right name used to be ignored.
