@@ -42,9 +42,9 @@ def compile_generation(fn, models):
         A function with `fn`'s signature and results, compiled (see above).
 
     Raises:
-        ValueError: if `fn` is not callable or `models` holds something
-            that is neither a Keras layer nor a decoder with a `model`, or
-            an unbuilt one.
+        ValueError: if `fn` is not callable, `models` is empty or holds
+            something that is neither a Keras layer nor a decoder with a
+            `model`, or an unbuilt one.
 
     Example:
     >>> import keras
@@ -94,6 +94,14 @@ def _jax_compile(fn, variables):
 def _variables(models):
     if not isinstance(models, (list, tuple)):
         models = [models]
+    if not models:
+        # On JAX the weights fn reads would become constants of the
+        # program: after `fit` or `set_weights` it would generate with the old ones.
+        raise ValueError(
+            "`models` must name at least one model (or layer, or decoder) whose weights "
+            "the generation function reads, so that a compiled function sees their current "
+            f"values. Received: models={models!r}."
+        )
     variables, seen = [], set()
     for model in models:
         layer = getattr(model, "model", model)

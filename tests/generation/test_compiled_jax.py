@@ -2,6 +2,8 @@
 the eager result, with the weights passed in as state (`compile_generation`)
 so that a compiled function follows weight updates."""
 
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -111,3 +113,8 @@ def test_compile_generation_errors():
         compile_generation(lambda: None, "model")
     with pytest.raises(ValueError, match="`models` must be built"):
         compile_generation(lambda: None, keras.layers.Dense(3, name="head"))
+    # With no model the weights became constants of the program: after
+    # set_weights it kept generating with the old ones.
+    for empty in ([], ()):
+        with pytest.raises(ValueError, match=rf"`models` must name at least one model .*Received: models={re.escape(repr(empty))}\."):
+            compile_generation(lambda: None, empty)
