@@ -127,6 +127,13 @@ class Decoder:
         """
         needed = list(needed)
         if not isinstance(inputs, dict):
+            if inputs is not None and len(self._input_names) == 1:
+                # A tensor for a model without other inputs was ignored.
+                raise ValueError(
+                    "This model takes no input besides its tokens "
+                    f"`{self.token_input}` (the prompt fills it): pass inputs=None. "
+                    f"Received: inputs of type {type(inputs).__name__}."
+                )
             if not needed:
                 return {}
             if inputs is not None and len(needed) == 1:

@@ -395,6 +395,13 @@ class SubwordTokenizer(tf.Module):
                 "package: `pip install sentencepiece` (or "
                 "`pip install keras_attn[examples]`)."
             ) from error
+        if isinstance(sentences, (str, bytes)):
+            # list() would train on its characters, one "sentence" each.
+            raise ValueError(
+                "`sentences` must be an iterable of sentences, not one string. Received: "
+                f"a {type(sentences).__name__} of {len(sentences)} characters; pass "
+                "`[text]` or `text.splitlines()`."
+            )
         sentences = list(sentences)
         if not sentences:
             raise ValueError("`sentences` is empty; expected training text.")

@@ -259,6 +259,14 @@ def _check_sentence_pairs(
     source_sentences, target_sentences, source_tokenizer, target_tokenizer
 ):
     """Refuses empty or misaligned sentence lists and non-`SubwordTokenizer`s."""
+    for name, sentences in (("source_sentences", source_sentences),
+                            ("target_sentences", target_sentences)):
+        if isinstance(sentences, (str, bytes)):
+            # Its characters would be read as sentences.
+            raise ValueError(
+                f"`{name}` must be a list (or 1-D array) of sentences, not one string. "
+                f"Received: {sentences[:40]!r}; pass `[sentence]`."
+            )
     if len(source_sentences) != len(target_sentences):
         raise ValueError(
             "`source_sentences` and `target_sentences` must be aligned. "

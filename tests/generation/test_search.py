@@ -405,6 +405,12 @@ def test_unknown_input_names_are_refused(generate):
                                          r"input besides its tokens"):
         generate(tiny_models.language_model(num_layers=1), prompt, 4,
                  inputs={"encoder_tokens": tiny_models.SOURCE})
+    # A tensor for a model without other inputs was silently ignored.
+    language = tiny_models.language_model(num_layers=1)
+    for decoder in (language, RecomputingDecoder(language)):
+        with pytest.raises(ValueError, match=r"This model takes no input besides its tokens `tokens` \(the prompt "
+                                             r"fills it\): pass inputs=None\. Received: inputs of type ndarray\."):
+            generate(decoder, prompt, 4, inputs=prompt)
 
 
 def test_prompt_ids_are_checked_against_the_embedding_not_the_logits():

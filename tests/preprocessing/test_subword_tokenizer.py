@@ -208,6 +208,10 @@ def test_errors(tokenizer, corpus):
         tokenizer.detokenize([4, 5, 6])
     with pytest.raises(ValueError, match="not found"):
         SubwordTokenizer.from_file("/nonexistent/dir/x.model")
+    # One string was trained on as a list of one-character sentences.
+    with pytest.raises(ValueError, match=r"`sentences` must be an iterable of sentences, not one string. Received: "
+                                         r"a str of 9 characters; pass `\[text\]` or `text.splitlines\(\)`"):
+        SubwordTokenizer.train("some text", vocabulary_size=300)
     with pytest.raises(ValueError, match="empty"):
         SubwordTokenizer.train([])
     with pytest.raises(ValueError, match="`sentences` must hold Python `str`"):

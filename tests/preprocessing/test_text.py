@@ -304,6 +304,10 @@ def test_errors(tokenizer, pairs):
         make(german, english[:9], tokenizer, tokenizer)
     with pytest.raises(ValueError, match="empty"):
         make([], [], tokenizer, tokenizer)
+    # One string was read as a list of one-character sentences.
+    with pytest.raises(ValueError, match=r"`source_sentences` must be a list \(or 1-D array\) of sentences, not one "
+                                         r"string. Received: 'abc'; pass `\[sentence\]`"):
+        make("abc", "def", tokenizer, tokenizer)
     with pytest.raises(ValueError, match="`target_tokenizer` must be a keras_attn"):
         make(german, english, tokenizer, "tokenizer.model")
     with pytest.raises(ValueError, match="max_length=1"):
