@@ -84,6 +84,9 @@ NUM_TIME_SHIFTS = 100
 NUM_VELOCITY_BINS = 32
 STEPS_PER_SECOND = 100
 """Time resolution: one `TIME_SHIFT` step is 1 / STEPS_PER_SECOND = 10 ms."""
+MAX_SECONDS = 1e6
+"""Note times encoded at most (11.6 days): one `TIME_SHIFT` per second of
+silence, so a later time asks for more events than memory holds."""
 NOTE_ON_OFFSET = 3
 NOTE_OFF_OFFSET = NOTE_ON_OFFSET + NUM_PITCHES  # 131
 TIME_SHIFT_OFFSET = NOTE_OFF_OFFSET + NUM_PITCHES  # 259: TIME_SHIFT of 1 step
@@ -502,8 +505,10 @@ def notes_to_events(notes, add_start_end=False):
         np.int32 array (N,) of event ids in [0, VOCABULARY_SIZE).
 
     Raises:
-        ValueError: if there are no notes, a pitch is outside 0..127, or a
-            time is negative or not finite.
+        ValueError: if there are no notes, a pitch or velocity is not a
+            whole number, a pitch is outside 0..127, a time is negative,
+            not finite or past `MAX_SECONDS`, or a note ends before it
+            starts.
 
     Example:
     >>> from keras_attn.preprocessing.music import Note, notes_to_events
@@ -519,6 +524,12 @@ def notes_to_events(notes, add_start_end=False):
             "Expected at least one note to encode. Received: no notes. Check "
             "that the MIDI file has notes outside drum tracks."
         )
+    for field, plural in (("pitch", "pitches"), ("velocity", "velocities")):
+        fractional = [v for v in (getattr(n, field) for n in notes) if not float(v).is_integer()]
+        if fractional:  # np.int64 would truncate 60.7 to 60
+            raise ValueError(
+                f"Expected whole-number note {plural}. Received: {fractional[:3]}."
+            )
     return _encode(
         np.array([n.start for n in notes], np.float64),
         np.array([n.end for n in notes], np.float64),
@@ -539,6 +550,21 @@ def _encode(starts, ends, pitches, velocities, add_start_end=False):
         raise ValueError(
             "Expected finite, non-negative note times in seconds. Received: "
             f"starts from {starts.min()} and ends up to {ends.max()}."
+        )
+    backwards = np.flatnonzero(ends < starts)
+    if backwards.size:
+        i = backwards[0]
+        raise ValueError(
+            "Expected every note to end at or after its start. Received: "
+            f"{backwards.size} notes ending before they start, the first from "
+            f"{starts[i]} s to {ends[i]} s (pitch {pitches[i]})."
+        )
+    if ends.max() >= MAX_SECONDS:
+        # One TIME_SHIFT per second of silence: 1e12 s asked for terabytes.
+        raise ValueError(
+            f"Expected note times below {MAX_SECONDS:.0e} s ({MAX_SECONDS / 86400:.1f} days): "
+            "performance events take one TIME_SHIFT per second. Received: a note "
+            f"ending at {ends.max()} s."
         )
     start_steps = _to_steps(starts)
     end_steps = _to_steps(ends)

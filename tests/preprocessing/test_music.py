@@ -732,3 +732,23 @@ def test_velocities_outside_midi_are_refused(velocity):
         music.chorale_to_midi([[60, -1, -1, -1]], velocity=velocity)
     with pytest.raises(ValueError, match="MIDI velocity, an int in 1..127"):
         music.events_to_midi([music.NOTE_ON_OFFSET + 60], default_velocity=velocity)
+
+
+def test_notes_that_cannot_be_performance_events_are_refused():
+    # Each was encoded without a word: an end before the start as a note, a
+    # pitch of 60.7 as 60, and a note of 1e12 s ended in a MemoryError.
+    with pytest.raises(ValueError, match=r"Expected every note to end at or after its start. Received: 1 notes "
+                                         r"ending before they start, the first from 1.0 s to 0.5 s \(pitch 60\)\."):
+        music.notes_to_events([music.Note(80, 60, 1.0, 0.5)])
+    with pytest.raises(ValueError, match=r"Expected whole-number note pitches. Received: \[60.7\]\."):
+        music.notes_to_events([music.Note(80, 60.7, 0.0, 0.5)])
+    with pytest.raises(ValueError, match=r"Expected whole-number note velocities. Received: \[80.5\]\."):
+        music.notes_to_events([music.Note(80.5, 60, 0.0, 0.5)])
+    with pytest.raises(ValueError, match=r"Expected note times below 1e\+06 s \(11.6 days\).*ending at 1000000000000.0 s"):
+        music.notes_to_events([music.Note(80, 60, 0.0, 1e12)])
+    with pytest.raises(ValueError, match=r"Expected note times below 1e\+06 s"):
+        music.time_stretch(music.notes_to_events([music.Note(80, 60, 0.0, 0.5)]), 1e9)
+    # Whole floats are whole numbers; a note may end where it starts.
+    np.testing.assert_array_equal(music.notes_to_events([music.Note(80.0, 60.0, 0.0, 0.5)]),
+                                  music.notes_to_events([music.Note(80, 60, 0.0, 0.5)]))
+    assert len(music.notes_to_events([music.Note(80, 60, 0.5, 0.5)])) > 0
