@@ -114,9 +114,16 @@ def parse_args(argv=None):
     if not os.path.isfile(config_path):
         parser.error(f"--run_dir {args.run_dir!r} has no config.json: pass the --output_dir of a "
                      "finished examples/music/train.py run")
-    with open(config_path) as f:
-        args.config = json.load(f)
-    args.task = args.config["task"]
+    try:
+        with open(config_path) as f:
+            args.config = json.load(f)
+        args.task = args.config["task"]
+        args.config["sequence_length"]  # read below
+    except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
+        parser.error(f"{config_path} is not the config.json of a finished examples/music/train.py "
+                     f"run ({type(error).__name__}: {error}); train again into --run_dir")
+    if args.task not in music_data.TASKS:
+        parser.error(f"{config_path}: unknown task {args.task!r}, expected one of {music_data.TASKS}")
     if args.task == "jsb" and cut is not None:
         parser.error("--max_note_duration applies to performance runs; chorales on a 16th-note grid "
                      "have no notes left sounding: leave it out")

@@ -665,15 +665,51 @@ def _load_images(paths, size):
     return np.stack(images)
 
 
+def _bounded(kind, requirement, low=None, high=None, low_open=False):
+    """An argparse type: `kind(text)` within [low, high] ((low, high] with
+    `low_open`), else a one-line usage error naming the requirement."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {requirement}, received {text!r}") from None
+        below = low is not None and (value <= low if low_open else value < low)
+        if value != value or below or (high is not None and value > high):  # NaN too
+            raise argparse.ArgumentTypeError(f"expected {requirement}, received {text!r}")
+        return value
+    return parse
+
+
+def _primer(text):
+    """`--primer`: rows of comma-separated event ids, ';' between rows."""
+    try:
+        return [[int(i) for i in row.split(",") if i.strip()] for row in text.split(";")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integer event ids, ';' between rows, received {text!r}"
+        ) from None
+
+
+def _existing_file(text):
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    return text
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    positive_int = _bounded(int, "an int >= 1", low=1)
+    temperature = _bounded(float, "a number > 0", low=0, low_open=True)
+    top_k = _bounded(int, "an int >= 0 (0 = no filter)", low=0)
+    top_p = _bounded(float, "a number in (0, 1]", low=0, high=1, low_open=True)
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--rest", default=None, help=f"REST base URL (default {DEFAULT_REST_URL})")
     where.add_argument("--grpc", default=None, help=f"gRPC host:port, e.g. {DEFAULT_GRPC_TARGET}")
     parser.add_argument("--model-name", help="served model name (default: the command's model kind)")
-    parser.add_argument("--version", type=int, help="model version (default: newest served)")
+    parser.add_argument("--version", type=positive_int, help="model version (default: newest served)")
     parser.add_argument("--label", help="version label from models.config, e.g. stable")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds")
+    parser.add_argument("--timeout", type=_bounded(float, "a number of seconds > 0", low=0, low_open=True),
+                        default=300.0, help="seconds")
     parser.add_argument("--verbose", action="store_true",
                         help="show TensorFlow's start-up logs (--grpc imports it; hidden by default)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -683,8 +719,10 @@ def main(argv=None):
 
     tokens = commands.add_parser("translate-tokens", help="token-id model; tokenizes here")
     tokens.add_argument("sentences", nargs="+")
-    tokens.add_argument("--sentencepiece-model", required=True, help="tokenizer.model of the run")
-    tokens.add_argument("--max-length", type=int, default=64, help="max_length used at export")
+    tokens.add_argument("--sentencepiece-model", required=True, type=_existing_file,
+                        help="tokenizer.model of the run")
+    tokens.add_argument("--max-length", type=_bounded(int, "an int >= 3", low=3), default=64,
+                        help="max_length used at export")
     tokens.add_argument("--model", default="translator_tokens", choices=["translator_tokens", "translator"],
                         help="'translator' uses the text model's translate_tokens signature")
 
@@ -693,19 +731,19 @@ def main(argv=None):
                         help="image files (centre square, area-averaged to --low-resolution)")
     images.add_argument("--output", nargs="+", required=True,
                         help="one PNG path per image, in the same order")
-    images.add_argument("--low-resolution", type=int, default=8, help="the model's input size")
-    images.add_argument("--temperature", type=float)
+    images.add_argument("--low-resolution", type=positive_int, default=8, help="the model's input size")
+    images.add_argument("--temperature", type=temperature)
     images.add_argument("--seed", type=int)
-    images.add_argument("--top-k", type=int, help="sample among the k most likely intensities")
-    images.add_argument("--top-p", type=float, help="nucleus mass in (0, 1]")
+    images.add_argument("--top-k", type=top_k, help="sample among the k most likely intensities")
+    images.add_argument("--top-p", type=top_p, help="nucleus mass in (0, 1]")
 
     music = commands.add_parser("generate-music", help="continue a primer of event ids")
-    music.add_argument("--primer", default=str(MUSIC_START_ID),
+    music.add_argument("--primer", type=_primer, default=[[MUSIC_START_ID]],
                        help="comma-separated event ids starting with 1; ';' between rows")
-    music.add_argument("--num-steps", type=int, default=128)
-    music.add_argument("--temperature", type=float, default=1.0)
-    music.add_argument("--top-k", type=int, default=0)
-    music.add_argument("--top-p", type=float, default=1.0)
+    music.add_argument("--num-steps", type=_bounded(int, "an int >= 0", low=0), default=128)
+    music.add_argument("--temperature", type=temperature, default=1.0)
+    music.add_argument("--top-k", type=top_k, default=0)
+    music.add_argument("--top-p", type=top_p, default=1.0)
     music.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.grpc and not args.verbose:
@@ -734,8 +772,7 @@ def main(argv=None):
                 Image.fromarray(image).save(path)
                 print(f"wrote {path} {image.shape}")
         else:
-            primer = [[int(i) for i in row.split(",") if i.strip()] for row in args.primer.split(";")]
-            rows = generate_music(primer, args.num_steps, args.temperature, args.top_k, args.top_p,
+            rows = generate_music(args.primer, args.num_steps, args.temperature, args.top_k, args.top_p,
                                   args.seed, **connection)
             for row in rows:
                 print(json.dumps(row))

@@ -2,15 +2,23 @@
 sampling with the cache (seconds per image), PSNR/SSIM against bicubic
 upsampling, and PNG grids. Used by train.py (also with --skip_training)."""
 
-import os
-import time
+if __name__ == "__main__":  # first, before TensorFlow's start-up lines
+    # A module of train.py, not a command: say so rather than exit silently.
+    import sys
 
-import numpy as np
-import tensorflow as tf
+    sys.exit("evaluate.py holds train.py's measurements and has no command of its own. To "
+             "evaluate a trained run: python examples/super_resolution/train.py --output_dir "
+             "<run> --skip_training")
 
-from keras_attn.export.super_resolver import sample_images, super_resolve
-from keras_attn.generation import CachedDecoder
-from keras_attn.preprocessing import images
+import os  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_attn.export.super_resolver import sample_images, super_resolve  # noqa: E402
+from keras_attn.generation import CachedDecoder  # noqa: E402
+from keras_attn.preprocessing import images  # noqa: E402
 
 TEMPERATURES = (1.0, 0.9, 0.8)
 # Rows of the super-resolution table: (name, temperature, top_k); top_k = 1
@@ -227,3 +235,4 @@ def _mosaic(pictures, rows, per_row, path, row_names=None, title=None):
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+

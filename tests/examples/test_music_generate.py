@@ -108,6 +108,25 @@ def test_max_note_duration_flag(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+def test_a_run_dir_without_a_train_py_config_is_a_usage_error(tmp_path, capsys):
+    # A config without "task" ended in a KeyError traceback, broken JSON in
+    # a traceback that did not name the file, and an unknown task was taken.
+    generate = _generate()
+    config = tmp_path / "config.json"
+    for text, message in (
+        ('{"sequence_length": 32}', "is not the config.json of a finished examples/music/train.py run "
+                                    "(KeyError: 'task')"),
+        ("{not json", "is not the config.json of a finished examples/music/train.py run (JSONDecodeError"),
+        ('{"task": "opera", "sequence_length": 32}', "unknown task 'opera', expected one of ('jsb', 'performance')"),
+    ):
+        config.write_text(text)
+        with pytest.raises(SystemExit) as exit_info:
+            generate.parse_args(["--run_dir", str(tmp_path)])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and str(config) in err
+
+
 def test_top_k_zero_means_all_events_as_in_the_saved_model(tmp_path, capsys):
     assert _parse(tmp_path, "jsb", "--top_k", "0").top_k is None
     assert _parse(tmp_path, "jsb", "--top_k", "20").top_k == 20

@@ -370,3 +370,25 @@ def test_pictures_are_read_as_super_resolve_py_reads_them(tmp_path):
     loaded = client._load_images([str(tmp_path / "deep.png"), str(tmp_path / "float.tif")], 2)
     np.testing.assert_array_equal(loaded[0], np.full((2, 2, 3), 100))
     np.testing.assert_array_equal(loaded[1], np.full((2, 2, 3), 128))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--version", "-1", "translate", "x"], "argument --version: expected an int >= 1, received '-1'"),
+    (["--timeout", "-1", "translate", "x"], "argument --timeout: expected a number of seconds > 0, received '-1'"),
+    (["generate-music", "--num-steps", "-5"], "argument --num-steps: expected an int >= 0, received '-5'"),
+    (["generate-music", "--top-p", "5"], r"argument --top-p: expected a number in \(0, 1\], received '5'"),
+    (["generate-music", "--top-k", "-2"], r"argument --top-k: expected an int >= 0 \(0 = no filter\), received '-2'"),
+    (["generate-music", "--temperature", "nan"], "argument --temperature: expected a number > 0, received 'nan'"),
+    (["generate-music", "--primer", "1,abc"], "argument --primer: expected comma-separated integer event ids"),
+    (["super-resolve", "a.png", "--output", "b.png", "--low-resolution", "0"],
+     "argument --low-resolution: expected an int >= 1, received '0'"),
+    (["translate-tokens", "x", "--sentencepiece-model", "/nonexistent/tokenizer.model"],
+     "argument --sentencepiece-model: no such file: '/nonexistent/tokenizer.model'"),
+])
+def test_bad_flags_are_usage_errors_before_any_request(args, message, capsys):
+    # They were sent to the server, or ended in a traceback (a missing
+    # SentencePiece model) or an exit status of 1 (--timeout -1, --primer 1,abc).
+    with pytest.raises(SystemExit) as exit_info:
+        client.main(["--rest", "http://localhost:1"] + args)
+    assert exit_info.value.code == 2
+    assert re.search(message, capsys.readouterr().err)
