@@ -237,6 +237,10 @@ def make_translation_dataset(
     max_length = _check_max_length(max_length)
     _check_batch_size(batch_size, tokens_per_batch, bucketing)
     boundaries = _check_boundaries(boundaries, max_length, pad_to_bucket_boundary)
+    _check_shuffle_and_batching(
+        len(source_sentences), batch_size, tokens_per_batch, seed, shuffle_buffer_size,
+        drop_remainder, bucketing, pad_to_bucket_boundary,
+    )
     dataset = _tokenized_pairs(
         source_sentences, target_sentences, source_tokenizer, target_tokenizer,
         max_length, shuffle, seed, shuffle_buffer_size,
@@ -284,6 +288,33 @@ def _check_sentence_pairs(
                 f"`{name}` must be a keras_attn SubwordTokenizer. Received: "
                 f"{type(tokenizer).__name__}."
             )
+
+
+def _check_shuffle_and_batching(count, batch_size, tokens_per_batch, seed, shuffle_buffer_size,
+                                drop_remainder, bucketing, pad_to_bucket_boundary):
+    """Refuses a seed or shuffle buffer tf.data would misread (a TypeError,
+    or 0 taken as "the whole corpus"), a flag that would be ignored, and a
+    `drop_remainder` that would drop every pair."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}.")
+    if shuffle_buffer_size is not None and (
+            isinstance(shuffle_buffer_size, bool)
+            or not isinstance(shuffle_buffer_size, numbers.Integral) or shuffle_buffer_size < 1):
+        raise ValueError(
+            "`shuffle_buffer_size` must be a positive int, or None for the whole corpus. "
+            f"Received: shuffle_buffer_size={shuffle_buffer_size!r}."
+        )
+    if pad_to_bucket_boundary and not bucketing:
+        raise ValueError(
+            "`pad_to_bucket_boundary=True` pads to bucket boundaries and needs "
+            "`bucketing=True`. Received: bucketing=False."
+        )
+    if drop_remainder and tokens_per_batch is None and count < batch_size:
+        raise ValueError(
+            f"`drop_remainder=True` with {count} sentence pairs and batch_size={batch_size} "
+            "would drop every pair: the dataset would be empty. Pass a smaller `batch_size` "
+            "or drop_remainder=False."
+        )
 
 
 def _check_batch_size(batch_size, tokens_per_batch, bucketing):

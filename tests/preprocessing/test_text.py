@@ -314,6 +314,19 @@ def test_errors(tokenizer, pairs):
         make(german, english, tokenizer, tokenizer, max_length=1)
     with pytest.raises(ValueError, match="batch_size=0"):
         make(german, english, tokenizer, tokenizer, batch_size=0)
+    # A TypeError from tf.data, 0 read as "the whole corpus", a flag ignored,
+    # and an empty dataset.
+    for seed in ("x", 1.5, True):
+        with pytest.raises(ValueError, match=rf"`seed` must be an int or None. Received: seed={seed!r}\."):
+            make(german, english, tokenizer, tokenizer, seed=seed)
+    for size in (0, -1):
+        with pytest.raises(ValueError, match=rf"`shuffle_buffer_size` must be a positive int.*={size}\."):
+            make(german, english, tokenizer, tokenizer, shuffle_buffer_size=size)
+    with pytest.raises(ValueError, match="`pad_to_bucket_boundary=True` pads to bucket boundaries and needs"):
+        make(german, english, tokenizer, tokenizer, bucketing=False, pad_to_bucket_boundary=True)
+    with pytest.raises(ValueError, match=r"`drop_remainder=True` with 10 sentence pairs and batch_size=64 would "
+                                         r"drop every pair"):
+        make(german, english, tokenizer, tokenizer, drop_remainder=True)
     with pytest.raises(ValueError, match="needs `bucketing=True`"):
         make(german, english, tokenizer, tokenizer, tokens_per_batch=100, bucketing=False)
     with pytest.raises(ValueError, match="strictly increasing"):
