@@ -41,6 +41,8 @@ import os
 
 import numpy as np
 
+from keras_attn.checks import check_image_size, check_sizes
+
 NUM_INTENSITIES = 256
 START_TOKEN = 256
 CIFAR10_CLASS_NAMES = (
@@ -85,7 +87,8 @@ def to_raster(images):
         Parmar et al. 2018, section 3.1.
     """
     images = _check_images(images)
-    return images.reshape(images.shape[0], -1).astype(np.int32)
+    # Not reshape(B, -1): an empty batch has no -1 to infer.
+    return images.reshape(images.shape[0], int(np.prod(images.shape[1:]))).astype(np.int32)
 
 
 def from_raster(sequences, height, width, channels=3):
@@ -99,8 +102,8 @@ def from_raster(sequences, height, width, channels=3):
         (B, H, W, C) uint8.
 
     Raises:
-        ValueError: if the length is not `height * width * channels` or a
-            value lies outside 0..255.
+        ValueError: if a size is not a positive int, the length is not
+            `height * width * channels` or a value lies outside 0..255.
 
     Example:
     >>> import numpy as np
@@ -108,6 +111,7 @@ def from_raster(sequences, height, width, channels=3):
     >>> from_raster(np.arange(12)[None], 2, 2, 3)[0, 1, 0].tolist()
     [6, 7, 8]
     """
+    check_sizes(height=height, width=width, channels=channels)
     sequences = np.asarray(sequences)
     size = height * width * channels
     if sequences.ndim != 2 or sequences.shape[1] != size:
@@ -210,7 +214,8 @@ def upsample_bicubic(images, size):
         (B, height, width, C) uint8.
 
     Raises:
-        ValueError: if `images` is not a rank-4 uint8 array.
+        ValueError: if `images` is not a rank-4 uint8 array, or `size` is
+            not a positive int or a pair of them.
 
     Example:
     >>> import numpy as np
@@ -230,8 +235,7 @@ def upsample_bicubic(images, size):
     import tensorflow as tf
 
     images = _check_images(images)
-    if isinstance(size, numbers.Integral):
-        size = (int(size), int(size))
+    size = check_image_size(size, "size")
     resized = tf.image.resize(tf.cast(images, tf.float32), size, method="bicubic")
     return np.asarray(tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8))
 
@@ -254,7 +258,8 @@ def split_indices(num_examples, validation_fraction=0.1, seed=0):
         `(train_indices, validation_indices)`: sorted int64 arrays.
 
     Raises:
-        ValueError: on N < 2 or a fraction outside (0, 1).
+        ValueError: on N that is not an int >= 2, a fraction outside
+            (0, 1), or a seed that is not an int.
 
     Example:
     >>> import numpy as np
@@ -272,8 +277,11 @@ def split_indices(num_examples, validation_fraction=0.1, seed=0):
             "`validation_fraction` must be in (0, 1). Received: "
             f"validation_fraction={validation_fraction!r}."
         )
+    check_sizes(num_examples=num_examples)
     if num_examples < 2:
         raise ValueError(f"Need at least 2 examples to split. Received: {num_examples}.")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"`seed` must be an int. Received: seed={seed!r}.")
     order = np.random.default_rng(seed).permutation(num_examples)
     count = min(max(1, int(round(num_examples * validation_fraction))), num_examples - 1)
     return np.sort(order[count:]), np.sort(order[:count])
@@ -457,6 +465,7 @@ def load_image(path, size=32):
 
     Raises:
         OSError: if Pillow cannot read the file.
+        ValueError: if `size` is not a positive int.
 
     Example:
     >>> import os
@@ -476,6 +485,7 @@ def load_image(path, size=32):
     >>> np.array_equal(deep, image)
     True
     """
+    check_sizes(size=size)
     from PIL import Image
     from PIL import ImageOps
 
@@ -622,11 +632,21 @@ def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, r
     images = _check_images(images)
     extra = {}
     if labels is not None:
-        labels = np.asarray(labels, np.int32)
-        if labels.shape != (len(images),):
+        given = np.asarray(labels)
+        if given.shape != (len(images),):
             raise ValueError(
-                f"`labels` must be of shape ({len(images)},). Received {labels.shape}."
+                f"`labels` must be of shape ({len(images)},). Received {given.shape}."
             )
+        numeric = given.dtype.kind in "iuf"
+        if given.size and (not numeric or given.min() < 0
+                           or not np.array_equal(given, np.floor(given))):
+            # An int32 cast read 1.5 as 1; -1 would index the class table from its end.
+            received = (f"labels from {given.min()} to {given.max()}" if numeric
+                        else f"labels of dtype {given.dtype}")
+            raise ValueError(
+                f"`labels` must be class ids, whole numbers >= 0. Received {received}."
+            )
+        labels = given.astype(np.int32)
         extra["class_label"] = labels
     return _dataset(extra, images.reshape(len(images), -1), batch_size, shuffle, seed, repeat)
 
@@ -634,6 +654,7 @@ def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, r
 def _dataset(extra, targets, batch_size, shuffle, seed, repeat):
     import tensorflow as tf
 
+    check_sizes(batch_size=batch_size)
     dataset = tf.data.Dataset.from_tensor_slices((extra, targets))
     if shuffle:
         dataset = dataset.shuffle(len(targets), seed=seed, reshuffle_each_iteration=True)

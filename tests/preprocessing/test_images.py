@@ -218,3 +218,29 @@ def test_decode_jpegs_refuses_offsets_that_do_not_fit_the_bytes(offsets):
     # An empty list raised IndexError (offsets[0]) before the check.
     with pytest.raises(ValueError, match="`offsets` must rise from 0 to len"):
         images.decode_jpegs(b"abcd", offsets)
+
+
+def test_sizes_seeds_and_labels_are_checked(tmp_path):
+    # Each gave a NumPy or TensorFlow error of its own (AxisError, TypeError,
+    # InvalidArgumentError), an empty image (size 0), or read a label 1.5 as 1.
+    image = np.zeros((1, 2, 2, 3), np.uint8)
+    for call, message in (
+        (lambda: images.from_raster(np.zeros((1, 12)), 2.0, 2, 3), r"`height` must be a positive integer"),
+        (lambda: images.upsample_bicubic(image, 0), r"`size` must be a positive int or a pair"),
+        (lambda: images.split_indices(10.0), r"`num_examples` must be a positive integer"),
+        (lambda: images.split_indices(10, seed="a"), r"`seed` must be an int. Received: seed='a'"),
+        (lambda: images.generation_dataset(image, 0), r"`batch_size` must be a positive integer"),
+        (lambda: images.super_resolution_dataset(np.zeros((1, 8, 8, 3), np.uint8), 0),
+         r"`batch_size` must be a positive integer"),
+        (lambda: images.load_image(tmp_path / "x.png", size=0), r"`size` must be a positive integer"),
+        (lambda: images.load_image(tmp_path / "x.png", size=8.5), r"`size` must be a positive integer"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
+    two = np.zeros((2, 2, 2, 3), np.uint8)
+    for labels in ([-1, 0], [1.5, 0], ["a", "b"]):
+        with pytest.raises(ValueError, match=r"`labels` must be class ids, whole numbers >= 0"):
+            images.generation_dataset(two, 2, labels=labels)
+    inputs, _ = next(iter(images.generation_dataset(two, 2, labels=[3.0, 0])))
+    assert inputs["class_label"].numpy().tolist() == [3, 0]
+    assert images.to_raster(np.zeros((0, 2, 2, 3), np.uint8)).shape == (0, 12)  # a reshape error before
