@@ -20,14 +20,20 @@ class RecomputingDecoder(Decoder):
     The buffer has a fixed shape, so it runs eagerly, in `tf.function`
     (XLA included) and inside JAX's loops, which need fixed shapes.
 
+    A subclassed model (one without symbolic inputs, which `CachedDecoder`
+    cannot read) is called on the (B, L) token ids alone.
+
     Args:
         model: a `keras.Model` mapping its inputs to next-token logits
             (B, T, V), causal along T.
         token_input: name of the token input (defaults as in
-            `CachedDecoder`).
+            `CachedDecoder`; "tokens" for a subclassed model).
 
     Raises:
-        ValueError: if the token input cannot be found.
+        ValueError: if `model` is not a `keras.Model`, the token input
+            cannot be found, the model's output is not (B, T, V) logits
+            (checked here for a functional model, at the first call for a
+            subclassed one).
 
     Example:
     >>> import keras
@@ -52,7 +58,17 @@ class RecomputingDecoder(Decoder):
             raise ValueError(
                 f"RecomputingDecoder needs a `keras.Model`. Received: {model!r}."
             )
-        super().__init__(model, token_input)
+        # A subclassed model has no symbolic inputs to name (`model.input`
+        # raises): it is called on the tokens alone.
+        self._subclassed = not isinstance(getattr(model, "inputs", None), (list, tuple, dict))
+        if self._subclassed:
+            self.model = model
+            self.token_input = token_input or "tokens"
+            self._input_names = {self.token_input: None}
+        else:
+            super().__init__(model, token_input)
+            for output in keras.tree.flatten(model.outputs):
+                _check_logits_shape(output.shape)
 
     def initial_state(self, batch_size, max_length, inputs=None):
         """An empty (B, max_length) token buffer and the other inputs.
@@ -87,17 +103,30 @@ class RecomputingDecoder(Decoder):
         )
         length = ops.shape(token_ids)[1]
         feed = dict(state["inputs"], **{self.token_input: tokens})
-        structure = self.model.input
-        if isinstance(structure, dict):
+        structure = None if self._subclassed else self.model.input
+        if structure is None:
+            model_inputs = tokens
+        elif isinstance(structure, dict):
             model_inputs = feed
         else:
             model_inputs = [feed[t.name] for t in keras.tree.flatten(structure)]
             if len(model_inputs) == 1:
                 model_inputs = model_inputs[0]
         logits = self.model(model_inputs, training=False)
+        _check_logits_shape(logits.shape)
         first = cache_index if logits_index is None else cache_index + logits_index
         size = length if logits_index is None else 1
         logits = ops.slice(
             logits, (0, first, 0), (ops.shape(logits)[0], size, logits.shape[-1])
         )
         return logits, {"tokens": tokens, "inputs": state["inputs"]}
+
+
+def _check_logits_shape(shape):
+    """Refuses model outputs that are not (B, T, V) next-token logits: a
+    (B, V) output failed in a slice with an index error of its own."""
+    if len(shape) != 3 or shape[-1] is None:
+        raise ValueError(
+            "RecomputingDecoder needs a model whose output is the next-token logits of "
+            f"shape (batch, length, vocabulary). Received an output of shape {tuple(shape)}."
+        )

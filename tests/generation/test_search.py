@@ -427,3 +427,37 @@ def test_prompt_ids_are_checked_against_the_embedding_not_the_logits():
     with pytest.raises(ValueError, match=r"`prompt` must hold token ids >= 0.*from -3 to 1\."):
         greedy_search(_Wrapped(CachedDecoder(tiny_models.language_model(num_layers=1))),
                       np.array([[1, -3]], "int32"), 5)
+
+
+class _SubclassedLanguageModel(keras.Model):
+    """A causal language model without symbolic inputs (CachedDecoder
+    refuses it and points to RecomputingDecoder)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = keras.layers.Embedding(10, 8)
+        self.logits = keras.layers.Dense(10)
+
+    def call(self, tokens):
+        return self.logits(self.embedding(tokens))  # position-wise: causal
+
+
+def test_recomputing_decoder_runs_subclassed_models_and_refuses_other_outputs():
+    # A subclassed model gave "AttributeError: The layer ... has never been
+    # called"; a (B, V) output an index error inside a slice.
+    model = _SubclassedLanguageModel()
+    prompt = np.array([[1, 4], [2, 0]], "int32")
+    out = np.asarray(greedy_search(RecomputingDecoder(model), prompt, 5))
+    logits = np.asarray(model(np.asarray(out)))
+    # Each generated token is the argmax after its predecessor (the model
+    # is position-wise, so the full pass reproduces every step).
+    for row, length in zip(range(2), (2, 1)):
+        for t in range(length, 5):
+            assert out[row, t] == logits[row, t - 1].argmax()
+    with pytest.raises(ValueError, match=r"`tokens` \(the prompt fills it\): pass inputs=None"):
+        greedy_search(RecomputingDecoder(model), prompt, 5, inputs=prompt)
+    tokens = keras.Input((None,), dtype="int32")
+    pooled = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(10, 8)(tokens)))
+    with pytest.raises(ValueError, match=r"RecomputingDecoder needs a model whose output is the next-token logits "
+                                         r"of shape \(batch, length, vocabulary\)\. Received an output of shape \(None, 10\)"):
+        RecomputingDecoder(keras.Model(tokens, pooled))
