@@ -246,8 +246,19 @@ def _tick_seconds(score):
     where type-1 files must hold them.)
     """
     resolution = score.ticks_per_quarter
+    if resolution <= 0:  # a corrupt header's division of 0: ZeroDivisionError below
+        raise ValueError(
+            "Expected a MIDI score with a positive number of ticks per quarter note. "
+            f"Received: ticks_per_quarter={resolution}. The file's header is corrupt."
+        )
     scales = [(0, 60.0 / (_DEFAULT_QUARTERS_PER_MINUTE * resolution))]
     tempos = score.tempos.numpy()
+    bad = tempos["mspq"][~(tempos["mspq"] > 0)] if len(tempos) else []
+    if len(bad):  # a tempo of 0 quarter notes per minute put every note at one time
+        raise ValueError(
+            "Expected MIDI tempo events of a positive number of microseconds per quarter "
+            f"note. Received: {bad[0]}. The file is corrupt, or a tempo of 0 was written."
+        )
     for tick, mspq in zip(tempos["time"].tolist(), tempos["mspq"].tolist()):
         scale = 60.0 / ((6e7 / mspq) * resolution)
         if tick == 0:

@@ -752,3 +752,21 @@ def test_notes_that_cannot_be_performance_events_are_refused():
     np.testing.assert_array_equal(music.notes_to_events([music.Note(80.0, 60.0, 0.0, 0.5)]),
                                   music.notes_to_events([music.Note(80, 60, 0.0, 0.5)]))
     assert len(music.notes_to_events([music.Note(80, 60, 0.5, 0.5)])) > 0
+
+
+def test_scores_without_a_time_scale_are_refused():
+    # A division of 0 raised ZeroDivisionError; a tempo of 0 returned no notes.
+    def score(ticks_per_quarter, qpm=None):
+        result = symusic.Score(ticks_per_quarter)
+        track = symusic.Track(program=0)
+        track.notes.append(symusic.Note(0, 480, 60, 80))
+        result.tracks.append(track)
+        if qpm is not None:
+            result.tempos.append(symusic.Tempo(0, qpm=qpm))
+        return result
+
+    with pytest.raises(ValueError, match=r"positive number of ticks per quarter note. Received: ticks_per_quarter=0"):
+        music.midi_to_notes(score(0))
+    with pytest.raises(ValueError, match=r"positive number of microseconds per quarter note"):
+        music.midi_to_notes(score(480, qpm=0.0))
+    assert len(music.midi_to_notes(score(480, qpm=120.0))) == 1
