@@ -195,7 +195,13 @@ class SubwordTokenizer(tf.Module):
             ValueError: if `strings` is not rank 1, or `max_length` leaves no
                 room for a piece.
         """
-        strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        try:
+            strings = tf.convert_to_tensor(strings, dtype=tf.string)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                "`strings` must be sentences (`str`), e.g. a list of them. Received: "
+                f"{strings!r:.80} ({type(error).__name__}: {error})."
+            ) from None
         if strings.shape.rank != 1:
             raise ValueError(
                 "`strings` must be a rank-1 (batch,) string tensor. Received: "
@@ -331,9 +337,10 @@ class SubwordTokenizer(tf.Module):
         Raises:
             ValueError: if the file does not exist or is not a suitable model.
         """
-        if not tf.io.gfile.exists(path):
+        if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
             raise ValueError(
-                f"SentencePiece model file not found. Received: path={path!r}. "
+                f"SentencePiece model file not found. Received: path={path!r}"
+                f"{', a folder' if tf.io.gfile.exists(path) else ''}. "
                 "Write one with `SubwordTokenizer.save(path)`."
             )
         with tf.io.gfile.GFile(path, "rb") as f:

@@ -124,8 +124,9 @@ def bucket_boundaries(max_length, min_length=8, step=1.1):
         raise ValueError(
             f"`min_length` must be a positive int. Received: min_length={min_length!r}."
         )
-    if not step > 1:
-        raise ValueError(f"`step` must be > 1. Received: step={step!r}.")
+    if isinstance(step, bool) or not isinstance(step, numbers.Real) or not 1 < step < math.inf:
+        # "2" gave a TypeError, inf an OverflowError.
+        raise ValueError(f"`step` must be a finite number > 1. Received: step={step!r}.")
     boundaries = []
     length = int(min_length)
     while length <= max_length:

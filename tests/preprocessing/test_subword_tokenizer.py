@@ -208,6 +208,11 @@ def test_errors(tokenizer, corpus):
         tokenizer.detokenize([4, 5, 6])
     with pytest.raises(ValueError, match="not found"):
         SubwordTokenizer.from_file("/nonexistent/dir/x.model")
+    # A folder gave FailedPreconditionError, ids a TypeError.
+    with pytest.raises(ValueError, match=r"not found. Received: path='/tmp', a folder"):
+        SubwordTokenizer.from_file("/tmp")
+    with pytest.raises(ValueError, match=r"`strings` must be sentences \(`str`\).*Received: \[1, 2\]"):
+        tokenizer.tokenize([1, 2])
     # One string was trained on as a list of one-character sentences.
     with pytest.raises(ValueError, match=r"`sentences` must be an iterable of sentences, not one string. Received: "
                                          r"a str of 9 characters; pass `\[text\]` or `text.splitlines\(\)`"):

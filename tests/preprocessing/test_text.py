@@ -334,5 +334,6 @@ def test_errors(tokenizer, pairs):
     with pytest.raises(ValueError, match="last boundary must exceed"):
         make(german, english, tokenizer, tokenizer, max_length=64, boundaries=[10, 64],
              pad_to_bucket_boundary=True)
-    with pytest.raises(ValueError, match="step"):
-        text.bucket_boundaries(64, step=1.0)
+    for step in (1.0, float("inf"), "2", True, float("nan")):  # "2": TypeError, inf: OverflowError
+        with pytest.raises(ValueError, match=r"`step` must be a finite number > 1"):
+            text.bucket_boundaries(64, step=step)
