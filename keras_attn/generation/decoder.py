@@ -158,6 +158,7 @@ class Decoder:
             value = inputs[name]
             if not hasattr(value, "dtype"):
                 value = np.asarray(value)
+            _check_input_value(name, value, self._input_names[name])
             integer = "int" in keras.backend.standardize_dtype(value.dtype)
             if bound is not None and integer and dtype == "int32":
                 value = checks.check_int32_ids(name, value)  # the cast would wrap wider ids
@@ -262,6 +263,25 @@ def _find_token_input(input_names, token_input, owner):
         f"{owner} cannot tell which of the model's inputs {names} holds the "
         "tokens to generate. Pass `token_input=<name>`."
     )
+
+
+def _check_input_value(name, value, spec):
+    """Refuses a model input of another rank than the model's `keras.Input`
+    (a 1-D source was reported as a batch mismatch) or of a dtype that is
+    not a number (strings and None gave "Invalid dtype")."""
+    shape, expected = tuple(value.shape), tuple(spec.shape)
+    try:
+        dtype = keras.backend.standardize_dtype(value.dtype)
+    except ValueError:
+        dtype = str(value.dtype)
+    numeric = dtype == "bool" or "int" in dtype or "float" in dtype
+    if len(shape) != len(expected) or not numeric:
+        described = ", ".join("B" if i == 0 else "?" if d is None else str(d)
+                              for i, d in enumerate(expected))
+        raise ValueError(
+            f"The model input {name} must be a tensor of shape ({described}) and dtype "
+            f"{spec.dtype}, as its `keras.Input`. Received: shape {shape}, dtype {dtype}."
+        )
 
 
 def _input_names(model):

@@ -461,3 +461,15 @@ def test_recomputing_decoder_runs_subclassed_models_and_refuses_other_outputs():
     with pytest.raises(ValueError, match=r"RecomputingDecoder needs a model whose output is the next-token logits "
                                          r"of shape \(batch, length, vocabulary\)\. Received an output of shape \(None, 10\)"):
         RecomputingDecoder(keras.Model(tokens, pooled))
+
+
+@pytest.mark.parametrize("value, received", [
+    (np.array([5, 6, 2, 0]), r"shape \(4,\), dtype int64"),  # was "batch size 4, expected 2"
+    (np.array([["a", "b"], ["c", "d"]]), r"shape \(2, 2\), dtype <U1"),  # was "Invalid dtype: str32"
+    (None, r"shape \(\), dtype object"),  # was "Invalid dtype: object"
+])
+def test_model_inputs_of_another_rank_or_no_numbers_are_named(value, received):
+    translation = tiny_models.translation_model(num_layers=1)
+    with pytest.raises(ValueError, match=r"The model input encoder_tokens must be a tensor of shape \(B, \?\) and "
+                                         rf"dtype int32, as its `keras.Input`. Received: {received}\."):
+        greedy_search(translation, np.ones((2, 1), "int32"), 4, inputs={"encoder_tokens": value})
