@@ -296,8 +296,12 @@ def _check_shuffle_and_batching(count, batch_size, tokens_per_batch, seed, shuff
     """Refuses a seed or shuffle buffer tf.data would misread (a TypeError,
     or 0 taken as "the whole corpus"), a flag that would be ignored, and a
     `drop_remainder` that would drop every pair."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-        raise ValueError(f"`seed` must be an int or None. Received: seed={seed!r}.")
+    integer_tensor = hasattr(seed, "dtype") and tf.as_dtype(seed.dtype).is_integer
+    if seed is not None and not integer_tensor and (
+            isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(
+            f"`seed` must be an int, an integer scalar tensor or None. Received: seed={seed!r}."
+        )
     if shuffle_buffer_size is not None and (
             isinstance(shuffle_buffer_size, bool)
             or not isinstance(shuffle_buffer_size, numbers.Integral) or shuffle_buffer_size < 1):

@@ -317,8 +317,10 @@ def test_errors(tokenizer, pairs):
     # A TypeError from tf.data, 0 read as "the whole corpus", a flag ignored,
     # and an empty dataset.
     for seed in ("x", 1.5, True):
-        with pytest.raises(ValueError, match=rf"`seed` must be an int or None. Received: seed={seed!r}\."):
+        with pytest.raises(ValueError, match=rf"`seed` must be an int, an integer scalar tensor or None. Received: seed={seed!r}\."):
             make(german, english, tokenizer, tokenizer, seed=seed)
+    # A seed tensor (the example shuffles each epoch with seed + epoch) is a seed.
+    make(german, english, tokenizer, tokenizer, seed=tf.constant(3, tf.int64))
     for size in (0, -1):
         with pytest.raises(ValueError, match=rf"`shuffle_buffer_size` must be a positive int.*={size}\."):
             make(german, english, tokenizer, tokenizer, shuffle_buffer_size=size)
