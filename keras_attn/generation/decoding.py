@@ -117,7 +117,14 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
         max_length, "the total length of the returned sequences (prompt included), a static shape"
     )
     if not hasattr(prompt, "dtype") or not hasattr(prompt, "shape"):
-        prompt = ops.convert_to_tensor(prompt)
+        try:
+            prompt = ops.convert_to_tensor(prompt)
+        except (ValueError, TypeError) as error:  # None, ragged lists
+            raise ValueError(
+                "`prompt` must be integer token ids of shape (batch, prompt_length), "
+                "right-padded with pad_token_id (rows of one length). Received: "
+                f"{prompt!r:.80} ({type(error).__name__}: {error})"
+            ) from None
     dtype = keras.backend.standardize_dtype(prompt.dtype)
     if "int" not in dtype or len(prompt.shape) != 2:
         raise ValueError(

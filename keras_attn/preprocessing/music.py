@@ -535,6 +535,13 @@ def notes_to_events(notes, add_start_end=False):
             "Expected at least one note to encode. Received: no notes. Check "
             "that the MIDI file has notes outside drum tracks."
         )
+    fields = ("start", "end", "pitch", "velocity")
+    missing = [n for n in notes if not all(hasattr(n, f) for f in fields)]
+    if missing:
+        raise ValueError(
+            "Expected notes with `start`, `end`, `pitch` and `velocity` attributes, e.g. "
+            f"`music.Note(velocity, pitch, start, end)`. Received: {missing[0]!r}."
+        )
     for field, plural in (("pitch", "pitches"), ("velocity", "velocities")):
         fractional = [v for v in (getattr(n, field) for n in notes) if not float(v).is_integer()]
         if fractional:  # np.int64 would truncate 60.7 to 60
@@ -1094,7 +1101,8 @@ def augment(events, rng):
         np.int32 array of event ids.
 
     Raises:
-        ValueError: as `transpose` and `time_stretch`.
+        ValueError: if `rng` is not a `np.random.Generator`, and as
+            `transpose` and `time_stretch`.
 
     Example:
     >>> import numpy as np
@@ -1110,6 +1118,11 @@ def augment(events, rng):
     Reference:
         Huang et al. 2018, section 5.2.
     """
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(
+            "`rng` must be a `np.random.Generator`, e.g. `np.random.default_rng(seed)`. "
+            f"Received: rng={rng!r}."
+        )
     semitones = int(rng.choice(AUGMENTATION_SEMITONES))
     factor = float(rng.choice(AUGMENTATION_STRETCHES))
     if factor != 1.0:

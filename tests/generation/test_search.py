@@ -463,6 +463,16 @@ def test_recomputing_decoder_runs_subclassed_models_and_refuses_other_outputs():
         RecomputingDecoder(keras.Model(tokens, pooled))
 
 
+def test_prompts_that_are_not_a_tensor_are_named():
+    # The backend's conversion error, without a word of what a prompt is.
+    model = tiny_models.language_model(num_layers=1)
+    for prompt, error in ((None, "ValueError"), ([[1, 2], [3]], "ValueError")):
+        with pytest.raises(ValueError, match=r"`prompt` must be integer token ids of shape \(batch, prompt_length\), "
+                                             rf"right-padded with pad_token_id \(rows of one length\)\. Received: "
+                                             rf"{re.escape(repr(prompt))} \({error}: "):
+            greedy_search(model, prompt, 4)
+
+
 @pytest.mark.parametrize("value, received", [
     (np.array([5, 6, 2, 0]), r"shape \(4,\), dtype int64"),  # was "batch size 4, expected 2"
     (np.array([["a", "b"], ["c", "d"]]), r"shape \(2, 2\), dtype <U1"),  # was "Invalid dtype: str32"

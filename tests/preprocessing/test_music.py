@@ -770,3 +770,13 @@ def test_scores_without_a_time_scale_are_refused():
     with pytest.raises(ValueError, match=r"positive number of microseconds per quarter note"):
         music.midi_to_notes(score(480, qpm=0.0))
     assert len(music.midi_to_notes(score(480, qpm=120.0))) == 1
+
+
+def test_notes_and_random_generators_of_another_kind_are_named():
+    # Both gave an AttributeError ('tuple' object has no attribute 'pitch',
+    # 'NoneType' object has no attribute 'choice').
+    for notes in ([(80, 60, 0.0, 0.5)], [{"pitch": 60}]):
+        with pytest.raises(ValueError, match=r"Expected notes with `start`, `end`, `pitch` and `velocity` attributes"):
+            music.notes_to_events(notes)
+    with pytest.raises(ValueError, match=r"`rng` must be a `np.random.Generator`.*Received: rng=None\."):
+        music.augment(np.array([378, 63, 308, 191]), None)
