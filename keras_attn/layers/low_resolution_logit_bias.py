@@ -185,16 +185,14 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
 
     def call(self, logits, low_resolution, start_index=0, block_sums=None,
              previous_intensities=None, left_intensities=None, previous_block_sums=None):
-        if len(logits.shape) != 3 or logits.shape[-1] not in (None, self.num_intensities):
-            raise ValueError(
-                f"{type(self).__name__}: `logits` must be (batch, length, num_intensities="
-                f"{self.num_intensities}). Received: logits.shape={tuple(logits.shape)}."
-            )
+        # Integer logits would truncate the bias (-77.5 to -77).
         dtype = keras.backend.standardize_dtype(logits.dtype)
-        if "float" not in dtype:
+        shape = tuple(logits.shape)
+        if len(shape) != 3 or shape[-1] not in (None, self.num_intensities) or "float" not in dtype:
             raise ValueError(
-                f"{type(self).__name__}: `logits` must be floating point (the bias is a "
-                f"float: integer logits would truncate it). Received: logits.dtype={dtype}."
+                f"{type(self).__name__}: `logits` must be floating point, of shape (batch, "
+                f"length, num_intensities={self.num_intensities}). Received: logits.shape="
+                f"{shape}, dtype {dtype}."
             )
         low_resolution = self.raster.check_batch(low_resolution, logits, "logits")
         # (C, N, N) -> (C * N, N): the bias rows of every channel and value;

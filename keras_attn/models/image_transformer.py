@@ -313,46 +313,12 @@ def super_resolution_transformer(
     low_height, low_width = check_image_size(low_resolution_size, "low_resolution_size")
     height, width = check_image_size(image_size)
     _check_width(hidden_dim, num_heads, position, dropout)
-    # Flags read with `if` here: "False" or 1 would switch a part on.
-    for flag, value in (
-        ("align_positions", align_positions),
-        ("low_resolution_consistency", low_resolution_consistency),
-        ("low_resolution_channel_residual", low_resolution_channel_residual),
-        ("low_resolution_left_residual", low_resolution_left_residual),
-        ("low_resolution_channel_consistency", low_resolution_channel_consistency),
-    ):
-        check_bool(None, flag, value, "see the docstring of super_resolution_transformer")
-    # The layers would name their own `interpolation`, not these arguments.
-    for name, value in (("low_resolution_embedding", low_resolution_embedding),
-                        ("low_resolution_logit_bias", low_resolution_logit_bias)):
-        if value is not None and value not in INTERPOLATIONS:
-            raise ValueError(
-                f"`{name}` must be one of {INTERPOLATIONS} (how the low-resolution value at "
-                f"each position is read) or None (no such part). Received: {name}={value!r}."
-            )
-    # Checked here for all the parts that need it at once: the encoder's
-    # message alone suggested align_positions=False, and then a layer refused.
-    needing = [part for part, on in (
-        ("align_positions", align_positions and position == "sinusoidal"),
-        ("low_resolution_embedding", low_resolution_embedding is not None),
-        ("low_resolution_logit_bias", low_resolution_logit_bias is not None),
-    ) if on]
-    if needing and (height % low_height or width % low_width):
-        raise ValueError(
-            "Each side of `image_size` must be a multiple of the same side of "
-            f"`low_resolution_size` (an integer upscaling factor) for {', '.join(needing)}. "
-            f"Received: low_resolution_size={(low_height, low_width)}, image_size="
-            f"{(height, width)}."
-        )
-    if low_resolution_left_residual and not (
-            low_resolution_consistency and low_resolution_logit_bias is not None):
-        raise ValueError(
-            "`low_resolution_left_residual=True` corrects the consistent value of the logit "
-            "bias, so it needs `low_resolution_consistency=True` and a "
-            "`low_resolution_logit_bias` (without them it would be ignored). Received: "
-            f"low_resolution_consistency={low_resolution_consistency}, "
-            f"low_resolution_logit_bias={low_resolution_logit_bias!r}."
-        )
+    _check_low_resolution_parts(
+        (low_height, low_width), (height, width), position, align_positions,
+        low_resolution_embedding, low_resolution_logit_bias, low_resolution_consistency,
+        low_resolution_channel_residual, low_resolution_left_residual,
+        low_resolution_channel_consistency,
+    )
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
     low_resolution = keras.Input(
@@ -409,6 +375,56 @@ def super_resolution_transformer(
     return keras.Model(
         {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
     )
+
+
+def _check_low_resolution_parts(low_resolution_size, image_size, position, align_positions,
+                                low_resolution_embedding, low_resolution_logit_bias,
+                                low_resolution_consistency, low_resolution_channel_residual,
+                                low_resolution_left_residual, low_resolution_channel_consistency):
+    """Refuses the `super_resolution_transformer` options that would switch
+    a part on by mistake, name a layer's argument instead of the builder's,
+    or be ignored; see that function's Raises."""
+    (low_height, low_width), (height, width) = low_resolution_size, image_size
+    # Flags read with `if` here: "False" or 1 would switch a part on.
+    for flag, value in (
+        ("align_positions", align_positions),
+        ("low_resolution_consistency", low_resolution_consistency),
+        ("low_resolution_channel_residual", low_resolution_channel_residual),
+        ("low_resolution_left_residual", low_resolution_left_residual),
+        ("low_resolution_channel_consistency", low_resolution_channel_consistency),
+    ):
+        check_bool(None, flag, value, "see the docstring of super_resolution_transformer")
+    # The layers would name their own `interpolation`, not these arguments.
+    for name, value in (("low_resolution_embedding", low_resolution_embedding),
+                        ("low_resolution_logit_bias", low_resolution_logit_bias)):
+        if value is not None and value not in INTERPOLATIONS:
+            raise ValueError(
+                f"`{name}` must be one of {INTERPOLATIONS} (how the low-resolution value at "
+                f"each position is read) or None (no such part). Received: {name}={value!r}."
+            )
+    # Checked here for all the parts that need it at once: the encoder's
+    # message alone suggested align_positions=False, and then a layer refused.
+    needing = [part for part, on in (
+        ("align_positions", align_positions and position == "sinusoidal"),
+        ("low_resolution_embedding", low_resolution_embedding is not None),
+        ("low_resolution_logit_bias", low_resolution_logit_bias is not None),
+    ) if on]
+    if needing and (height % low_height or width % low_width):
+        raise ValueError(
+            "Each side of `image_size` must be a multiple of the same side of "
+            f"`low_resolution_size` (an integer upscaling factor) for {', '.join(needing)}. "
+            f"Received: low_resolution_size={(low_height, low_width)}, image_size="
+            f"{(height, width)}."
+        )
+    if low_resolution_left_residual and not (
+            low_resolution_consistency and low_resolution_logit_bias is not None):
+        raise ValueError(
+            "`low_resolution_left_residual=True` corrects the consistent value of the logit "
+            "bias, so it needs `low_resolution_consistency=True` and a "
+            "`low_resolution_logit_bias` (without them it would be ignored). Received: "
+            f"low_resolution_consistency={low_resolution_consistency}, "
+            f"low_resolution_logit_bias={low_resolution_logit_bias!r}."
+        )
 
 
 def _low_resolution_encoder(low_resolution, low_resolution_size, image_size, channels,
