@@ -508,6 +508,29 @@ def check_no_cache_index(cache_index, cache_name="cache"):
         )
 
 
+def static_shape_mismatch(shape, expected):
+    """Whether a static `shape` cannot be `expected`: another rank, or an
+    axis whose size is known on both sides and differs. Axes unknown while
+    tracing (None), and expected axes that are not ints (None, or a name
+    such as "batch"), match any size.
+
+    Args:
+        shape: the tensor's static shape (a tuple; None for unknown axes).
+        expected: the shape wanted, one entry per axis.
+
+    Returns:
+        bool: True when the shapes cannot agree.
+
+    Example:
+    >>> static_shape_mismatch((2, None, 8), ("batch", 5, 8)), static_shape_mismatch((2, 5), (3, None))
+    (False, True)
+    """
+    return len(shape) != len(expected) or any(
+        isinstance(want, int) and got is not None and got != want
+        for got, want in zip(shape, expected)
+    )
+
+
 def check_cache(cache, expected_shape, origin):
     """Raises a ValueError unless `cache` is a floating tensor of the
     expected shape (a key/value cache of an attention layer).
@@ -526,9 +549,7 @@ def check_cache(cache, expected_shape, origin):
             boolean cache would truncate the keys and values).
     """
     shape = tuple(getattr(cache, "shape", ()))
-    if not shape or len(shape) != len(expected_shape) or any(
-        isinstance(e, int) and d is not None and d != e for d, e in zip(shape, expected_shape)
-    ):
+    if not shape or static_shape_mismatch(shape, expected_shape):
         raise ValueError(
             f"`cache` must have shape ({', '.join(map(str, expected_shape))}) {origin}. "
             f"Received: cache.shape={shape or type(cache).__name__}."

@@ -134,6 +134,11 @@ def export_translator(
     # Here, not first while the signatures are traced (TensorFlow's
     # "in user code:" prefix).
     checks.check_beam_arguments(num_beams, length_penalty_alpha)
+    if tokenizer is None:
+        raise ValueError(
+            "`tokenizer` must be the target `SubwordTokenizer` the model was trained "
+            "with. Received: tokenizer=None."
+        )
     for name, value in (("tokenizer", tokenizer), ("source_tokenizer", source_tokenizer)):
         if value is not None and not all(
                 hasattr(value, a) for a in ("tokenize", "detokenize", "pad_id")):
@@ -142,11 +147,6 @@ def export_translator(
                 f"SubwordTokenizer` (tokenize, detokenize, pad_id ...). Received: "
                 f"{name}={value!r}."
             )
-    if tokenizer is None:
-        raise ValueError(
-            "`tokenizer` must be the target `SubwordTokenizer` the model was trained "
-            "with. Received: tokenizer=None."
-        )
     path = versioned_export_path(export_dir, version, overwrite)
     source_tokenizer = source_tokenizer or tokenizer
     # One trace of the decoding loop serves both endpoints (the text endpoint's

@@ -119,10 +119,7 @@ class LowResolutionRaster:
             if tensor is None:
                 continue
             shape = tuple(tensor.shape)
-            if len(shape) != 2 or any(
-                got is not None and want is not None and got != want
-                for got, want in zip(shape, (batch, known_length))
-            ):
+            if checks.static_shape_mismatch(shape, (batch, known_length)):
                 raise ValueError(
                     f"{name}: `{key}` must be (batch, length) = ({batch}, {known_length}), "
                     "one value per position of the call, for the same batch. "

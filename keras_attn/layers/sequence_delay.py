@@ -113,10 +113,7 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
             return history[:, :length]
         checks.check_index(cache_index, "cache_index")
         wanted = (inputs.shape[0], self.delay) + tuple(inputs.shape[2:])
-        if len(cache.shape) != len(inputs.shape) or any(
-            got is not None and want is not None and got != want
-            for got, want in zip(cache.shape, wanted)
-        ):
+        if checks.static_shape_mismatch(tuple(cache.shape), wanted):
             raise ValueError(
                 f"{type(self).__name__}: `cache` must be (batch, delay={self.delay}, ...) "
                 f"like `init_cache` returns, for inputs of shape {tuple(inputs.shape)}. "
