@@ -154,6 +154,7 @@ def super_resolution_samples(args, model, originals):
     columns = [
         ("low resolution 8x8", np.repeat(np.repeat(low[rows], 4, axis=1), 4, axis=2)),
         ("bicubic", bicubic[rows]),
+        ("mode (argmax)", samples["mode"][rows]),  # the model's most faithful output
     ] + [(f"sample T={t}", samples[f"sample_T{t}"][rows]) for t in TEMPERATURES] + [
         ("original", originals[rows]),
     ]
