@@ -47,25 +47,12 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
     """
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
-        def positive(value):
-            return (
-                not isinstance(value, bool)
-                and isinstance(value, numbers.Real)
-                and math.isfinite(value)
-                and value > 0
-            )
-
-        if not positive(d_model) or not positive(warmup_steps):
-            raise ValueError(
-                "`d_model` and `warmup_steps` must be positive. Received: "
-                f"d_model={d_model!r}, warmup_steps={warmup_steps!r}."
-            )
-        if not positive(scale):
-            raise ValueError(
-                "`scale` must be a positive finite number (0 would never "
-                "train, a negative rate would climb the loss). Received: "
-                f"scale={scale!r}."
-            )
+        for name, value in (("d_model", d_model), ("warmup_steps", warmup_steps), ("scale", scale)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                    or not 0 < value < math.inf:  # NaN fails too
+                raise ValueError(
+                    f"`{name}` must be a positive finite number. Received: {name}={value!r}."
+                )
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale

@@ -36,5 +36,7 @@ def test_restored_with_the_optimizer_after_reload():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="must be positive"):
+    with pytest.raises(ValueError, match=r"^`d_model` must be a positive finite number\. Received: d_model=0\.$"):
         WarmupInverseSqrtSchedule(d_model=0)
+    with pytest.raises(ValueError, match="`scale` must be a positive finite number. Received: scale=nan"):
+        WarmupInverseSqrtSchedule(d_model=8, scale=float("nan"))

@@ -157,8 +157,8 @@ def validation_pieces(args):
     if args.task == "jsb":
         return music_data.load_jsb(args.config.get("data_dir"), "valid")
     return music_data.load_performances(
-        # None in config.json: train.py's defaults.
-        args.config.get("midi_dir") or music_data.default_midi_dir(),
+        # None in config.json: train.py's defaults; "pop909": the loader's folder (cached).
+        music_data.resolve_midi_dir(args.config.get("midi_dir"), args.config.get("data_dir"))[0],
         args.config.get("cache_dir") or music_data.DEFAULT_CACHE_DIR)["valid"]
 
 

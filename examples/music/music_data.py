@@ -10,10 +10,12 @@ Two tasks of the Music Transformer paper (Huang et al. 2018):
   `examples/music/data/` is the full data set.
 * `performance`: MIDI performances as performance events (note-on, note-off,
   10 ms time shifts, velocity bins; `music.midi_to_events`), vocabulary
-  `music.VOCABULARY_SIZE` (391). Any folder of .mid files; POP909 by
-  default where the project's shared data folder holds it
-  (`shared_data_dir()`), else the six POP909 songs shipped in
-  `examples/music/data/pop909/` (enough for the demo to run, not to learn).
+  `music.VOCABULARY_SIZE` (391). Any folder of .mid files; `pop909` for
+  all of POP909 through `keras_attn.datasets.pop909` (an offline folder,
+  else its cache, else a download: `resolve_midi_dir`); by default POP909
+  where the project's shared data folder holds it (`shared_data_dir()`),
+  else the six POP909 songs shipped in `examples/music/data/pop909/`
+  (enough for the demo to run, not to learn).
   Files are split deterministically by a hash of their name (1 in 10 to
   validation), so the split stays the same when files are added.
 
@@ -56,6 +58,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 SHIPPED_DATA_DIR = os.path.join(HERE, "data")
 SHIPPED_MIDI_DIR = os.path.join(SHIPPED_DATA_DIR, "pop909")
 DATA_ENV_VAR = "KERAS_ATTN_DATA"
+POP909 = "pop909"  # --midi_dir pop909: the full POP909 through keras_attn.datasets.pop909
 DEFAULT_CACHE_DIR = os.path.join("runs", "music_cache")  # encoded MIDI events (train.py --cache_dir)
 TASKS = ("jsb", "performance")
 VALIDATION_BUCKETS = 10  # 1 file in 10 goes to validation
@@ -120,13 +123,20 @@ def load_jsb(data_dir=None, split="train"):
     """The chorales of one split as token arrays, each ending with END.
 
     Args:
-        data_dir: folder (or file) with `Jsb16thSeparated.json`; defaults to
-            the copy shipped in `examples/music/data`.
+        data_dir: folder (or file) with `Jsb16thSeparated.json`, or an
+            offline data folder laid out as the shared one (its
+            `jsb_chorales/Jsb16thSeparated.json`, sha256-checked by
+            `keras_attn.datasets.jsb_chorales`); defaults to the copy shipped
+            in `examples/music/data` (the whole data set).
         split: "train" or "valid".
 
     Returns:
         list of np.int32 arrays (4 * steps + 1,).
     """
+    if data_dir and os.path.isdir(os.path.join(data_dir, "jsb_chorales")):
+        from keras_attn.datasets import jsb_chorales
+
+        data_dir = jsb_chorales.fetch(data_dir=data_dir)
     chorales = music.load_jsb_chorales(data_dir or SHIPPED_DATA_DIR, split)
     return [
         np.append(music.chorale_to_tokens(c), music.JSB_END_ID).astype(np.int32)
@@ -151,6 +161,46 @@ def default_midi_dir():
     the six shipped songs."""
     pop909 = os.path.join(shared_data_dir(), "pop909", "POP909")
     return pop909 if os.path.isdir(pop909) else SHIPPED_MIDI_DIR
+
+
+def _holds_pop909(folder):
+    return bool(folder) and os.path.isdir(os.path.join(folder, "pop909", "POP909"))
+
+
+def resolve_midi_dir(midi_dir=None, data_dir=None):
+    """The folder of MIDI files a `--midi_dir` (and `--data_dir`) names.
+
+    Args:
+        midi_dir: a folder of .mid files; `"pop909"` (`POP909`) for all of
+            POP909 through `keras_attn.datasets.pop909`: from the offline
+            folder (`data_dir`, else the shared data folder, where it holds
+            `pop909/POP909`), else the loader's cache
+            (`~/.keras/datasets/keras_attn/pop909`), else downloaded once
+            (909 files, 25 MB, each sha256-checked); None: POP909 in
+            `data_dir` or the shared data folder where it is there, else the
+            six shipped songs (`default_midi_dir`).
+        data_dir: train.py's `--data_dir`, when it is an offline data
+            folder laid out as the shared one.
+
+    Returns:
+        `(folder, source)`: the folder and a phrase saying where it came from.
+    """
+    if midi_dir == POP909:
+        from keras_attn.datasets import pop909
+
+        offline = next((d for d in (data_dir, shared_data_dir()) if _holds_pop909(d)), None)
+        folder = pop909.fetch(data_dir=offline)
+        where = f"the offline folder {offline}" if offline else "the cache, downloaded if it lacked songs"
+        return folder, f"POP909 through keras_attn.datasets.pop909, from {where}"
+    if midi_dir:
+        return midi_dir, "--midi_dir" if midi_dir != os.environ.get("MIDI_DIR") else "$MIDI_DIR"
+    if _holds_pop909(data_dir):
+        return os.path.join(data_dir, "pop909", "POP909"), "POP909, found in --data_dir"
+    folder = default_midi_dir()
+    if folder == SHIPPED_MIDI_DIR:
+        return folder, ("the songs shipped with the example: no pop909/POP909 in the shared data "
+                        f"folder {shared_data_dir()} (--midi_dir pop909 downloads all of POP909)")
+    return folder, "POP909, found in the shared data folder"
 
 
 def find_midi_files(midi_dir):

@@ -6,8 +6,11 @@ It measures the validation NLL per token at the training length and beyond.
     # (steps, not minutes: the budget then does not depend on the load):
     python examples/music/train.py --task jsb --attention relative --epochs 8 --steps_per_epoch 100
     python examples/music/train.py --task jsb --attention absolute --epochs 8 --steps_per_epoch 100
-    # MIDI performances (POP909 where present, else the 6 shipped songs;
-    # or any folder of .mid files):
+    # MIDI performances: all of POP909 (keras_attn.datasets.pop909: the
+    # offline folder, else the cache, else a download), or any folder of .mid
+    # files; without --midi_dir, POP909 where the shared data folder holds
+    # it, else the 6 shipped songs:
+    python examples/music/train.py --task performance --midi_dir pop909 --minutes 10
     python examples/music/train.py --task performance --midi_dir path/to/midi --minutes 10
 
 Training examples are random windows of --sequence_length (L) tokens, each
@@ -74,11 +77,17 @@ def parse_args(argv=None):
     parser.add_argument("--task", default="jsb", choices=music_data.TASKS)
     parser.add_argument("--attention", default="relative", choices=["relative", "absolute"])
     parser.add_argument("--data_dir", default=os.environ.get("JSB_CHORALES_DIR"),
-                        help="JSB Chorales folder (default: $JSB_CHORALES_DIR or the shipped copy)")
+                        help="JSB Chorales folder, or an offline data folder laid out as the shared "
+                             "one (jsb_chorales/, pop909/POP909/) (default: $JSB_CHORALES_DIR or the "
+                             "shipped copy, which is the whole data set)")
     parser.add_argument("--midi_dir", default=os.environ.get("MIDI_DIR"),
-                        help="folder of .mid files for --task performance (default: $MIDI_DIR, "
-                             "else pop909/POP909 in the shared data folder ($KERAS_ATTN_DATA or "
-                             "../shared/data beside the repository) if present, else the 6 shipped songs)")
+                        help="folder of .mid files for --task performance, or 'pop909': all of "
+                             "POP909 through keras_attn.datasets.pop909 (from --data_dir or the "
+                             "shared data folder, else the cache ~/.keras/datasets/keras_attn, else "
+                             "downloaded once, 25 MB, sha256-checked). Default: $MIDI_DIR, else "
+                             "pop909/POP909 in --data_dir or the shared data folder ($KERAS_ATTN_DATA "
+                             "or ../shared/data beside the repository) if present, else the 6 "
+                             "shipped songs")
     parser.add_argument("--output_dir", default=None)
     parser.add_argument("--cache_dir", default=None,
                         help="where encoded MIDI events are cached (default runs/music_cache)")
@@ -128,16 +137,6 @@ def parse_args(argv=None):
     args.cache_dir = args.cache_dir or music_data.DEFAULT_CACHE_DIR
     args.max_relative_position = args.max_relative_position or args.sequence_length
     args.export_max_length = args.export_max_length or 2 * args.sequence_length
-    if args.task == "performance":
-        given = args.midi_dir
-        args.midi_dir = given or music_data.default_midi_dir()
-        if given:
-            args.midi_source = "--midi_dir" if given != os.environ.get("MIDI_DIR") else "$MIDI_DIR"
-        elif args.midi_dir == music_data.SHIPPED_MIDI_DIR:
-            args.midi_source = ("the songs shipped with the example: no pop909/POP909 in the shared "
-                                f"data folder {music_data.shared_data_dir()}")
-        else:
-            args.midi_source = "POP909, found in the shared data folder"
     return args
 
 
@@ -145,9 +144,11 @@ def load_data(args):
     """Training pieces (with variants) and validation pieces of the task."""
     if args.task == "jsb":
         return music_data.load_jsb(args.data_dir, "train"), music_data.load_jsb(args.data_dir, "valid")
-    print(f"Performances from {args.midi_dir} ({args.midi_source})", flush=True)
-    data = music_data.load_performances(args.midi_dir, args.cache_dir)
-    print(f"{args.midi_dir}: {len(data['train'])} training and {len(data['valid'])} validation files "
+    # --midi_dir pop909 may download here (once): after the run folder checks, before any work.
+    midi_dir, source = music_data.resolve_midi_dir(args.midi_dir, args.data_dir)
+    print(f"Performances from {midi_dir} ({source})", flush=True)
+    data = music_data.load_performances(midi_dir, args.cache_dir)
+    print(f"{midi_dir}: {len(data['train'])} training and {len(data['valid'])} validation files "
           f"(validation: crc32(file name) % 10 == 0)")
     return data["train"], data["valid"]
 

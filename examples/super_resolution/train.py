@@ -4,9 +4,9 @@ Class-conditional or unconditional image generation with --mode.
 
     # the demo: the 1,000 CIFAR-10 images shipped in data/, 5 minutes
     python examples/super_resolution/train.py --minutes 5
-    # the full 50,000 training images (45,000 train / 5,000 validation)
-    python examples/super_resolution/train.py \\
-        --data ../shared/data/cifar10/cifar10_train_jpeg.npz --minutes 60
+    # the full 50,000 training images (45,000 train / 5,000 validation):
+    # keras_attn.datasets.cifar10 (an offline folder, else the cache, else a download)
+    python examples/super_resolution/train.py --data cifar10 --minutes 60
     # your own pictures (centre-cropped, resized to 32x32)
     python examples/super_resolution/train.py --image_dir ~/Pictures --minutes 5
     # generation instead of super resolution
@@ -67,6 +67,9 @@ from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DATA = os.path.join(HERE, "data", "cifar10_sample.npz")
+FULL_DATA = "cifar10"  # --data cifar10: all 50,000 training images, keras_attn.datasets.cifar10
+# The project's shared data folder, beside the repository (its machines hold the full data sets).
+SHARED_DATA_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "data"))
 MODES = ("super_resolution", "class_conditional", "unconditional")
 
 
@@ -86,8 +89,16 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", default="super_resolution", choices=MODES)
     parser.add_argument("--data", default=DEFAULT_DATA,
-                        help="CIFAR-10 JPEG .npz (default: the 1,000-image sample shipped in "
-                             "data/; the full set: ../shared/data/cifar10/cifar10_train_jpeg.npz)")
+                        help="a CIFAR-10 JPEG .npz (default: the 1,000-image sample shipped in "
+                             "data/), or 'cifar10': the full 50,000 training images through "
+                             "keras_attn.datasets.cifar10, from the offline folder (--data_dir) "
+                             "if there is one, else the cache (~/.keras/datasets/keras_attn), "
+                             "else downloaded once (the official archive, 163 MB, sha256-checked)")
+    parser.add_argument("--data_dir", default=None,
+                        help="offline data folder for --data cifar10, laid out as "
+                             "<data_dir>/cifar10/cifar-10-python.tar.gz or cifar10_train_jpeg.npz "
+                             "(default: $KERAS_ATTN_DATA, else ../shared/data beside the "
+                             "repository where it exists, else none: cache or download)")
     parser.add_argument("--image_dir", default=None,
                         help="train on the pictures of this folder instead of --data "
                              "(RGB, centre crop, resized to 32x32; no labels)")
@@ -185,17 +196,42 @@ def parse_args(argv=None):
     return args
 
 
+def offline_data_dir(data_dir=None):
+    """The offline data folder for --data cifar10: --data_dir, else
+    $KERAS_ATTN_DATA, else the shared data folder beside the repository where
+    it holds cifar10/, else None (keras_attn.datasets' cache or a download)."""
+    from keras_attn.datasets import DATA_ENV_VAR
+
+    if data_dir or os.environ.get(DATA_ENV_VAR):
+        return data_dir or os.environ[DATA_ENV_VAR]
+    return SHARED_DATA_DIR if os.path.isdir(os.path.join(SHARED_DATA_DIR, "cifar10")) else None
+
+
 def load_data(args):
     """(train_images, train_labels, validation_images, validation_labels)."""
     if args.image_dir:
         pictures, _ = images.load_image_directory(args.image_dir, size=32)
         train, validation = images.split_indices(len(pictures), args.validation_fraction, args.split_seed)
         return pictures[train], None, pictures[validation], None
+    path = args.data
+    if args.data == FULL_DATA:
+        from keras_attn.datasets import cifar10
+
+        data_dir = offline_data_dir(args.data_dir)
+        path = args.data_source = cifar10.fetch(data_dir=data_dir)  # checked against its sha256
+        print(f"CIFAR-10 from {path}", flush=True)
+        if not path.endswith(".npz"):  # the official archive: lossless uint8 arrays
+            pictures, labels = cifar10.load_data("train", data_dir=data_dir)
+            labels = labels.astype("int32")
+            train, validation = images.split_indices(len(pictures), args.validation_fraction,
+                                                     args.split_seed)
+            return pictures[train], labels[train], pictures[validation], labels[validation]
+        # The project's JPEG copy (an offline folder): read as any --data .npz.
     train_images, train_labels = images.load_cifar10(
-        args.data, "train", args.validation_fraction, args.split_seed
+        path, "train", args.validation_fraction, args.split_seed
     )
     validation_images, validation_labels = images.load_cifar10(
-        args.data, "validation", args.validation_fraction, args.split_seed
+        path, "validation", args.validation_fraction, args.split_seed
     )
     return train_images, train_labels, validation_images, validation_labels
 
@@ -382,7 +418,7 @@ def main(argv=None):
     chief = training_utils.is_chief(strategy)
     args.output_dir = training_utils.worker_output_dir(strategy, args.output_dir)
     keras.utils.set_random_seed(args.seed)
-    data = load_data(args)  # first: a wrong --image_dir or --data_dir leaves no run folder
+    data = load_data(args)  # first: a wrong --image_dir, --data or --data_dir leaves no run folder
     os.makedirs(args.output_dir, exist_ok=True)
     minutes = None
     if args.skip_training:
@@ -394,7 +430,7 @@ def main(argv=None):
         plot_training_curves(args)
     metrics = {
         "mode": args.mode,
-        "data": os.path.abspath(args.image_dir or args.data),
+        "data": os.path.abspath(args.image_dir or getattr(args, "data_source", None) or args.data),
         "train_images": int(len(data[0])),
         "validation_images": int(len(data[2])),
         "parameters": int(model.count_params()),

@@ -8,7 +8,10 @@ its original case, so detokenized model output can be scored with sacrebleu
 against it directly.
 
 This module only reads files; tokenization lives in
-`keras_attn.preprocessing`.
+`keras_attn.preprocessing`. `resolve_data_dir` also takes the files from
+`keras_attn.datasets.multi30k` (the same six files, sha256-checked: an
+offline folder, else its cache, else a download from the authors'
+repository).
 
 Reference:
     Elliott, Frank, Sima'an, Specia. "Multi30K: Multilingual English-German
@@ -24,6 +27,35 @@ DEFAULT_DATA_DIR = os.path.join(
 )
 SPLITS = ("train", "val", "test_2016_flickr")
 LANGUAGES = ("de", "en")
+OFFICIAL = "multi30k"  # --data_dir multi30k: keras_attn.datasets.multi30k
+
+
+def resolve_data_dir(data_dir):
+    """The folder of `<split>.<language>.gz` files a `--data_dir` names.
+
+    Args:
+        data_dir: `"multi30k"` for the official files through
+            `keras_attn.datasets.multi30k` (from `$KERAS_ATTN_DATA` if set,
+            else its cache `~/.keras/datasets/keras_attn/multi30k`, else
+            downloaded once, 1.3 MB); a folder laid out as the project's
+            shared data folder (holding `multi30k/`) for its files, checked
+            against their sha256; any other folder (or None, the shipped
+            copy) as it is.
+
+    Returns:
+        a folder for `load_multi30k`.
+
+    Raises:
+        ValueError, OSError: from `keras_attn.datasets.multi30k` (a file
+            with another sha256, a missing file, a failed download).
+    """
+    if data_dir is None:
+        return DEFAULT_DATA_DIR
+    if data_dir == OFFICIAL or os.path.isdir(os.path.join(data_dir, "multi30k")):
+        from keras_attn.datasets import multi30k
+
+        return multi30k.fetch(data_dir=None if data_dir == OFFICIAL else data_dir)
+    return data_dir
 
 
 def _read_lines(path):

@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 
 import run_folder  # noqa: E402  (config.json, a finished run, export versions)
 import training_utils  # noqa: E402  (--strategy, exact resume)
-from multi30k import DEFAULT_DATA_DIR, SPLITS, load_multi30k  # noqa: E402
+from multi30k import DEFAULT_DATA_DIR, SPLITS, load_multi30k, resolve_data_dir  # noqa: E402
 
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
 from keras_attn.metrics import MaskedSparseCategoricalAccuracy  # noqa: E402
@@ -84,7 +84,11 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
     parser.add_argument("--source", default="de", choices=["de", "en"], help="source language")
     parser.add_argument("--target", default="en", choices=["de", "en"], help="target language")
     parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR,
-                        help="folder of <split>.<lang>.gz files (default: the copy shipped here)")
+                        help="folder of <split>.<lang>.gz files (default: the copy shipped here, "
+                             "the whole corpus); an offline data folder holding multi30k/; or "
+                             "'multi30k': the official files through keras_attn.datasets.multi30k "
+                             "($KERAS_ATTN_DATA, else the cache ~/.keras/datasets/keras_attn, else "
+                             "downloaded once, sha256-checked)")
     parser.add_argument("--output_dir", default=None)
     parser.add_argument("--minutes", type=training_utils.positive(float), default=None,
                         help="stop training after this many minutes (checked after each batch)")
@@ -132,6 +136,10 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
     args.output_dir = args.output_dir or os.path.join("runs", run_name)
     run_folder.check_run_record(parser, args, RECORDED_FLAGS, made_before_training=("tokenizer.model",))
     run_folder.check_run_folders(parser, args, loads_model=args.skip_training)
+    try:  # after the run folder checks: config.json records --data_dir as given
+        args.data_dir = resolve_data_dir(args.data_dir)
+    except (OSError, ValueError) as error:
+        parser.error(f"--data_dir {args.data_dir}: {error}")
     return args
 
 

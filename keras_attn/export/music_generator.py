@@ -1,11 +1,10 @@
 """SavedModel export of a Music Transformer as an event sampler for TF Serving."""
 
-import numbers
-
 import tensorflow as tf
 
 from keras_attn import checks
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
+from keras_attn.export.request_checks import check_number, checked, primer_checks, sampling_checks
 from keras_attn.generation import CachedDecoder, sample
 from keras_attn.models.music_transformer import MUSIC_SUPPRESSED_TOKEN_IDS
 from keras_attn.preprocessing import music
@@ -73,9 +72,8 @@ def export_music_generator(
     past `max_length`, a temperature that is not a finite number > 0, a
     negative `top_k`, a `top_p` outside (0, 1]) fail with an
     `InvalidArgumentError` whose message says what was received and what
-    is expected (for the sampling controls, the message
-    `keras_attn.generation.sample` gives in Python); the server keeps
-    running.
+    is expected (`keras_attn.export.request_checks`, run before the loop);
+    the server keeps running.
 
     Args:
         model: the Music Transformer (`keras_attn.models.music_transformer`)
@@ -109,14 +107,10 @@ def export_music_generator(
         The path of the written version folder (str).
 
     Raises:
-        ValueError: if `model` is not a functional model with one int token
-            input and (B, T, V) logits (see `CachedDecoder`), if `version`,
-            `max_length` or `max_primer_length` is not a positive int (or
-            the primer does not leave room for one event), if
-            `end_token_id` is outside the vocabulary, if
-            `suppressed_token_ids` are not ids of the vocabulary or hold the
-            end id, or if the version folder exists and `overwrite` is
-            False.
+        ValueError: for a model `CachedDecoder` cannot adapt, a bad
+            `version`, `max_length` (2 .. 2**31 - 1), `max_primer_length`,
+            `end_token_id` or `suppressed_token_ids`, or an existing version
+            folder without `overwrite`.
 
     Example:
     >>> import tempfile
@@ -141,10 +135,10 @@ def export_music_generator(
         Long-Term Structure", section 5 (sampling performances from nothing
         and continuing primers, with relative attention's cache).
     """
-    path = versioned_export_path(export_dir, version, overwrite)
     generate = _generation_function(
         model, max_length, max_primer_length, end_token_id, suppressed_token_ids, jit_compile
     )
+    path = versioned_export_path(export_dir, version, overwrite)
     signature = [
         tf.TensorSpec((None, None), tf.int32, name="primer"),
         tf.TensorSpec((), tf.int32, name="num_steps"),
@@ -160,53 +154,28 @@ def export_music_generator(
     )
 
 
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"`{name}` must be an int >= {low}. Received: {name}={value!r}.")
-    if value >= 2**31:
-        raise ValueError(
-            f"`{name}` must be an int >= {low} and < 2**31 (int32 positions). "
-            f"Received: {name}={value!r}."
-        )
-
-
 def _generation_function(model, max_length, max_primer_length, end_token_id,
                          suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS, jit_compile=False):
-    """The Python function behind the signature (trace it with tf.function)."""
+    """The Python function behind the signature (trace it with tf.function):
+    the export arguments are checked here, the request in `generate`."""
     decoder = CachedDecoder(model)  # validates the model
     vocabulary_size = decoder.vocabulary_size
-    _check_int("max_length", max_length, 2)
+    check_number("max_length", max_length, 2, 2**31 - 1, "int32 positions")
     if max_primer_length is None:
         max_primer_length = max_length // 2
-    _check_int("max_primer_length", max_primer_length, 1)
-    if max_primer_length >= max_length:
-        raise ValueError(
-            "`max_primer_length` must be below `max_length`, to leave room for "
-            f"generated events. Received: max_primer_length={max_primer_length}, "
-            f"max_length={max_length}."
-        )
-    _check_int("end_token_id", end_token_id, 1)
-    if end_token_id >= vocabulary_size:
-        raise ValueError(
-            f"`end_token_id` must be an id of the model's vocabulary [0, "
-            f"{vocabulary_size}). Received: end_token_id={end_token_id}."
-        )
+    check_number("max_primer_length", max_primer_length, 1, max_length - 1,
+                 "below `max_length`, to leave room for generated events")
+    check_number("end_token_id", end_token_id, 1, vocabulary_size - 1, "an event of the vocabulary")
     # Padding inside a row would break the output's layout: always suppressed.
     suppressed = checks.check_suppressed_token_ids(
         tuple(suppressed_token_ids or ()) + (_PAD_ID,), end_token_id, vocabulary_size
     )
 
     def generate(primer, num_steps, temperature, top_k, top_p, seed):
-        request_checks = _check_request(
+        request = checked((primer, num_steps, temperature, top_k, top_p), primer_checks(
             primer, num_steps, vocabulary_size, max_length, max_primer_length
-        )
-        with tf.control_dependencies(request_checks):
-            primer = tf.identity(primer)
-        # The engine's own checks of the sampling controls, here before the
-        # loop: XLA drops `sample`'s checks inside it.
-        temperature = checks.check_temperature(temperature)
-        top_k, top_p = checks.check_top_k(top_k), checks.check_top_p(top_p)
-        return decode(primer, num_steps, temperature, top_k, top_p, seed)
+        ) + sampling_checks(temperature, top_k, top_p))
+        return decode(*request, seed)
 
     def decode_loop(primer, num_steps, temperature, top_k, top_p, seed):
         width = tf.shape(primer)[1]
@@ -229,50 +198,6 @@ def _generation_function(model, max_length, max_primer_length, end_token_id,
 
     decode = xla_function(decode_loop, jit_compile)
     return generate
-
-
-def _check_request(primer, num_steps, vocabulary_size, max_length, max_primer_length):
-    """In-graph validation of the primer and `num_steps`:
-    `InvalidArgumentError`s with readable messages."""
-    shape = tf.shape(primer)
-    real = tf.not_equal(primer, _PAD_ID)
-    lengths = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)
-    # Right padding: no event after a pad in any row.
-    right_padded = tf.reduce_all(
-        tf.greater_equal(tf.cast(real[:, :-1], tf.int32), tf.cast(real[:, 1:], tf.int32))
-    )
-    # Scalars only: reductions over an empty primer would hide the problem.
-    ids_in_range = tf.logical_or(
-        tf.equal(tf.size(primer), 0),
-        tf.logical_and(tf.reduce_min(tf.concat([tf.reshape(primer, [-1]), [0]], 0)) >= 0,
-                       tf.reduce_max(tf.concat([tf.reshape(primer, [-1]), [0]], 0)) < vocabulary_size),
-    )
-    conditions = [
-        (tf.reduce_all(shape > 0),
-         ["`primer` must hold at least one row of at least one event (e.g. the start "
-          "token 1). Received shape:", shape]),
-        (shape[1] <= max_primer_length,
-         [f"`primer` is too wide: at most {max_primer_length} events (the exported "
-          "max_primer_length; export again with a larger one, or send fewer events). "
-          "Received width:", shape[1]]),
-        (ids_in_range,
-         [f"`primer` ids must be events of the vocabulary, in [0, {vocabulary_size}). "
-          "Received min and max:", tf.reduce_min(primer), tf.reduce_max(primer)]),
-        (tf.logical_or(tf.equal(tf.size(primer), 0), tf.reduce_min(tf.concat([lengths, [1]], 0)) > 0),
-         ["Every `primer` row needs at least one event (e.g. the start token 1). "
-          "Received events per row:", lengths]),
-        (right_padded,
-         ["`primer` rows must be right-padded: events first, then 0s, no 0 between "
-          "events. Received events per row:", lengths]),
-        (num_steps >= 0,
-         ["`num_steps` must be >= 0. Received:", num_steps]),
-        # Not width + num_steps <= max_length: a huge num_steps would wrap
-        # the int32 sum around and pass.
-        (num_steps <= max_length - shape[1],
-         [f"primer width + `num_steps` must be <= {max_length} (the exported "
-          "max_length). Received width and num_steps:", shape[1], num_steps]),
-    ]
-    return [tf.debugging.Assert(condition, data, summarize=16) for condition, data in conditions]
 
 
 class _StepLimitedDecoder:

@@ -6,8 +6,8 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from keras_attn import checks
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
+from keras_attn.export.request_checks import batch_check, check_number, checked, sampling_checks
 
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_SEED = 0
@@ -83,9 +83,8 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
     Raises:
         ValueError: if `model` is not a super-resolution model (see
             `image_sizes`), the images are not of an integer dtype or do
-            not have the model's low-resolution shape (h, w, C), a `temperature` known now is not
-            a finite number > 0 (a traced one fails when the graph runs), or
-            a Python `top_k` / `top_p` is out of range (see
+            not have the model's low-resolution shape (h, w, C), or the
+            sampling controls are out of range (see
             `keras_attn.generation.sample`).
 
     Example:
@@ -131,7 +130,6 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
             f"(uint8 RGB). Received shape {shape}. Resize or convert the images "
             f"(e.g. `keras_attn.preprocessing.images.downsample`, RGB)."
         )
-    checks.check_temperature(temperature, in_graph=False)  # the loop checks a traced one
     batch = tf.shape(low_resolution)[0]
     tokens = tf.reshape(tf.cast(low_resolution, tf.int32), [batch, h * w * c])
     return sample_images(
@@ -284,19 +282,9 @@ def export_super_resolver(
     (h, w, c), _ = image_sizes(model)
     # The graph holds both as float32 and int64 constants: values those
     # cannot hold would become 0 or inf (every request refused) or wrap.
-    if isinstance(default_temperature, bool) or not isinstance(default_temperature, numbers.Real) \
-            or not _FLOAT32_SMALLEST_NORMAL <= default_temperature <= _FLOAT32_MAX:
-        raise ValueError(
-            "`default_temperature` must be a finite number > 0 that float32 holds "
-            f"({_FLOAT32_SMALLEST_NORMAL:.3g} to {_FLOAT32_MAX:.3g}). Received: "
-            f"default_temperature={default_temperature!r}."
-        )
-    if isinstance(default_seed, bool) or not isinstance(default_seed, numbers.Integral) \
-            or not -(2**63) <= default_seed < 2**63:
-        raise ValueError(
-            "`default_seed` must be an int that int64 holds (-2**63 to 2**63 - 1). "
-            f"Received: default_seed={default_seed!r}."
-        )
+    check_number("default_temperature", default_temperature, _FLOAT32_SMALLEST_NORMAL,
+                 _FLOAT32_MAX, "a finite temperature > 0 that float32 holds", numbers.Real)
+    check_number("default_seed", default_seed, -(2**63), 2**63 - 1, "an int that int64 holds")
     path = versioned_export_path(export_dir, version, overwrite)
     decoder = CachedDecoder(model)
     sampler = xla_function(
@@ -307,16 +295,18 @@ def export_super_resolver(
     )
     image_spec = tf.TensorSpec((None, h, w, c), tf.uint8, name="image")
 
-    def checked(image):
+    def checked_image(image, *options):
         # The signature's static shape documents the input, but a TF2 client
         # calling the signature is not stopped by it: EnsureShape refuses
-        # other sizes at run time with an error naming both shapes. An empty
-        # batch is refused here, outside the loop, where XLA would drop it.
-        return checks.check_batch_not_empty("image", tf.ensure_shape(image, (None, h, w, c)))
+        # other sizes at run time with an error naming both shapes. The
+        # request is checked here, before the loop (XLA drops assertions).
+        image = tf.ensure_shape(image, (None, h, w, c))
+        conditions = [batch_check("image", image)] + (sampling_checks(*options) if options else [])
+        return checked((image,) + options, conditions)
 
     @tf.function(input_signature=[image_spec])
     def serve(image):
-        image = checked(image)
+        (image,) = checked_image(image)
         seed = tf.constant(default_seed, tf.int64)
         temperature = tf.constant(default_temperature, tf.float32)
         return {"image": sampler(image, seed, temperature)}
@@ -329,11 +319,7 @@ def export_super_resolver(
         tf.TensorSpec((), tf.float32, name="top_p"),
     ])
     def serve_with_options(image, temperature, seed, top_k, top_p):
-        image = checked(image)
-        # The engine's own checks (finite temperature > 0, top_k >= 0, top_p
-        # in (0, 1]), here before the loop, where XLA would drop them.
-        temperature = checks.check_temperature(temperature)
-        top_k, top_p = checks.check_top_k(top_k), checks.check_top_p(top_p)
+        image, temperature, top_k, top_p = checked_image(image, temperature, top_k, top_p)
         return {"image": sampler(image, seed, temperature, top_k, top_p)}
 
     return write_archive(

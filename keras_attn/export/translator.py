@@ -1,11 +1,10 @@
 """SavedModel export of a translation Transformer: string in, string out."""
 
-import numbers
-
 import tensorflow as tf
 
 from keras_attn import checks
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
+from keras_attn.export.request_checks import batch_check, check_number, checked, id_range_check
 
 
 def export_translator(
@@ -48,7 +47,8 @@ def export_translator(
     `max_length - 2` pieces long. Requests the model cannot answer fail with
     an InvalidArgumentError holding the library's message: an empty batch
     (`text` or `encoder_tokens` of no rows), token ids outside the
-    vocabulary, a source longer than a learned position table, a tensor of
+    vocabulary or a source longer than a learned position table (of the
+    model's `encoder_embedding` layer, when it has one), a tensor of
     another rank than the signature's ("Shape of tensor text [1,1] is not
     compatible with expected shape [?]"). These checks run before the
     decoding loop, so an XLA-compiled export (which drops assertions inside
@@ -121,34 +121,19 @@ def export_translator(
         Vaswani et al. 2017 (beam 4, alpha 0.6); TF Serving's versioned
         model layout.
     """
-    from keras_attn.generation import Decoder
     from keras_attn.preprocessing.text import encode_source
 
-    if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) \
-            or not 3 <= max_length < 2**31:
-        raise ValueError(
-            "`max_length` must be an int from 3 (the start token, one token and the end "
-            "token) to 2**31 - 1 (int32 positions): the static length of sources and "
-            f"translations. Received: max_length={max_length!r}."
-        )
-    # Here, not first while the signatures are traced (TensorFlow's
-    # "in user code:" prefix).
-    checks.check_beam_arguments(num_beams, length_penalty_alpha)
-    if tokenizer is None:
-        raise ValueError(
-            "`tokenizer` must be the target `SubwordTokenizer` the model was trained "
-            "with. Received: tokenizer=None."
-        )
+    check_number("max_length", max_length, 3, 2**31 - 1, "the start token, one token and the "
+                 "end token, up to int32 positions: the static length of sources and translations")
+    checks.check_beam_arguments(num_beams, length_penalty_alpha)  # not first while tracing
+    source_tokenizer = source_tokenizer or tokenizer
     for name, value in (("tokenizer", tokenizer), ("source_tokenizer", source_tokenizer)):
-        if value is not None and not all(
-                hasattr(value, a) for a in ("tokenize", "detokenize", "pad_id")):
+        if not all(hasattr(value, a) for a in ("tokenize", "detokenize", "pad_id")):
             raise ValueError(
-                f"`{name}` must be a `keras_attn.preprocessing.subword_tokenizer."
-                f"SubwordTokenizer` (tokenize, detokenize, pad_id ...). Received: "
-                f"{name}={value!r}."
+                f"`{name}` must be the `SubwordTokenizer` the model was trained with "
+                f"(keras_attn.preprocessing.subword_tokenizer). Received: {name}={value!r}."
             )
     path = versioned_export_path(export_dir, version, overwrite)
-    source_tokenizer = source_tokenizer or tokenizer
     # One trace of the decoding loop serves both endpoints (the text endpoint's
     # (B, max_length) tokens fit the (B, S) signature).
     decoding_loop = xla_function(
@@ -156,20 +141,30 @@ def export_translator(
         jit_compile,
         input_signature=[tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")],
     )
-    inputs = Decoder(model)  # the model's inputs, as generation reads them (no second replay)
+    embedding = next((layer for layer in model.layers if layer.name == "encoder_embedding"), None)
+    vocabulary_size = getattr(embedding, "vocabulary_size", getattr(embedding, "input_dim", None))
+    max_positions = getattr(embedding, "max_positions", None)
 
     def generate(encoder_tokens):
-        # The request is checked here, in the plain graph, as the decoding
-        # checks it: XLA drops those checks inside the loop. A TF2 client
-        # calling a signature is not stopped by its static shape: EnsureShape
-        # refuses another rank with an error naming both shapes.
+        # The request is checked here, before the loop (XLA drops assertions;
+        # the layers trust their inputs). A TF2 client calling a signature is
+        # not stopped by its static shape: EnsureShape refuses another rank.
         encoder_tokens = tf.ensure_shape(encoder_tokens, (None, None))
-        encoder_tokens = checks.check_batch_not_empty("encoder_tokens", encoder_tokens)
-        return decoding_loop(inputs.check_inputs(encoder_tokens)["encoder_tokens"])
+        conditions = [batch_check("encoder_tokens", encoder_tokens)]
+        if vocabulary_size is not None:
+            conditions.append(id_range_check("encoder_tokens", encoder_tokens, vocabulary_size,
+                                             "source tokens of the vocabulary"))
+        if max_positions is not None:
+            conditions.append((tf.shape(encoder_tokens)[1] <= max_positions, [
+                f"`encoder_tokens` is longer than the learned position table: truncate "
+                f"sources to {max_positions} tokens. Received length:",
+                tf.shape(encoder_tokens)[1]]))
+        return decoding_loop(checked(encoder_tokens, conditions))
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])
     def serve_text(text):
-        text = checks.check_batch_not_empty("text", tf.ensure_shape(text, (None,)))
+        text = tf.ensure_shape(text, (None,))
+        text = checked(text, [batch_check("text", text)])
         tokens = encode_source(source_tokenizer, text, max_length)
         tokens = tokens.to_tensor(default_value=0, shape=[None, max_length])
         translation = tokenizer.detokenize(tf.cast(generate(tokens), tf.int32))

@@ -1,10 +1,12 @@
 import inspect
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn import checks
 from keras_attn import keras_internals
+from keras_attn.generation import arguments
 from keras_attn.generation.decoder import Decoder
 from keras_attn.layers import attention_ops
 
@@ -101,7 +103,7 @@ class CachedDecoder(Decoder):
       any Python int they were given); their arguments that do not depend
       on the tokens are computed once. One with a bounded range of positions
       says so with a `max_positions` attribute (int, or None when
-      unbounded), which `initial_state` checks `max_length` against;
+      unbounded), which `check_max_length` checks `max_length` against;
     * **position-wise** layers (Dense, Embedding, Dropout,
       LayerNormalization on the last axis, activations, Add/Multiply/...,
       element-wise ops) are applied as recorded, in inference mode.
@@ -172,17 +174,14 @@ class CachedDecoder(Decoder):
     def __init__(self, model, token_input=None):
         if not keras_internals.is_functional(model):
             raise ValueError(
-                "CachedDecoder needs a functional `keras.Model` (built with "
-                "`keras.Input` and layer calls), whose graph it can read. "
-                f"Received: {model!r}. Wrap subclassed models' layers in a "
-                "functional model, or use `RecomputingDecoder`."
+                "CachedDecoder needs a functional `keras.Model`, whose graph it reads (for a "
+                f"subclassed model, use `RecomputingDecoder`). Received: {model!r}."
             )
         outputs = model.outputs
         if len(outputs) != 1 or len(outputs[0].shape) != 3 or outputs[0].shape[-1] is None:
             raise ValueError(
-                "CachedDecoder needs a model with a single output, the logits "
-                "of shape (batch, length, vocabulary). Received outputs with "
-                f"shapes {[tuple(o.shape) for o in outputs]}."
+                "CachedDecoder needs a model with a single output, the logits (batch, length, "
+                f"vocabulary). Received outputs of shapes {[tuple(o.shape) for o in outputs]}."
             )
         self._logits_tensor = outputs[0]
         self.vocabulary_size = outputs[0].shape[-1]
@@ -246,11 +245,9 @@ class CachedDecoder(Decoder):
                 return
             if _cached_call(node.operation) and tensor is not node.outputs[0]:
                 raise ValueError(
-                    f"CachedDecoder: a second output (e.g. the attention "
-                    f"scores) of '{node.operation.name}' leads to the logits. "
-                    "Only its hidden states can be replayed with caches; build "
-                    "the generation model without `return_attention_scores=True` "
-                    "on that path."
+                    f"CachedDecoder: a second output of '{node.operation.name}' (e.g. attention "
+                    "scores) leads to the logits; only hidden states are replayed with caches. "
+                    "Build the generation model without `return_attention_scores=True` there."
                 )
             if id(node) in planned:
                 return
@@ -287,17 +284,12 @@ class CachedDecoder(Decoder):
         if _is_positionwise(op):
             return step
         raise ValueError(
-            f"CachedDecoder: layer {name} is on the path from "
-            f"`{self.token_input}` to the logits and is not known to act on "
-            "each position on its own, so it cannot be replayed one token at a "
-            "time. A layer that mixes positions needs a cache (`init_cache` "
-            "and `cache` / `cache_index` call arguments); an encoder block has "
-            "none, as it is not causal. Supported on the decoder path: cached "
-            "layers (TransformerDecoder, causal self-attention), position-aware "
-            "layers (a `start_index` call argument) and position-wise layers "
-            "(Dense, Embedding, Dropout, LayerNormalization on the last axis, "
-            "activations, Add/Multiply/...). Decode such a model with "
-            "`RecomputingDecoder`."
+            f"CachedDecoder: layer {name}, on the path from `{self.token_input}` to the logits, "
+            "is not known to act on each position on its own, so it cannot be replayed one token "
+            "at a time. Supported: cached layers (`init_cache`, `cache` and `cache_index`; an "
+            "encoder block has no cache, as it is not causal), position-aware layers (`start_index`)"
+            " and position-wise ones (Dense, Embedding, LayerNormalization on the last axis, "
+            "activations, Add...). Decode such a model with `RecomputingDecoder`."
         )
 
     def _plan_cached_step(self, step, name, call, plan_static):
@@ -307,35 +299,30 @@ class CachedDecoder(Decoder):
         given = _given_arguments(op, step["node"])
         if "mask" in parameters:
             raise ValueError(
-                f"CachedDecoder: {name} takes Keras' `mask` call argument, which "
-                "Keras fills with the implicit mask of its input (B, T); the "
-                "engine passes a cached layer its padding mask over the cache "
-                "(B, max_length) as `padding_mask`. Rename the argument to "
-                "`padding_mask` and fall back to the implicit mask when it is None."
+                f"CachedDecoder: {name} takes Keras' `mask` call argument, which Keras fills with "
+                "its input's implicit mask (B, T), not the cache's (B, max_length). Rename it "
+                "`padding_mask`, falling back to the implicit mask when it is None."
             )
         replayed = _REPLAYED_ARGUMENTS | {call["sequence"], call["padding_mask"], "start_index"}
         for arg, value in given.items():
             if arg not in replayed and value is not None:
                 raise ValueError(
-                    f"CachedDecoder: {name} is called with `{arg}` in the model "
-                    "graph. The engine supplies caches itself and replays only "
-                    "the sequence, its padding mask and the encoder inputs; "
-                    f"build the generation model without `{arg}`."
+                    f"CachedDecoder: {name} is called with `{arg}` in the model graph, but the "
+                    "engine replays only the sequence, its padding mask and the encoder inputs. "
+                    f"Build the generation model without `{arg}`."
                 )
         if "use_causal_mask" in parameters:
             causal = given.get("use_causal_mask", parameters["use_causal_mask"].default)
             if causal is not True:
                 raise ValueError(
-                    f"CachedDecoder: {name} is called with use_causal_mask="
-                    f"{causal!r}; token-by-token decoding needs causal "
-                    "self-attention (use_causal_mask=True)."
+                    f"CachedDecoder: {name} is called with use_causal_mask={causal!r}; token-by-"
+                    "token decoding needs causal self-attention (use_causal_mask=True)."
                 )
         sequence = given[call["sequence"]]
         if not self._is_dynamic(sequence):
             raise ValueError(
-                f"CachedDecoder: the `{call['sequence']}` of {name} does not "
-                f"depend on `{self.token_input}`. Expected the decoder path "
-                "to run through it."
+                f"CachedDecoder: the `{call['sequence']}` of {name} does not depend on "
+                f"`{self.token_input}`; the decoder path must run through it."
             )
         step.update(kind="cached", call=call, sequence=sequence, reads=[sequence])
         if "start_index" in parameters:
@@ -354,16 +341,14 @@ class CachedDecoder(Decoder):
         ):
             raise ValueError(
                 f"CachedDecoder: {name} is given an `encoder_sequence` but has no "
-                "`compute_cross_attention_cache` method and `cross_attention_cache` "
-                "call argument, so its cross-attention cannot be cached."
+                "`compute_cross_attention_cache` and `cross_attention_cache` to cache it with."
             )
         encoder_sequence, mask = given["encoder_sequence"], given.get("encoder_padding_mask")
         for arg, value in (("encoder_sequence", encoder_sequence), ("encoder_padding_mask", mask)):
             if value is not None and self._is_dynamic(value):
                 raise ValueError(
-                    f"CachedDecoder: the `{arg}` of {name} depends on "
-                    f"`{self.token_input}`. Cross-attention must read an "
-                    "encoder output computed from the other inputs only."
+                    f"CachedDecoder: the `{arg}` of {name} depends on `{self.token_input}`; "
+                    "cross-attention must read an encoder output of the other inputs only."
                 )
         step["memory"] = len(self._memory_specs)
         self._memory_specs.append(("cross_cache", op, encoder_sequence, mask))
@@ -387,10 +372,8 @@ class CachedDecoder(Decoder):
         """The Python int `start_index` a layer was called with in the graph."""
         start = checks.static_int(given.get("start_index", parameters["start_index"].default))
         if start is None:
-            raise ValueError(
-                f"CachedDecoder: {name} is called with a tensor `start_index`; "
-                "expected a Python int (the engine adds the cache index to it)."
-            )
+            raise ValueError(f"CachedDecoder: {name} is called with a tensor `start_index`; "
+                             "expected a Python int (the engine adds the cache index to it).")
         return start
 
     def _plan_padding_mask(self, step, name, explicit, arg):
@@ -403,8 +386,7 @@ class CachedDecoder(Decoder):
             if not self._is_dynamic(explicit):
                 raise ValueError(
                     f"CachedDecoder: the `{arg}` of {name} does not depend on "
-                    f"`{self.token_input}`; expected a (batch, length) mask of "
-                    "the decoder tokens."
+                    f"`{self.token_input}`; expected a (batch, length) mask of the decoder tokens."
                 )
             step["mask"], step["mask_tensor"] = True, explicit
             step["reads"].append(explicit)
@@ -435,20 +417,20 @@ class CachedDecoder(Decoder):
         """Refuses a `max_length` that is not a positive int or that a
         position-aware layer cannot encode. The searches call it before
         they pad the prompt to `max_length` (a huge one would otherwise
-        exhaust memory first), `initial_state` again.
+        exhaust memory first); call it before `initial_state`, which trusts
+        its caller.
 
         Raises:
             ValueError: naming the layer and the positions it encodes.
         """
-        checks.check_max_length(max_length, "the number of positions the caches hold, a static shape")
+        arguments.check_max_length(max_length)
         for step in self._steps:
             limit = getattr(step["op"], "max_positions", None) if "start_index" in step else None
             if limit is not None and step["start_index"] + max_length > limit:
                 raise ValueError(
-                    f"max_length={max_length} does not fit layer "
-                    f"'{step['op'].name}', which encodes {limit} positions "
-                    f"(`max_positions`). Generate at most "
-                    f"{limit - step['start_index']} positions."
+                    f"max_length={max_length} does not fit layer '{step['op'].name}', which encodes "
+                    f"{limit} positions (`max_positions`): generate at most "
+                    f"{limit - step['start_index']}."
                 )
 
     def initial_state(self, batch_size, max_length, inputs=None):
@@ -458,7 +440,8 @@ class CachedDecoder(Decoder):
             batch_size: B, an int or int32 scalar tensor (dynamic batch sizes
                 are fine inside `tf.function`).
             max_length: L, a static int: the number of positions the caches
-                hold (prompt plus generated tokens).
+                hold (prompt plus generated tokens), as `check_max_length`
+                accepts it (the generation functions call it).
             inputs: the model's other inputs (everything but the token
                 input), a dict by input name, e.g. `{"encoder_tokens": (B, S)
                 int}`; a single tensor is accepted when exactly one is needed.
@@ -469,13 +452,9 @@ class CachedDecoder(Decoder):
             "memory": tuple}` (see the class docstring).
 
         Raises:
-            ValueError: if `max_length` is not a positive int, an input the
-                encoder path needs is missing, `inputs` holds a name that is
-                not one of the model's other inputs, an input has rows other
-                than `batch_size`, or `max_length` exceeds a learned position
-                table.
+            ValueError: if `inputs` are not the model's other inputs, for
+                `batch_size` rows (see `Decoder._other_inputs`).
         """
-        self.check_max_length(max_length)
         values = self._encoder_values(inputs, batch_size)
         memory = []
         for spec in self._memory_specs:
@@ -599,24 +578,15 @@ class CachedDecoder(Decoder):
         )
 
     def _check_step_tokens(self, token_ids, state):
-        if not hasattr(token_ids, "shape"):
-            token_ids = ops.convert_to_tensor(token_ids)
-        dtype = keras.backend.standardize_dtype(token_ids.dtype)
-        if len(token_ids.shape) != 2 or "int" not in dtype:
+        tokens = token_ids if hasattr(token_ids, "shape") else np.asarray(token_ids)
+        dtype, shape = keras.backend.standardize_dtype(tokens.dtype), tuple(tokens.shape)
+        held = {x.shape[0] for x in keras.tree.flatten((state["caches"], state["padding_masks"]))}
+        if len(shape) != 2 or "int" not in dtype or None not in (shape[0], *held) and {shape[0]} != held:
             raise ValueError(
-                f"CachedDecoder: `token_ids` must be integer token ids of shape "
-                f"(batch, length). Received dtype {dtype} and shape "
-                f"{tuple(token_ids.shape)}."
+                "CachedDecoder: `token_ids` must be integer token ids of shape (batch, length), for "
+                f"the batch of the state: {sorted(held, key=str)} (make it with `initial_state("
+                f"batch_size, ...)`). Received dtype {dtype} and shape {shape}."
             )
-        batch = token_ids.shape[0]
-        for buffer in keras.tree.flatten((state["caches"], state["padding_masks"])):
-            if batch is not None and buffer.shape[0] is not None and buffer.shape[0] != batch:
-                raise ValueError(
-                    f"CachedDecoder: `token_ids` has batch size {batch} but the "
-                    f"state holds {buffer.shape[0]} sequences (token_ids.shape="
-                    f"{tuple(token_ids.shape)}). Make the state with "
-                    f"`initial_state(batch_size={batch}, ...)`."
-                )
 
     def _cached_step(self, step, values, masks, cache, cache_index, memory):
         """Calls a cached layer on the new positions; returns (outputs, cache)."""
@@ -634,10 +604,9 @@ class CachedDecoder(Decoder):
         results = _call(step["op"], (values[id(step["sequence"])],), kwargs)
         if not isinstance(results, (tuple, list)) or len(results) < 2:
             raise ValueError(
-                f"CachedDecoder: layer '{step['op'].name}' ({type(step['op']).__name__}) "
-                "has `init_cache`, but called with a cache it returned "
-                f"{type(results).__name__} instead of `(outputs, new_cache, ...)`. "
-                "A cached layer must return its updated cache after its outputs."
+                f"CachedDecoder: layer '{step['op'].name}' ({type(step['op']).__name__}) has "
+                f"`init_cache`, but called with a cache it returned {type(results).__name__} "
+                "instead of `(outputs, new_cache, ...)`, its updated cache after its outputs."
             )
         return results[0], results[1]
 
@@ -675,10 +644,9 @@ def _cached_call(op):
     cache = next((a for a in CACHE_ARGUMENTS if a in parameters), None)
     if cache is None or "cache_index" not in parameters:
         raise ValueError(
-            f"CachedDecoder: layer '{op.name}' ({type(op).__name__}) has "
-            "`init_cache` but its `call` does not take a cache (one of "
-            f"{list(CACHE_ARGUMENTS)}) and `cache_index`. Received call "
-            f"arguments {list(parameters)}."
+            f"CachedDecoder: layer '{op.name}' ({type(op).__name__}) has `init_cache` but its "
+            f"`call` does not take a cache (one of {list(CACHE_ARGUMENTS)}) and `cache_index`. "
+            f"Received call arguments {list(parameters)}."
         )
     return {
         "parameters": parameters,

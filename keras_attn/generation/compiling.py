@@ -42,9 +42,8 @@ def compile_generation(fn, models):
         A function with `fn`'s signature and results, compiled (see above).
 
     Raises:
-        ValueError: if `fn` is not callable, `models` is empty or holds
-            something that is neither a Keras layer nor a decoder with a
-            `model`, or an unbuilt one.
+        ValueError: if `fn` is not callable, or `models` is not one or more
+            built Keras layers (or decoders with a `model`).
 
     Example:
     >>> import keras
@@ -92,30 +91,18 @@ def _jax_compile(fn, variables):
 
 
 def _variables(models):
-    if not isinstance(models, (list, tuple)):
-        models = [models]
-    if not models:
-        # On JAX the weights fn reads would become constants of the
-        # program: after `fit` or `set_weights` it would generate with the old ones.
+    given = models if isinstance(models, (list, tuple)) else [models]
+    layers = [getattr(model, "model", model) for model in given]
+    # On JAX, the weights of a model not named would be constants of the
+    # program: after `fit` or `set_weights` it would generate with the old ones.
+    if not layers or not all(isinstance(x, keras.layers.Layer) and x.built for x in layers):
         raise ValueError(
-            "`models` must name at least one model (or layer, or decoder) whose weights "
-            "the generation function reads, so that a compiled function sees their current "
-            f"values. Received: models={models!r}."
+            "`models` must be the built Keras models (or layers, or decoders with a `model`) "
+            "whose weights the generation function reads, at least one, so that it sees their "
+            f"current values; build a model by calling it once. Received: models={models!r}."
         )
     variables, seen = [], set()
-    for model in models:
-        layer = getattr(model, "model", model)
-        if not isinstance(layer, keras.layers.Layer):
-            raise ValueError(
-                "`models` must be the Keras model (or a list of models or "
-                "layers, or a decoder with a `model`) whose weights the "
-                f"generation function reads. Received: {model!r}."
-            )
-        if not layer.built:
-            raise ValueError(
-                f"`models` must be built (their weights must exist): {layer.name} "
-                "is not. Call it once on an input, or build it, first."
-            )
+    for layer in layers:
         # `variables` includes non-trainable ones and seed-generator states.
         for variable in layer.variables:
             if id(variable) not in seen:

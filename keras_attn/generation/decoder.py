@@ -3,6 +3,7 @@ import numpy as np
 from keras import ops
 
 from keras_attn import checks, keras_internals
+from keras_attn.generation import arguments
 
 
 class Decoder:
@@ -101,7 +102,8 @@ class Decoder:
         }
 
     def _other_inputs(self, inputs, needed, batch_size=None):
-        """The model inputs besides the tokens, as tensors by name.
+        """The model inputs besides the tokens, checked (where generation
+        receives them: in the prefill), as tensors by name.
 
         Args:
             inputs: a dict by input name, or a single tensor when exactly one
@@ -111,60 +113,44 @@ class Decoder:
                 tensor; each input must have B rows. None: not checked.
 
         Returns:
-            `{name: tensor}` for each name in `needed`, in the input's dtype;
-            integer inputs that an embedding reads (a source sentence, a
-            class label) are checked to be ids of it, in [0, size) (see
-            `checks.check_input_ids`: now when known, else once in the
-            graph), as generation checks the prompt: an id outside fails in
-            the gather on TensorFlow and is silently clipped on JAX.
+            `{name: tensor}` for each name in `needed`, in the input's dtype.
 
         Raises:
-            ValueError: if `inputs` is not a dict where one is needed, misses
-                a name, holds a name that is not one of the model's inputs
-                besides the tokens (e.g. a typo; the message lists them), or
-                holds ids outside the embedding that reads them, or rows
-                other than `batch_size` (see `checks.check_batch_size`).
+            ValueError: if `inputs` misses a needed name or holds one that is
+                not one of the model's inputs besides the tokens, an input
+                has another rank than its `keras.Input` or is not numbers,
+                has ids outside the embedding that reads it (an id outside
+                fails in the gather on TensorFlow and is clipped on JAX), or
+                rows other than `batch_size`.
         """
         needed = list(needed)
-        if not isinstance(inputs, dict):
-            if inputs is not None and len(self._input_names) == 1:
-                # A tensor for a model without other inputs was ignored.
-                raise ValueError(
-                    "This model takes no input besides its tokens "
-                    f"`{self.token_input}` (the prompt fills it): pass inputs=None. "
-                    f"Received: inputs of type {type(inputs).__name__}."
-                )
-            if not needed:
-                return {}
-            if inputs is not None and len(needed) == 1:
-                inputs = {needed[0]: inputs}
-            else:
-                raise ValueError(
-                    f"This model needs the inputs {sorted(needed)} besides "
-                    f"`{self.token_input}`: pass them as `inputs={{name: tensor}}`. "
-                    f"Received: inputs={type(inputs).__name__}."
-                )
-        missing = sorted(set(needed) - set(inputs))
-        if missing:
-            raise ValueError(
-                f"Missing model inputs {missing}. Received inputs for {sorted(inputs, key=str)}."
-            )
+        if inputs is not None and not isinstance(inputs, dict) and len(needed) == 1:
+            inputs = {needed[0]: inputs}
         accepted = [name for name in self._input_names if name != self.token_input]
-        checks.check_input_names(inputs, accepted, self.token_input)
+        given = inputs if isinstance(inputs, dict) else {}
+        if (inputs is not None and not isinstance(inputs, dict)) or set(needed) - set(given) or (
+            set(given) - set(accepted)
+        ):
+            received = (f"inputs with names {sorted(given, key=str)}" if isinstance(inputs, dict)
+                        else f"inputs of type {type(inputs).__name__}")
+            raise ValueError(
+                f"`inputs` must map the model's inputs besides its tokens `{self.token_input}` "
+                f"(which the prompt fills) to tensors: {sorted(needed)} needed, of {accepted} "
+                f"accepted (inputs=None when there are none). Received: {received}."
+            )
         values = {}
         for name in needed:
-            dtype = keras.backend.standardize_dtype(self._input_names[name].dtype)
-            bound = self._embedding_bound(name)
-            value = inputs[name]
-            if not hasattr(value, "dtype"):
-                value = np.asarray(value)
+            value, dtype = inputs[name], self._input_names[name].dtype
+            value = value if hasattr(value, "dtype") else np.asarray(value)
             _check_input_value(name, value, self._input_names[name])
-            integer = "int" in keras.backend.standardize_dtype(value.dtype)
-            if bound is not None and integer and dtype == "int32":
-                value = checks.check_int32_ids(name, value)  # the cast would wrap wider ids
+            bound = self._embedding_bound(name)
+            if bound is not None and "int" in keras.backend.standardize_dtype(dtype):
+                if "int" not in keras.backend.standardize_dtype(value.dtype):
+                    value = ops.convert_to_tensor(value, dtype)
+                value = arguments.check_ids(value, 0, bound[0], (
+                    f"The model input {name} must hold ids in [0, {bound[0]}), the ids its layer "
+                    f"{bound[1]} takes."))
             value = ops.convert_to_tensor(value, dtype=dtype)
-            if bound is not None and "int" in dtype:
-                value = checks.check_input_ids(name, value, *bound)
             if batch_size is not None:
                 value = checks.check_batch_size(
                     name, value, batch_size,
@@ -248,39 +234,30 @@ class Decoder:
 
 def _find_token_input(input_names, token_input, owner):
     names = list(input_names)
-    if token_input is not None:
-        if token_input not in input_names:
-            raise ValueError(
-                f"{owner}: `token_input` must name one of the model's inputs "
-                f"{names}. Received: token_input={token_input!r}."
-            )
-        return token_input
-    if len(names) == 1:
-        return names[0]
-    if "decoder_tokens" in input_names:
-        return "decoder_tokens"
-    raise ValueError(
-        f"{owner} cannot tell which of the model's inputs {names} holds the "
-        "tokens to generate. Pass `token_input=<name>`."
-    )
+    found = token_input
+    if found is None:
+        found = names[0] if len(names) == 1 else "decoder_tokens"
+    if found not in input_names:
+        raise ValueError(
+            f"{owner}: `token_input` must name the model input that holds the tokens to "
+            f"generate, one of {names} (default: the only input, else `decoder_tokens`). "
+            f"Received: token_input={token_input!r}."
+        )
+    return found
 
 
 def _check_input_value(name, value, spec):
-    """Refuses a model input of another rank than the model's `keras.Input`
-    (a 1-D source was reported as a batch mismatch) or of a dtype that is
-    not a number (strings and None gave "Invalid dtype")."""
-    shape, expected = tuple(value.shape), tuple(spec.shape)
+    """Refuses a model input of another rank than its `keras.Input` (a 1-D
+    source was reported as a batch mismatch) or not numbers ("Invalid dtype")."""
     try:
         dtype = keras.backend.standardize_dtype(value.dtype)
     except ValueError:
         dtype = str(value.dtype)
-    numeric = dtype == "bool" or "int" in dtype or "float" in dtype
-    if len(shape) != len(expected) or not numeric:
-        described = ", ".join("B" if i == 0 else "?" if d is None else str(d)
-                              for i, d in enumerate(expected))
+    if len(value.shape) != len(spec.shape) or not any(k in dtype for k in ("bool", "int", "float")):
+        expected = ", ".join(["B"] + ["?" if d is None else str(d) for d in spec.shape[1:]])
         raise ValueError(
-            f"The model input {name} must be a tensor of shape ({described}) and dtype "
-            f"{spec.dtype}, as its `keras.Input`. Received: shape {shape}, dtype {dtype}."
+            f"The model input {name} must be a tensor of shape ({expected}) and dtype "
+            f"{spec.dtype}, as its `keras.Input`. Received: shape {tuple(value.shape)}, dtype {dtype}."
         )
 
 

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn import checks
+from keras_attn.generation import arguments
 
 
 def as_decoder(model):
@@ -76,15 +76,8 @@ def input_vocabulary_size(decoder):
     return None if bound is None else bound[0]
 
 
-def check_token_ids(end_token_id, pad_token_id, vocabulary_size):
-    """Refuses an end or padding id outside the vocabulary [0, V) (see
-    `checks.check_token_id`); nothing is checked while V is None."""
-    checks.check_token_id("end_token_id", end_token_id, vocabulary_size)
-    checks.check_token_id("pad_token_id", pad_token_id, vocabulary_size)
-
-
 def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size=None):
-    """Validates and lays out a right-padded prompt.
+    """Checks and lays out a right-padded prompt (see `arguments.check_prompt`).
 
     Args:
         prompt: (B, P) int token ids, right-padded with `pad_token_id`.
@@ -95,8 +88,7 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
         input_vocabulary_size: the number of ids the token input takes,
             when known (`input_vocabulary_size`): the ids the model reads
             (each row's tokens within its length) must lie in [0, it), and
-            be >= 0 in any case; checked now when the prompt is known, else
-            inside the graph (see `checks.check_prompt_ids`).
+            be >= 0 in any case.
 
     Returns:
         `(tokens, lengths, prompt_mask, start, width)`: tokens (B, L) int32
@@ -104,82 +96,29 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
         [1, P], prompt_mask (B, L) bool (True inside the prompt), start =
         min(lengths) int32 scalar (first position generated for some row),
         width = P (int).
-
-    Raises:
-        ValueError: if the prompt is not a rank-2 integer tensor of static
-            width 1 <= P <= max_length, its batch size is 0 (a batch known
-            only at run time is checked in the graph, once per call),
-            `prompt_lengths` is not (B,) integers in [0, P] (values checked
-            when known), or it holds negative ids or ids not below
-            `input_vocabulary_size` (see `checks.check_prompt_ids`).
     """
-    checks.check_max_length(
-        max_length, "the total length of the returned sequences (prompt included), a static shape"
-    )
-    if not hasattr(prompt, "dtype") or not hasattr(prompt, "shape"):
-        try:
-            prompt = ops.convert_to_tensor(prompt)
-        except (ValueError, TypeError) as error:  # None, ragged lists
-            raise ValueError(
-                "`prompt` must be integer token ids of shape (batch, prompt_length), "
-                "right-padded with pad_token_id (rows of one length). Received: "
-                f"{prompt!r:.80} ({type(error).__name__}: {error})"
-            ) from None
-    dtype = keras.backend.standardize_dtype(prompt.dtype)
-    if "int" not in dtype or len(prompt.shape) != 2:
-        raise ValueError(
-            "`prompt` must be integer token ids of shape (batch, prompt_length), "
-            f"right-padded with pad_token_id. Received dtype {dtype} and shape "
-            f"{tuple(prompt.shape)}."
-        )
+    prompt = arguments.check_prompt(prompt, max_length)
     width = prompt.shape[1]
-    if width is None or width < 1 or width > max_length:
-        raise ValueError(
-            "The prompt's width must be static and in [1, max_length]: pad "
-            "prompts to a fixed width (and pass `prompt_lengths`), with at "
-            "least one (start) token per row. Received: prompt.shape="
-            f"{tuple(prompt.shape)}, max_length={max_length}."
-        )
-    prompt = checks.check_batch_not_empty("prompt", checks.check_int32_ids("prompt", prompt))
     if prompt_lengths is None:
         lengths = ops.sum(ops.cast(ops.not_equal(prompt, pad_token_id), "int32"), axis=1)
     else:
-        _check_prompt_lengths(prompt_lengths, prompt, width)
+        arguments.check_prompt_lengths(prompt_lengths, prompt)
         lengths = ops.cast(ops.reshape(prompt_lengths, (-1,)), "int32")
     # A row needs one token to predict from: an empty row starts from its
     # first (pad) token.
     lengths = ops.clip(lengths, 1, width)
-    tokens = prompt
-    if width < max_length:
-        tokens = ops.pad(prompt, [[0, 0], [0, max_length - width]], constant_values=pad_token_id)
     prompt_mask = ops.less(ops.arange(max_length, dtype="int32")[None, :], lengths[:, None])
-    tokens = ops.where(prompt_mask, tokens, ops.cast(pad_token_id, "int32"))
-    tokens = checks.check_prompt_ids(tokens, input_vocabulary_size, width)
+    prompt = ops.where(prompt_mask[:, :width], prompt, ops.cast(pad_token_id, "int32"))
+    if input_vocabulary_size is None:  # No quote marks: TensorFlow escapes them in an assertion.
+        requirement = "`prompt` must hold token ids >= 0 (ids of the vocabulary of the model)."
+    else:
+        requirement = (
+            f"`prompt` must hold token ids in [0, {input_vocabulary_size}), the ids the token "
+            "embedding of the model takes: map unknown tokens to an id of the vocabulary."
+        )
+    prompt = arguments.check_ids(prompt, 0, input_vocabulary_size, requirement)
+    tokens = ops.pad(prompt, [[0, 0], [0, max_length - width]], constant_values=pad_token_id)
     return tokens, lengths, prompt_mask, ops.min(lengths), width
-
-
-def _check_prompt_lengths(prompt_lengths, prompt, width):
-    """Integer (B,) lengths in [0, P] (0: the row starts from its first
-    token); their values are checked when known (eagerly), else clipped."""
-    if not hasattr(prompt_lengths, "dtype"):
-        prompt_lengths = np.asarray(prompt_lengths)
-    dtype = keras.backend.standardize_dtype(prompt_lengths.dtype)
-    batch = prompt.shape[0]
-    shape = tuple(prompt_lengths.shape)
-    if "int" not in dtype or len(shape) != 1 or (
-        None not in (batch, shape[0]) and shape[0] != batch
-    ):
-        raise ValueError(
-            "`prompt_lengths` must be integers of shape (batch,), one length "
-            f"per prompt row. Received dtype {dtype} and shape {shape} for a "
-            f"prompt of shape {tuple(prompt.shape)}."
-        )
-    known = checks.known_value(prompt_lengths)
-    if known is not None and ((known < 0) | (known > width)).any():
-        raise ValueError(
-            f"`prompt_lengths` must be in [0, {width}] (the prompt's width). "
-            f"Received: prompt_lengths={known.tolist()}."
-        )
 
 
 def prefill(decoder, tokens, width, start, max_length, inputs):
@@ -209,7 +148,7 @@ def prefill(decoder, tokens, width, start, max_length, inputs):
 
         def body(index, logits, state):
             token = ops.take(tokens, ops.reshape(index, (1,)), axis=1)
-            logits, state = step(decoder, token, index, state)
+            logits, state = decoder(token, index, state)
             return index + 1, logits, state
 
         _, logits, last = ops.while_loop(
@@ -225,59 +164,37 @@ def prefill(decoder, tokens, width, start, max_length, inputs):
     return ops.cast(logits[:, 0], "float32"), state
 
 
-def step(decoder, tokens, index, state):
-    """One decoding step of a generation loop: `decoder(tokens, index,
-    state)` without the layers' run-time checks (`checks.checked_by_caller`).
-
-    The loop makes every argument of the step itself: `index` stays below
-    the `max_length` the caches were made for, the tokens and the state
-    keep the batch they were made with, and the prompt, the caches and the
-    model's own inputs (an encoder output, its padding mask) went through
-    the layers' checks once in the prefill. Checking them again at every
-    position cost a served (non-XLA) step a dozen assertions.
-
-    Args:
-        decoder: a decoder object (see `as_decoder`).
-        tokens: (B, 1) int32, the tokens of position `index`.
-        index: int32 scalar, their position.
-        state: the decoder's state.
+def start_search(model, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs,
+                 suppressed_token_ids):
+    """The start of every search, where its arguments are checked, once: the
+    decoder (`as_decoder`); the end, padding and suppressed ids against the
+    vocabulary (before the prefill when the decoder tells its size, else
+    from the prefill's logits); `max_length` (by the decoder's
+    `check_max_length` where it has one), before the prompt is padded to
+    it; the prompt and its ids (`prepare_prompt`); the model's other inputs
+    (in the decoder's `initial_state`, in the prefill).
 
     Returns:
-        `(logits (B, 1, V), state)`, as the decoder returns them.
+        `(decoder, suppressed ids, prepare_prompt's tuple, logits, state)`,
+        logits and state as `prefill` returns them.
     """
-    with checks.checked_by_caller():
-        return decoder(tokens, index, state)
-
-
-def checked_prefill(decoder, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs):
-    """The start of every search: the end and padding ids checked against
-    the vocabulary (before the prefill when the decoder tells its size, else
-    from the prefill's logits), the prompt laid out and its ids checked
-    (`prepare_prompt`), then the prefill (where the decoder's
-    `initial_state` checks the model's other inputs, see
-    `Decoder._other_inputs`).
-
-    Returns:
-        `(prepare_prompt's tuple, logits, state)`, as `prefill` returns them.
-
-    Raises:
-        ValueError: see `check_token_ids`, `prepare_prompt` and the
-            decoder's `initial_state`.
-    """
+    decoder = as_decoder(model)
     size = vocabulary_size(decoder)
-    check_token_ids(end_token_id, pad_token_id, size)
-    if hasattr(decoder, "check_max_length"):  # before the prompt is padded to it
-        decoder.check_max_length(max_length)
+    suppressed = arguments.check_vocabulary_ids(size, end_token_id, pad_token_id,
+                                                suppressed_token_ids)
+    getattr(decoder, "check_max_length", arguments.check_max_length)(max_length)
     prepared = prepare_prompt(
         prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size(decoder)
     )
-    tokens, _, _, start, width = prepared
-    logits, state = prefill(decoder, tokens, width, start, max_length, inputs)
+    tokens, _, _, first, width = prepared
+    logits, state = prefill(decoder, tokens, width, first, max_length, inputs)
     if size is None:  # a decoder object of unknown vocabulary: its logits tell
-        check_token_ids(end_token_id, pad_token_id, logits.shape[-1])
-    return prepared, logits, state
+        arguments.check_vocabulary_ids(logits.shape[-1], end_token_id, pad_token_id,
+                                       suppressed_token_ids)
+    return decoder, suppressed, prepared, logits, state
 
-def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
+
+def token_loop(model, prompt, max_length, choose, end_token_id, pad_token_id,
                prompt_lengths, inputs, suppressed_token_ids=None):
     """The loop of greedy search and sampling.
 
@@ -290,10 +207,9 @@ def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
     Returns:
         (B, max_length) int32 tokens.
     """
-    decoder = as_decoder(decoder)
-    suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
-    (tokens, _, prompt_mask, start, width), logits, state = checked_prefill(
-        decoder, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs
+    decoder, suppressed, (tokens, _, prompt_mask, first, _), logits, state = start_search(
+        model, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs,
+        suppressed_token_ids,
     )
     suppress = suppressor(suppressed, logits.shape[-1])
     pad = ops.cast(pad_token_id, "int32")
@@ -314,11 +230,11 @@ def token_loop(decoder, prompt, max_length, choose, end_token_id, pad_token_id,
         if end_token_id is not None:
             ended = ops.logical_and(ops.logical_not(forced), ops.equal(next_token, end_token_id))
             finished = ops.logical_or(finished, ended)
-        step_logits, state = step(decoder, next_token[:, None], index, state)
+        step_logits, state = decoder(next_token[:, None], index, state)
         return index + 1, tokens, finished, ops.cast(step_logits[:, 0], "float32"), state
 
     _, tokens, _, _, _ = ops.while_loop(
-        cond, body, (start, tokens, finished, logits, state), maximum_iterations=max_length
+        cond, body, (first, tokens, finished, logits, state), maximum_iterations=max_length
     )
     return tokens
 
@@ -327,20 +243,15 @@ def suppressor(suppressed, vocabulary_size):
     """The function giving the suppressed ids probability zero.
 
     Args:
-        suppressed: ids from `checks.check_suppressed_token_ids`.
+        suppressed: checked ids (`arguments.check_vocabulary_ids`).
         vocabulary_size: V, static (the logits' last axis).
 
     Returns:
         `suppress(logits (..., V)) -> logits` with `-inf` at the suppressed
         ids (the identity when there are none).
-
-    Raises:
-        ValueError: if the ids do not fit the vocabulary (see
-            `checks.check_suppressed_token_ids`).
     """
     if not suppressed:
         return lambda logits: logits
-    checks.check_suppressed_token_ids(suppressed, vocabulary_size=vocabulary_size)
 
     def suppress(logits):
         if vocabulary_size is not None:

@@ -8,7 +8,7 @@ import numpy as np
 from keras import ops
 
 from keras_attn import checks
-from keras_attn.generation import decoding
+from keras_attn.generation import arguments, decoding
 
 # A temperature below this would flush to 0 in float32 (see `sample`).
 _SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
@@ -73,16 +73,11 @@ def sample(
     Raises:
         ValueError: on a `temperature` that is not a finite number > 0, a
             Python `top_k` that is not a positive int, a tensor `top_k` that
-            is not an int scalar or is negative, a `top_p` outside (0, 1], a
-            `seed` that is not an int or an int tensor of shape () or (2,)
-            (floats, strings and bools refused), or for the reasons of
-            `greedy_search`.
-            Values known at call time (Python numbers, eager tensors) are
-            checked at once; traced ones (graph inputs) inside the graph,
-            with the same message: TensorFlow raises `InvalidArgumentError`
-            when the graph runs (XLA has no assertion: under
-            `jit_compile=True` a traced value is not checked), JAX a
-            `JaxRuntimeError` wrapping the ValueError.
+            is not an int scalar >= 0, a `top_p` outside (0, 1], a `seed`
+            that is not an int of 64 bits or an int tensor of shape () or
+            (2,), or for the reasons of `greedy_search`. Traced controls
+            are checked once when the graph runs, as `greedy_search` checks
+            a traced prompt.
 
     Example:
     >>> import keras
@@ -100,9 +95,10 @@ def sample(
         Degeneration", section 3.1 (nucleus sampling); Fan et al. 2018,
         "Hierarchical Neural Story Generation", section 5.4 (top-k).
     """
-    temperature, top_k, top_p = checks.check_sampling_arguments(temperature, top_k, top_p)
-    checks.check_token_id("end_token_id", end_token_id)
-    checks.check_token_id("pad_token_id", pad_token_id)
+    temperature = checks.check_temperature(temperature)  # traced: once, in the graph
+    top_k = None if top_k is None else checks.check_top_k(top_k)
+    top_p = None if top_p is None else checks.check_top_p(top_p)
+    arguments.check_seed(seed)
     key = _seed_key(seed)
 
     def choose(logits, position):
@@ -114,9 +110,9 @@ def sample(
         logits = logits - ops.max(logits, axis=-1, keepdims=True)
         logits = logits / ops.maximum(ops.cast(temperature, "float32"), _SMALLEST_NORMAL)
         if top_k is not None:
-            logits = top_k_filter(logits, top_k)
+            logits = _top_k(logits, top_k)
         if top_p is not None:
-            logits = top_p_filter(logits, top_p)
+            logits = _top_p(logits, top_p)
         noise = gumbel_noise(key, position, ops.shape(logits))
         return ops.argmax(logits + noise, axis=-1)
 
@@ -154,18 +150,20 @@ def top_k_filter(logits, k):
     Reference:
         Fan et al. 2018, "Hierarchical Neural Story Generation", section 5.4.
     """
+    return _top_k(logits, checks.check_top_k(k, in_graph=False))
+
+
+def _top_k(logits, k):
     vocabulary_size = logits.shape[-1]
     if _is_tensor(k):
         # A run-time k: the k-th largest from a full descending sort (static
         # shapes, so it also compiles under XLA, unlike a top_k of size k).
-        checks.check_top_k(k, in_graph=False)
         k = ops.cast(k, "int32")
         size = ops.shape(logits)[-1]
         k = ops.where(ops.logical_or(k <= 0, k > size), size, k)
         descending = ops.flip(ops.sort(logits, axis=-1), axis=-1)
         threshold = ops.expand_dims(ops.take(descending, k - 1, axis=-1), -1)
         return ops.where(ops.greater_equal(logits, threshold), logits, float("-inf"))
-    checks.check_top_k(k)
     if vocabulary_size is not None and k >= vocabulary_size:
         return logits
     threshold = ops.top_k(logits, k)[0][..., -1:]
@@ -202,7 +200,10 @@ def top_p_filter(logits, p):
         Holtzman et al. 2019, "The Curious Case of Neural Text
         Degeneration", section 3.1, equation 2.
     """
-    checks.check_top_p(p, in_graph=False)
+    return _top_p(logits, checks.check_top_p(p, in_graph=False))
+
+
+def _top_p(logits, p):
     if isinstance(p, numbers.Real) and p >= 1.0:
         return logits
     # Descending with ties in index order on every backend: argsort is
@@ -258,11 +259,7 @@ def _seed_key(seed):
     tokens on every path. A negative int32 tensor is sign-extended as the
     Python int is (-1 gives the words (-1, -1)); unsigned tensors are
     zero-extended. A (2,) tensor gives the two words themselves.
-
-    Raises:
-        ValueError: see `checks.check_seed`.
     """
-    checks.check_seed(seed)
     if isinstance(seed, (list, tuple)):
         seed = np.asarray(seed)
     if isinstance(seed, np.ndarray) and seed.size == 1:

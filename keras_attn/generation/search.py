@@ -1,11 +1,9 @@
 """Deterministic decoding: greedy search and beam search over a cached decoder."""
 
-import math
-
 from keras import ops
 
 from keras_attn import checks
-from keras_attn.generation import decoding
+from keras_attn.generation import arguments, decoding
 
 _NEG_INF = float("-inf")
 
@@ -64,29 +62,20 @@ def greedy_search(
         included), then `pad_token_id`.
 
     Raises:
-        ValueError: if the model cannot be adapted (see `CachedDecoder`), the
-            prompt is not (B, P) integers with static 1 <= P <= max_length,
-            its batch size is known to be 0, `prompt_lengths` is not (B,)
-            integers in [0, P] (values checked when known), `max_length` is
-            not a positive int, `end_token_id` or `pad_token_id` is not a
-            non-negative int or lies outside the model's vocabulary [0, V)
-            (V = the width of its logits), `inputs` is a dict with a name
-            that is not one of the model's other inputs (the message lists
-            them) or misses one, or `suppressed_token_ids` holds ids outside
-            the vocabulary, the end id, or every id. The prompt's ids (each
-            row's tokens within its length) must be >= 0 and below the size
-            of the embedding that reads them, when the model has one (a
-            Keras `Embedding` or a keras_attn token embedding; it can exceed
-            V, e.g. an input-only start token): checked at once when the
-            prompt is known (eagerly); a traced prompt (a graph input) is
-            checked inside the graph, with the same message,
-            from its min and max (one cheap pass per call, not per step):
-            TensorFlow raises `InvalidArgumentError` when the graph runs
-            (not checked under `jit_compile=True`: XLA has no assertion),
-            JAX a `JaxRuntimeError` wrapping the ValueError. The integer
-            ids of the model's other inputs (a source sentence, an image
-            model's `class_label`) are checked the same way against the
-            embeddings that read them.
+        ValueError: if the model cannot be adapted (see `CachedDecoder`);
+            `max_length` is not a positive int (or too long for a position
+            table); the prompt is not (B, P) integers with static
+            1 <= P <= max_length and B > 0; `prompt_lengths` is not (B,)
+            integers in [0, P]; `end_token_id` / `pad_token_id` lie outside
+            the vocabulary [0, V) (V: the width of the logits);
+            `suppressed_token_ids` hold ids outside it, the end id or every
+            id; `inputs` are not the model's other inputs; or the ids of the
+            prompt (within each row's length) or of an input an embedding
+            reads lie outside that embedding. Values known only when a graph
+            runs (a traced prompt, its batch, the inputs' ids and rows) are
+            checked there, once, before the loop: TensorFlow raises
+            `InvalidArgumentError` (not under XLA, which has no assertion),
+            JAX a `JaxRuntimeError` wrapping the ValueError.
 
     Example:
     >>> import keras
@@ -103,8 +92,6 @@ def greedy_search(
         Vaswani et al. 2017, "Attention Is All You Need", section 3
         (auto-regressive generation).
     """
-    checks.check_token_id("end_token_id", end_token_id)
-    checks.check_token_id("pad_token_id", pad_token_id)
 
     def choose(logits, position):
         return ops.argmax(logits, axis=-1)
@@ -207,11 +194,10 @@ def beam_search(
 
     Raises:
         ValueError: if `num_beams` is not a positive int,
-            `length_penalty_alpha` is not a finite number >= 0 (NaN and
-            infinities refused) or so large that the penalty at
-            `max_length` exceeds 1e30 (float32 scores would lose every
-            difference), `return_all_beams` is not a bool, or for the
-            reasons of `greedy_search`.
+            `length_penalty_alpha` is not a finite number >= 0 or so large
+            that the penalty at `max_length` exceeds 1e30 (float32 scores
+            would lose every difference), `return_all_beams` is not a bool,
+            or for the reasons of `greedy_search`.
 
     Example:
     >>> import keras
@@ -233,15 +219,13 @@ def beam_search(
         (beam size 4, alpha = 0.6).
     """
     checks.check_beam_arguments(num_beams, length_penalty_alpha)
-    _check_penalty_range(length_penalty_alpha, max_length)
     checks.check_bool(None, "return_all_beams", return_all_beams,
                       "True = also return every beam and its score")
-    checks.check_token_id("end_token_id", end_token_id)
-    checks.check_token_id("pad_token_id", pad_token_id)
-    suppressed = checks.check_suppressed_token_ids(suppressed_token_ids, end_token_id)
-    decoder = decoding.as_decoder(model)
-    (tokens, lengths, prompt_mask, start, width), logits, state = decoding.checked_prefill(
-        decoder, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs
+    if isinstance(max_length, int) and max_length > 0:  # else refused by start_search
+        arguments.check_length_penalty(length_penalty_alpha, max_length)
+    decoder, suppressed, (tokens, lengths, prompt_mask, start, _), logits, state = (
+        decoding.start_search(model, prompt, max_length, end_token_id, pad_token_id,
+                              prompt_lengths, inputs, suppressed_token_ids)
     )
     vocabulary_size = logits.shape[-1]
     suppress = decoding.suppressor(suppressed, vocabulary_size)
@@ -281,7 +265,7 @@ def beam_search(
         sequences = ops.take_along_axis(sequences, beam[..., None], axis=1)
         sequences = ops.slice_update(sequences, (0, 0, index), token[..., None])
         state = decoder.reorder_state(state, ops.reshape(rows + beam, (-1,)))
-        step_logits, state = decoding.step(decoder, ops.reshape(token, (-1, 1)), index, state)
+        step_logits, state = decoder(ops.reshape(token, (-1, 1)), index, state)
         logits = ops.cast(step_logits[:, 0], "float32")
         return index + 1, sequences, log_probs, generated, finished, logits, state
 
@@ -347,26 +331,6 @@ def _end_beams(finished, token, forced, end_token_id):
         return finished
     ended = ops.logical_and(ops.logical_not(forced)[:, None], ops.equal(token, end_token_id))
     return ops.logical_or(finished, ended)
-
-
-# The largest length penalty kept: scores log P / lp stay distinct float32
-# numbers (a penalty of 1e31 or more sent them to -0.0 or NaN).
-_MAX_LOG_PENALTY = math.log(1e30)
-
-
-def _check_penalty_range(alpha, max_length):
-    """Refuses an `alpha` whose penalty at `max_length` leaves float32."""
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        return  # refused with its own message by the prompt's checks
-    largest = alpha * math.log((5.0 + max_length) / 6.0)
-    if largest > _MAX_LOG_PENALTY:
-        raise ValueError(
-            "`length_penalty_alpha` is too large for float32 scores: the penalty "
-            f"((5 + |Y|) / 6) ** alpha reaches e^{largest:.3g} at max_length={max_length}, "
-            "and log P / lp then loses every difference between beams. Use at most "
-            f"{_MAX_LOG_PENALTY / math.log((5.0 + max_length) / 6.0):.3g} here (0.6 in "
-            f"Vaswani et al. 2017). Received: length_penalty_alpha={alpha!r}."
-        )
 
 
 def _best_candidates(candidate_log_probs, candidate_length, length_penalty_alpha):

@@ -10,7 +10,7 @@ is a real token").
 import keras
 from keras import ops
 
-from keras_attn import checks, keras_internals
+from keras_attn import keras_internals
 
 # Logits of blocked positions are replaced by this value before the softmax:
 # the lowest finite float32 (the softmax runs in float32). It is finite, so
@@ -35,123 +35,57 @@ def get_implicit_mask(x):
     return keras_internals.get_mask(x)
 
 
-def check_mask(
-    mask, name, expected_rank, expected_shape=None, batch_size=None, num_heads=None
-):
-    """Validates a user mask and returns it as a boolean tensor.
-
-    Boolean masks are used as they are; integer masks are read as
-    `mask != 0` (the 0/1 masks tokenizers produce). Floating masks are
-    refused: they are usually additive masks (0 / -inf), whose polarity is
-    the opposite of this library's, and reading them silently would let a
-    model see what it must not.
+def check_mask(mask, name, ranks, shape, batch_size=None, num_heads=None):
+    """Returns a user mask as a boolean tensor (an integer mask read as
+    `mask != 0`, the 0/1 masks tokenizers make), after its static checks.
 
     Args:
-        mask: the mask given by the user.
-        name: its argument name, for the error message.
-        expected_rank: an int or a tuple of allowed ranks.
-        expected_shape: optional tuple of the expected shape, with `None`
-            for dimensions that are not checked. Checked against the
-            trailing dimensions when the mask's rank is larger. Entries may
-            be scalar tensors (sizes known only at run time, as
-            `ops.shape` gives them).
+        mask: the mask given, or None (returned as it is).
+        name: its argument name, for the messages.
+        ranks: a tuple of the ranks allowed.
+        shape: the expected sizes of its trailing axes (None = any).
         batch_size, num_heads: for attention masks, (B, T, S) or
-            (B, H, T, S): the batch size and head count the leading axes
-            must match, each either equal or 1 (broadcast). `None` = not
-            checked; a scalar tensor = known only at run time.
-
-    Returns:
-        The mask as a boolean tensor.
+            (B, H, T, S): the sizes the leading axes must have, or 1
+            (shared); None = any.
 
     Raises:
-        ValueError: if the mask is not boolean or integer (floating masks
-            included), has the wrong rank, or a known dimension that
-            differs from `expected_shape`, `batch_size` or `num_heads`.
-            Where a size is known only at run time, TensorFlow checks it in
-            the graph with the same message (`InvalidArgumentError`). A
-            symbolic mask (a `keras.KerasTensor`, while a functional model
-            is built) gets the checks of what is known then.
+        ValueError: if the mask is not boolean or integer (a float mask is
+            usually additive, of the opposite polarity), has another rank,
+            or a known size that differs from the expected one.
     """
     if mask is None:
         return None
     if not hasattr(mask, "dtype") or not hasattr(mask, "shape"):
         mask = ops.convert_to_tensor(mask)
-    dtype = keras.backend.standardize_dtype(mask.dtype)
-    if "float" in dtype or "complex" in dtype:
-        raise ValueError(
-            f"`{name}` must be boolean (True = may attend / real token). "
-            f"Received a mask of dtype {dtype}. If this is an additive mask "
-            "(0 for visible, -inf for blocked), convert it with "
-            "`mask == 0`; if it is a 0/1 float mask, use `mask > 0.5`."
-        )
+    dtype, got = keras.backend.standardize_dtype(mask.dtype), tuple(mask.shape)
     if dtype != "bool" and "int" not in dtype:
+        fix = (" An additive mask (0 = visible, -inf = blocked): pass `mask == 0`; a 0/1 "
+               "float mask: `mask > 0.5`." if "float" in dtype else "")
         raise ValueError(
-            f"`{name}` must be boolean (True = may attend / real token) or "
-            f"integer (0 = blocked / padding). Received a mask of dtype {dtype}."
+            f"`{name}` must be boolean (True = may attend / real token) or integer "
+            f"(0 = blocked / padding). Received a mask of dtype {dtype}.{fix}"
         )
-    ranks = (expected_rank,) if isinstance(expected_rank, int) else expected_rank
-    rank = len(mask.shape)
-    if rank not in ranks:
+    expected = "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+    if len(got) not in ranks:
         raise ValueError(
-            f"`{name}` must have rank {' or '.join(map(str, ranks))}"
-            f"{' with shape ' + _shape_str(expected_shape) if expected_shape else ''}. "
-            f"Received: {name}.shape={tuple(mask.shape)}."
+            f"`{name}` must have rank {' or '.join(map(str, ranks))} with shape "
+            f"{expected}. Received: {name}.shape={got}."
         )
-    # (condition, message) where a size is known only at run time; none for
-    # a symbolic mask, whose unknown sizes are checked when the model runs.
-    traced = []
-    symbolic = isinstance(mask, keras.KerasTensor)
-    if expected_shape is not None:
-        offset = rank - len(expected_shape)
-        for axis, want in enumerate(expected_shape, start=offset):
-            got, known = mask.shape[axis], checks.static_int(want)
-            if got is not None and known is not None and got != known:
-                raise ValueError(
-                    f"`{name}` has shape {tuple(mask.shape)}, which does not "
-                    f"match the expected shape {_shape_str(expected_shape)} "
-                    "(batch, [heads,] queries, keys) for these inputs. "
-                    "Build the mask from the same batch it is used with."
-                )
-            if want is not None and (got is None or known is None) and not symbolic:
-                size = ops.shape(mask)[axis]
-                traced.append((ops.equal(size, want), [
-                    f"`{name}` does not match the expected shape "
-                    f"{_shape_str(expected_shape)} (batch, [heads,] queries, keys) for "
-                    "these inputs. Build the mask from the same batch it is used with. "
-                    "Received: size ", size, f" on axis {axis}, expected ", want, ".",
-                ]))
-    leading = [("batch", 0, batch_size, "the batch size of the inputs")]
-    if rank == 4:
-        leading.append(("heads", 1, num_heads, "the layer's num_heads"))
-    for label, axis, want, meaning in leading:
-        got, known = mask.shape[axis], checks.static_int(want)
-        if known is not None and got is not None and got not in (1, known):
+    if any(None not in (g, w) and g != w for g, w in zip(got[len(got) - len(shape):], shape)):
+        raise ValueError(
+            f"`{name}` has shape {got}, which does not match the expected shape "
+            f"{expected} for these inputs. Build the mask from the same batch it is used with."
+        )
+    leading = (("batch", batch_size, "the batch size of the inputs"),
+               ("heads", num_heads, "the layer's num_heads"))
+    for axis, (label, want, meaning) in enumerate(leading[:len(got) - len(shape)]):
+        if None not in (want, got[axis]) and got[axis] not in (1, want):
             raise ValueError(
-                f"`{name}` has shape {tuple(mask.shape)}: its {label} axis "
-                f"(axis {axis}) has size {got}, expected {known} ({meaning}) or "
-                f"1 (shared). The layout is (batch, queries, keys) or (batch, "
-                "heads, queries, keys)."
+                f"`{name}` has shape {got}: its {label} axis (axis {axis}) has size "
+                f"{got[axis]}, expected {want} ({meaning}) or 1 (shared). The layout is "
+                "(batch, queries, keys) or (batch, heads, queries, keys)."
             )
-        if want is not None and (got is None or known is None) and not symbolic:
-            size = ops.shape(mask)[axis]
-            traced.append((ops.logical_or(ops.equal(size, 1), ops.equal(size, want)), [
-                f"`{name}`: its {label} axis (axis {axis}) has size ", size,
-                ", expected ", want, f" ({meaning}) or 1 (shared). The layout is "
-                "(batch, queries, keys) or (batch, heads, queries, keys).",
-            ]))
-    if keras.backend.backend() == "tensorflow":
-        for condition, message in traced:
-            mask = checks.check_in_graph(condition, message, mask)
-    if dtype != "bool":
-        mask = ops.not_equal(mask, 0)
-    return mask
-
-
-def _shape_str(shape):
-    if shape is None:
-        return ""
-    sizes = [checks.static_int(d) for d in shape]  # "?": known only at run time
-    return "(" + ", ".join("?" if d is None else str(d) for d in sizes) + ")"
+    return mask if dtype == "bool" else ops.not_equal(mask, 0)
 
 
 def causal_mask(query_length, key_length, cache_index=0):

@@ -154,24 +154,17 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         cache), over block-raster positions.
 
     Raises:
-        ValueError: on a `block_size` that is not a positive int or pair of
-            positive ints; on a `memory_flange` that is negative or of
-            another rank than `block_size`; on an `image_size` with an int
-            `block_size`, or whose sides are not multiples of the block's;
-            on inputs of the wrong rank for the block (rank 3 for 1D and
-            with `image_size`, 4 for 2D images), of unknown image size, of
-            more than height * width + 1 positions with `image_size`, or of
-            another width than the one the layer was built with; on empty
-            batches or sequences; on masks that are not boolean/integer or
-            of the wrong rank or shape; on a `cache` with 2D blocks and no
-            `image_size`, without `use_causal_mask=True`, of another batch
-            size (or, rolling, another length than W) or, with
-            `image_size`, longer than height * width + 1 (`init_cache` too);
-            on a non-bool `rolling_cache`, or True with a 2D block; on a
-            `cache_index` that is not an integer scalar or lies outside the
-            cache (a rolling cache takes any index >= 0). A `block_size`
-            longer than the sequence is valid (one block: full attention,
-            causal or not).
+        ValueError: on a `block_size` or `memory_flange` that is not an int or
+            pair (positive, non-negative), or of different ranks; on an
+            `image_size` with a 1D block, or not a multiple of the block; on
+            a `rolling_cache` that is not a bool, or True in 2D; on inputs
+            of the wrong rank for the block, of unknown image size, or
+            longer than `image_size` allows; on a `cache` in 2D without
+            `image_size`, without `use_causal_mask=True`, or of another
+            length than a rolling one's W or an image's pixels + 1; and as
+            `MultiHeadSelfAttention` (masks, cache, `cache_index`; a rolling
+            cache takes any index >= 0). A `block_size` longer than the
+            sequence is valid (one block: full attention).
 
     Example:
     >>> import keras
@@ -215,8 +208,6 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         `common_attention.masked_local_attention_2d`).
     """
 
-    # Already linear in the sequence length: no chunked core.
-    _supports_chunking = False
     # Block-raster cached steps read contiguous runs of the cache
     # (`_attend_raster_step`); False: the element gather of the window's
     # slots, which stays for caches of dynamic length (benchmarks compare).
@@ -224,35 +215,28 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
     def __init__(self, num_heads, key_dim, block_size, memory_flange=None, rolling_cache=False,
                  image_size=None, **kwargs):
-        kwargs.setdefault("chunk_size", None)  # no chunked core: the dense blocks
+        if kwargs.setdefault("chunk_size", None) not in (None, "auto"):  # no chunked core
+            raise ValueError(
+                f"{type(self).__name__}: `chunk_size` is only supported by global attention "
+                "(MultiHeadSelfAttention, RelativeGlobalAttention); this layer's core is already "
+                f'linear in the sequence length. Received: chunk_size={kwargs["chunk_size"]!r}; '
+                'pass None or "auto".'
+            )
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         checks.check_bool(
             self, "rolling_cache", rolling_cache,
             "True = a cache of the last block and flange positions only",
         )
         self.rolling_cache = rolling_cache
-        block = self._as_sizes("block_size", block_size)
-        if any(b <= 0 for b in block):
+        block = self._as_sizes("block_size", block_size, lowest=1)
+        flange = block if memory_flange is None else self._as_sizes(
+            "memory_flange", memory_flange, lowest=0)
+        if len(flange) != len(block):
             raise ValueError(
-                f"{type(self).__name__}: `block_size` must be positive. "
-                f"Received: block_size={block_size!r}."
+                f"{type(self).__name__}: `memory_flange` must have the same rank as "
+                "`block_size`: an int with an int (1D), a pair (rows, columns) with a "
+                f"pair (2D). Received: block_size={block_size!r}, memory_flange={memory_flange!r}."
             )
-        if memory_flange is None:
-            flange = block
-        else:
-            flange = self._as_sizes("memory_flange", memory_flange)
-            if len(flange) != len(block):
-                raise ValueError(
-                    f"{type(self).__name__}: `memory_flange` must have the same "
-                    "rank as `block_size`: an int with an int block_size (1D), "
-                    "a pair (rows, columns) with a pair (2D). Received: "
-                    f"block_size={block_size!r}, memory_flange={memory_flange!r}."
-                )
-            if any(f < 0 for f in flange):
-                raise ValueError(
-                    f"{type(self).__name__}: `memory_flange` must be "
-                    f"non-negative. Received: memory_flange={memory_flange!r}."
-                )
         self.block_size = block[0] if len(block) == 1 else block
         self.memory_flange = (
             None if memory_flange is None
@@ -262,38 +246,32 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         self._flange = flange
         if rolling_cache and len(block) == 2:
             raise ValueError(
-                f"{type(self).__name__}: `rolling_cache` is for 1D local "
-                "attention: a 2D window reaches back a whole row of blocks, "
-                "not a fixed number of positions. Received: "
-                f"block_size={self.block_size!r}, rolling_cache=True. Pass "
-                "rolling_cache=False (with `image_size` for a 2D cache)."
+                f"{type(self).__name__}: `rolling_cache` is for 1D local attention (a 2D "
+                "window reaches back a whole row of blocks). Received: block_size="
+                f"{self.block_size!r}, rolling_cache=True. Pass rolling_cache=False (with "
+                "`image_size` for a 2D cache)."
             )
         self.image_size = self._check_image_size(image_size)
         self._input_ranks = (3,) if self.image_size else (2 + len(block),)
 
     def _check_image_size(self, image_size):
-        """None, or (height, width) for block-raster sequences; refused with
-        a 1D block or sides that are not multiples of the block."""
+        """None, or (height, width) for block-raster sequences: 2D blocks
+        only, sides multiples of the block's."""
         if image_size is None:
             return None
         if len(self._block) != 2:
             raise ValueError(
-                f"{type(self).__name__}: `image_size` is only for 2D local "
-                "attention (a pair `block_size`): it is the image whose "
-                "block-raster sequences the layer takes. Received: "
-                f"block_size={self.block_size!r}, image_size={image_size!r}. "
-                "Pass block_size=(rows, columns), or drop image_size."
+                f"{type(self).__name__}: `image_size` is only for 2D local attention "
+                f"(a pair `block_size`). Received: block_size={self.block_size!r}, "
+                f"image_size={image_size!r}. Pass block_size=(rows, columns), or drop image_size."
             )
         height, width = checks.check_image_size(image_size, owner=self)
-        (bh, bw) = self._block
-        if height % bh or width % bw:
+        if height % self._block[0] or width % self._block[1]:
             raise ValueError(
-                f"{type(self).__name__}: with `image_size`, the image's sides "
-                "must be multiples of the block's, so that a block-raster "
-                "sequence is a whole number of blocks. Received: "
-                f"image_size={(height, width)}, block_size={self.block_size!r}. "
-                "Pad the image to multiples of the block, or pick a block "
-                "that divides it."
+                f"{type(self).__name__}: with `image_size`, the image's sides must be "
+                "multiples of the block's sides. Received: image_size="
+                f"{(height, width)}, block_size={self.block_size!r}. Pad the image, or "
+                "pick a block that divides it."
             )
         return (height, width)
 
@@ -305,59 +283,49 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         height, width = self.image_size
         return height * width + 1
 
-    def _as_sizes(self, name, value):
-        """int -> (int,); pair of ints -> tuple; anything else refused."""
+    def _as_sizes(self, name, value, lowest):
+        """int -> (int,); a pair of ints -> tuple; each >= `lowest`."""
+        sizes = tuple(value) if isinstance(value, (tuple, list)) and len(value) == 2 else (value,)
+        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in sizes):
+            raise ValueError(
+                f"{type(self).__name__}: `{name}` must be an int (1D local attention over "
+                "sequences) or a pair of ints (height, width) (2D local attention over "
+                f"images). Received: {name}={value!r}."
+            )
+        if min(sizes) < lowest:
+            raise ValueError(
+                f"{type(self).__name__}: `{name}` must be "
+                f"{'positive' if lowest else 'non-negative'}. Received: {name}={value!r}."
+            )
+        return tuple(int(v) for v in sizes)
 
-        def is_int(v):
-            return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-        if is_int(value):
-            return (int(value),)
-        if isinstance(value, (tuple, list)) and len(value) == 2 and all(map(is_int, value)):
-            return tuple(int(v) for v in value)
-        raise ValueError(
-            f"{type(self).__name__}: `{name}` must be an int (1D local "
-            "attention over sequences) or a pair of ints (height, width) (2D "
-            f"local attention over images). Received: {name}={value!r}."
-        )
-
-    # ------------------------------------------------------------- checks
     def _check_inputs_shape(self, shape):
-        if len(shape) not in self._input_ranks:
-            if self.image_size is not None:
-                hint = ("with `image_size` it takes sequences (batch, length, "
-                        "features) of pixels in block-raster order; drop "
-                        "`image_size` to pass images (batch, height, width, "
-                        "features)")
-            elif len(self._block) == 1:
-                hint = ("an int `block_size` means 1D local attention over "
-                        "sequences (batch, length, features); use a pair "
-                        "(height, width) for images")
-            else:
-                hint = ("a pair `block_size` means 2D local attention over "
-                        "images (batch, height, width, features); use an int "
-                        "for sequences")
-            raise ValueError(
-                f"{type(self).__name__} with block_size={self.block_size!r} "
-                f"expects inputs of rank {self._input_ranks[0]} ({hint}). "
-                f"Received inputs of rank {len(shape)} with shape {tuple(shape)}."
+        name, rank = type(self).__name__, self._input_ranks[0]
+        if len(shape) != rank:
+            hint = (
+                "with `image_size` it takes sequences (batch, length, features) of pixels "
+                "in block-raster order; drop `image_size` for images" if self.image_size
+                else "an int `block_size` means 1D local attention over sequences (batch, "
+                "length, features); a pair, 2D" if rank == 3
+                else "a pair `block_size` means 2D local attention over images (batch, "
+                "height, width, features); an int, 1D"
             )
-        if self.image_size is not None and shape[1] is not None and (
-            shape[1] > self._max_positions
-        ):
             raise ValueError(
-                f"{type(self).__name__} with image_size={self.image_size} takes "
-                f"at most {self._max_positions} positions (the image's "
-                f"{self._max_positions - 1} pixels in block-raster order, plus "
-                f"one past it). Received inputs of shape {tuple(shape)}. Pass "
-                "a larger `image_size`, or a shorter sequence."
+                f"{name} with block_size={self.block_size!r} expects inputs of rank {rank} "
+                f"({hint}). Received inputs of rank {len(shape)} with shape {shape}."
             )
-        if len(self._block) == 2 and self.image_size is None and None in tuple(shape[1:3]):
+        if self.image_size and (shape[1] or 0) > self._max_positions:
             raise ValueError(
-                f"{type(self).__name__} needs the height and width of its "
-                f"image inputs to be known when the layer is called. Received "
-                f"inputs of shape {tuple(shape)}. Give `keras.Input` a fixed "
-                "image size."
+                f"{name} with image_size={self.image_size} takes at most "
+                f"{self._max_positions} positions (its pixels in block-raster order, plus "
+                f"one). Received inputs of shape {shape}. Pass a larger `image_size`, or a "
+                "shorter sequence."
+            )
+        if rank == 4 and None in shape[1:3]:
+            raise ValueError(
+                f"{name} needs the height and width of its image inputs to be known when "
+                f"the layer is called. Received inputs of shape {shape}. Give "
+                "`keras.Input` a fixed image size."
             )
         super()._check_inputs_shape(shape)
 
@@ -376,16 +344,14 @@ class LocalBlockAttention(MultiHeadSelfAttention):
                 pixels plus one.
         """
         self._check_cache_supported(True)
-        if self.image_size is not None:
-            known = checks.static_int(max_length)
-            if known is not None and known > self._max_positions:
-                raise ValueError(
-                    f"{type(self).__name__} with image_size={self.image_size} "
-                    f"caches at most {self._max_positions} positions (the "
-                    f"image's {self._max_positions - 1} pixels plus one past "
-                    f"it). Received: max_length={max_length}. Pass "
-                    f"max_length<={self._max_positions}, or a larger `image_size`."
-                )
+        known = checks.static_int(max_length)
+        if self.image_size and known is not None and known > self._max_positions:
+            raise ValueError(
+                f"{type(self).__name__} with image_size={self.image_size} caches at most "
+                f"{self._max_positions} positions (its pixels plus one). Received: "
+                f"max_length={max_length}. Pass max_length<={self._max_positions}, or a "
+                "larger `image_size`."
+            )
         if not self.rolling_cache:
             return super().init_cache(batch_size, max_length, dtype)
         self._check_cache_sizes(batch_size, max_length)
@@ -405,9 +371,6 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     def _cache_capacity(self, cache):
         return None if self.rolling_cache else self._cache_length(cache)
 
-    def _traced_cache_capacity(self, cache):
-        return None if self.rolling_cache else super()._traced_cache_capacity(cache)
-
     def _write_cache(self, cache, key_value, cache_index):
         if not self.rolling_cache:
             cache = ops.slice_update(cache, (0, cache_index, 0, 0), key_value)
@@ -420,51 +383,36 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     def _check_cache_supported(self, use_causal_mask):
         if len(self._block) != 1 and self.image_size is None:
             raise ValueError(
-                f"{type(self).__name__} with a 2D block_size="
-                f"{self.block_size!r} and no `image_size` has no key/value "
-                "cache: a decoding step would receive pixels without their "
-                "place in the image. Pass image_size=(height, width) to the "
-                "layer: it then takes sequences of pixels in block-raster "
-                "order, with a cache."
+                f"{type(self).__name__} with a 2D block_size={self.block_size!r} and no "
+                "`image_size` has no key/value cache (a step's pixels would have no place "
+                "in the image). Pass image_size=(height, width) to the layer: it then "
+                "takes sequences of pixels in block-raster order, with a cache."
             )
         if not use_causal_mask:
             raise ValueError(
                 f"{type(self).__name__} supports a `cache` only with "
-                "`use_causal_mask=True`: without it a query's window reaches "
-                "positions after it, which the cache does not hold yet. "
-                "Received: use_causal_mask=False. Pass use_causal_mask=True, "
+                "`use_causal_mask=True` (a non-causal window reaches positions not "
+                "cached yet). Received: use_causal_mask=False. Pass use_causal_mask=True, "
                 "or call the layer on the whole sequence without a cache."
             )
 
-    def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
+    def _check_cache(self, cache, cache_index, inputs, use_causal_mask, padding_mask):
         self._check_cache_supported(use_causal_mask)
+        super()._check_cache(cache, cache_index, inputs, use_causal_mask, padding_mask)
         if self.rolling_cache and cache.shape[1] not in (None, self._rolling_length):
             raise ValueError(
-                f"{type(self).__name__} with rolling_cache=True keeps the last "
-                f"block_size + memory_flange = {self._rolling_length} positions: "
-                f"`cache` must be (batch, {self._rolling_length}, "
-                f"{self.num_heads}, {self.key_dim + self._value_dim}) as returned "
-                f"by `init_cache`. Received: cache.shape={tuple(cache.shape)}."
+                f"{type(self).__name__} with rolling_cache=True keeps the last block_size "
+                f"+ memory_flange = {self._rolling_length} positions: `cache` must be "
+                f"(batch, {self._rolling_length}, {self.num_heads}, "
+                f"{self.key_dim + self._value_dim}) as returned by `init_cache`. Received: "
+                f"cache.shape={tuple(cache.shape)}."
             )
-        if self.image_size is not None and (cache.shape[1] or 0) > self._max_positions:
+        if self.image_size and (cache.shape[1] or 0) > self._max_positions:
             raise ValueError(
-                f"{type(self).__name__} with image_size={self.image_size} "
-                f"caches at most {self._max_positions} positions. Received: "
-                f"cache.shape={tuple(cache.shape)}. Create the cache with "
-                f"`init_cache(batch_size, max_length<={self._max_positions})`."
+                f"{type(self).__name__} with image_size={self.image_size} caches at most "
+                f"{self._max_positions} positions. Received: cache.shape={tuple(cache.shape)}. "
+                f"Create the cache with `init_cache(batch_size, max_length<={self._max_positions})`."
             )
-        offset, max_length = super()._check_cache(cache, cache_index, inputs, use_causal_mask)
-        if self.rolling_cache and cache.shape[1] is None and keras.backend.backend() == "tensorflow":
-            # Known only at run time: the eager message, in the graph.
-            length = ops.shape(cache)[1]
-            offset = checks.check_in_graph(ops.equal(length, self._rolling_length), [
-                f"{type(self).__name__} with rolling_cache=True keeps the last "
-                f"block_size + memory_flange = {self._rolling_length} positions: "
-                f"`cache` must be (batch, {self._rolling_length}, {self.num_heads}, "
-                f"{self.key_dim + self._value_dim}) as returned by `init_cache`. "
-                "Received a cache of length ", length, ".",
-            ], offset)
-        return offset, max_length
 
     # ----------------------------------------------------------- attention
     def _window(self, use_causal_mask):

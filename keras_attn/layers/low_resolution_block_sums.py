@@ -4,6 +4,9 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster, RasterGeometry
+from keras_attn.layers.pixel_position_encoding import positions_requirement
+from keras_attn.layers.sinusoidal_position_encoding import check_positions
+from keras_attn.layers.token_embedding import check_ids
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -59,11 +62,10 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
 
     Raises:
         ValueError: on invalid sizes (as `LowResolutionEmbedding`);
-            `decoder_tokens` that are not (batch, length) or hold ids
-            outside 0..N; a `cache` that is not (B, h * w * C) floats for
-            the same batch; a `cache_index` that is not an integer scalar,
-            or positions outside the image plus one. Values known only
-            when the graph runs are checked there, with the same message.
+            `decoder_tokens` that are not (batch, length); a `cache` whose
+            static shape is not (B, h * w * C) or that is not floating; a
+            `cache_index` that is not an integer scalar; ids outside 0..N
+            or positions outside the image plus one, known now.
 
     Example:
     >>> import keras
@@ -87,6 +89,7 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         )
         low_height, low_width = self.low_resolution_size
         self.num_blocks = low_height * low_width * channels
+        self.input_spec = keras.layers.InputSpec(ndim=2)
 
     def init_cache(self, batch_size, max_length=None):
         """(B, h * w * C) float32 zeros: nothing generated yet. `max_length`
@@ -94,24 +97,7 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         return ops.zeros((batch_size, self.num_blocks), "float32")
 
     def call(self, decoder_tokens, cache=None, cache_index=0):
-        if len(decoder_tokens.shape) != 2:
-            raise ValueError(
-                f"{type(self).__name__}: `decoder_tokens` must be (batch, length) "
-                f"token ids. Received: decoder_tokens.shape={tuple(decoder_tokens.shape)}."
-            )
-        checks.check_index(cache_index, "cache_index")
-        decoder_tokens = checks.check_layer_ids(
-            self, "decoder tokens", decoder_tokens, self.num_intensities + 1,
-            f"Pass intensities 0..{self.num_intensities - 1} behind the start token "
-            f"{self.num_intensities}.",
-        )
-        if cache is not None:
-            checks.check_cache(cache, ("batch", self.num_blocks), "as returned by `init_cache`")
-            cache = checks.check_batch_size(
-                "cache", cache, ops.shape(decoder_tokens)[0],
-                f"{type(self).__name__} {self.name}: `cache` must hold the sums of every row "
-                "of `decoder_tokens`: pass both for the same batch.",
-            )
+        self._check_call(decoder_tokens, cache, cache_index)
         length = ops.shape(decoder_tokens)[1]
         start = ops.cast(cache_index, "int32")
         positions = ops.arange(length, dtype="int32") + start
@@ -130,10 +116,20 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         # Sum at p over its own block: tokens up to p are intensities before p.
         own_blocks = self.raster.covering_index(self.raster.positions(length, start))
         sums = ops.sum(running * ops.one_hot(own_blocks, self.num_blocks)[None], axis=-1)
-        sums = self.raster.check_positions(cache_index, length, sums)
         if cache is None:
             return sums
         return sums, running[:, -1, :]
+
+    def _check_call(self, decoder_tokens, cache, cache_index):
+        check_ids(self, "decoder tokens", decoder_tokens, self.num_intensities + 1,
+                  f"Pass intensities 0..{self.num_intensities - 1} behind the start token "
+                  f"{self.num_intensities}.")
+        check_positions(cache_index, ops.shape(decoder_tokens)[1], self.num_positions + 1,
+                        positions_requirement(self), "cache_index")
+        if cache is not None:
+            batch = decoder_tokens.shape[0]
+            checks.check_cache(cache, ("batch" if batch is None else batch, self.num_blocks),
+                               "as returned by `init_cache`, for the batch of `decoder_tokens`")
 
     def compute_output_spec(self, decoder_tokens, cache=None, cache_index=0):
         sums = keras.KerasTensor(tuple(decoder_tokens.shape), dtype="float32")

@@ -52,7 +52,7 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        inputs: (B, T) or (B, T, D) decoder sequence; only its length T is
+        inputs: (B, T) decoder token ids; only its length T is
             read (T <= height * width * channels + 1; the position after
             the image's last intensity repeats the last one).
         low_resolution: (B, h * w * channels) int intensities in 0 ..
@@ -68,11 +68,10 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         ValueError: on invalid arguments (non-positive sizes, a
             low-resolution side that does not divide the high-resolution
             one, an unknown `interpolation`, a `scale_embeddings` that is
-            not a bool), `inputs` that are not (B, T), a `low_resolution`
-            input whose length is not h * w * channels or batch not B, a
-            `start_index` that is not an integer scalar, or positions
-            outside the image plus one (`0 .. H * W * C`; checked in the
-            graph where they are known only there).
+            not a bool); `inputs` that are not (B, T); a `low_resolution`
+            input that is not (B, h * w * channels); a `start_index` that
+            is not an integer scalar; intensities or positions (`0 .. H * W
+            * C`) outside their range, known now.
 
     Example:
     >>> import keras
@@ -104,16 +103,15 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
     ):
         super().__init__(**kwargs)
         checks.check_positive_int(self, "embedding_dim", embedding_dim)
-        checks.check_bool(
-            self, "scale_embeddings", scale_embeddings,
-            "True = embeddings times sqrt(embedding_dim)",
-        )
+        checks.check_bool(self, "scale_embeddings", scale_embeddings,
+                          "True = embeddings times sqrt(embedding_dim)")
         self.raster = LowResolutionRaster(
             self, image_size, low_resolution_size, channels, num_intensities, interpolation
         )
         self.embedding_dim = embedding_dim
         self.scale_embeddings = scale_embeddings
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.input_spec = keras.layers.InputSpec(ndim=2)
         self.embedding = keras.layers.Embedding(
             num_intensities * channels,
             embedding_dim,
@@ -127,12 +125,7 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         self.built = True
 
     def call(self, inputs, low_resolution, start_index=0):
-        if len(inputs.shape) != 2:
-            raise ValueError(
-                f"{type(self).__name__} {self.name}: `inputs` must be (batch, length) token "
-                f"ids (only its shape is read). Received: inputs.shape={tuple(inputs.shape)}."
-            )
-        low_resolution = self.raster.check_batch(low_resolution, inputs, "inputs")
+        self.raster.check_inputs(low_resolution, inputs, "inputs", start_index)
         ids = self.raster.channel_value_ids(low_resolution, ops.shape(inputs)[1], start_index)
         embeddings = self.embedding(ids)
         if self.scale_embeddings:

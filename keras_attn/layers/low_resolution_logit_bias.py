@@ -1,8 +1,9 @@
+import numbers
+
 import keras
 import numpy as np
 from keras import ops
 
-from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster, RasterGeometry
 
@@ -109,11 +110,11 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
     Raises:
         ValueError: on invalid sizes or `interpolation` (as
             `LowResolutionEmbedding`), a bias table over 2 GiB
-            (4 * N^2 * (C + 1) bytes), logits that are not (B, T, N), a
-            `low_resolution` input whose length is not h * w * C, optional
-            inputs that are not (B, T) or come without the input they
-            correct (see `LowResolutionRaster.check_companions`), or
-            positions outside the image plus one.
+            (4 * N^2 * (C + 1) bytes), logits that are not floats of shape
+            (B, T, N), a `low_resolution` input as `LowResolutionEmbedding`
+            refuses it, optional inputs that are not (B, T) or come
+            without the input they correct, or known positions outside the
+            image plus one.
 
     Example:
     >>> import keras
@@ -157,11 +158,15 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
                 "call (at most 2 GiB): use 8-bit intensities (num_intensities=256). "
                 f"Received: num_intensities={num_intensities}, channels={channels}."
             )
-        checks.check_positive_number_or_none(
-            self, "prior_scale", prior_scale, "the initial Laplace scale in intensity levels; "
-            "None = start from `bias_initializer`")
-        checks.check_positive_number_or_none(
-            self, "max_correction", max_correction, "a bound in intensity levels; None = no bound")
+        for name, value, meaning in (
+                ("prior_scale", prior_scale, "the initial Laplace scale in intensity levels; "
+                 "None = start from `bias_initializer`"),
+                ("max_correction", max_correction, "a bound in intensity levels; None = no bound")):
+            number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if value is not None and not (number and value > 0):
+                raise ValueError(f"{type(self).__name__}: `{name}` must be a number > 0 or None "
+                                 f"({meaning}). Received: {name}={value!r}.")
+        self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: num_intensities})
         self.prior_scale = prior_scale
         self.max_correction = max_correction
         self.bias_initializer = keras.initializers.get(bias_initializer)
@@ -185,16 +190,13 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
 
     def call(self, logits, low_resolution, start_index=0, block_sums=None,
              previous_intensities=None, left_intensities=None, previous_block_sums=None):
-        # Integer logits would truncate the bias (-77.5 to -77).
         dtype = keras.backend.standardize_dtype(logits.dtype)
-        shape = tuple(logits.shape)
-        if len(shape) != 3 or shape[-1] not in (None, self.num_intensities) or "float" not in dtype:
-            raise ValueError(
-                f"{type(self).__name__}: `logits` must be floating point, of shape (batch, "
-                f"length, num_intensities={self.num_intensities}). Received: logits.shape="
-                f"{shape}, dtype {dtype}."
-            )
-        low_resolution = self.raster.check_batch(low_resolution, logits, "logits")
+        if "float" not in dtype:  # integer logits would truncate the bias
+            raise ValueError(f"{type(self).__name__} {self.name}: `logits` must be floating point. "
+                             f"Received: logits.dtype={dtype}.")
+        self.raster.check_inputs(low_resolution, logits, "logits", start_index, dict(
+            block_sums=block_sums, previous_intensities=previous_intensities,
+            left_intensities=left_intensities, previous_block_sums=previous_block_sums))
         # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
         # one row gather per position (its gradient is a row scatter-add).
         table = ops.take(self.offset_bias, self._offsets, axis=1)

@@ -10,8 +10,10 @@ each position of a high-resolution raster sequence of channel intensities
 import numpy as np
 from keras import ops
 
-from keras_attn import checks
-from keras_attn.checks import check_image_size, check_positive_int
+from keras_attn.checks import check_image_size, check_positive_int, static_shape_mismatch
+from keras_attn.layers.pixel_position_encoding import positions_requirement
+from keras_attn.layers.sinusoidal_position_encoding import check_positions
+from keras_attn.layers.token_embedding import check_ids
 
 INTERPOLATIONS = ("nearest", "bicubic")
 # How much of the left pixel's residual the first channel's prior centre
@@ -46,20 +48,19 @@ class LowResolutionRaster:
         self.low_resolution_size = check_image_size(low_resolution_size, "low_resolution_size", owner)
         if any(big % small for big, small in zip(self.image_size, self.low_resolution_size)):
             raise ValueError(
-                f"{name}: each side of `image_size` must be a multiple "
-                f"of the same side of `low_resolution_size`. Received: "
-                f"image_size={self.image_size}, low_resolution_size="
-                f"{self.low_resolution_size}."
+                f"{name}: each side of `image_size` must be a multiple of the same side of "
+                f"`low_resolution_size`. Received: image_size={self.image_size}, "
+                f"low_resolution_size={self.low_resolution_size}."
             )
         if interpolation not in INTERPOLATIONS:
             raise ValueError(
-                f"{name}: `interpolation` must be one of "
-                f"{INTERPOLATIONS}. Received: interpolation={interpolation!r}."
+                f"{name}: `interpolation` must be one of {INTERPOLATIONS}. "
+                f"Received: interpolation={interpolation!r}."
             )
         if channels * num_intensities >= 2**31:
             raise ValueError(
-                f"{name}: `channels * num_intensities` must stay below 2**31: the "
-                "per-channel table ids `channel * num_intensities + value` are int32. "
+                f"{name}: `channels * num_intensities` must stay below 2**31: the per-channel "
+                "table ids `channel * num_intensities + value` are int32. "
                 f"Received: channels={channels}, num_intensities={num_intensities}."
             )
         self.channels = channels
@@ -83,96 +84,55 @@ class LowResolutionRaster:
         positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
         return ops.minimum(positions, self.num_positions - 1)
 
-    def check_positions(self, start_index, length, value):
-        """`value`, with the positions `start_index .. start_index + length
-        - 1` checked to lie inside the image plus one (the last input of a
-        decoder shifted by its start token): now when both are known, else
-        in the graph (see `checks.check_positions`).
-
-        Raises:
-            ValueError: if `start_index` is not an integer scalar, or the
-                positions are known and outside `[0, H * W * C]`.
-        """
-        checks.check_index(start_index, "start_index")
-        height, width = self.image_size
-        return checks.check_positions(
-            f"{type(self.owner).__name__} {self.owner.name}: positions must lie inside "
-            f"the {self.num_positions + 1} positions of a {height}x{width} image with "
-            f"{self.channels} channels (plus one for the shifted start token). Pass a "
-            "`start_index` >= 0 and at most that many positions, or build the layer with "
-            "the right `image_size` / `channels`.",
-            start_index, length, self.num_positions + 1, value,
-        )
-
-    def check_companions(self, low_resolution, length, block_sums, previous_intensities,
-                         left_intensities, previous_block_sums):
-        """Refuses the optional inputs of `channel_value_ids` that are not
-        (B, length) (where the sizes are known) or that come without the
-        input they correct: `left_intensities` needs `block_sums`, and
-        `previous_block_sums` needs `block_sums` and `previous_intensities`
-        (alone they would be ignored)."""
-        name = f"{type(self.owner).__name__} {self.owner.name}"
-        batch, known_length = low_resolution.shape[0], checks.static_int(length)
-        optional = {"block_sums": block_sums, "previous_intensities": previous_intensities,
-                    "left_intensities": left_intensities, "previous_block_sums": previous_block_sums}
+    def check_inputs(self, low_resolution, reference, reference_name, start_index, optional=None):
+        """Refuses, where known now, a `low_resolution` input that is not
+        (B, h * w * C) for the batch B of the owner's `reference` input or
+        holds intensities outside [0, num_intensities) (the bicubic path
+        would clip them, the nearest one read another channel's rows),
+        positions outside the image plus one, and `optional` inputs of
+        `channel_value_ids` (name -> tensor or None) that are not (B, T) or
+        come without the input they correct (alone they would be ignored)."""
+        (low_height, low_width), owner = self.low_resolution_size, self.owner
+        shape, length = tuple(low_resolution.shape), low_height * low_width * self.channels
+        if len(shape) != 2 or shape[-1] not in (None, length):
+            raise ValueError(
+                f"{type(owner).__name__}: `low_resolution` must be (batch, {length}), the raster "
+                f"sequence of a {low_height}x{low_width}x{self.channels} image. "
+                f"Received: low_resolution.shape={shape}."
+            )
+        rows = reference.shape[0]
+        if None not in (shape[0], rows) and shape[0] != rows:
+            raise ValueError(
+                f"{type(owner).__name__} {owner.name}: `low_resolution` must hold one image per "
+                f"row of `{reference_name}`: pass both for the same batch. Received: "
+                f"low_resolution with batch size {shape[0]}, expected {rows}."
+            )
+        check_ids(owner, "low-resolution intensities", low_resolution, self.num_intensities,
+                  "Pass the low-resolution image as intensities 0..num_intensities - 1 "
+                  "(images.downsample makes them).")
+        check_positions(start_index, ops.shape(reference)[1], self.num_positions + 1,
+                        positions_requirement(owner))
+        optional, name = optional or {}, f"{type(owner).__name__} {owner.name}"
         for key, tensor in optional.items():
-            if tensor is None:
-                continue
-            shape = tuple(tensor.shape)
-            if checks.static_shape_mismatch(shape, (batch, known_length)):
+            shape = None if tensor is None else tuple(tensor.shape)
+            if shape is not None and static_shape_mismatch(shape, reference.shape[:2]):
                 raise ValueError(
-                    f"{name}: `{key}` must be (batch, length) = ({batch}, {known_length}), "
-                    "one value per position of the call, for the same batch. "
-                    f"Received: {key}.shape={shape}."
+                    f"{name}: `{key}` must be (batch, length) = {tuple(reference.shape[:2])}, one "
+                    f"value per position of the call. Received: {key}.shape={shape}."
                 )
-        needs = {"left_intensities": ("block_sums",),
-                 "previous_block_sums": ("block_sums", "previous_intensities")}
-        for key, required in needs.items():
-            missing = [r for r in required if optional[key] is not None and optional[r] is None]
-            if missing:
+        for key, needs in (("left_intensities", ("block_sums",)),
+                           ("previous_block_sums", ("block_sums", "previous_intensities"))):
+            missing = " and ".join(f"`{n}`" for n in needs if optional.get(n) is None)
+            if optional.get(key) is not None and missing:
                 raise ValueError(
                     f"{name}: `{key}` corrects the value computed from "
-                    f"{' and '.join(f'`{r}`' for r in required)}, and would be ignored "
-                    f"without {' and '.join(f'`{r}`' for r in missing)}: pass "
-                    f"{'them' if len(required) > 1 else 'it'} too, or leave `{key}` out."
+                    f"{' and '.join(f'`{n}`' for n in needs)}, and would be ignored without "
+                    f"{missing}: pass {missing} too, or leave `{key}` out."
                 )
-
-    def check_length(self, low_resolution):
-        low_height, low_width = self.low_resolution_size
-        length = low_height * low_width * self.channels
-        if len(low_resolution.shape) != 2 or low_resolution.shape[-1] not in (None, length):
-            raise ValueError(
-                f"{type(self.owner).__name__}: `low_resolution` must be (batch, {length}), the "
-                f"raster sequence of a {low_height}x{low_width}x{self.channels} image. "
-                f"Received: low_resolution.shape={tuple(low_resolution.shape)}."
-            )
-
-    def check_intensities(self, low_resolution):
-        """`low_resolution`, its shape checked and its intensities (now, or
-        in the graph: see `checks.check_layer_ids`) in [0, num_intensities):
-        an intensity outside would be clipped by the bicubic path and read
-        from another channel's rows (or fail in a gather) by the nearest
-        one."""
-        self.check_length(low_resolution)
-        return checks.check_layer_ids(
-            self.owner, "low-resolution intensities", low_resolution, self.num_intensities,
-            "Pass the low-resolution image as intensities 0..num_intensities - 1 "
-            "(images.downsample makes them).",
-        )
-
-    def check_batch(self, low_resolution, reference, reference_name):
-        """`low_resolution`, checked to have one image per row of the
-        owner's other input `reference` (see `checks.check_batch_size`)."""
-        return checks.check_batch_size(
-            "low_resolution", low_resolution, ops.shape(reference)[0],
-            f"{type(self.owner).__name__} {self.owner.name}: `low_resolution` must hold one "
-            f"image per row of `{reference_name}`: pass both for the same batch.",
-        )
 
     def values(self, low_resolution, positions):
         """(B, h*w*C) low-resolution raster, (T,) positions -> (B, T) int32
         low-resolution intensities there (same channel)."""
-        self.check_length(low_resolution)
         if self.interpolation == "nearest":
             # Gather straight from the low-resolution raster: a decoding step
             # then reads one value instead of upsampling the whole image.
@@ -194,10 +154,6 @@ class LowResolutionRaster:
         `previous_channel_values` instead, or with `block_sums` and
         `previous_block_sums` ((B, length) float, the block sums one position
         back) `previous_channel_consistent_values`."""
-        low_resolution = self.check_intensities(low_resolution)
-        self.check_companions(low_resolution, length, block_sums, previous_intensities,
-                              left_intensities, previous_block_sums)
-        checks.check_index(start_index, "start_index")
         positions = self.positions(length, start_index)
         upsampled = None
         if block_sums is not None or (previous_intensities is not None and self.channels > 1):
@@ -226,8 +182,7 @@ class LowResolutionRaster:
                     low_resolution, positions, previous_intensities, upsampled=upsampled
                 )
             values = ops.where((positions % self.channels > 0)[None, :], following, values)
-        ids = values + ((positions % self.channels) * self.num_intensities)[None, :]
-        return self.check_positions(start_index, length, ids)
+        return values + ((positions % self.channels) * self.num_intensities)[None, :]
 
     @property
     def block_area(self):
@@ -283,10 +238,9 @@ class LowResolutionRaster:
         return self._intensities(value)
 
     def _float_image(self, low_resolution, upsampled=None):
-        """Checks `low_resolution`; returns the (B, H*W*C) float bicubic
-        image the corrections read (`upsampled` when given; None for
-        nearest, which reads the low-resolution raster)."""
-        self.check_length(low_resolution)
+        """The (B, H*W*C) float bicubic image the corrections read
+        (`upsampled` when given; None for nearest, which reads the
+        low-resolution raster)."""
         if upsampled is None and self.interpolation == "bicubic":
             upsampled = self._upsampled(low_resolution, rounded=False)
         return upsampled

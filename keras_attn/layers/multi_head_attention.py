@@ -49,11 +49,12 @@ class MultiHeadAttention(AttentionBase):
 
     Raises:
         ValueError: on invalid constructor arguments; inputs that are not
-            rank 3; empty batches or sequences; `query`, `value`, `key` (or
-            `cache`) with different batch sizes, or `key` and `value` of
-            different lengths; masks that are not boolean/integer or of the
-            wrong rank or shape; a cache of the wrong shape; neither
-            `value` nor `cache`.
+            rank 3 or are empty; neither `value` nor `cache`; known batch
+            sizes of `query` and `value` (or `cache`), or of `key` and
+            `value`, or their lengths, that differ; masks that are not
+            boolean/integer or of the wrong rank or known shape; a cache of
+            the wrong shape or dtype. Sizes known only at run time are not
+            checked here.
 
     Example:
     >>> import keras
@@ -69,18 +70,14 @@ class MultiHeadAttention(AttentionBase):
     """
 
     def build(self, query_shape, value_shape=None, key_shape=None):
-        query_shape = tuple(query_shape)
-        self._check_rank("query", query_shape)
         if value_shape is None:
-            raise ValueError(
-                "MultiHeadAttention needs `value` (the sequence to attend to) "
-                "to build its key/value projections. Received no value: call "
-                "it once as `layer(query, value)` before using a cache."
-            )
-        value_shape = tuple(value_shape)
-        self._check_rank("value", value_shape)
+            raise ValueError("MultiHeadAttention needs `value` (the sequence to attend to) to build "
+                             "its key/value projections. Received no value: call it once as "
+                             "`layer(query, value)` before using a cache.")
+        query_shape, value_shape = tuple(query_shape), tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
-        self._check_rank("key", key_shape)
+        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
+            self._check_rank(name, shape)
         self._query_dim = query_shape[-1]
         self.query_dense = self._make_dense(self.num_heads * self.key_dim, "query")
         self.query_dense.build(query_shape)
@@ -93,51 +90,31 @@ class MultiHeadAttention(AttentionBase):
         self.dropout_layer = self._make_dropout()
         self.built = True
 
-    def _check_rank(self, name, shape):
+    @staticmethod
+    def _check_rank(name, shape):
         if len(shape) != 3 or shape[-1] is None:
-            raise ValueError(
-                f"MultiHeadAttention expects `{name}` of shape (batch, length, "
-                f"features) with known features. Received: {name}.shape={shape}."
-            )
-        if shape[0] == 0:
-            raise ValueError(
-                f"MultiHeadAttention received an empty batch ({name}.shape="
-                f"{shape}). Pass at least one example."
-            )
-        if shape[1] == 0:
-            raise ValueError(
-                f"MultiHeadAttention received an empty sequence ({name}.shape="
-                f"{shape}). Pass at least one position."
-            )
+            raise ValueError(f"MultiHeadAttention expects `{name}` of shape (batch, length, features) "
+                             f"with known features. Received: {name}.shape={shape}.")
+        if 0 in shape[:2]:
+            empty = "batch" if shape[0] == 0 else "sequence"
+            raise ValueError(f"MultiHeadAttention received an empty {empty} ({name}.shape={shape}). "
+                             "Pass at least one example, and at least one position.")
 
     @staticmethod
-    def _check_same(dimension, axis, named_tensors, hint):
-        """Raises unless the sizes of `axis` agree across the named tensors:
-        now where known, in the graph (TensorFlow) where one is known only
-        at run time. Returns the first tensor, depending on that check."""
-        names = " and ".join(n for n, _ in named_tensors)
-        sizes = {t.shape[axis] for _, t in named_tensors if t.shape[axis] is not None}
-        if len(sizes) > 1:
-            shapes = ", ".join(f"{n}.shape={tuple(t.shape)}" for n, t in named_tensors)
-            raise ValueError(
-                f"MultiHeadAttention needs the same {dimension} for "
-                f"{names}. Received: {shapes}. {hint}"
-            )
-        first = named_tensors[0][1]
-        if keras.backend.backend() != "tensorflow" or all(
-            t.shape[axis] is not None for _, t in named_tensors
-        ):
-            return first
-        traced = [(n, ops.shape(t)[axis]) for n, t in named_tensors]
-        message = []
-        for i, (n, size) in enumerate(traced):
-            lead = f", {n}" if i else (
-                f"MultiHeadAttention needs the same {dimension} for {names}. Received: {n}"
-            )
-            message += [f"{lead} {dimension} ", size]
-        message.append(f". {hint}")
-        same = ops.all(ops.stack([ops.equal(traced[0][1], size) for _, size in traced[1:]]))
-        return checks.check_in_graph(same, message, first)
+    def _check_same(dimension, axis, hint, **tensors):
+        """Raises unless the known sizes of `axis` agree across the tensors."""
+        if len({t.shape[axis] for t in tensors.values()} - {None}) > 1:
+            shapes = ", ".join(f"{n}.shape={tuple(t.shape)}" for n, t in tensors.items())
+            raise ValueError(f"MultiHeadAttention needs the same {dimension} for "
+                             f"{' and '.join(tensors)}. Received: {shapes}. {hint}")
+
+    def _check_memory(self, value, key):
+        """`value` and `key` (B, S, ·): rank 3, the same B and S."""
+        for name, tensor in (("value", value), ("key", key)):
+            self._check_rank(name, tuple(tensor.shape))
+        for dimension, axis in (("batch size", 0), ("length", 1)):
+            self._check_same(dimension, axis, "`key` and `value` must describe the same "
+                             "positions.", key=key, value=value)
 
     def compute_cache(self, value, key=None):
         """Projects a memory sequence once into keys and values.
@@ -153,23 +130,15 @@ class MultiHeadAttention(AttentionBase):
             `[:, h, :key_dim]`, its values in `[:, h, key_dim:]`.
         """
         if not self.built:
-            raise ValueError(
-                "MultiHeadAttention.compute_cache needs a built layer. Call "
-                "the layer once on (query, value), or `build` it."
-            )
+            raise ValueError("MultiHeadAttention.compute_cache needs a built layer. Call the layer "
+                             "once on (query, value), or `build` it.")
+        self._check_memory(value, value if key is None else key)
         key, value = self._project_memory(value, key)
         return ops.transpose(ops.concatenate([key, value], axis=-1), (0, 2, 3, 1))
 
     def _project_memory(self, value, key=None):
-        """Checked projections of the memory: keys (B, S, H, K), values (B, S, H, V)."""
+        """Keys (B, S, H, K) and values (B, S, H, V) of the memory."""
         key = value if key is None else key
-        self._check_rank("value", tuple(value.shape))
-        self._check_rank("key", tuple(key.shape))
-        for dimension, axis in (("batch size", 0), ("length", 1)):
-            key = self._check_same(
-                dimension, axis, [("key", key), ("value", value)],
-                "`key` and `value` must describe the same positions.",
-            )
         batch_size, length = ops.shape(value)[0], ops.shape(value)[1]
         key = ops.reshape(self.key_dense(key), (batch_size, length, self.num_heads, self.key_dim))
         value = ops.reshape(
@@ -188,27 +157,9 @@ class MultiHeadAttention(AttentionBase):
         return_attention_scores=False,
         training=None,
     ):
-        self._check_rank("query", tuple(query.shape))
-        if cache is None:
-            if value is None:
-                raise ValueError(
-                    "MultiHeadAttention needs `value` (the sequence to attend "
-                    "to) or a `cache` from `compute_cache`. Received neither."
-                )
-            memory_name, memory, key_length = "value", value, ops.shape(value)[1]
-        else:
-            checks.check_cache(
-                cache, ("batch", self.num_heads, self.key_dim + self._value_dim, "length"),
-                "as returned by `compute_cache`",
-            )
-            memory_name, memory, key_length = "cache", cache, ops.shape(cache)[-1]
-        query = self._check_same(
-            "batch size", 0, [("query", query), (memory_name, memory)],
-            "Each query sequence attends to the memory of its own example: "
-            "pass one memory per query sequence.",
-        )
-        value_padding_mask, attention_mask = self._check_masks(
-            query, value, value_padding_mask, attention_mask, key_length
+        self._check_call(query, value, key, cache)
+        value_padding_mask, attention_mask = self._masks(
+            query, value, cache, value_padding_mask, attention_mask
         )
         batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
         projected_query = ops.reshape(
@@ -239,17 +190,34 @@ class MultiHeadAttention(AttentionBase):
             return outputs, ops.cast(scores, self.compute_dtype)
         return outputs
 
-    def _check_masks(self, query, value, value_padding_mask, attention_mask, key_length):
-        """Validates the masks (default padding mask: the value's implicit
-        one); symbolic inputs get the checks of what is known when built."""
+    def _check_call(self, query, value, key, cache):
+        """The static checks of a call's tensors."""
+        if value is None and cache is None:
+            raise ValueError("MultiHeadAttention needs `value` (the sequence to attend to) or a "
+                             "`cache` from `compute_cache`. Received neither.")
+        self._check_rank("query", tuple(query.shape))
+        if cache is None:
+            self._check_memory(value, value if key is None else key)
+            memory = {"value": value}
+        else:
+            checks.check_cache(cache, ("batch", self.num_heads, self.key_dim + self._value_dim,
+                                       "length"), "as returned by `compute_cache`")
+            memory = {"cache": cache}
+        self._check_same("batch size", 0, "Each query sequence attends to the memory of its "
+                         "own example: pass one memory per query sequence.", query=query, **memory)
+
+    def _masks(self, query, value, cache, value_padding_mask, attention_mask):
+        """The call's masks as booleans, checked (`attention_ops.check_mask`);
+        the padding mask defaults to the value's implicit one."""
+        keys = value.shape[1] if cache is None else cache.shape[-1]
         if value_padding_mask is None and value is not None:
             value_padding_mask = attention_ops.get_implicit_mask(value)
         value_padding_mask = attention_ops.check_mask(
-            value_padding_mask, "value_padding_mask", 2, (ops.shape(query)[0], key_length)
+            value_padding_mask, "value_padding_mask", (2,), (query.shape[0], keys)
         )
         attention_mask = attention_ops.check_mask(
-            attention_mask, "attention_mask", (3, 4), (ops.shape(query)[1], key_length),
-            batch_size=ops.shape(query)[0], num_heads=self.num_heads,
+            attention_mask, "attention_mask", (3, 4), (query.shape[1], keys),
+            query.shape[0], self.num_heads,
         )
         return value_padding_mask, attention_mask
 
@@ -260,8 +228,8 @@ class MultiHeadAttention(AttentionBase):
         arguments = bound_call_arguments(self, args, kwargs)
         query, cache = arguments["query"], arguments["cache"]
         value, return_attention_scores = arguments["value"], arguments["return_attention_scores"]
-        memory = cache.shape[-1] if cache is not None else (value.shape[1] if value is not None else None)
-        self._check_masks(query, value, arguments["value_padding_mask"], arguments["attention_mask"], memory)
+        self._check_call(query, value, arguments["key"], cache)
+        self._masks(query, value, cache, arguments["value_padding_mask"], arguments["attention_mask"])
         outputs = keras.KerasTensor(
             self.compute_output_shape(tuple(query.shape)), self.compute_dtype
         )

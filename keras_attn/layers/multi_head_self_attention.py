@@ -1,4 +1,4 @@
-import numbers
+import math
 
 import keras
 from keras import ops
@@ -104,24 +104,17 @@ class MultiHeadSelfAttention(AttentionBase):
         (B, H, K + V, max_length) when a `cache` was passed.
 
     Raises:
-        ValueError: on invalid constructor arguments; on inputs that are not
-            rank 3 or whose width differs from the one the layer was built
-            with; on empty batches or sequences; on masks that are not
-            boolean/integer (float masks included) or of the wrong rank or
-            shape (an `attention_mask`'s batch and head axes must be B or
-            H, or 1); on a `cache` that is not a floating tensor of the
-            `init_cache` shape (unknown axes pass); on a `cache` of another
-            batch size than the inputs, or a rolling cache's padding mask
-            that does not reach the last input position; on a
-            `cache_index` that is not an integer scalar, lies outside
-            the cache, or comes without a cache: all at once when known at call time
-            (eagerly, or a Python int); when the index, the input length or
-            the cache length is known only at run time, under TensorFlow, by an
-            in-graph check with the same message (`InvalidArgumentError`
-            when the graph runs; no measurable cost). Not checked when
-            traced under XLA (`jit_compile=True`: XLA has no assertion) or
-            JAX (a host callback per step made cached decoding 2.8x slower):
-            keep it within `[0, max_length - T]` there.
+        ValueError: on invalid constructor arguments; on inputs of another
+            rank or width than built for, or empty; on masks that are not
+            boolean/integer or whose rank or known sizes do not fit (an
+            `attention_mask`'s batch and head axes may also be 1); on a
+            `cache` that is not a floating tensor of the `init_cache` shape
+            and batch size; on a `cache_index` that is not an integer
+            scalar, lies outside the cache, or comes without a cache. Sizes
+            and indices known only at run time (traced) are checked where
+            they enter, by the generation functions and the exporters: a
+            direct traced call must keep `cache_index` in
+            `[0, max_length - T]`.
 
     Example:
     >>> import keras
@@ -139,8 +132,6 @@ class MultiHeadSelfAttention(AttentionBase):
 
     # Input rank(s) accepted by `call`; subclasses with 2D inputs extend it.
     _input_ranks = (3,)
-    # Whether the attention core can run chunked (`chunk_size`).
-    _supports_chunking = True
     # chunk_size="auto": the key length from which the chunked core runs, and
     # its chunk size (measured: `long_sequence_benchmark.py --crossover`).
     _auto_chunk_min_length = 2048
@@ -156,13 +147,6 @@ class MultiHeadSelfAttention(AttentionBase):
     def __init__(self, num_heads, key_dim, chunk_size="auto", **kwargs):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         checks.check_chunk_size(self, chunk_size)
-        if isinstance(chunk_size, numbers.Integral) and not self._supports_chunking:
-            raise ValueError(
-                f"{type(self).__name__}: `chunk_size` is only supported by global "
-                "attention (MultiHeadSelfAttention, RelativeGlobalAttention); this "
-                "layer's attention core is already linear in the sequence length. "
-                f'Received: chunk_size={chunk_size!r}; pass None or "auto".'
-            )
         self.chunk_size = chunk_size
 
     def build(self, inputs_shape):
@@ -187,38 +171,18 @@ class MultiHeadSelfAttention(AttentionBase):
 
     def _check_inputs_shape(self, shape):
         name = type(self).__name__
-        if len(shape) not in self._input_ranks:
-            expected = " or ".join(
-                "(batch, length, features)" if r == 3 else
-                "(batch, height, width, features)" for r in self._input_ranks
-            )
-            raise ValueError(
-                f"{name} expects inputs of shape {expected}. Received inputs "
-                f"of rank {len(shape)} with shape {tuple(shape)}. Reshape or "
-                "batch your inputs to that layout."
-            )
-        if shape[-1] is None:
-            raise ValueError(
-                f"{name} needs the feature dimension (last axis) of its "
-                f"inputs to be known. Received shape {tuple(shape)}."
-            )
+        if len(shape) not in self._input_ranks or shape[-1] is None:
+            raise ValueError(f"{name} expects inputs of shape (batch, length, features), features "
+                             f"known. Received inputs of rank {len(shape)} with shape {shape}. "
+                             "Reshape or batch your inputs to that layout.")
         if getattr(self, "_feature_dim", None) not in (None, shape[-1]):
-            raise ValueError(
-                f"{name} '{self.name}' was built for inputs with "
-                f"{self._feature_dim} features. Received inputs with shape "
-                f"{tuple(shape)}. Use a new layer for a different width."
-            )
-        if shape[0] == 0:
-            raise ValueError(
-                f"{name} received an empty batch (inputs.shape="
-                f"{tuple(shape)}). Pass at least one example."
-            )
-        if 0 in tuple(shape[1:-1]):
-            raise ValueError(
-                f"{name} received an empty sequence (inputs.shape="
-                f"{tuple(shape)}): there is no position to attend from. "
-                "Pass at least one position (e.g. a start token)."
-            )
+            raise ValueError(f"{name} '{self.name}' was built for inputs with {self._feature_dim} "
+                             f"features. Received inputs with shape {shape}. Use a new layer for "
+                             "a different width.")
+        if 0 in shape[:-1]:
+            raise ValueError(f"{name} received an empty {'batch' if shape[0] == 0 else 'sequence'} "
+                             f"(inputs.shape={shape}). Pass at least one example, and at least one "
+                             "position (e.g. a start token).")
 
     # ------------------------------------------------------------------ cache
     def init_cache(self, batch_size, max_length, dtype=None):
@@ -246,14 +210,10 @@ class MultiHeadSelfAttention(AttentionBase):
         self._check_cache_sizes(batch_size, max_length)
         dtype = keras.backend.standardize_dtype(dtype or self.compute_dtype)
         if dtype != self.compute_dtype:
-            raise ValueError(
-                f"{type(self).__name__}.init_cache: the cache must have the "
-                f"layer's compute dtype {self.compute_dtype} (Keras casts "
-                "floating call arguments to it, so a cache of another dtype "
-                f"would come back as {self.compute_dtype}). Received: "
-                f"dtype={dtype}. For a float16 cache, give the layer a "
-                "float16 compute dtype (e.g. dtype='mixed_float16')."
-            )
+            raise ValueError(f"{type(self).__name__}.init_cache: the cache must have the layer's "
+                             f"compute dtype {self.compute_dtype} (Keras casts floating call arguments "
+                             f"to it). Received: dtype={dtype}. For a float16 cache, give the layer a "
+                             "float16 compute dtype (e.g. dtype='mixed_float16').")
         return ops.zeros(self._cache_shape(batch_size, max_length), dtype=dtype)
 
     def _cache_shape(self, batch_size, max_length):
@@ -272,20 +232,13 @@ class MultiHeadSelfAttention(AttentionBase):
 
     @staticmethod
     def _check_cache_sizes(batch_size, max_length):
-        """`init_cache`'s checks: sizes are ints (or int tensors), known
-        ones positive."""
+        """Sizes are ints (or int tensors), known ones positive."""
         for arg, value in (("batch_size", batch_size), ("max_length", max_length)):
-            known = checks.static_int(value)
-            integral = hasattr(value, "dtype") and "int" in str(
-                keras.backend.standardize_dtype(value.dtype)
-            )
-            if isinstance(value, bool) or (known is None and not integral) or (
-                known is not None and known <= 0
-            ):
-                raise ValueError(
-                    f"`{arg}` must be a positive int (or int scalar tensor). "
-                    f"Received: {arg}={value!r}."
-                )
+            known, dtype = checks.static_int(value), str(getattr(value, "dtype", ""))
+            if isinstance(value, bool) or (known is None and "int" not in dtype) or (
+                    known is not None and known <= 0):
+                raise ValueError(f"`{arg}` must be a positive int (or int scalar tensor). "
+                                 f"Received: {arg}={value!r}.")
 
     # ------------------------------------------------------------------- call
     def call(
@@ -299,45 +252,21 @@ class MultiHeadSelfAttention(AttentionBase):
         return_attention_scores=False,
         training=None,
     ):
-        self._check_inputs_shape(tuple(inputs.shape))
-        spatial_shape = tuple(inputs.shape[1:-1])
-        batch_size = ops.shape(inputs)[0]
-        original_inputs = inputs
+        self._check_call(inputs, padding_mask, cache, cache_index, use_causal_mask)
+        padding_mask, attention_mask = self._masks(inputs, padding_mask, attention_mask, cache)
+        spatial_shape, batch_size = tuple(inputs.shape[1:-1]), ops.shape(inputs)[0]
         if len(spatial_shape) > 1:
             inputs = ops.reshape(inputs, (batch_size, -1, inputs.shape[-1]))
         query_length = ops.shape(inputs)[1]
-        static_length = inputs.shape[1]
-
         if cache is not None:
-            cache_index, static_key_length = self._check_cache(
-                cache, cache_index, inputs, use_causal_mask
-            )
-            cache = self._check_cache_batch_in_graph(cache, inputs)
-        else:
-            checks.check_no_cache_index(cache_index)
-            cache_index, static_key_length = 0, static_length
-
-        # The keys' count for the mask checks: known now, or at run time
-        # (None: any, a rolling cache's masks cover absolute positions).
-        key_length = static_key_length
-        if key_length is None:
-            key_length = self._traced_cache_capacity(cache) if cache is not None else query_length
-        padding_mask, attention_mask = self._check_masks(
-            original_inputs, inputs, padding_mask, attention_mask,
-            cache is not None, key_length,
-        )
-        if cache is not None and static_key_length is None and padding_mask is not None:
-            padding_mask = self._check_mask_reaches_inputs(padding_mask, cache_index, inputs)
-        query, key, value, cache = self._project_query_key_value(
-            inputs, cache, cache_index
-        )
-
+            cache_index = ops.cast(0 if cache_index is None else cache_index, "int32")
+        query, key, value, cache = self._project_query_key_value(inputs, cache, cache_index)
         masks = AttentionMasks(
             padding_mask=padding_mask,
             attention_mask=attention_mask,
             use_causal_mask=use_causal_mask,
-            cache_index=cache_index,
-            valid_key_length=(cache_index + query_length) if cache is not None else None,
+            cache_index=0 if cache is None else cache_index,
+            valid_key_length=None if cache is None else cache_index + query_length,
         )
         outputs, scores = self._attend(
             query, key, value, masks, spatial_shape, return_attention_scores, training
@@ -356,58 +285,58 @@ class MultiHeadSelfAttention(AttentionBase):
             results += (cache,)
         return results[0] if len(results) == 1 else results
 
-    def _check_masks(
-        self, original_inputs, inputs, padding_mask, attention_mask, cached, key_length,
-    ):
-        """Validates the padding mask (default: implicit) and attention mask
-        (sizes known only at run time in the graph); flattens images."""
-        spatial_shape = tuple(original_inputs.shape[1:-1])
-        if padding_mask is None and not cached:
-            padding_mask = attention_ops.get_implicit_mask(original_inputs)
-        if not cached and len(spatial_shape) > 1:
-            # Images: the padding mask has the image's layout (B, height, width).
-            padding_mask = attention_ops.check_mask(
-                padding_mask, "padding_mask", 1 + len(spatial_shape),
-                (ops.shape(original_inputs)[0],) + spatial_shape,
-            )
-            if padding_mask is not None:
-                padding_mask = ops.reshape(padding_mask, (ops.shape(inputs)[0], -1))
+    def _check_call(self, inputs, padding_mask, cache, cache_index, use_causal_mask):
+        """The static checks of a call (its inputs' shape, a cache and its
+        index); sizes known only at run time are checked where they enter
+        (the generation functions, the exporters)."""
+        self._check_inputs_shape(tuple(inputs.shape))
+        if cache is None:
+            checks.check_no_cache_index(cache_index)
         else:
-            padding_mask = attention_ops.check_mask(
-                padding_mask, "padding_mask", 2, (ops.shape(inputs)[0], key_length),
-            )
+            self._check_cache(cache, cache_index, inputs, use_causal_mask, padding_mask)
+
+    def _check_cache(self, cache, cache_index, inputs, use_causal_mask, padding_mask):
+        """A cache of the `init_cache` layout for the inputs' batch, and an
+        integer `cache_index` from which the inputs fit in it (subclasses may
+        refuse a cache for the call, e.g. without `use_causal_mask`)."""
+        (batch, length), mask_shape = tuple(inputs.shape)[:2], tuple(getattr(padding_mask, "shape", ()))
+        checks.check_cache(cache, self._cache_shape(batch or "batch", "max_length"), "as returned "
+                           f"by `init_cache(batch_size={batch or 'B'}, max_length)` for these inputs")
+        index = 0 if cache_index is None else cache_index
+        checks.check_index(index, "cache_index")
+        index, capacity = checks.static_int(index), self._cache_capacity(cache)
+        if index is not None and index < 0:
+            raise ValueError("`cache_index` must be >= 0 (the position of the first input). "
+                             f"Received: cache_index={index}.")
+        if None not in (index, length, capacity) and index + length > capacity:
+            raise ValueError(f"`cache_index` + input length must fit in the cache. Received: cache_index="
+                             f"{index}, input length {length}, cache length {capacity}. Allocate a "
+                             f"longer cache with `init_cache(batch_size, max_length>={index + length})`.")
+        reach = mask_shape[1] if len(mask_shape) == 2 else None  # a rolling cache's mask
+        if capacity is None and None not in (index, length, reach) and reach < index + length:
+            raise ValueError("`padding_mask` must cover every position up to the last input: shape "
+                             "(batch, >= cache_index + input length). Received: padding_mask.shape="
+                             f"{mask_shape}, cache_index={index}, input length {length}.")
+
+    def _masks(self, inputs, padding_mask, attention_mask, cache):
+        """The call's masks as booleans, checked (`attention_ops.check_mask`):
+        the padding mask (default: the implicit one, without a cache) over
+        the keys, (B, S), an image's (B, height, width) flattened."""
+        shape = tuple(inputs.shape)
+        queries = None if None in shape[1:-1] else math.prod(shape[1:-1])
+        keys = queries if cache is None else self._cache_capacity(cache)
+        if padding_mask is None and cache is None:
+            padding_mask = attention_ops.get_implicit_mask(inputs)
+        padding_shape = shape[:-1] if cache is None else (shape[0], keys)
+        padding_mask = attention_ops.check_mask(
+            padding_mask, "padding_mask", (len(padding_shape),), padding_shape
+        )
+        if padding_mask is not None and len(padding_shape) > 2:
+            padding_mask = ops.reshape(padding_mask, (ops.shape(inputs)[0], -1))
         attention_mask = attention_ops.check_mask(
-            attention_mask, "attention_mask", (3, 4), (ops.shape(inputs)[1], key_length),
-            batch_size=ops.shape(inputs)[0], num_heads=self.num_heads,
+            attention_mask, "attention_mask", (3, 4), (queries, keys), shape[0], self.num_heads
         )
         return padding_mask, attention_mask
-
-    def _check_masks_when_built(self, inputs, padding_mask=None, attention_mask=None, cache=None):
-        """The mask checks of `call` that can run while a functional model
-        is built (`keras.Input` tensors): dtype, rank and every size known
-        then, so that a float or wrong-length mask is refused at
-        `layer(x, padding_mask=m)`, not at the first `predict`. Sizes known
-        only at run time are checked when the model runs.
-
-        Args:
-            inputs: the (symbolic) inputs, (B, T, D) or (B, height, width, D).
-            padding_mask, attention_mask, cache: as for `call`.
-
-        Raises:
-            ValueError: as `call` does for these masks.
-        """
-        if padding_mask is None and attention_mask is None:
-            return
-        shape = tuple(inputs.shape)
-        self._check_inputs_shape(shape)
-        length = None
-        if all(d is not None for d in shape[1:-1]):
-            length = 1
-            for d in shape[1:-1]:
-                length *= d
-        flat = keras.KerasTensor((shape[0], length, shape[-1]), inputs.dtype)
-        key_length = self._cache_length(cache) if cache is not None else length
-        self._check_masks(inputs, flat, padding_mask, attention_mask, cache is not None, key_length)
 
     def _project_query_key_value(self, inputs, cache, cache_index):
         """Per-head (query, key, value, cache); with a cache, keys/values of the updated one."""
@@ -444,114 +373,6 @@ class MultiHeadSelfAttention(AttentionBase):
         """The positions a cache can hold (its length; None = unbounded or
         unknown while tracing)."""
         return self._cache_length(cache)
-
-    def _traced_cache_capacity(self, cache):
-        """`_cache_capacity` as a value: an int, or a scalar tensor where
-        the length is known only at run time; None = unbounded (rolling)."""
-        return ops.shape(cache)[self._cache_length_axis]
-
-    @staticmethod
-    def _check_mask_reaches_inputs(padding_mask, offset, inputs):
-        """With a cache of no fixed length (rolling), the padding mask is over
-        absolute positions: it must reach the last input's, cache_index +
-        T - 1 (checked eagerly, or in the graph on TensorFlow)."""
-        length, index, count = padding_mask.shape[1], checks.static_int(offset), inputs.shape[1]
-        message = (
-            "`padding_mask` must cover every position up to the last input "
-            "(a rolling cache keeps only the last positions; the mask is over "
-            "absolute positions): shape (batch, >= cache_index + input length)."
-        )
-        if None not in (length, index, count):
-            if length < index + count:
-                raise ValueError(
-                    f"{message} Received: padding_mask.shape={tuple(padding_mask.shape)}, "
-                    f"cache_index={index}, input length {count}."
-                )
-            return padding_mask
-        if keras.backend.backend() != "tensorflow":
-            return padding_mask
-        needed = offset + ops.shape(inputs)[1]
-        return checks.check_in_graph(ops.greater_equal(ops.shape(padding_mask)[1], needed), [
-            f"{message} Received: padding_mask length ", ops.shape(padding_mask)[1],
-            ", cache_index + input length ", needed, ".",
-        ], padding_mask)
-
-    @staticmethod
-    def _check_cache_batch_in_graph(cache, inputs):
-        """The cache, checked in the graph (TensorFlow) against the inputs'
-        batch size when either is known only at run time: the eager
-        message of `_check_cache`, before anything reads the cache."""
-        if keras.backend.backend() != "tensorflow" or None not in (cache.shape[0], inputs.shape[0]):
-            return cache
-        cache_batch, inputs_batch = ops.shape(cache)[0], ops.shape(inputs)[0]
-        return checks.check_in_graph(ops.equal(cache_batch, inputs_batch), [
-            "`cache` holds ", cache_batch, " sequences but the inputs have batch size ",
-            inputs_batch, ". Create the cache with `init_cache(batch_size=", inputs_batch,
-            ", max_length)`.",
-        ], cache)
-
-    @staticmethod
-    def _check_cache_index_in_graph(offset, capacity, inputs):
-        """`_check_cache`'s index checks where the index, the input length or
-        the cache length (`capacity`, from `_traced_cache_capacity`; None =
-        rolling) is known only at run time: `offset` depending on them
-        (TensorFlow)."""
-        if capacity is None:
-            return checks.check_in_graph(ops.greater_equal(offset, 0), [
-                "`cache_index` must be >= 0 (the position of the first input). "
-                "Received: cache_index=", offset, ".",
-            ], offset)
-        length = ops.shape(inputs)[1]
-        end = offset + length
-        fits = ops.logical_and(ops.greater_equal(offset, 0), ops.less_equal(end, capacity))
-        return checks.check_in_graph(fits, [
-            "`cache_index` + input length must fit in the cache. Received: cache_index=",
-            offset, ", input length ", length, ", cache length ", capacity,
-            ". Allocate a longer cache with `init_cache(batch_size, max_length>=", end, ")`.",
-        ], offset)
-
-    def _check_cache(self, cache, cache_index, inputs, use_causal_mask):
-        """Validates the cache and index (a subclass may refuse a cache for
-        the call, e.g. without `use_causal_mask`); returns (offset, static
-        cache length)."""
-        checks.check_cache(cache, self._cache_shape("batch", "max_length"), "as returned by `init_cache`")
-        if cache.shape[0] is not None and inputs.shape[0] is not None and (
-            cache.shape[0] != inputs.shape[0]
-        ):
-            raise ValueError(
-                f"`cache` holds {cache.shape[0]} sequences but the inputs have "
-                f"batch size {inputs.shape[0]} (inputs.shape={tuple(inputs.shape)}, "
-                f"cache.shape={tuple(cache.shape)}). Create the cache with "
-                f"`init_cache(batch_size={inputs.shape[0]}, max_length)`."
-            )
-        if cache_index is None:
-            cache_index = 0
-        checks.check_index(cache_index, "cache_index")
-        index = checks.static_int(cache_index)
-        max_length = self._cache_capacity(cache)
-        length = inputs.shape[1]
-        if index is not None and index < 0:
-            raise ValueError(
-                f"`cache_index` must be >= 0 (the position of the first input). "
-                f"Received: cache_index={index}."
-            )
-        if index is not None and max_length is not None and length is not None:
-            if index + length > max_length:
-                raise ValueError(
-                    f"`cache_index` + input length must fit in the cache. "
-                    f"Received: cache_index={index}, input length {length}, "
-                    f"cache length {max_length}. Allocate a longer cache with "
-                    f"`init_cache(batch_size, max_length>={index + length})`."
-                )
-        offset = ops.cast(cache_index, "int32")
-        capacity = self._traced_cache_capacity(cache)
-        if keras.backend.backend() == "tensorflow" and (
-            index is None or (capacity is not None and None in (max_length, length))
-        ):
-            # Traced: the same messages from in-graph checks (TensorFlow
-            # only; see Raises).
-            offset = self._check_cache_index_in_graph(offset, capacity, inputs)
-        return offset, max_length
 
     def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
         """The attention core: what subclasses replace.
@@ -661,15 +482,13 @@ class MultiHeadSelfAttention(AttentionBase):
         inputs, cache = arguments["inputs"], arguments["cache"]
         return_attention_scores = arguments["return_attention_scores"]
         shape = tuple(inputs.shape)
-        self._check_masks_when_built(inputs, arguments["padding_mask"], arguments["attention_mask"], cache)
+        self._check_call(inputs, arguments["padding_mask"], cache, arguments["cache_index"],
+                         arguments["use_causal_mask"])
+        self._masks(inputs, arguments["padding_mask"], arguments["attention_mask"], cache)
         outputs = keras.KerasTensor(self.compute_output_shape(shape), self.compute_dtype)
         results = (outputs,)
         if return_attention_scores:
-            length = None
-            if all(d is not None for d in shape[1:-1]):
-                length = 1
-                for d in shape[1:-1]:
-                    length *= d
+            length = None if None in shape[1:-1] else math.prod(shape[1:-1])
             key_length = self._cache_length(cache) if cache is not None else length
             results += (
                 keras.KerasTensor(

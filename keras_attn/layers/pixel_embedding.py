@@ -5,6 +5,7 @@ from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.pixel_position_encoding import PixelPositionEncoding
+from keras_attn.layers.token_embedding import check_ids
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -60,8 +61,9 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         (B, T, D) embeddings in the compute dtype (no implicit mask).
 
     Raises:
-        ValueError: on invalid arguments; inputs that are not (B, T);
-            positions outside the image (see `PixelPositionEncoding`).
+        ValueError: on invalid arguments; inputs that are not (B, T); ids
+            outside the table or positions outside the image, known now
+            (see `PixelPositionEncoding`).
 
     Example:
     >>> import keras
@@ -93,11 +95,8 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         checks.check_positive_int(self, "vocabulary_size", vocabulary_size)
         checks.check_positive_int(self, "embedding_dim", embedding_dim)
         checks.check_positive_int(self, "channels", channels)
-        checks.check_bool(
-            self, "scale_token_embeddings", scale_token_embeddings,
-            "True = intensity embeddings times sqrt(embedding_dim)",
-        )
-        self.image_size = checks.check_image_size(image_size, owner=self)
+        checks.check_bool(self, "scale_token_embeddings", scale_token_embeddings,
+                          "True = intensity embeddings times sqrt(embedding_dim)")
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim
         self.channels = channels
@@ -108,6 +107,7 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.coordinate_scale = coordinate_scale
         self.mask_zero = False
         self.supports_masking = True
+        self.input_spec = keras.layers.InputSpec(ndim=2)
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size * channels,
             embedding_dim,
@@ -115,8 +115,9 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
             dtype=self.dtype_policy,
             name="token_embedding",
         )
+        # It checks the image size, the positions' arguments and their width.
         self.position_encoding = PixelPositionEncoding(
-            image_size=self.image_size,
+            image_size=image_size,
             channels=channels,
             position=position,
             max_wavelength=max_wavelength,
@@ -126,6 +127,7 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
             name="position_encoding",
         )
         self.position_encoding._check_width(embedding_dim)
+        self.image_size = self.position_encoding.image_size
 
     @property
     def sequence_length(self):
@@ -145,21 +147,12 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, start_index=0):
-        shape = tuple(inputs.shape)
-        if len(shape) != 2:
-            raise ValueError(
-                f"{type(self).__name__} expects ids of shape (batch, length). "
-                f"Received: inputs.shape={shape}."
-            )
-        length = ops.shape(inputs)[1]
         # Checked before the channel offset below makes them ids of another
         # channel's table (or of none).
-        inputs = checks.check_layer_ids(
-            self, "intensity ids", inputs, self.vocabulary_size,
-            "Pass intensities (and a start token) below vocabulary_size, as "
-            "preprocessing.images.decoder_inputs makes them.",
-        )
-        positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
+        check_ids(self, "intensity ids", inputs, self.vocabulary_size, "Pass intensities (and "
+                  "a start token) below vocabulary_size, as preprocessing.images.decoder_inputs "
+                  "makes them.")
+        positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start_index, "int32")
         table = positions % self.channels
         ids = ops.cast(inputs, "int32") + (table * self.vocabulary_size)[None, :]
         embeddings = self.token_embedding(ids)

@@ -4,7 +4,9 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
-from keras_attn.layers.sinusoidal_position_encoding import sinusoids_at
+from keras_attn.layers.sinusoidal_position_encoding import (
+    check_max_wavelength, check_positions, sinusoids_at,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -40,10 +42,8 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
     sampling loop feeds its last sample at position `height * width *
     channels`) fits. A learned row table repeats its last row there. Other
     positions are refused with a `ValueError` when the length and
-    `start_index` are known at the call, and with the same message when
-    the graph runs where they are known only then (TensorFlow:
-    `InvalidArgumentError`; JAX: a `JaxRuntimeError`); under XLA, which has
-    no assertions, and in the generation loops' steps no check runs.
+    `start_index` are known at the call; traced ones are the caller's (the
+    generation loops keep them inside the image).
 
     Args:
         image_size: the image's (height, width), or one int for a square.
@@ -68,15 +68,11 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         (B, T, D) encoding in the compute dtype (broadcast over B).
 
     Raises:
-        ValueError: on a non-positive image size or channel count, an
-            unknown `position`, a `max_wavelength` that is not a finite
-            number >= 1, a `coordinate_scale` that is not a finite number
-            > 0 or places a pixel at a coordinate of 2**24 or more, a
-            `coordinate_scale` other than 1 with learned positions, inputs not (B, T, D) with D
-            divisible by 4 (sinusoidal) or 2 (learned), a `start_index` that
-            is not an integer scalar, or a known `start_index` that is
-            negative or whose `start_index + T` is beyond `height * width *
-            channels + 1` positions.
+        ValueError: on invalid arguments (a `coordinate_scale` other than 1
+            with learned positions, or one that places a pixel at 2**24 or
+            beyond, among them); inputs not (B, T, D) with D divisible by 4
+            (sinusoidal) or 2 (learned); a `start_index` that is not an
+            integer scalar; known positions outside `0 .. H * W * C`.
 
     Example:
     >>> import keras
@@ -105,31 +101,22 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         super().__init__(**kwargs)
         self.image_size = checks.check_image_size(image_size, owner=self)
         checks.check_positive_int(self, "channels", channels)
-        if position not in ("sinusoidal", "learned"):
-            raise ValueError(
-                f'{type(self).__name__}: `position` must be "sinusoidal" or '
-                f'"learned". Received: position={position!r}.'
-            )
-        checks.check_max_wavelength(self, max_wavelength)
+        check_max_wavelength(self, max_wavelength)
         checks.check_finite_positive_number(
             self, "coordinate_scale", coordinate_scale,
             "the distance between pixel centres; 1.0 = plain pixel indices",
         )
-        if position == "learned" and coordinate_scale != 1:
+        # Float32 tells neighbouring positions apart only below 2**24.
+        (height, width), scale = self.image_size, coordinate_scale
+        largest = max((height - 0.5) * scale, (width - 0.5) * scale * channels)
+        if position not in ("sinusoidal", "learned") or largest >= 2**24 or (
+                position == "learned" and coordinate_scale != 1):
             raise ValueError(
-                f"{type(self).__name__}: learned positions index a table by "
-                "integer coordinates, so `coordinate_scale` must be 1 with "
-                f'position="learned". Received: coordinate_scale={coordinate_scale!r}.'
-            )
-        height, width = self.image_size
-        largest = max((height - 0.5) * coordinate_scale, ((width - 0.5) * coordinate_scale) * channels)
-        if largest >= 2**24:
-            raise ValueError(
-                f"{type(self).__name__}: `coordinate_scale` places pixels at coordinates "
-                f"up to {largest:.3g}; float32 tells neighbouring positions apart only "
-                "below 2**24 = 16777216. Use the upscaling factor (4 for 8x8 -> 32x32). "
-                f"Received: coordinate_scale={coordinate_scale!r} for image_size="
-                f"{self.image_size}, channels={channels}."
+                f'{type(self).__name__}: `position` must be "sinusoidal" or "learned"; '
+                "`coordinate_scale` must be 1 with learned positions and place the pixels "
+                "below 2**24 (use the upscaling factor, 4 for 8x8 -> 32x32). Received: "
+                f"position={position!r}, coordinate_scale={coordinate_scale!r} (coordinates up "
+                f"to {largest:.3g}) for image_size={self.image_size}, channels={channels}."
             )
         self.channels = channels
         self.position = position
@@ -137,6 +124,7 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         self.coordinate_scale = coordinate_scale
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = True
+        self.input_spec = keras.layers.InputSpec(ndim=3)
         self._row_embedding = None
         self._column_channel_embedding = None
 
@@ -153,23 +141,14 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         return self.num_positions
 
     def _check_width(self, width):
-        multiple = 4 if self.position == "sinusoidal" else 2
-        if width is None or width % multiple:
+        if width is None or width % (4 if self.position == "sinusoidal" else 2):
             raise ValueError(
-                f"{type(self).__name__} with position={self.position!r} needs a "
-                f"feature size divisible by {multiple} (half of it encodes the "
-                "row, half the column and channel"
-                + (", each as sine/cosine pairs" if multiple == 4 else "")
-                + f"). Received: {width} features."
+                f"{type(self).__name__}: the feature size must be divisible by 4 (sinusoidal) "
+                f"or 2 (learned): half encodes the row, half the column and channel. "
+                f"Received: {width} features, position={self.position!r}."
             )
 
     def build(self, inputs_shape):
-        inputs_shape = tuple(inputs_shape)
-        if len(inputs_shape) != 3:
-            raise ValueError(
-                f"{type(self).__name__} expects inputs of shape (batch, length, "
-                f"features). Received: inputs.shape={inputs_shape}."
-            )
         self._check_width(inputs_shape[-1])
         if self.position == "learned":
             half = inputs_shape[-1] // 2
@@ -188,23 +167,9 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, start_index=0):
-        shape = tuple(inputs.shape)
-        if len(shape) != 3:
-            raise ValueError(
-                f"{type(self).__name__} expects inputs of shape (batch, length, "
-                f"features). Received: inputs.shape={shape}."
-            )
-        self._check_width(shape[-1])
-        checks.check_index(start_index, "start_index")
         length = ops.shape(inputs)[1]
-        encoding = ops.cast(self.encode(length, shape[-1], start_index), self.compute_dtype)
-        encoding = checks.check_positions(
-            f"Positions must lie inside the {self.num_positions} positions of a "
-            f"{self.image_size[0]}x{self.image_size[1]} image with {self.channels} channels (plus "
-            "one for the shifted start token). Pass sequences of at most that length, or build "
-            "the layer with the right `image_size` / `channels`.",
-            start_index, length, self.num_positions, encoding,
-        )
+        check_positions(start_index, length, self.num_positions, positions_requirement(self))
+        encoding = ops.cast(self.encode(length, inputs.shape[-1], start_index), self.compute_dtype)
         return ops.broadcast_to(encoding[None], ops.shape(inputs))
 
     def encode(self, length, dim, start_index=0):
@@ -240,3 +205,16 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
     def compute_mask(self, inputs, previous_mask=None):
         return previous_mask
 
+
+
+
+def positions_requirement(layer):
+    """What the positions of `layer`'s image (`image_size`, `channels`)
+    must be, for the message of `check_positions`."""
+    (height, width), channels = layer.image_size, layer.channels
+    return (
+        f"{type(layer).__name__} {layer.name}: positions must lie inside the "
+        f"{height * width * channels + 1} positions of a {height}x{width} image with {channels} "
+        "channels (plus one for the shifted start token). Pass a `start_index` >= 0 and at most "
+        "that many positions, or build the layer with the right `image_size` / `channels`."
+    )

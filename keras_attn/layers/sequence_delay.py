@@ -1,5 +1,6 @@
+import numbers
+
 import keras
-import ml_dtypes
 import numpy as np
 from keras import ops
 
@@ -31,11 +32,10 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
     Args:
         delay: positions to delay by, an int >= 1.
         fill_value: the output at the first `delay` positions (0): a finite
-            real number, cast to the input's dtype; a whole number that the
-            dtype holds for integer inputs, a number no larger than the
-            dtype's largest for float inputs (65504 for float16).
+            real number that the layer's dtype holds (a whole number in
+            range for an integer dtype; at most 65504 in size for float16).
         **kwargs: base `keras.layers.Layer` arguments (for integer tokens,
-            pass `dtype="int32"` so the cache keeps their dtype).
+            pass `dtype="int32"`: the fill and the cache take that dtype).
 
     Call arguments:
         inputs: (B, T, ...) tensor of any dtype, positions
@@ -51,13 +51,10 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         `(outputs, new_cache)`.
 
     Raises:
-        ValueError: for a `delay` that is not an int >= 1, a `fill_value`
-            that is not a finite number (or that the inputs' dtype does not
-            hold: not a whole number in range for integers, too large for
-            floats), inputs of rank < 2, a cache that is
-            not (B, delay, ...) for the inputs' batch and feature sizes
-            (a batch known only at run time is checked in the graph), or a
-            `cache_index` that is not an integer scalar.
+        ValueError: on a `delay` that is not an int >= 1, a `fill_value`
+            that is not a finite number the layer's dtype holds, inputs of
+            rank < 2, a cache whose static shape is not (B, delay, ...) for
+            the inputs, or a `cache_index` that is not an integer scalar.
 
     Example:
     >>> import keras
@@ -76,25 +73,24 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
     def __init__(self, delay, fill_value=0, **kwargs):
         super().__init__(**kwargs)
         checks.check_positive_int(self, "delay", delay)
-        checks.check_finite_number(
-            self, "fill_value", fill_value, "the output at the first `delay` positions"
-        )
+        dtype = keras.backend.standardize_dtype(self.compute_dtype)
+        number = isinstance(fill_value, numbers.Real) and not isinstance(fill_value, bool)
+        with np.errstate(all="ignore"):  # an overflowing cast is what is refused
+            held = np.asarray(float(fill_value) if number else np.nan).astype(dtype)
+        if not np.isfinite(held.astype("float64")) or ("int" in dtype and held != fill_value):
+            raise ValueError(
+                f"{type(self).__name__}: `fill_value` (the output at the first `delay` positions) "
+                f"must be a finite real number that the layer's dtype {dtype} holds (whole and in "
+                f"range for integers). Received: fill_value={fill_value!r}."
+            )
         self.delay = delay
         self.fill_value = fill_value
+        self.input_spec = keras.layers.InputSpec(min_ndim=2)
         self._feature_shape = None
 
     def build(self, inputs_shape=None):
         if inputs_shape is not None:
-            self._check_rank(inputs_shape)
             self._feature_shape = tuple(inputs_shape[2:])
-        self.built = True
-
-    def _check_rank(self, shape):
-        if len(shape) < 2:
-            raise ValueError(
-                f"{type(self).__name__}: `inputs` must be (batch, length, ...). "
-                f"Received: inputs.shape={tuple(shape)}."
-            )
 
     def init_cache(self, batch_size, max_length=None):
         """(B, delay, ...) `fill_value`: nothing seen yet. `max_length` is
@@ -103,56 +99,25 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         return ops.full(shape, self.fill_value, self.compute_dtype)
 
     def call(self, inputs, cache=None, cache_index=0):
-        self._check_rank(inputs.shape)
-        self._check_fill_value(inputs.dtype)
         length = ops.shape(inputs)[1]
         if cache is None:
             shape = (ops.shape(inputs)[0], self.delay) + tuple(ops.shape(inputs)[2:])
-            cache = ops.full(shape, self.fill_value, inputs.dtype)
-            history = ops.concatenate([cache, inputs], axis=1)
+            history = ops.concatenate([ops.full(shape, self.fill_value, inputs.dtype), inputs], 1)
             return history[:, :length]
         checks.check_index(cache_index, "cache_index")
         wanted = (inputs.shape[0], self.delay) + tuple(inputs.shape[2:])
         if checks.static_shape_mismatch(tuple(cache.shape), wanted):
             raise ValueError(
-                f"{type(self).__name__}: `cache` must be (batch, delay={self.delay}, ...) "
-                f"like `init_cache` returns, for inputs of shape {tuple(inputs.shape)}. "
+                f"{type(self).__name__}: `cache` must be (batch, delay={self.delay}, ...) like "
+                f"`init_cache` returns, for inputs of shape {tuple(inputs.shape)}. "
                 f"Received: cache.shape={tuple(cache.shape)}."
             )
-        cache = checks.check_batch_size(
-            "cache", cache, ops.shape(inputs)[0],
-            f"{type(self).__name__} {self.name}: `cache` must hold the history of every row "
-            "of `inputs`: pass both for the same batch.",
-        )
         history = ops.concatenate([ops.cast(cache, inputs.dtype), inputs], axis=1)
         return history[:, :length], history[:, length:]
-
-    def _check_fill_value(self, dtype):
-        """Refuses a `fill_value` that a cast to the inputs' dtype would
-        change: 1.7 read as 1 and 2**40 wrapped by an integer dtype, 1e300
-        (float32) or 1e6 (float16) made infinite by a float one."""
-        dtype = keras.backend.standardize_dtype(dtype)
-        if "float" in dtype:
-            largest = float(ml_dtypes.finfo(dtype).max)  # bfloat16 too
-            if abs(self.fill_value) > largest:
-                raise ValueError(
-                    f"{type(self).__name__}: `fill_value` must be a number that {dtype} holds "
-                    f"(at most {largest:.4g} in size) for inputs of that dtype; a larger one "
-                    f"becomes infinite. Received: fill_value={self.fill_value!r}."
-                )
-            return
-        if "int" not in dtype:
-            return
-        info = np.iinfo(dtype)
-        if not float(self.fill_value).is_integer() or not info.min <= self.fill_value <= info.max:
-            raise ValueError(
-                f"{type(self).__name__}: `fill_value` must be a whole number that {dtype} "
-                f"holds ({info.min}..{info.max}) for inputs of that dtype. "
-                f"Received: fill_value={self.fill_value!r}."
-            )
 
     def compute_output_spec(self, inputs, cache=None, cache_index=0):
         outputs = keras.KerasTensor(tuple(inputs.shape), dtype=inputs.dtype)
         if cache is None:
             return outputs
         return outputs, keras.KerasTensor(tuple(cache.shape), dtype=inputs.dtype)
+

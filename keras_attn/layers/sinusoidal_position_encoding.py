@@ -1,3 +1,6 @@
+import math
+import numbers
+
 import keras
 from keras import ops
 
@@ -33,10 +36,9 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         (B, T, D) encoding in the layer's compute dtype (broadcast over B).
 
     Raises:
-        ValueError: if `max_wavelength` is not a finite number >= 1 (bools
-            refused); the inputs are not rank 3 with a known, even feature
-            dimension; `start_index` is not an integer scalar, or a known
-            one is negative.
+        ValueError: on a `max_wavelength` that is not a finite number >= 1;
+            inputs not (B, T, D) with D even; a `start_index` that is not an
+            integer scalar, or is known and negative.
 
     Example:
     >>> import keras
@@ -51,26 +53,54 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        checks.check_max_wavelength(self, max_wavelength)
+        check_max_wavelength(self, max_wavelength)
         self.max_wavelength = max_wavelength
         self.supports_masking = True
+        self.input_spec = keras.layers.InputSpec(ndim=3)
+
+    def build(self, inputs_shape):
+        if inputs_shape[-1] is None or inputs_shape[-1] % 2:
+            raise ValueError(
+                f"{type(self).__name__} needs a known, even number of features (sine/cosine "
+                f"pairs). Received: inputs.shape={tuple(inputs_shape)}."
+            )
 
     def call(self, inputs, start_index=0):
-        shape = tuple(inputs.shape)
-        if len(shape) != 3 or shape[-1] is None or shape[-1] % 2:
-            raise ValueError(
-                "SinusoidalPositionEncoding expects inputs of shape (batch, "
-                "length, features) with an even number of features. "
-                f"Received: inputs.shape={shape}."
-            )
-        checks.check_start_index(start_index)
         length = ops.shape(inputs)[1]
-        encoding = sinusoids(length, shape[-1], start_index, self.max_wavelength)
+        check_positions(start_index, length)
+        encoding = sinusoids(length, inputs.shape[-1], start_index, self.max_wavelength)
         encoding = ops.cast(encoding, self.compute_dtype)
         return ops.broadcast_to(encoding[None], ops.shape(inputs))
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
+
+
+def check_max_wavelength(layer, value):
+    """Refuses a `max_wavelength` that is not a finite number >= 1: below 1
+    the frequencies grow with the feature index, and 1e-300 overflows
+    float32 into NaN."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 1 <= value < math.inf:
+        raise ValueError(
+            f"{type(layer).__name__}: `max_wavelength` must be a finite number >= 1 (the longest "
+            f"wavelength of the sinusoids, in positions; 10000 in the paper). "
+            f"Received: max_wavelength={value!r}."
+        )
+
+
+def check_positions(start_index, length, limit=float("inf"), requirement=None, name="start_index"):
+    """Refuses a `start_index` that is not an integer scalar and, known
+    now, positions `start_index .. start_index + length - 1` outside
+    `[0, limit)`, with `requirement` as the message. Traced positions are
+    the caller's (the generation loops keep them in range)."""
+    checks.check_index(start_index, name)
+    start, length = checks.static_int(start_index), checks.static_int(length)
+    if start is not None and (start < 0 or length is not None and start + length > limit):
+        received = f"positions {start}..{start + length - 1}" if length else f"{name}={start}"
+        raise ValueError(
+            f"{requirement or f'`{name}`, the absolute position of inputs[:, 0], must be >= 0.'} "
+            f"Received: {received}."
+        )
 
 
 def sinusoids(length, dim, start_index=0, max_wavelength=10000):

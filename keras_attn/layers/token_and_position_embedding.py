@@ -4,7 +4,10 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
-from keras_attn.layers.sinusoidal_position_encoding import sinusoids
+from keras_attn.layers.sinusoidal_position_encoding import (
+    check_max_wavelength, check_positions, sinusoids,
+)
+from keras_attn.layers.token_embedding import check_ids
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -17,17 +20,13 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
     the Keras implicit mask (True = real token) is attached to the output, so
     the attention layers downstream mask it without being told.
 
-    Positions beyond a learned table are refused when the length and
-    `start_index` are known when the layer is called (eagerly, or traced
-    with a static length: a `ValueError`). When either is known only at
-    run time (a traced `start_index`, or a `None` length inside a graph,
-    e.g. a SavedModel's token input) the same message fails the graph when
-    it runs (TensorFlow: `InvalidArgumentError`; JAX: a `JaxRuntimeError`
-    holding the ValueError). Where no check runs (under XLA, which has no
-    assertions, and in the generation loops' steps, whose positions the
-    loop keeps inside the table) positions past the table are clamped to
-    its last row (negative ones to row 0) instead of gathering out of
-    range. Sinusoidal positions work at any length.
+    Ids outside the table, and positions beyond a learned table, are
+    refused where they are known when the layer is called (eagerly, or a
+    static length traced: a `ValueError`). Traced values are checked where
+    they enter (the generation functions, the exported signatures); the
+    layer clamps traced positions to the table (negative ones to row 0)
+    instead of gathering out of range. Sinusoidal positions work at any
+    length.
 
     Args:
         vocabulary_size: number of token ids (positive int).
@@ -54,10 +53,9 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         `mask_zero=True`.
 
     Raises:
-        ValueError: on invalid arguments (a `max_wavelength` that is not a
-            finite number >= 1 among them); inputs that are not (B, T); a
-            `start_index` that is not an integer scalar, or a known one that
-            is negative; a known `start_index + T` beyond a learned table.
+        ValueError: on invalid arguments; inputs that are not (B, T); ids
+            outside the table or a `start_index` that is not an integer
+            scalar, negative, or (learned) runs past the table, known now.
 
     Example:
     >>> import keras
@@ -99,10 +97,9 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
                 f"Received: embedding_dim={embedding_dim}."
             )
         checks.check_bool(self, "mask_zero", mask_zero, "True = id 0 is padding")
-        checks.check_bool(
-            self, "scale_token_embeddings", scale_token_embeddings,
-            "True = token embeddings times sqrt(embedding_dim)",
-        )
+        checks.check_bool(self, "scale_token_embeddings", scale_token_embeddings,
+                          "True = token embeddings times sqrt(embedding_dim)")
+        check_max_wavelength(self, max_wavelength)
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim
         self.sequence_length = sequence_length
@@ -110,9 +107,9 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.mask_zero = mask_zero
         self.scale_token_embeddings = scale_token_embeddings
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
-        checks.check_max_wavelength(self, max_wavelength)
         self.max_wavelength = max_wavelength
         self.supports_masking = True
+        self.input_spec = keras.layers.InputSpec(ndim=2)
         self.token_embedding = self._embedding(vocabulary_size, "token_embedding")
         self.position_embedding = None
         if position == "learned":
@@ -142,33 +139,13 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         return self.sequence_length if self.position == "learned" else None
 
     def call(self, inputs, start_index=0):
-        shape = tuple(inputs.shape)
-        if len(shape) != 2:
-            raise ValueError(
-                "TokenAndPositionEmbedding expects token ids of shape (batch, "
-                f"length). Received: inputs.shape={shape}."
-            )
         length = ops.shape(inputs)[1]
-        checks.check_start_index(start_index)
-        inputs = checks.check_layer_ids(
-            self, "token ids", inputs, self.vocabulary_size,
-            "Map unknown tokens to an id of the vocabulary, or build the layer with a "
-            "larger vocabulary_size.",
-        )
+        self._check_call(inputs, start_index, length)
         embeddings = self.token_embedding(inputs)
         if self.scale_token_embeddings:
-            embeddings = embeddings * ops.cast(
-                self.embedding_dim**0.5, embeddings.dtype
-            )
+            embeddings = embeddings * ops.cast(self.embedding_dim**0.5, embeddings.dtype)
         if self.position_embedding is not None:
             positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
-            positions = checks.check_positions(
-                f"Positions must fit the learned position table of {self.sequence_length} rows "
-                f"(0..{self.sequence_length - 1}). Truncate the sequence to `sequence_length` "
-                "tokens or build the layer with a larger `sequence_length` (or "
-                'position="sinusoidal").',
-                start_index, length, self.sequence_length, positions,
-            )
             positions = ops.clip(positions, 0, self.sequence_length - 1)
             position_vectors = self.position_embedding(positions)
         else:
@@ -177,6 +154,18 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
                 embeddings.dtype,
             )
         return embeddings + position_vectors[None]
+
+    def _check_call(self, inputs, start_index, length):
+        check_ids(self, "token ids", inputs, self.vocabulary_size, "Map unknown tokens to an "
+                  "id of the vocabulary, or build the layer with a larger vocabulary_size.")
+        if self.position_embedding is None:
+            return check_positions(start_index, length)
+        check_positions(
+            start_index, length, self.sequence_length,
+            f"Positions must fit the learned position table of {self.sequence_length} rows "
+            f"(0..{self.sequence_length - 1}). Truncate the sequence to `sequence_length` tokens "
+            'or build the layer with a larger `sequence_length` (or position="sinusoidal").',
+        )
 
     def compute_mask(self, inputs, previous_mask=None):
         if not self.mask_zero:

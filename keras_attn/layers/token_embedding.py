@@ -12,12 +12,11 @@ class TokenEmbedding(keras.layers.Embedding):
     word; a negative id reads another row on both. This layer is
     `keras.layers.Embedding` in every way (arguments, weights and their
     paths, `mask_zero`, LoRA, quantization, saving) but one: its `call`
-    first checks that the ids lie in [0, `input_dim`), now when they are
-    known (eager) and otherwise inside the graph, with the same message
-    (`checks.check_layer_ids`; nothing is added inside a generation loop,
-    which feeds back ids it sampled itself). The library's models embed
-    tokens without positions (the Music Transformer, whose relative
-    attention supplies them) and class labels with it.
+    first checks that ids known now (eager) lie in [0, `input_dim`). Traced
+    ids are checked where they enter: the generation functions' prompts and
+    inputs, and the exported signatures. The library's models embed tokens
+    without positions (the Music Transformer, whose relative attention
+    supplies them) and class labels with it.
 
     Args:
         input_dim: V, the number of ids (rows of the table), positive int.
@@ -34,11 +33,8 @@ class TokenEmbedding(keras.layers.Embedding):
         the Keras mask is `inputs != 0`.
 
     Raises:
-        ValueError: on an id outside [0, V) known now (a traced one fails
-            when the graph runs: TensorFlow `InvalidArgumentError`, not
-            checked under `jit_compile=True`, where XLA's gather clamps the
-            index; JAX `JaxRuntimeError` wrapping the ValueError); the
-            errors of `keras.layers.Embedding` otherwise.
+        ValueError: on an id outside [0, V) known now; the errors of
+            `keras.layers.Embedding` otherwise.
 
     Example:
     >>> import numpy as np
@@ -58,9 +54,18 @@ class TokenEmbedding(keras.layers.Embedding):
     """
 
     def call(self, inputs):
-        inputs = checks.check_layer_ids(
-            self, "token ids", inputs, self.input_dim,
-            "Map unknown tokens to an id of the vocabulary, or build the layer with a "
-            "larger input_dim.",
-        )
+        check_ids(self, "token ids", inputs, self.input_dim, "Map unknown tokens to an id of "
+                  "the vocabulary, or build the layer with a larger input_dim.")
         return super().call(inputs)
+
+
+def check_ids(layer, what, ids, size, fix):
+    """Refuses ids known now (eager) outside [0, `size`), the rows of
+    `layer`'s table: a gather reads another row (negative ids), fails
+    (TensorFlow) or gives NaN (JAX) there."""
+    known = checks.known_value(ids)
+    if known is not None and known.size and not 0 <= known.min() <= known.max() < size:
+        raise ValueError(
+            f"{type(layer).__name__} {layer.name}: {what} must lie in [0, {size}), the rows "
+            f"of its table. {fix} Received: {what} from {known.min()} to {known.max()}."
+        )

@@ -70,24 +70,17 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         super().__init__(**kwargs)
         checks.check_positive_int(self, "intermediate_dim", intermediate_dim)
         if self_attention is None and num_heads is None:
-            raise ValueError(
-                f"{type(self).__name__} needs `num_heads` (for its default "
-                "MultiHeadSelfAttention) or a `self_attention` layer. "
-                "Received neither."
-            )
+            raise ValueError(f"{type(self).__name__} needs `num_heads` (for its default "
+                             "MultiHeadSelfAttention) or a `self_attention` layer. Received neither.")
         if num_heads is not None:
             checks.check_positive_int(self, "num_heads", num_heads)
         if key_dim is not None:
             checks.check_positive_int(self, "key_dim", key_dim)
         checks.check_rate(self, "dropout", dropout)
-        checks.check_finite_positive_number(
-            self, "layer_norm_epsilon", layer_norm_epsilon,
-            "added to the variance in the layer norms; 1e-5 by default",
-        )
-        checks.check_bool(
-            self, "normalize_first", normalize_first,
-            "False = post-norm as in the paper, True = pre-norm",
-        )
+        checks.check_finite_positive_number(self, "layer_norm_epsilon", layer_norm_epsilon,
+                                            "added to the variance in the layer norms; 1e-5 by default")
+        checks.check_bool(self, "normalize_first", normalize_first,
+                          "False = post-norm as in the paper, True = pre-norm")
         checks.check_layer_seed(self, seed)
         if isinstance(self_attention, dict):
             # Without its build config the nested layer is built by `build`,
@@ -98,29 +91,21 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
                 {k: v for k, v in self_attention.items() if k != "build_config"}
             )
         if self_attention is not None and not hasattr(self_attention, "init_cache"):
+            raise ValueError("`self_attention` must be a keras_attn self-attention layer "
+                             "(MultiHeadSelfAttention, LocalBlockAttention or "
+                             f"RelativeGlobalAttention). Received: {self_attention!r}.")
+        given = [f"{arg}={value!r}" for arg, value in (("num_heads", num_heads), ("key_dim", key_dim))
+                 if value is not None and self_attention is not None and self._sizes_only_self_attention]
+        if given:
             raise ValueError(
-                "`self_attention` must be a keras_attn self-attention layer "
-                "(MultiHeadSelfAttention, LocalBlockAttention or "
-                f"RelativeGlobalAttention). Received: {self_attention!r}."
+                f"{type(self).__name__}: `num_heads` and `key_dim` size the default "
+                "MultiHeadSelfAttention only; with a `self_attention` layer that layer's own settings are used "
+                f"(num_heads={getattr(self_attention, 'num_heads', None)!r}, key_dim="
+                f"{getattr(self_attention, 'key_dim', None)!r}). "
+                f"Received: {', '.join(given)} with self_attention={type(self_attention).__name__}"
+                f"(name={self_attention.name!r}). Drop `num_heads` / `key_dim`, or set them on the "
+                "self-attention layer."
             )
-        if self_attention is not None and self._sizes_only_self_attention:
-            given = [
-                f"{arg}={value!r}"
-                for arg, value in (("num_heads", num_heads), ("key_dim", key_dim))
-                if value is not None
-            ]
-            if given:
-                raise ValueError(
-                    f"{type(self).__name__}: `num_heads` and `key_dim` size the "
-                    "default MultiHeadSelfAttention only; with a `self_attention` "
-                    "layer that layer's own settings are used (num_heads="
-                    f"{getattr(self_attention, 'num_heads', None)!r}, key_dim="
-                    f"{getattr(self_attention, 'key_dim', None)!r}). Received: "
-                    f"{', '.join(given)} with self_attention="
-                    f"{type(self_attention).__name__}(name={self_attention.name!r}). "
-                    "Drop `num_heads` / `key_dim`, or set them on the "
-                    "self-attention layer."
-                )
         self.intermediate_dim = intermediate_dim
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -177,21 +162,17 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         if key_dim is None:
             if hidden_dim % num_heads:
                 raise ValueError(
-                    f"{type(self).__name__}: the model width {hidden_dim} is "
-                    f"not divisible by num_heads={num_heads}, so the default "
-                    "key_dim (width // num_heads) does not fit. Pass "
-                    "`key_dim` explicitly or change `num_heads`."
-                )
+                    f"{type(self).__name__}: the model width {hidden_dim} is not divisible by "
+                    f"num_heads={num_heads}, so the default key_dim (width // num_heads) does not fit. "
+                    "Pass `key_dim` explicitly or change `num_heads`.")
             key_dim = hidden_dim // num_heads
         return num_heads, key_dim
 
     def _build_self_attention_and_feedforward(self, sequence_shape):
         sequence_shape = tuple(sequence_shape)
         if len(sequence_shape) < 3 or sequence_shape[-1] is None:
-            raise ValueError(
-                f"{type(self).__name__} expects inputs of shape (batch, length, "
-                f"features) with known features. Received shape {sequence_shape}."
-            )
+            raise ValueError(f"{type(self).__name__} expects inputs of shape (batch, length, "
+                             f"features) with known features. Received shape {sequence_shape}.")
         hidden_dim = sequence_shape[-1]
         self._hidden_dim = hidden_dim
         if self.self_attention is None:
@@ -203,13 +184,10 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             output_dim = getattr(self.self_attention, "output_dim", None)
             if output_dim is not None and output_dim != hidden_dim:
                 raise ValueError(
-                    f"{type(self).__name__}: the residual connection adds the "
-                    "self-attention output to the block's input, so their "
-                    f"widths must agree. Received a self_attention with "
-                    f"output_dim={output_dim} for inputs with {hidden_dim} "
-                    f"features (shape {sequence_shape}). Use output_dim=None "
-                    f"(the input width) or {hidden_dim}."
-                )
+                    f"{type(self).__name__}: the residual connection adds the self-attention "
+                    "output to the block's input, so their widths must agree. Received a "
+                    f"self_attention with output_dim={output_dim} for inputs with {hidden_dim} "
+                    f"features (shape {sequence_shape}). Use output_dim=None or {hidden_dim}.")
         # After `load_model` a nested layer arrives built: building it again
         # would create a second set of weights.
         if not self._self_attention_layer.built:

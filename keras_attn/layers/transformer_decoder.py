@@ -82,8 +82,8 @@ class TransformerDecoder(TransformerBlock):
         ValueError: on invalid arguments (see `TransformerBlock`); an
             encoder sequence or cross cache given to a block built without
             cross-attention (or the reverse); masks of the wrong
-            dtype/rank/shape; `cache_index` outside the cache or given
-            without `self_attention_cache`.
+            dtype/rank/known shape; `cache_index` without
+            `self_attention_cache`; and as the attention sublayers.
 
     Example:
     >>> import keras
@@ -148,19 +148,14 @@ class TransformerDecoder(TransformerBlock):
         return self._cross_attention_layer.compute_cache(encoder_sequence)
 
     def _check_cross_attention(self, wanted):
-        has = self._cross_attention_layer is not None
-        if wanted and not has:
-            raise ValueError(
-                "This TransformerDecoder was built without cross-attention "
-                "(first called without `encoder_sequence`), so it cannot "
-                "attend to an encoder sequence. Call it with "
-                "`encoder_sequence` on first use to build cross-attention."
-            )
-        if has and not wanted:
-            raise ValueError(
-                "This TransformerDecoder has cross-attention: pass "
-                "`encoder_sequence` or `cross_attention_cache`."
-            )
+        if wanted and self._cross_attention_layer is None:
+            raise ValueError("This TransformerDecoder was built without cross-attention (first "
+                             "called without `encoder_sequence`), so it cannot attend to an encoder "
+                             "sequence. Call it with `encoder_sequence` on first use to build "
+                             "cross-attention.")
+        if not wanted and self._cross_attention_layer is not None:
+            raise ValueError("This TransformerDecoder has cross-attention: pass "
+                             "`encoder_sequence` or `cross_attention_cache`.")
 
     def call(
         self,
@@ -176,11 +171,9 @@ class TransformerDecoder(TransformerBlock):
         training=None,
     ):
         cached = self_attention_cache is not None
-        if not cached:
-            checks.check_no_cache_index(cache_index, "self_attention_cache")
         with_cross = encoder_sequence is not None or cross_attention_cache is not None
-        self._check_cross_attention(with_cross)
-        decoder_padding_mask, encoder_padding_mask = self._check_padding_masks(
+        self._check_call(with_cross, self_attention_cache, cache_index)
+        decoder_padding_mask, encoder_padding_mask = self._masks(
             decoder_sequence, encoder_sequence, decoder_padding_mask,
             encoder_padding_mask, self_attention_cache, cross_attention_cache,
         )
@@ -228,43 +221,42 @@ class TransformerDecoder(TransformerBlock):
             results += (scores,)
         return results[0] if len(results) == 1 else results
 
-    def _check_padding_masks(
+    def _check_call(self, with_cross, self_attention_cache, cache_index):
+        self._check_cross_attention(with_cross)
+        if self_attention_cache is None:
+            checks.check_no_cache_index(cache_index, "self_attention_cache")
+
+    def _masks(
         self, decoder_sequence, encoder_sequence, decoder_padding_mask,
         encoder_padding_mask, self_attention_cache, cross_attention_cache,
     ):
-        """Validates the decoder and encoder padding masks, defaulting to implicit masks."""
-        cached = self_attention_cache is not None
+        """The padding masks as booleans, checked (`attention_ops.check_mask`),
+        defaulting to the implicit ones. The decoder's has the layout of the
+        positions, (B, T) or an image's (B, height, width); with a cache,
+        (B, the positions the cache holds) (any number for a rolling one)."""
+        cached, batch = self_attention_cache is not None, decoder_sequence.shape[0]
         if decoder_padding_mask is None and not cached:
             decoder_padding_mask = attention_ops.get_implicit_mask(decoder_sequence)
         if encoder_sequence is not None and encoder_padding_mask is None:
             encoder_padding_mask = attention_ops.get_implicit_mask(encoder_sequence)
-        if encoder_sequence is not None or cross_attention_cache is not None:
-            memory_length = (
-                ops.shape(encoder_sequence)[1] if encoder_sequence is not None
-                else ops.shape(cross_attention_cache)[-1]  # (B, H, K + V, S)
-            )
-            encoder_padding_mask = attention_ops.check_mask(
-                encoder_padding_mask, "encoder_padding_mask", 2,
-                (ops.shape(decoder_sequence)[0], memory_length),
-            )
-        # Without a cache the mask has the layout of the positions:
-        # (B, T), or (B, height, width) for an image; with one, it covers
-        # the positions the cache can hold (any number for a rolling cache).
-        positions_shape = (
-            (self._ask_self_attention("_traced_cache_capacity", self_attention_cache),) if cached
-            else tuple(ops.shape(decoder_sequence)[1:-1])
+        memory = cross_attention_cache.shape[-1] if cross_attention_cache is not None else (
+            None if encoder_sequence is None else encoder_sequence.shape[1])
+        encoder_padding_mask = attention_ops.check_mask(
+            encoder_padding_mask, "encoder_padding_mask", (2,), (batch, memory)
         )
+        positions = tuple(decoder_sequence.shape[1:-1]) if not cached else (
+            self._ask_self_attention("_cache_capacity", self_attention_cache),)
         decoder_padding_mask = attention_ops.check_mask(
-            decoder_padding_mask, "decoder_padding_mask", 1 + len(positions_shape),
-            (ops.shape(decoder_sequence)[0],) + positions_shape,
+            decoder_padding_mask, "decoder_padding_mask", (1 + len(positions),),
+            (batch,) + positions,
         )
         return decoder_padding_mask, encoder_padding_mask
 
     def _ask_self_attention(self, hook, cache):
         """What the self-attention layer's cache hook says of `cache`:
         `_cache_length` (its positions, as the layer lays it out) or
-        `_traced_cache_capacity` (the positions it can hold, known now or
-        at run time; None for a rolling cache). None when the layer has no such hook."""
+        `_cache_capacity` (the positions it can hold; None for a rolling
+        cache or one unknown). None when the layer has no such hook."""
         method = getattr(self._self_attention_layer, hook, None)
         return method(cache) if method is not None else None
 
@@ -306,11 +298,12 @@ class TransformerDecoder(TransformerBlock):
         self_attention_cache = arguments["self_attention_cache"]
         cross_attention_cache = arguments["cross_attention_cache"]
         return_attention_scores = arguments["return_attention_scores"]
-        if self_attention_cache is None:  # a float or wrong-length mask is refused when built
-            self._check_padding_masks(
-                decoder_sequence, encoder_sequence, arguments["decoder_padding_mask"],
-                arguments["encoder_padding_mask"], None, cross_attention_cache,
-            )
+        self._check_call(encoder_sequence is not None or cross_attention_cache is not None,
+                         self_attention_cache, arguments["cache_index"])
+        self._masks(  # a float or wrong-length mask is refused when the model is built
+            decoder_sequence, encoder_sequence, arguments["decoder_padding_mask"],
+            arguments["encoder_padding_mask"], self_attention_cache, cross_attention_cache,
+        )
 
         def spec(shape, dtype=None):
             return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)

@@ -98,9 +98,9 @@ class TransformerEncoder(TransformerBlock):
         return_attention_scores=False, training=None,
     ):
         # A float or wrong-length mask is refused when the model is built.
-        check = getattr(self._self_attention_layer, "_check_masks_when_built", None)
-        if check is not None:
-            check(inputs, padding_mask, attention_mask)
+        masks = getattr(self._self_attention_layer, "_masks", None)
+        if masks is not None:
+            masks(inputs, padding_mask, attention_mask, None)
         outputs = keras.KerasTensor(inputs.shape, self.compute_dtype)
         if not return_attention_scores:
             return outputs

@@ -105,9 +105,9 @@ def image_transformer(
         256) float32 (also under mixed precision).
 
     Raises:
-        ValueError: on sizes that are not positive integers, `hidden_dim`
-            not divisible by `num_heads` (or by 4 with sinusoidal
-            positions), `dropout` outside [0, 1).
+        ValueError: on sizes that are not positive integers (a negative
+            `memory_flange`), `hidden_dim` not divisible by `num_heads` (or
+            by 4 with sinusoidal positions), `dropout` outside [0, 1).
 
     Example:
     >>> import keras
@@ -125,12 +125,11 @@ def image_transformer(
         positions), 3.2 (local 1D self-attention), 4 (inference), 5.1
         (unconditional and class-conditional CIFAR-10 generation).
     """
-    check_sizes(num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
-                 intermediate_dim=intermediate_dim, channels=channels)
-    if num_classes is not None:
-        check_sizes(num_classes=num_classes)
-    height, width = check_image_size(image_size)
-    _check_width(hidden_dim, num_heads, position, dropout)
+    height, width = _check_arguments(
+        image_size, hidden_dim, num_heads, position, dropout, block_size, memory_flange,
+        num_layers=num_layers, intermediate_dim=intermediate_dim, channels=channels,
+        num_classes=num_classes,
+    )
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
@@ -283,14 +282,13 @@ def super_resolution_transformer(
         float32.
 
     Raises:
-        ValueError: as `image_transformer`; with `align_positions` and
-            sinusoidal positions, if the image is not the same integer
-            multiple of the low-resolution size along both sides; with
-            `low_resolution_embedding`, if a side is not a multiple of the
-            low-resolution one; if `low_resolution_embedding` or
-            `low_resolution_logit_bias` is not "nearest", "bicubic" or
-            None; if `low_resolution_left_residual` is True without the
-            consistency and the logit bias it corrects.
+        ValueError: as `image_transformer`; on flags that are not bools;
+            a `low_resolution_embedding` or `low_resolution_logit_bias`
+            not "nearest", "bicubic" or None; image sides that are not
+            multiples of the low-resolution ones where a part needs it
+            (one factor for both with `align_positions`); a
+            `low_resolution_left_residual` without the consistency and the
+            logit bias it corrects.
 
     Example:
     >>> import keras
@@ -307,17 +305,20 @@ def super_resolution_transformer(
         Parmar et al. 2018, "Image Transformer": sections 3.1-3.2 (encoder
         and decoder), 5.2 (4x super resolution, 8x8 -> 32x32).
     """
-    check_sizes(num_encoder_layers=num_encoder_layers, num_layers=num_layers,
-                 hidden_dim=hidden_dim, num_heads=num_heads,
-                 intermediate_dim=intermediate_dim, channels=channels)
-    low_height, low_width = check_image_size(low_resolution_size, "low_resolution_size")
-    height, width = check_image_size(image_size)
-    _check_width(hidden_dim, num_heads, position, dropout)
-    _check_low_resolution_parts(
-        (low_height, low_width), (height, width), position, align_positions,
-        low_resolution_embedding, low_resolution_logit_bias, low_resolution_consistency,
-        low_resolution_channel_residual, low_resolution_left_residual,
-        low_resolution_channel_consistency,
+    height, width = _check_arguments(
+        image_size, hidden_dim, num_heads, position, dropout, block_size, memory_flange,
+        num_encoder_layers=num_encoder_layers, num_layers=num_layers,
+        intermediate_dim=intermediate_dim, channels=channels,
+    )
+    low_height, low_width = _check_low_resolution_parts(
+        low_resolution_size, (height, width), position, low_resolution_embedding,
+        low_resolution_logit_bias, dict(
+            align_positions=align_positions,
+            low_resolution_consistency=low_resolution_consistency,
+            low_resolution_channel_residual=low_resolution_channel_residual,
+            low_resolution_left_residual=low_resolution_left_residual,
+            low_resolution_channel_consistency=low_resolution_channel_consistency,
+        ),
     )
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
@@ -377,54 +378,43 @@ def super_resolution_transformer(
     )
 
 
-def _check_low_resolution_parts(low_resolution_size, image_size, position, align_positions,
-                                low_resolution_embedding, low_resolution_logit_bias,
-                                low_resolution_consistency, low_resolution_channel_residual,
-                                low_resolution_left_residual, low_resolution_channel_consistency):
-    """Refuses the `super_resolution_transformer` options that would switch
-    a part on by mistake, name a layer's argument instead of the builder's,
-    or be ignored; see that function's Raises."""
-    (low_height, low_width), (height, width) = low_resolution_size, image_size
-    # Flags read with `if` here: "False" or 1 would switch a part on.
-    for flag, value in (
-        ("align_positions", align_positions),
-        ("low_resolution_consistency", low_resolution_consistency),
-        ("low_resolution_channel_residual", low_resolution_channel_residual),
-        ("low_resolution_left_residual", low_resolution_left_residual),
-        ("low_resolution_channel_consistency", low_resolution_channel_consistency),
-    ):
+def _check_low_resolution_parts(low_resolution_size, image_size, position, embedding,
+                                logit_bias, flags):
+    """`super_resolution_transformer`'s own argument checks (see its
+    Raises); returns the low-resolution (height, width)."""
+    (low_height, low_width), (height, width) = (
+        check_image_size(low_resolution_size, "low_resolution_size"), image_size)
+    for flag, value in flags.items():  # read with `if`: "False" would switch a part on
         check_bool(None, flag, value, "see the docstring of super_resolution_transformer")
-    # The layers would name their own `interpolation`, not these arguments.
-    for name, value in (("low_resolution_embedding", low_resolution_embedding),
-                        ("low_resolution_logit_bias", low_resolution_logit_bias)):
+    for name, value in (("low_resolution_embedding", embedding),
+                        ("low_resolution_logit_bias", logit_bias)):
         if value is not None and value not in INTERPOLATIONS:
             raise ValueError(
                 f"`{name}` must be one of {INTERPOLATIONS} (how the low-resolution value at "
                 f"each position is read) or None (no such part). Received: {name}={value!r}."
             )
-    # Checked here for all the parts that need it at once: the encoder's
-    # message alone suggested align_positions=False, and then a layer refused.
-    needing = [part for part, on in (
-        ("align_positions", align_positions and position == "sinusoidal"),
-        ("low_resolution_embedding", low_resolution_embedding is not None),
-        ("low_resolution_logit_bias", low_resolution_logit_bias is not None),
-    ) if on]
-    if needing and (height % low_height or width % low_width):
+    align = flags["align_positions"] and position == "sinusoidal"
+    needing = [part for part, on in (("align_positions", align),
+                                     ("low_resolution_embedding", embedding is not None),
+                                     ("low_resolution_logit_bias", logit_bias is not None)) if on]
+    if needing and (height % low_height or width % low_width
+                    or align and height // low_height != width // low_width):
         raise ValueError(
             "Each side of `image_size` must be a multiple of the same side of "
-            f"`low_resolution_size` (an integer upscaling factor) for {', '.join(needing)}. "
-            f"Received: low_resolution_size={(low_height, low_width)}, image_size="
-            f"{(height, width)}."
+            "`low_resolution_size` (an integer upscaling factor, the same for both sides with "
+            f"align_positions) for {', '.join(needing)}. Received: low_resolution_size="
+            f"{(low_height, low_width)}, image_size={(height, width)}."
         )
-    if low_resolution_left_residual and not (
-            low_resolution_consistency and low_resolution_logit_bias is not None):
+    if flags["low_resolution_left_residual"] and not (
+            flags["low_resolution_consistency"] and logit_bias is not None):
         raise ValueError(
             "`low_resolution_left_residual=True` corrects the consistent value of the logit "
             "bias, so it needs `low_resolution_consistency=True` and a "
             "`low_resolution_logit_bias` (without them it would be ignored). Received: "
-            f"low_resolution_consistency={low_resolution_consistency}, "
-            f"low_resolution_logit_bias={low_resolution_logit_bias!r}."
+            f"low_resolution_consistency={flags['low_resolution_consistency']}, "
+            f"low_resolution_logit_bias={logit_bias!r}."
         )
+    return low_height, low_width
 
 
 def _low_resolution_encoder(low_resolution, low_resolution_size, image_size, channels,
@@ -432,17 +422,9 @@ def _low_resolution_encoder(low_resolution, low_resolution_size, image_size, cha
                             position, normalize_first, align_positions):
     """The encoder of `super_resolution_transformer`: the low-resolution
     intensities (B, h * w * C) -> (B, h * w * C, hidden_dim)."""
-    (low_height, low_width), (height, width) = low_resolution_size, image_size
-    coordinate_scale = 1
-    if align_positions and position == "sinusoidal":
-        if height % low_height or width % low_width or height // low_height != width // low_width:
-            raise ValueError(
-                "`align_positions=True` places the low-resolution pixels on the "
-                "high-resolution grid, which needs one integer upscaling factor for "
-                f"both sides. Received: low_resolution_size={(low_height, low_width)}, "
-                f"image_size={(height, width)}. Pass align_positions=False."
-            )
-        coordinate_scale = height // low_height
+    (low_height, low_width), height = low_resolution_size, image_size[0]
+    # Checked by `_check_low_resolution_parts`: one upscaling factor.
+    coordinate_scale = height // low_height if align_positions and position == "sinusoidal" else 1
     e = PixelEmbedding(
         NUM_INTENSITIES, hidden_dim, image_size=(low_height, low_width), channels=channels,
         position=position, scale_token_embeddings=True, coordinate_scale=coordinate_scale,
@@ -479,7 +461,18 @@ def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate
     return Projection(NUM_INTENSITIES, dtype="float32", name="logits")(x)
 
 
-def _check_width(hidden_dim, num_heads, position, dropout):
+def _check_arguments(image_size, hidden_dim, num_heads, position, dropout, block_size,
+                     memory_flange, num_classes=None, **sizes):
+    """The argument checks both builders share; returns (height, width)."""
+    optional = {"num_classes": num_classes, "block_size": block_size}
+    check_sizes(hidden_dim=hidden_dim, num_heads=num_heads, **sizes,
+                **{name: v for name, v in optional.items() if v is not None})
+    if memory_flange is not None and (isinstance(memory_flange, bool)
+                                      or not isinstance(memory_flange, int) or memory_flange < 0):
+        raise ValueError(
+            "`memory_flange` must be a non-negative integer. Received: "
+            f"memory_flange={memory_flange!r}."
+        )
     check_heads_divide(hidden_dim, num_heads)
     if position == "sinusoidal" and hidden_dim % 4:
         raise ValueError(
@@ -487,15 +480,9 @@ def _check_width(hidden_dim, num_heads, position, dropout):
             f"the row, half for the column and channel). Received: hidden_dim={hidden_dim}."
         )
     check_rate(None, "dropout", dropout)
+    return check_image_size(image_size)
 
 
 def _local_window(block_size, memory_flange, row_length):
     block_size = row_length if block_size is None else block_size
-    memory_flange = block_size if memory_flange is None else memory_flange
-    check_sizes(block_size=block_size)
-    if isinstance(memory_flange, bool) or not isinstance(memory_flange, int) or memory_flange < 0:
-        raise ValueError(
-            "`memory_flange` must be a non-negative integer. Received: "
-            f"memory_flange={memory_flange!r}."
-        )
-    return block_size, memory_flange
+    return block_size, block_size if memory_flange is None else memory_flange

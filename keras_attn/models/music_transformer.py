@@ -121,25 +121,15 @@ def music_transformer(
         (performances, generation beyond the training length).
         Vaswani et al. 2017, section 3.5 (sinusoidal positions).
     """
-    check_sizes(
-        vocabulary_size=vocabulary_size,
-        num_layers=num_layers,
-        hidden_dim=hidden_dim,
-        num_heads=num_heads,
-        intermediate_dim=intermediate_dim,
-    )
-    if attention == "relative":
-        check_sizes(max_relative_position=max_relative_position)
     if attention not in ATTENTION_TYPES:
         raise ValueError(
             '`attention` must be "relative" (the Music Transformer) or "absolute" '
             f"(the baseline with sinusoidal positions). Received: attention={attention!r}."
         )
+    relative = {"max_relative_position": max_relative_position} if attention == "relative" else {}
+    check_sizes(vocabulary_size=vocabulary_size, num_layers=num_layers, hidden_dim=hidden_dim,
+                num_heads=num_heads, intermediate_dim=intermediate_dim, **relative)
     check_heads_divide(hidden_dim, num_heads)
-    if attention == "absolute" and hidden_dim % 2:
-        raise ValueError(
-            f"Sinusoidal positions need an even `hidden_dim`. Received: hidden_dim={hidden_dim}."
-        )
     check_rate(None, "dropout", dropout)
     key_dim = hidden_dim // num_heads
 

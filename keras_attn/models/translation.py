@@ -89,9 +89,8 @@ def translation_transformer(
         decoder_vocabulary_size=decoder_vocabulary_size,
         num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
         intermediate_dim=intermediate_dim,
+        **({} if max_length is None else {"max_length": max_length}),
     )
-    if max_length is not None:
-        check_sizes(max_length=max_length)
     check_heads_divide(hidden_dim, num_heads)
     check_rate(None, "dropout", dropout)
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")

@@ -2,7 +2,7 @@
 
 import hashlib
 import io
-import numbers
+import warnings
 
 import tensorflow as tf
 import tensorflow_text as tf_text
@@ -10,11 +10,16 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import (
     gen_sentencepiece_tokenizer as _sentencepiece_ops,
 )
 
+from keras_attn.preprocessing._arguments import is_int
+from keras_attn.preprocessing._arguments import require
+
 PAD_ID = 0
 UNKNOWN_ID = 1
 START_ID = 2
 END_ID = 3
 _RESERVED_PIECES = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
+# SentencePiece's max_sentence_length (UTF-8 bytes): longer sentences are left out of training.
+MAX_SENTENCE_BYTES = 4192
 
 
 class _SharedSentencepieceModel(tf.saved_model.experimental.TrackableResource):
@@ -106,13 +111,8 @@ class SubwordTokenizer(tf.Module):
         if isinstance(model_proto, (bytearray, memoryview)):
             model_proto = bytes(model_proto)
         if not isinstance(model_proto, bytes) or not model_proto:
-            raise ValueError(
-                "`model_proto` must be the non-empty serialized SentencePiece "
-                "model (bytes), e.g. from `SubwordTokenizer.train(...)` or the "
-                "contents of a `.model` file. Received: "
-                f"{type(model_proto).__name__} of length "
-                f"{len(model_proto) if hasattr(model_proto, '__len__') else '?'}."
-            )
+            raise ValueError("`model_proto` must be the non-empty serialized SentencePiece model (bytes), e.g. "
+                             f"a `.model` file's contents. Received: {type(model_proto).__name__} {model_proto!r:.60}.")
         super().__init__(name=name or "subword_tokenizer")
         self.model_proto = model_proto
         # Creating and checking the resource must happen eagerly even when a
@@ -137,39 +137,24 @@ class SubwordTokenizer(tf.Module):
                 )
                 self._vocabulary_size = int(self._sentencepiece.vocab_size())
             except (tf.errors.OpError, RuntimeError) as error:
-                raise ValueError(
-                    "`model_proto` could not be loaded as a SentencePiece "
-                    f"model ({len(model_proto)} bytes): {error}"
-                ) from None
+                raise ValueError(f"`model_proto` could not be loaded as a SentencePiece model "
+                                 f"({len(model_proto)} bytes): {error}") from None
             self._check_reserved_ids()
 
     def _check_reserved_ids(self):
-        problems = []
-        if self._vocabulary_size <= END_ID + 1:
-            problems.append(f"vocabulary size is {self._vocabulary_size}")
-        else:
-            # Control symbols decode to nothing; a normal piece never does
-            # after another piece.
-            probe = self._sentencepiece.detokenize(
-                tf.ragged.constant([[i, 4] for i in (PAD_ID, START_ID, END_ID)])
-            )
-            alone = self._sentencepiece.detokenize(tf.ragged.constant([[4]]))
-            for i, text in zip((PAD_ID, START_ID, END_ID), probe.numpy()):
-                if text != alone.numpy()[0]:
-                    problems.append(f"id {i} is not a control symbol")
-            unknown = self._sentencepiece.string_to_id(
-                tf.constant(["\u0001 surely not a piece \u0001"])
-            )
-            if int(unknown[0]) != UNKNOWN_ID:
-                problems.append(f"the unknown id is {int(unknown[0])}, not 1")
+        problems = [f"vocabulary size is {self._vocabulary_size}"]
+        if self._vocabulary_size > END_ID + 1:
+            # Control symbols decode to nothing; a normal piece never does after another piece.
+            alone, *texts = self._sentencepiece.detokenize(
+                tf.ragged.constant([[4], [PAD_ID, 4], [START_ID, 4], [END_ID, 4]])).numpy()
+            problems = [f"id {i} is not a control symbol"
+                        for i, text in zip((PAD_ID, START_ID, END_ID), texts) if text != alone]
+            unknown = int(self._sentencepiece.string_to_id("\u0001 surely not a piece \u0001"))
+            problems += [f"the unknown id is {unknown}, not 1"] * (unknown != UNKNOWN_ID)
         if problems:
-            raise ValueError(
-                "The SentencePiece model does not reserve the ids this project "
-                "uses (0 = padding, 1 = unknown, 2 = start, 3 = end): "
-                + "; ".join(problems)
-                + ". Train it with `SubwordTokenizer.train`, or with "
-                "sentencepiece using pad_id=0, unk_id=1, bos_id=2, eos_id=3."
-            )
+            raise ValueError(f"The SentencePiece model does not reserve the ids 0 = padding, 1 = unknown, 2 = start, "
+                             f"3 = end: {'; '.join(problems)}. Train it with `SubwordTokenizer.train`, or with "
+                             "sentencepiece using pad_id=0, unk_id=1, bos_id=2, eos_id=3.")
 
     @property
     def vocabulary_size(self):
@@ -198,28 +183,14 @@ class SubwordTokenizer(tf.Module):
         try:
             strings = tf.convert_to_tensor(strings, dtype=tf.string)
         except (TypeError, ValueError) as error:
-            raise ValueError(
-                "`strings` must be sentences (`str`), e.g. a list of them. Received: "
-                f"{strings!r:.80} ({type(error).__name__}: {error})."
-            ) from None
+            raise ValueError(f"`strings` must be sentences (`str`), e.g. a list of them. Received: "
+                             f"{strings!r:.80} ({type(error).__name__}: {error}).") from None
         if strings.shape.rank != 1:
-            raise ValueError(
-                "`strings` must be a rank-1 (batch,) string tensor. Received: "
-                f"shape={strings.shape}. Wrap a single sentence in a list, "
-                "or reshape to (-1,)."
-            )
+            raise ValueError(f"`strings` must be a rank-1 (batch,) string tensor. Received: shape={strings.shape}. "
+                             "Wrap a single sentence in a list, or reshape to (-1,).")
         num_special = int(bool(add_start)) + int(bool(add_end))
-        if max_length is not None:
-            if (
-                not isinstance(max_length, numbers.Integral)
-                or isinstance(max_length, bool)
-                or max_length <= num_special
-            ):
-                raise ValueError(
-                    "`max_length` must be an int greater than the number of "
-                    f"special ids added ({num_special}). Received: "
-                    f"max_length={max_length!r}."
-                )
+        require(max_length is None or is_int(max_length, num_special + 1), "max_length", max_length,
+                f"None or an int greater than the number of special ids added ({num_special})")
         ids = self._sentencepiece.tokenize(strings)
         if max_length is not None:
             ids = ids[:, : int(max_length) - num_special]
@@ -259,19 +230,11 @@ class SubwordTokenizer(tf.Module):
             ValueError: if `ids` is not rank 2 or not integer.
         """
         if isinstance(ids, tf.RaggedTensor):
-            if ids.shape.rank != 2:
-                raise ValueError(
-                    "`ids` must be rank 2, (batch, length). Received a ragged "
-                    f"tensor of shape {ids.shape}."
-                )
             ids = ids.to_tensor(default_value=tf.cast(PAD_ID, ids.dtype))
-        else:
-            ids = tf.convert_to_tensor(ids)
+        ids = tf.convert_to_tensor(ids)
         if ids.shape.rank != 2 or not ids.dtype.is_integer:
-            raise ValueError(
-                "`ids` must be a rank-2 (batch, length) integer tensor. "
-                f"Received: shape={ids.shape}, dtype={ids.dtype.name}."
-            )
+            raise ValueError("`ids` must be a rank-2 (batch, length) integer tensor. "
+                             f"Received: shape={ids.shape}, dtype={ids.dtype.name}.")
         ids = self._known_ids(ids)
         is_end = tf.cast(ids == END_ID, tf.int32)
         before_end = tf.cumsum(is_end, axis=1) == 0
@@ -297,9 +260,7 @@ class SubwordTokenizer(tf.Module):
         """
         ids = tf.convert_to_tensor(ids)
         if not ids.dtype.is_integer:
-            raise ValueError(
-                f"`ids` must be integer token ids. Received: dtype={ids.dtype.name}."
-            )
+            raise ValueError(f"`ids` must be integer token ids. Received: dtype={ids.dtype.name}.")
         return self._sentencepiece.id_to_string(self._known_ids(ids))
 
     def _known_ids(self, ids):
@@ -338,11 +299,9 @@ class SubwordTokenizer(tf.Module):
             ValueError: if the file does not exist or is not a suitable model.
         """
         if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
-            raise ValueError(
-                f"SentencePiece model file not found. Received: path={path!r}"
-                f"{', a folder' if tf.io.gfile.exists(path) else ''}. "
-                "Write one with `SubwordTokenizer.save(path)`."
-            )
+            raise ValueError(f"SentencePiece model file not found. Received: path={path!r}"
+                             f"{', a folder' if tf.io.gfile.exists(path) else ''}. "
+                             "Write one with `SubwordTokenizer.save(path)`.")
         with tf.io.gfile.GFile(path, "rb") as f:
             return cls(f.read(), name=name)
 
@@ -372,8 +331,13 @@ class SubwordTokenizer(tf.Module):
 
         Args:
             sentences: iterable of `str`, one sentence each (raw text).
-            vocabulary_size: number of ids, the 4 reserved ids and, with
-                `byte_fallback`, 256 byte pieces included.
+                Sentences over 4192 UTF-8 bytes (SentencePiece's limit) are
+                left out of training, with a warning that counts them.
+            vocabulary_size: number of ids: at least 262 (6 without
+                `byte_fallback`): the 4 reserved ids, the 256 byte pieces,
+                the word-start piece "▁" and one piece per distinct
+                character kept (all of them at `character_coverage=1.0`),
+                e.g. 262 for a text of one letter.
             model_type: `"bpe"` (Sennrich et al. 2016) or `"unigram"`
                 (Kudo 2018).
             character_coverage: fraction of characters covered by the
@@ -390,51 +354,41 @@ class SubwordTokenizer(tf.Module):
             A `SubwordTokenizer`.
 
         Raises:
-            ValueError: if `sentences` is empty or not strings, an argument is
-                out of range, or the text is too small for `vocabulary_size`.
+            ValueError: if `sentences` is empty or not strings, holds no
+                sentence with text within 4192 bytes, an argument is out of
+                range, or the text is too small (or has too many distinct
+                characters) for `vocabulary_size`.
             ImportError: if `sentencepiece` is not installed.
         """
         try:
             import sentencepiece
         except ImportError as error:
-            raise ImportError(
-                "Training a subword vocabulary needs the `sentencepiece` "
-                "package: `pip install sentencepiece` (or "
-                "`pip install keras_attn[examples]`)."
-            ) from error
-        if isinstance(sentences, (str, bytes)):
-            # list() would train on its characters, one "sentence" each.
-            raise ValueError(
-                "`sentences` must be an iterable of sentences, not one string. Received: "
-                f"a {type(sentences).__name__} of {len(sentences)} characters; pass "
-                "`[text]` or `text.splitlines()`."
-            )
+            raise ImportError("Training a subword vocabulary needs `sentencepiece`: `pip install sentencepiece` "
+                              "(or `pip install keras_attn[examples]`).") from error
+        if isinstance(sentences, (str, bytes)):  # list() would train on its characters
+            raise ValueError(f"`sentences` must be an iterable of sentences, not one string. Received: a "
+                             f"{type(sentences).__name__} of {len(sentences)} characters. Pass `[text]` or `text.splitlines()`.")
         sentences = list(sentences)
-        if not sentences:
-            raise ValueError("`sentences` is empty; expected training text.")
-        bad = [type(s).__name__ for s in sentences if not isinstance(s, str)]
-        if bad:
-            raise ValueError(
-                "`sentences` must hold Python `str`. Received "
-                f"{len(bad)} items of type {sorted(set(bad))}; decode bytes "
-                "with `.decode('utf-8')` first."
-            )
-        if model_type not in ("bpe", "unigram"):
-            raise ValueError(
-                "`model_type` must be 'bpe' or 'unigram'. Received: "
-                f"model_type={model_type!r}."
-            )
-        minimum = END_ID + 2 + (256 if byte_fallback else 0)
-        if (
-            not isinstance(vocabulary_size, numbers.Integral)
-            or vocabulary_size < minimum
-        ):
-            raise ValueError(
-                f"`vocabulary_size` must be an int >= {minimum} (4 reserved "
-                "ids" + (", 256 byte pieces" if byte_fallback else "")
-                + f" and at least one piece). Received: "
-                f"vocabulary_size={vocabulary_size!r}."
-            )
+        bad = sorted({type(s).__name__ for s in sentences if not isinstance(s, str)})
+        if bad or not sentences:
+            raise ValueError("`sentences` must be a non-empty list of Python `str`. Received "
+                             f"{len(sentences)} items, of types {bad or ['str']}. Decode bytes "
+                             "with `.decode('utf-8')` first.")
+        sizes = [len(s.encode("utf-8", "surrogatepass")) for s in sentences]
+        too_long = sum(size > MAX_SENTENCE_BYTES for size in sizes)
+        if not any(size <= MAX_SENTENCE_BYTES and s.strip() for s, size in zip(sentences, sizes)):
+            raise ValueError(f"`sentences` must hold text: a sentence that is not blank and at most "
+                             f"{MAX_SENTENCE_BYTES} UTF-8 bytes long (SentencePiece's limit). Received "
+                             f"{len(sentences)} sentences: {sum(not s.strip() for s in sentences)} blank, {too_long} "
+                             "longer. Split long text into sentences.")
+        if too_long:
+            warnings.warn(f"{too_long} of the {len(sentences)} sentences are longer than SentencePiece's limit of "
+                          f"{MAX_SENTENCE_BYTES} UTF-8 bytes and are left out of training. Split them to use them.",
+                          stacklevel=2)
+        require(model_type in ("bpe", "unigram"), "model_type", model_type, "'bpe' or 'unigram'")
+        minimum = END_ID + 3 + (256 if byte_fallback else 0)
+        require(is_int(vocabulary_size, minimum), "vocabulary_size", vocabulary_size,
+                f"an int >= {minimum} (4 reserved ids, {minimum - 6} byte pieces, \"▁\" and a character)")
         writer = io.BytesIO()
         sentencepiece.set_random_generator_seed(seed)
         try:
@@ -461,9 +415,6 @@ class SubwordTokenizer(tf.Module):
                 minloglevel=2,
             )
         except RuntimeError as error:
-            raise ValueError(
-                "SentencePiece training failed for "
-                f"vocabulary_size={vocabulary_size}, model_type={model_type!r} "
-                f"on {len(sentences)} sentences: {error}"
-            ) from None
+            raise ValueError(f"SentencePiece training failed for vocabulary_size={vocabulary_size}, "
+                             f"model_type={model_type!r} on {len(sentences)} sentences: {error}") from None
         return cls(writer.getvalue(), name=name)

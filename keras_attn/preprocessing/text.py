@@ -14,28 +14,16 @@ what training saw.
 """
 
 import math
-import numbers
 
 import numpy as np
 import tensorflow as tf
 
-from keras_attn.preprocessing.subword_tokenizer import END_ID
+from keras_attn.preprocessing._arguments import is_int
+from keras_attn.preprocessing._arguments import is_number
+from keras_attn.preprocessing._arguments import require
 from keras_attn.preprocessing.subword_tokenizer import PAD_ID
 from keras_attn.preprocessing.subword_tokenizer import START_ID
 from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
-
-
-def _check_max_length(max_length):
-    if (
-        not isinstance(max_length, numbers.Integral)
-        or isinstance(max_length, bool)
-        or max_length < 2
-    ):
-        raise ValueError(
-            "`max_length` must be an int >= 2 (room for one piece and the "
-            f"start or end id). Received: max_length={max_length!r}."
-        )
-    return int(max_length)
 
 
 def encode_source(tokenizer, sentences, max_length):
@@ -52,9 +40,9 @@ def encode_source(tokenizer, sentences, max_length):
         (B, S) `encoder_tokens`.
 
     Raises:
-        ValueError: if `max_length` < 2 or `sentences` is not rank 1.
+        ValueError: as `tokenizer.tokenize` (`max_length` < 2, `sentences`
+            not rank 1).
     """
-    max_length = _check_max_length(max_length)
     return tokenizer.tokenize(sentences, max_length=max_length, add_end=True)
 
 
@@ -72,16 +60,13 @@ def encode_target(tokenizer, sentences, max_length):
         with the same row lengths, `[start] + pieces` and `pieces + [end]`.
 
     Raises:
-        ValueError: if `max_length` < 2 or `sentences` is not rank 1.
+        ValueError: as `tokenizer.tokenize` (`max_length` < 2, `sentences`
+            not rank 1).
     """
-    max_length = _check_max_length(max_length)
-    pieces = tokenizer.tokenize(sentences, max_length=max_length - 1)
-    start = tf.fill(tf.stack([pieces.nrows(), 1]), tf.constant(START_ID, tf.int32))
-    end = tf.fill(tf.stack([pieces.nrows(), 1]), tf.constant(END_ID, tf.int32))
-    splits_dtype = pieces.row_splits.dtype
-    start = tf.RaggedTensor.from_tensor(start, row_splits_dtype=splits_dtype)
-    end = tf.RaggedTensor.from_tensor(end, row_splits_dtype=splits_dtype)
-    return tf.concat([start, pieces], axis=1), tf.concat([pieces, end], axis=1)
+    targets = tokenizer.tokenize(sentences, max_length=max_length, add_end=True)
+    start = tf.fill(tf.stack([targets.nrows(), 1]), tf.constant(START_ID, tf.int32))
+    start = tf.RaggedTensor.from_tensor(start, row_splits_dtype=targets.row_splits.dtype)
+    return tf.concat([start, targets[:, :-1]], axis=1), targets
 
 
 def bucket_boundaries(max_length, min_length=8, step=1.1):
@@ -116,17 +101,10 @@ def bucket_boundaries(max_length, min_length=8, step=1.1):
         tensor2tensor `data_reader._bucket_boundaries` (Vaswani et al. 2018,
         "Tensor2Tensor for Neural Machine Translation").
     """
-    if not isinstance(max_length, numbers.Integral) or max_length < 1:
-        raise ValueError(
-            f"`max_length` must be a positive int. Received: max_length={max_length!r}."
-        )
-    if not isinstance(min_length, numbers.Integral) or min_length < 1:
-        raise ValueError(
-            f"`min_length` must be a positive int. Received: min_length={min_length!r}."
-        )
-    if isinstance(step, bool) or not isinstance(step, numbers.Real) or not 1 < step < math.inf:
-        # "2" gave a TypeError, inf an OverflowError.
-        raise ValueError(f"`step` must be a finite number > 1. Received: step={step!r}.")
+    require(is_int(max_length, 1), "max_length", max_length, "a positive int")
+    require(is_int(min_length, 1), "min_length", min_length, "a positive int")
+    # "2" gave a TypeError, inf an OverflowError.
+    require(is_number(step) and 1 < step < math.inf, "step", step, "a finite number > 1")
     boundaries = []
     length = int(min_length)
     while length <= max_length:
@@ -213,7 +191,7 @@ def make_translation_dataset(
     Raises:
         ValueError: if the sentence lists are empty or of different lengths,
             a tokenizer is not a `SubwordTokenizer`, or an argument is out of
-            range.
+            range or needs `bucketing=True`.
 
     Example:
 
@@ -232,16 +210,40 @@ def make_translation_dataset(
         Vaswani et al. 2017, "Attention Is All You Need", section 5.1
         (batches of sentence pairs of similar length).
     """
-    _check_sentence_pairs(
-        source_sentences, target_sentences, source_tokenizer, target_tokenizer
-    )
-    max_length = _check_max_length(max_length)
-    _check_batch_size(batch_size, tokens_per_batch, bucketing)
-    boundaries = _check_boundaries(boundaries, max_length, pad_to_bucket_boundary)
-    _check_shuffle_and_batching(
-        len(source_sentences), batch_size, tokens_per_batch, seed, shuffle_buffer_size,
-        drop_remainder, bucketing, pad_to_bucket_boundary,
-    )
+    for name, sentences in (("source_sentences", source_sentences),
+                            ("target_sentences", target_sentences)):
+        if isinstance(sentences, (str, bytes)):  # its characters would be read as sentences
+            raise ValueError(f"`{name}` must be a list (or 1-D array) of sentences, not one "
+                             f"string. Received: {sentences[:40]!r}. Pass `[sentence]`.")
+    for name, tokenizer in (("source_tokenizer", source_tokenizer),
+                            ("target_tokenizer", target_tokenizer)):
+        require(isinstance(tokenizer, SubwordTokenizer), name, tokenizer, "a keras_attn SubwordTokenizer")
+    count = len(source_sentences)
+    if count != len(target_sentences) or not count:
+        raise ValueError("`source_sentences` and `target_sentences` must be aligned and non-empty. "
+                         f"Received {count} source and {len(target_sentences)} target sentences.")
+    require(is_int(max_length, 2), "max_length", max_length, "an int >= 2 (a piece and the start or end id)")
+    if tokens_per_batch is None:
+        require(is_int(batch_size, 1), "batch_size", batch_size, "a positive int")
+    else:
+        require(is_int(tokens_per_batch, 1), "tokens_per_batch", tokens_per_batch, "None or a positive int")
+    for flag, used in (("tokens_per_batch", tokens_per_batch is not None),
+                       ("pad_to_bucket_boundary", pad_to_bucket_boundary)):
+        require(bucketing or not used, "bucketing", bucketing, f"True with `{flag}`", "Pass bucketing=True.")
+    # tf.data raised a TypeError on a float seed and read a buffer of 0 as the whole corpus.
+    integer_tensor = hasattr(seed, "dtype") and tf.as_dtype(seed.dtype).is_integer
+    require(seed is None or is_int(seed) or integer_tensor, "seed", seed,
+            "an int, an integer scalar tensor or None")
+    require(shuffle_buffer_size is None or is_int(shuffle_buffer_size, 1), "shuffle_buffer_size",
+            shuffle_buffer_size, "a positive int, or None for the whole corpus")
+    if drop_remainder and tokens_per_batch is None and count < batch_size:
+        raise ValueError(f"`drop_remainder=True` with {count} sentence pairs and batch_size={batch_size} "
+                         "would drop every pair. Pass a smaller `batch_size` or drop_remainder=False.")
+    boundaries = bucket_boundaries(max_length) if boundaries is None else [int(b) for b in boundaries]
+    require(boundaries and all(a < b for a, b in zip(boundaries, boundaries[1:])), "boundaries",
+            boundaries, "a non-empty, strictly increasing list")
+    require(not pad_to_bucket_boundary or boundaries[-1] > max_length, "boundaries", boundaries,
+            f"a list ending above max_length={max_length} with `pad_to_bucket_boundary=True`")
     dataset = _tokenized_pairs(
         source_sentences, target_sentences, source_tokenizer, target_tokenizer,
         max_length, shuffle, seed, shuffle_buffer_size,
@@ -258,106 +260,6 @@ def make_translation_dataset(
     options = tf.data.Options()
     options.deterministic = True
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
-
-
-def _check_sentence_pairs(
-    source_sentences, target_sentences, source_tokenizer, target_tokenizer
-):
-    """Refuses empty or misaligned sentence lists and non-`SubwordTokenizer`s."""
-    for name, sentences in (("source_sentences", source_sentences),
-                            ("target_sentences", target_sentences)):
-        if isinstance(sentences, (str, bytes)):
-            # Its characters would be read as sentences.
-            raise ValueError(
-                f"`{name}` must be a list (or 1-D array) of sentences, not one string. "
-                f"Received: {sentences[:40]!r}; pass `[sentence]`."
-            )
-    if len(source_sentences) != len(target_sentences):
-        raise ValueError(
-            "`source_sentences` and `target_sentences` must be aligned. "
-            f"Received {len(source_sentences)} source and "
-            f"{len(target_sentences)} target sentences."
-        )
-    if len(source_sentences) == 0:
-        raise ValueError("`source_sentences` is empty; expected sentence pairs.")
-    for name, tokenizer in (
-        ("source_tokenizer", source_tokenizer),
-        ("target_tokenizer", target_tokenizer),
-    ):
-        if not isinstance(tokenizer, SubwordTokenizer):
-            raise ValueError(
-                f"`{name}` must be a keras_attn SubwordTokenizer. Received: "
-                f"{type(tokenizer).__name__}."
-            )
-
-
-def _check_shuffle_and_batching(count, batch_size, tokens_per_batch, seed, shuffle_buffer_size,
-                                drop_remainder, bucketing, pad_to_bucket_boundary):
-    """Refuses a seed or shuffle buffer tf.data would misread (a TypeError,
-    or 0 taken as "the whole corpus"), a flag that would be ignored, and a
-    `drop_remainder` that would drop every pair."""
-    integer_tensor = hasattr(seed, "dtype") and tf.as_dtype(seed.dtype).is_integer
-    if seed is not None and not integer_tensor and (
-            isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-        raise ValueError(
-            f"`seed` must be an int, an integer scalar tensor or None. Received: seed={seed!r}."
-        )
-    if shuffle_buffer_size is not None and (
-            isinstance(shuffle_buffer_size, bool)
-            or not isinstance(shuffle_buffer_size, numbers.Integral) or shuffle_buffer_size < 1):
-        raise ValueError(
-            "`shuffle_buffer_size` must be a positive int, or None for the whole corpus. "
-            f"Received: shuffle_buffer_size={shuffle_buffer_size!r}."
-        )
-    if pad_to_bucket_boundary and not bucketing:
-        raise ValueError(
-            "`pad_to_bucket_boundary=True` pads to bucket boundaries and needs "
-            "`bucketing=True`. Received: bucketing=False."
-        )
-    if drop_remainder and tokens_per_batch is None and count < batch_size:
-        raise ValueError(
-            f"`drop_remainder=True` with {count} sentence pairs and batch_size={batch_size} "
-            "would drop every pair: the dataset would be empty. Pass a smaller `batch_size` "
-            "or drop_remainder=False."
-        )
-
-
-def _check_batch_size(batch_size, tokens_per_batch, bucketing):
-    """Refuses a batch size or token budget that is not a positive int (or unbucketed)."""
-    if tokens_per_batch is not None:
-        if not bucketing:
-            raise ValueError(
-                "`tokens_per_batch` needs `bucketing=True`. Received: "
-                f"tokens_per_batch={tokens_per_batch}, bucketing=False."
-            )
-        if not isinstance(tokens_per_batch, numbers.Integral) or tokens_per_batch < 1:
-            raise ValueError(
-                "`tokens_per_batch` must be a positive int. Received: "
-                f"tokens_per_batch={tokens_per_batch!r}."
-            )
-    elif not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(
-            f"`batch_size` must be a positive int. Received: batch_size={batch_size!r}."
-        )
-
-
-def _check_boundaries(boundaries, max_length, pad_to_bucket_boundary):
-    """Returns the bucket boundaries as ints; refuses unsorted or too-short ones."""
-    if boundaries is None:
-        return bucket_boundaries(max_length)
-    boundaries = [int(b) for b in boundaries]
-    if not boundaries or any(b <= a for a, b in zip(boundaries, boundaries[1:])):
-        raise ValueError(
-            "`boundaries` must be a non-empty, strictly increasing list. "
-            f"Received: boundaries={boundaries}."
-        )
-    if pad_to_bucket_boundary and boundaries[-1] <= max_length:
-        raise ValueError(
-            "With `pad_to_bucket_boundary=True` the last boundary must "
-            "exceed `max_length`. Received: "
-            f"boundaries[-1]={boundaries[-1]}, max_length={max_length}."
-        )
-    return boundaries
 
 
 def _tokenized_pairs(

@@ -139,7 +139,7 @@ def test_wrong_images_and_temperature_give_clear_errors(exported, low_resolution
                 image=tf.constant(low_resolution), temperature=tf.constant(temperature),
                 seed=tf.constant(1, tf.int64), **NO_FILTER,
             )
-    empty = r"`image` must hold at least one row .*Received: image.shape=\] \[\(\] \[0\] \[, 2, 2, 3\)\.\]"
+    empty = r"`image` must hold at least one row .*Received shape:\] \[0 2 2 3\]"
     with pytest.raises(tf.errors.InvalidArgumentError, match=empty):
         default(image=tf.zeros((0, 2, 2, 3), tf.uint8))
 
@@ -149,11 +149,11 @@ def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
         export_super_resolver(model, str(tmp_path), version=0)
     # 1e-46 and 1e300 passed, and float32 made them 0 and inf: every request failed.
     for bad in (0.0, float("inf"), float("nan"), True, 1e-46, 1e300):
-        with pytest.raises(ValueError, match="`default_temperature` must be a finite number > 0 that float32 holds"):
+        with pytest.raises(ValueError, match=r"`default_temperature` must be a number from 1.17\d*e-38 to 3.40\d*e\+38 \(a finite temperature > 0 that float32 holds\)"):
             export_super_resolver(model, str(tmp_path), default_temperature=bad)
-    with pytest.raises(ValueError, match=r"`default_seed` must be an int that int64 holds .*Received: default_seed=1180591620717411303424"):
+    with pytest.raises(ValueError, match=r"`default_seed` must be an int from -9223372036854775808 to 9223372036854775807 \(an int that int64 holds\)\. Received: default_seed=1180591620717411303424"):
         export_super_resolver(model, str(tmp_path), default_seed=2**70)
-    with pytest.raises(ValueError, match=r"`temperature` must be a finite number > 0.*temperature=inf"):
+    with pytest.raises(ValueError, match=r"`temperature` must be .*temperature=inf"):
         super_resolve(model, np.zeros((1, 2, 2, 3), np.uint8), temperature=float("inf"))
     with pytest.raises(ValueError, match=r"Expected low-resolution images of shape \(batch, 2, 2, 3\)"):
         super_resolve(model, np.zeros((1, 2, 2, 4), np.uint8))

@@ -158,15 +158,18 @@ def test_errors():
         sample(model, prompt, 5, seed=0, top_k=0)
     with pytest.raises(ValueError, match=r"top_p` must be in \(0, 1\]"):
         sample(model, prompt, 5, seed=0, top_p=1.5)
-    with pytest.raises(ValueError, match=r"seed` must be an int, or an int tensor of shape"):
-        sample(model, prompt, 5, seed=ops.convert_to_tensor([1, 2, 3]))
     # A float used to be truncated (1.5 drew the tokens of 1), a string to
-    # fail in the backend.
-    for seed, received in ((1.5, "seed=1.5 (float)"), ("a", "seed='a' (str)"), (True, "seed=True"),
-                           (ops.convert_to_tensor(1.0), "seed of dtype float32")):
-        with pytest.raises(ValueError, match=r"`seed` must be an int, or an int tensor of shape \(\) or "
-                                             rf"\(2,\).*Received: {re.escape(received)}"):
+    # fail in the backend, a seed above 64 bits to draw the tokens of its low
+    # 64 bits (2**70 those of 0).
+    for seed, received in ((1.5, "seed=1.5 (dtype float"), ("a", "seed='a' (str)"), (True, "seed=True (dtype bool"),
+                           (ops.convert_to_tensor(1.0), "(dtype float32, shape ())"),
+                           (ops.convert_to_tensor([1, 2, 3]), "shape (3,))"),
+                           (2**64, f"seed={2**64} (int)"), (-(2**63) - 1, f"seed={-(2**63) - 1} (int)")):
+        with pytest.raises(ValueError, match=r"`seed` must be an int that fits 64 bits \(-2\*\*63 to 2\*\*64 - 1\), or an "
+                                             rf"int tensor of shape \(\) or \(2,\).*Received: .*{re.escape(received)}"):
             sample(model, prompt, 5, seed=seed)
+    for seed in (-(2**63), 2**64 - 1, np.uint64(2**64 - 1)):
+        assert sample(model, prompt, 5, seed=seed).shape == (1, 5)
 
 
 def test_a_seed_draws_the_same_tokens_whatever_holds_it():

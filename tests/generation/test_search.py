@@ -153,22 +153,22 @@ def test_errors():
         beam_search(model, prompt, 5, num_beams=0)
     with pytest.raises(ValueError, match="length_penalty_alpha` must be a number >= 0"):
         beam_search(model, prompt, 5, length_penalty_alpha=-1.0)
-    with pytest.raises(ValueError, match=r"width must be static and in \[1, max_length\]"):
+    with pytest.raises(ValueError, match=r"static width in \[1, max_length\].*shape \(1, 9\)\), max_length=5"):
         greedy_search(model, np.ones((1, 9), "int32"), 5)
-    with pytest.raises(ValueError, match="integer token ids of shape"):
+    with pytest.raises(ValueError, match=r"integer token ids of shape.*dtype float32"):
         greedy_search(model, np.ones((1, 2), "float32"), 5)
     with pytest.raises(ValueError, match="max_length` must be a positive Python int"):
         greedy_search(model, prompt, 0)
-    with pytest.raises(ValueError, match="end_token_id` must be a non-negative int"):
+    with pytest.raises(ValueError, match=r"end_token_id` must be a token id, an int in \[0, 13\).*or None\. Received: end_token_id=-1\."):
         greedy_search(model, prompt, 5, end_token_id=-1)
     with pytest.raises(ValueError, match="Expected a functional `keras.Model` or a decoder"):
         greedy_search(lambda x: x, prompt, 5)
     two = np.array([[1, 2, 3, 0], [4, 5, 0, 0]], "int32")
     for lengths, received in (([0, 9], r"\[0, 9\]"), ([-1, 2], r"\[-1, 2\]")):
-        with pytest.raises(ValueError, match=rf"`prompt_lengths` must be in \[0, 4\].*Received: prompt_lengths={received}"):
+        with pytest.raises(ValueError, match=rf"`prompt_lengths` must be integers in \[0, 4\].*Received: prompt_lengths={received}"):
             greedy_search(model, two, 6, prompt_lengths=np.array(lengths))
-    for lengths, received in (([2.0, 3.0], r"dtype float(32|64) and shape \(2,\)"), ([2, 3, 1], r"dtype int(32|64) and shape \(3,\)")):
-        with pytest.raises(ValueError, match=rf"`prompt_lengths` must be integers of shape \(batch,\).*{received}"):
+    for lengths, received in (([2.0, 3.0], r"dtype float(32|64), shape \(2,\)"), ([2, 3, 1], r"dtype int(32|64), shape \(3,\)")):
+        with pytest.raises(ValueError, match=rf"`prompt_lengths` must be integers in \[0, 4\].*of shape \(batch,\).*{received}"):
             greedy_search(model, two, 6, prompt_lengths=np.array(lengths))
 
 
@@ -199,10 +199,10 @@ def test_end_and_pad_ids_outside_the_vocabulary_are_refused(generate):
     model = tiny_models.language_model(num_layers=1)  # vocabulary 13
     prompt = np.array([[1, 2]], "int32")
     for decoder in (model, RecomputingDecoder(model), _Wrapped(CachedDecoder(model))):
-        with pytest.raises(ValueError, match=r"`end_token_id` must be an id of the model's vocabulary "
+        with pytest.raises(ValueError, match=r"`end_token_id` must be a token id, an int in "
                                              r"\[0, 13\).*Received: end_token_id=100\."):
             generate(decoder, prompt, 5, end_token_id=100)
-        with pytest.raises(ValueError, match=r"`pad_token_id` must be an id of the model's vocabulary "
+        with pytest.raises(ValueError, match=r"`pad_token_id` must be a token id, an int in "
                                              r"\[0, 13\).*Received: pad_token_id=13\."):
             generate(decoder, prompt, 5, pad_token_id=13)
     assert np.asarray(generate(model, prompt, 5, end_token_id=12, pad_token_id=12)).shape == (1, 5)
@@ -219,7 +219,7 @@ def test_empty_batch_and_prompt_ids_outside_the_vocabulary_are_refused(generate)
     for decoder in (model, RecomputingDecoder(model)):
         for prompt, lowest, highest in (([[1, 13]], 1, 13), ([[1, -3]], -3, 1), ([[1, 2], [4, 45]], 1, 45)):
             with pytest.raises(ValueError, match=r"`prompt` must hold token ids in \[0, 13\).*"
-                                                 rf"Received: prompt ids from {lowest} to {highest}\."):
+                                                 rf"Received: ids from {lowest} to {highest}\."):
                 generate(decoder, np.array(prompt, "int32"), 5)
     # An int64 id int32 cannot hold is refused, not wrapped by the cast (2**32 + 5 -> 5).
     with pytest.raises(ValueError, match=r"`prompt` must hold ids that fit int32.*from 1 to 4294967301\."):
@@ -243,7 +243,7 @@ def test_a_traced_prompt_is_checked_in_the_graph():
         np.testing.assert_array_equal(np.asarray(traced(good)), np.asarray(generate(model, good, 5)))
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match=r"`prompt` must hold token ids in \[0, 13\).*"
-                                 r"Received: prompt ids from.*-3.*to.*4"):
+                                 r"Received: ids from.*-3.*to.*4"):
             traced(np.array([[1, 2], [-3, 4]], "int32"))
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match=r"at least one row.*Received: prompt.shape=.*\(.*0.*, 2\)\."):
@@ -260,7 +260,7 @@ def test_a_traced_prompt_is_checked_under_jax_jit():
         good = np.array([[1, 2], [3, 4]], "int32")
         np.testing.assert_array_equal(np.asarray(traced(good)), np.asarray(generate(model, good, 5)))
         with pytest.raises(Exception, match=r"`prompt` must hold token ids in \[0, 13\).*"
-                                            r"Received: prompt ids from 1 to 20\.") as error:
+                                            r"Received: ids from 1 to 20\.") as error:
             np.asarray(traced(np.array([[1, 2], [20, 4]], "int32")))
         assert "ValueError" in str(error.value)
 
@@ -394,23 +394,25 @@ def test_unknown_input_names_are_refused(generate):
     prompt = np.ones((2, 1), "int32")
     typo = {"encoder_tokens": tiny_models.SOURCE, "encoder_tokenz": tiny_models.SOURCE}
     for decoder in (translation, RecomputingDecoder(translation)):
-        with pytest.raises(ValueError, match=r"`inputs` has names the model does not take: "
-                                             r"\['encoder_tokenz'\]\. Accepted names: \['encoder_tokens'\]"):
+        with pytest.raises(ValueError, match=r"`inputs` must map the model's inputs besides its tokens "
+                                             r"`decoder_tokens` \(which the prompt fills\) to tensors: "
+                                             r"\['encoder_tokens'\] needed, of \['encoder_tokens'\] accepted.*"
+                                             r"Received: inputs with names \['encoder_tokens', 'encoder_tokenz'\]\."):
             generate(decoder, prompt, 4, inputs=typo)
-        with pytest.raises(ValueError, match=r"does not take: \['decoder_tokens'\].*token input "
-                                             r"`decoder_tokens`, which the prompt fills"):
+        with pytest.raises(ValueError, match=r"Received: inputs with names \['decoder_tokens', 'encoder_tokens'\]"):
             generate(decoder, prompt, 4, inputs={"encoder_tokens": tiny_models.SOURCE,
                                                  "decoder_tokens": prompt})
-    with pytest.raises(ValueError, match=r"does not take: \['encoder_tokens'\]\. This model takes no "
-                                         r"input besides its tokens"):
-        generate(tiny_models.language_model(num_layers=1), prompt, 4,
-                 inputs={"encoder_tokens": tiny_models.SOURCE})
+        with pytest.raises(ValueError, match=r"\['encoder_tokens'\] needed.*Received: inputs of type NoneType\."):
+            generate(decoder, prompt, 4)
     # A tensor for a model without other inputs was silently ignored.
     language = tiny_models.language_model(num_layers=1)
     for decoder in (language, RecomputingDecoder(language)):
-        with pytest.raises(ValueError, match=r"This model takes no input besides its tokens `tokens` \(the prompt "
-                                             r"fills it\): pass inputs=None\. Received: inputs of type ndarray\."):
+        with pytest.raises(ValueError, match=r"`tokens` \(which the prompt fills\) to tensors: \[\] needed, of "
+                                             r"\[\] accepted \(inputs=None when there are none\)\. Received: "
+                                             r"inputs of type ndarray\."):
             generate(decoder, prompt, 4, inputs=prompt)
+        with pytest.raises(ValueError, match=r"Received: inputs with names \['encoder_tokens'\]\."):
+            generate(decoder, prompt, 4, inputs={"encoder_tokens": tiny_models.SOURCE})
 
 
 def test_prompt_ids_are_checked_against_the_embedding_not_the_logits():
@@ -454,7 +456,7 @@ def test_recomputing_decoder_runs_subclassed_models_and_refuses_other_outputs():
     for row, length in zip(range(2), (2, 1)):
         for t in range(length, 5):
             assert out[row, t] == logits[row, t - 1].argmax()
-    with pytest.raises(ValueError, match=r"`tokens` \(the prompt fills it\): pass inputs=None"):
+    with pytest.raises(ValueError, match=r"`tokens` \(which the prompt fills\).*inputs=None"):
         greedy_search(RecomputingDecoder(model), prompt, 5, inputs=prompt)
     tokens = keras.Input((None,), dtype="int32")
     pooled = keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(10, 8)(tokens)))
@@ -466,10 +468,9 @@ def test_recomputing_decoder_runs_subclassed_models_and_refuses_other_outputs():
 def test_prompts_that_are_not_a_tensor_are_named():
     # The backend's conversion error, without a word of what a prompt is.
     model = tiny_models.language_model(num_layers=1)
-    for prompt, error in ((None, "ValueError"), ([[1, 2], [3]], "ValueError")):
+    for prompt, received in ((None, "None (dtype NoneType, shape None)"), ([[1, 2], [3]], "[[1, 2], [3]] (dtype list")):
         with pytest.raises(ValueError, match=r"`prompt` must be integer token ids of shape \(batch, prompt_length\), "
-                                             rf"right-padded with pad_token_id \(rows of one length\)\. Received: "
-                                             rf"{re.escape(repr(prompt))} \({error}: "):
+                                             rf"right-padded with pad_token_id .*Received: {re.escape(received)}"):
             greedy_search(model, prompt, 4)
 
 

@@ -59,7 +59,7 @@ def test_errors():
     for delay in (0, -1, 1.5):
         with pytest.raises(ValueError, match=r"delay"):
             SequenceDelay(delay=delay)
-    with pytest.raises(ValueError, match=r"must be \(batch, length, \.\.\.\).*shape=\(4,\)"):
+    with pytest.raises(ValueError, match=r"expected min_ndim=2, found ndim=1\. Full shape received: \(4,\)"):
         SequenceDelay(delay=1)(np.zeros((4,), "float32"))
     layer = SequenceDelay(delay=2)
     with pytest.raises(ValueError, match=r"`cache` must be \(batch, delay=2, \.\.\.\).*"
@@ -78,33 +78,31 @@ def test_errors():
 
 @pytest.mark.parametrize("fill_value", [float("nan"), float("inf"), None, "x", [1, 2], True])
 def test_fill_value_must_be_a_finite_number(fill_value):
-    with pytest.raises(ValueError, match=r"^SequenceDelay: `fill_value` must be a finite real number "
-                                         r"\(the output at the first `delay` positions\)\. Received: fill_value="):
+    with pytest.raises(ValueError, match=r"^SequenceDelay: `fill_value` \(the output at the first `delay` positions\) "
+                                         r"must be a finite real number .*Received: fill_value="):
         SequenceDelay(2, fill_value=fill_value)
 
 
-def test_fill_value_must_fit_integer_inputs():
+def test_fill_value_must_fit_an_integer_dtype():
     tokens = np.ones((1, 4), "int32")
     # A cast would read 1.7 as 1 and wrap 2**40 to 0.
     for fill_value in (1.7, 2**40, -(2**31) - 1):
-        with pytest.raises(ValueError, match=r"`fill_value` must be a whole number that int32 holds "
-                                             r"\(-2147483648\.\.2147483647\) for inputs of that dtype\. "
+        with pytest.raises(ValueError, match=r"must be a finite real number that the layer's dtype int32 "
+                                             r"holds \(whole and in range for integers\)\. "
                                              rf"Received: fill_value={fill_value}\."):
-            SequenceDelay(2, fill_value=fill_value)(tokens)
+            SequenceDelay(2, fill_value=fill_value, dtype="int32")
     # A whole float is a whole number; float inputs take any value their dtype holds.
     np.testing.assert_array_equal(SequenceDelay(2, fill_value=-1.0)(tokens), [[-1, -1, 1, 1]])
     np.testing.assert_allclose(SequenceDelay(1, fill_value=1.7)(np.ones((1, 2), "float32")), [[1.7, 1.0]])
 
 
-@pytest.mark.parametrize("dtype, fill_value, largest", [
-    ("float32", 1e300, "3.403e\\+38"), ("float16", 1e6, "6.55e\\+04"), ("bfloat16", -1e39, "3.39e\\+38"),
-])
-def test_fill_value_must_fit_float_inputs(dtype, fill_value, largest):
+@pytest.mark.parametrize("dtype, fill_value", [("float32", 1e300), ("float16", 1e6), ("bfloat16", -1e39)])
+def test_fill_value_must_fit_a_float_dtype(dtype, fill_value):
     # The cast made these infinite: the first outputs were inf.
     inputs = keras.ops.ones((1, 4), dtype)
-    with pytest.raises(ValueError, match=rf"`fill_value` must be a number that {dtype} holds \(at most "
-                                         rf"{largest} in size\).*Received: fill_value={re.escape(str(fill_value))}\."):
-        SequenceDelay(2, fill_value=fill_value, dtype=dtype)(inputs)
+    with pytest.raises(ValueError, match=rf"must be a finite real number that the layer's dtype {dtype} holds "
+                                         rf".*Received: fill_value={re.escape(str(fill_value))}\."):
+        SequenceDelay(2, fill_value=fill_value, dtype=dtype)
     out = SequenceDelay(2, fill_value=-5.0, dtype=dtype)(inputs)
     out = keras.ops.convert_to_numpy(keras.ops.cast(out, "float32"))
     np.testing.assert_array_equal(out, [[-5, -5, 1, 1]])

@@ -43,54 +43,21 @@ def test_sinusoidal_positions_work_past_any_table():
     assert np.isfinite(out).all()
 
 
-# TensorFlow's assertion shows each value in brackets: "positions ] [9] [..] [9] [."
 TABLE_MESSAGE = (r"Positions must fit the learned position table of 4 rows \(0\.\.3\)\. Truncate the "
-                 r"sequence .* Received: positions\W*{}\W*\.\.\W*{}\W*\.")
+                 r"sequence .* Received: positions {}\.\.{}\.")
 
 
 def test_positions_beyond_the_learned_table():
     layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
     with pytest.raises(ValueError, match=TABLE_MESSAGE.format(2, 5)):
         layer(np.ones((1, 4), "int32"), start_index=2)
-    # Known only when the graph runs (a traced start index): the same message then.
+    # Traced positions are the caller's to check (the generation loops keep
+    # them in the table): the layer clamps them to its last row, never
+    # gathering out of range.
     embed = traced(lambda ids, start: layer(ids, start_index=start))
     last = np.asarray(layer(np.ones((1, 1), "int32"), start_index=3))
     np.testing.assert_allclose(np.asarray(embed(np.ones((1, 1), "int32"), np.int32(3))), last, atol=1e-6)
-    with pytest.raises(Exception, match=TABLE_MESSAGE.format(9, 9)):
-        np.asarray(embed(np.ones((1, 1), "int32"), np.int32(9)))
-    with pytest.raises(Exception, match=TABLE_MESSAGE.format(-1, 0)):
-        np.asarray(embed(np.ones((1, 2), "int32"), np.int32(-1)))
-
-
-@pytest.mark.requires_tensorflow
-def test_a_length_known_only_at_run_time_is_checked_in_the_graph():
-    import tensorflow as tf
-
-    layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
-    embed = tf.function(layer, input_signature=[tf.TensorSpec((None, None), tf.int32)])
-    assert embed(tf.ones((2, 4), tf.int32)).shape == (2, 4, 8)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=TABLE_MESSAGE.format(0, 5)):
-        embed(tf.ones((2, 6), tf.int32))
-
-
-@pytest.mark.requires_tensorflow
-def test_where_no_check_runs_positions_are_clamped_to_the_table():
-    import tensorflow as tf
-
-    from keras_attn.checks import checked_by_caller
-
-    layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
-    last = np.asarray(layer(np.ones((1, 1), "int32"), start_index=3))
-    # XLA has no assertions; a generation loop's steps leave the check to the loop.
-    compiled = tf.function(lambda ids, start: layer(ids, start_index=start), jit_compile=True)
-    np.testing.assert_allclose(np.asarray(compiled(tf.ones((1, 1), tf.int32), tf.constant(9))), last, atol=1e-6)
-
-    def step(ids, start):
-        with checked_by_caller():
-            return layer(ids, start_index=start)
-
-    np.testing.assert_allclose(np.asarray(tf.function(step)(tf.ones((1, 1), tf.int32), tf.constant(9))),
-                               last, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(embed(np.ones((1, 1), "int32"), np.int32(9))), last, atol=1e-6)
 
 
 def test_errors():
@@ -100,7 +67,7 @@ def test_errors():
         TokenAndPositionEmbedding(10, 8, 4, position="rotary")
     with pytest.raises(ValueError, match="even `embedding_dim`"):
         TokenAndPositionEmbedding(10, 7, position="sinusoidal")
-    with pytest.raises(ValueError, match=r"token ids of shape \(batch, length\)"):
+    with pytest.raises(ValueError, match=r"expected ndim=2, found ndim=3"):
         TokenAndPositionEmbedding(10, 8, 4)(np.ones((1, 2, 3), "int32"))
 
 
@@ -110,7 +77,7 @@ def test_sinusoidal_encoding_refuses_start_indices_as_token_and_position_embeddi
     # A float was truncated to 1, a negative index silently encoded.
     with pytest.raises(ValueError, match=r"`start_index` must be an integer scalar .*Received: start_index=1\.5"):
         layer(x, start_index=1.5)
-    with pytest.raises(ValueError, match=r"`start_index` is the absolute position .*non-negative\. Received: start_index=-1"):
+    with pytest.raises(ValueError, match=r"`start_index`, the absolute position of inputs\[:, 0\], must be >= 0\. Received: positions -1\.\.0\."):
         layer(x, start_index=-1)
     # Integer scalars of any kind are still positions.
     want = np.asarray(layer(x, start_index=3))

@@ -39,8 +39,7 @@ def test_ids_outside_the_table(ids, lowest, highest):
                r"input_dim\. Received: token ids from")
     with pytest.raises(ValueError, match=rf"{message} {lowest} to {highest}\."):
         layer(np.array(ids))
-    # Known only when the graph runs: the same words from the in-graph check.
+    # Traced ids are checked where they enter (generation, exported
+    # signatures), not in the layer: a traced call is the plain lookup.
     run = traced(lambda x: layer(x))
     np.testing.assert_array_equal(np.asarray(run(np.array([[0, 19]]))), np.asarray(layer(np.array([[0, 19]]))))
-    with pytest.raises(Exception, match=rf"{message}.*{lowest}.*to.*{highest}"):
-        np.asarray(run(np.array(ids)))

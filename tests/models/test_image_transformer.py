@@ -248,7 +248,8 @@ def test_default_window_is_one_image_row_and_errors():
     # One message for every part that needs an integer upscaling factor
     # (the encoder's alone suggested align_positions=False, then a layer refused).
     with pytest.raises(ValueError, match=r"Each side of `image_size` must be a multiple of the same side of "
-                                         r"`low_resolution_size` \(an integer upscaling factor\) for align_positions, "
+                                         r"`low_resolution_size` \(an integer upscaling factor, the same for both sides with "
+                                         r"align_positions\) for align_positions, "
                                          r"low_resolution_embedding, low_resolution_logit_bias\. Received: "
                                          r"low_resolution_size=\(4, 4\), image_size=\(2, 2\)\."):
         super_resolution_transformer(low_resolution_size=4, image_size=2)

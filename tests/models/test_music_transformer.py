@@ -143,7 +143,7 @@ def test_errors():
     for dropout in (1.0, -0.1, "0.1", True, float("nan")):
         with pytest.raises(ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout="):
             music_transformer(10, dropout=dropout)
-    with pytest.raises(ValueError, match="Sinusoidal positions need an even `hidden_dim`"):
+    with pytest.raises(ValueError, match=r"Sinusoidal positions need an even `embedding_dim`.*=9"):
         music_transformer(10, hidden_dim=9, num_heads=3, attention="absolute")
 
 

@@ -37,7 +37,7 @@ def test_raster_errors():
         images.to_raster(np.zeros((32, 32, 3), np.uint8))
     with pytest.raises(ValueError, match=r"Expected sequences of shape \(batch, 3072\)"):
         images.from_raster(np.zeros((1, 3000), np.int32), 32, 32)
-    with pytest.raises(ValueError, match=r"must lie in 0..255. Received values in 0..256"):
+    with pytest.raises(ValueError, match=r"intensities in 0..255. Received shape \(1, 3\), values in 0..256"):
         images.from_raster(np.array([[0, 256, 3]]), 1, 1, 3)
 
 
@@ -98,7 +98,7 @@ def test_split_is_deterministic_disjoint_and_complete():
     again = images.split_indices(1000, 0.1, seed=0)
     np.testing.assert_array_equal(again[1], validation)
     assert not np.array_equal(images.split_indices(1000, 0.1, seed=1)[1], validation)
-    with pytest.raises(ValueError, match=r"validation_fraction` must be in \(0, 1\)"):
+    with pytest.raises(ValueError, match=r"`validation_fraction` must be a number in \(0, 1\)"):
         images.split_indices(10, 1.0)
 
 
@@ -127,7 +127,7 @@ def test_load_cifar10_names_a_file_of_another_kind(tmp_path):
     with pytest.raises(ValueError, match=r"cat.png' is not a NumPy .npz archive .*load_image_directory"):
         images.load_cifar10(str(tmp_path / "cat.png"))
     np.save(tmp_path / "one.npy", np.zeros(3))
-    with pytest.raises(ValueError, match=r"one.npy' holds one array, not a .npz archive"):
+    with pytest.raises(ValueError, match=r"one.npy' is not a NumPy .npz archive"):
         images.load_cifar10(str(tmp_path / "one.npy"))
     np.savez(tmp_path / "other.npz", pixels=np.zeros(3))
     with pytest.raises(ValueError, match=r"lacks the arrays \['jpeg', 'labels', 'offsets'\]"):
@@ -178,7 +178,7 @@ def test_datasets_pair_inputs_with_shifted_targets(sample_images):
     np.testing.assert_array_equal(inputs["class_label"], labels[:4])
     np.testing.assert_array_equal(inputs["decoder_tokens"][:, 1:], np.asarray(targets)[:, :-1])
     assert set(inputs) == {"class_label", "decoder_tokens"}
-    with pytest.raises(ValueError, match=r"`labels` must be of shape \(24,\)"):
+    with pytest.raises(ValueError, match=r"`labels` must be class ids.* of shape \(24,\). Received shape \(3,\)"):
         images.generation_dataset(sample_images, 4, labels=labels[:3])
 
 
@@ -220,6 +220,75 @@ def test_decode_jpegs_refuses_offsets_that_do_not_fit_the_bytes(offsets):
         images.decode_jpegs(b"abcd", offsets)
 
 
+def _jpeg_files(count):
+    """`count` JPEG files of 8x8 noise (file i has red level 40 * i in its first pixel's block)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    files = []
+    for i in range(count):
+        pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+        pixels[:, :, 0] = 40 * i  # a flat red channel tells the files apart
+        buffer = io.BytesIO()
+        Image.fromarray(pixels).save(buffer, "JPEG", quality=95)
+        files.append(buffer.getvalue())
+    return files
+
+
+def _concatenated(files):
+    return np.frombuffer(b"".join(files), np.uint8), np.cumsum([0] + [len(f) for f in files])
+
+
+def test_decode_jpegs_reads_negative_indices_as_numpy_does_and_names_one_out_of_range():
+    # [-2] of three files returned the third, [-1] failed inside TensorFlow
+    # and [3] raised an IndexError naming index 4.
+    pytest.importorskip("tensorflow", reason="decode_jpegs decodes with TensorFlow")
+    jpeg_bytes, offsets = _concatenated(_jpeg_files(3))
+    red = lambda indices: np.round(images.decode_jpegs(jpeg_bytes, offsets, indices)[:, :, :, 0].mean((1, 2)) / 40)
+    assert red([-2]).tolist() == [1] and red([-1, 0, -3]).tolist() == [2, 0, 0]
+    assert red(np.array([2, -1], np.int32)).tolist() == [2, 2]
+    with pytest.raises(ValueError, match=r"`indices\[0\]` must be a file index in \[-3, 3\) \(3 files\). "
+                                         r"Received: indices\[0\]=3."):
+        images.decode_jpegs(jpeg_bytes, offsets, [3])
+    with pytest.raises(ValueError, match=r"`indices\[1\]` must be a file index in \[-3, 3\) \(3 files\). "
+                                         r"Received: indices\[1\]=-4."):
+        images.decode_jpegs(jpeg_bytes, offsets, [0, -4, 7])
+    with pytest.raises(ValueError, match=r"`indices` must be a list of ints \(file indices\). "
+                                         r"Received: indices=array\(\[0.5, 1. \]\)"):
+        images.decode_jpegs(jpeg_bytes, offsets, [0.5, 1.0])
+
+
+def test_a_corrupt_jpeg_is_named_by_its_index(tmp_path):
+    # It failed with TensorFlow's "jpeg::Uncompress failed" from a tf.data
+    # iterator, which names no file.
+    pytest.importorskip("tensorflow", reason="decode_jpegs decodes with TensorFlow")
+    files = _jpeg_files(5)
+    files[3] = files[3][: len(files[3]) // 2]  # a truncated file
+    jpeg_bytes, offsets = _concatenated(files)
+    where = rf"JPEG file 3 \(bytes {offsets[3]}:{offsets[4]}\) cannot be decoded: jpeg::Uncompress failed"
+    with pytest.raises(ValueError, match=where + r".* Replace or drop that file."):
+        images.decode_jpegs(jpeg_bytes, offsets)
+    # In a later batch and through indices, still named by its index in the set.
+    with pytest.raises(ValueError, match=where):
+        images.decode_jpegs(jpeg_bytes, offsets, [4, 1, 0, -2], batch_size=2)
+    assert images.decode_jpegs(jpeg_bytes, offsets, [4, 0, 1, 2], batch_size=2).shape == (4, 8, 8, 3)
+    path = tmp_path / "damaged.npz"
+    np.savez(path, jpeg=jpeg_bytes, offsets=offsets, labels=np.arange(5))
+    with pytest.raises(ValueError, match=r"damaged.npz': " + where):
+        images.load_cifar10(str(path), "all")
+
+
+def test_load_cifar10_names_a_truncated_file(tmp_path):
+    # A truncated .npz raised zipfile.BadZipFile.
+    path = tmp_path / "cut.npz"
+    jpeg_bytes, offsets = _concatenated([b"\xff\xd8 one", b"\xff\xd8 two"])
+    np.savez(path, jpeg=jpeg_bytes, offsets=offsets, labels=np.array([1, 2]))
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(ValueError, match=r"cut.npz' is not a NumPy .npz archive \(or is truncated or damaged: "
+                                         r"File is not a zip file\); expected the CIFAR-10 JPEG .npz"):
+        images.load_cifar10(str(path))
+
+
 def test_sizes_seeds_and_labels_are_checked(tmp_path):
     # Each gave a NumPy or TensorFlow error of its own (AxisError, TypeError,
     # InvalidArgumentError), an empty image (size 0), or read a label 1.5 as 1.
@@ -227,7 +296,7 @@ def test_sizes_seeds_and_labels_are_checked(tmp_path):
     for call, message in (
         (lambda: images.from_raster(np.zeros((1, 12)), 2.0, 2, 3), r"`height` must be a positive integer"),
         (lambda: images.upsample_bicubic(image, 0), r"`size` must be a positive int or a pair"),
-        (lambda: images.split_indices(10.0), r"`num_examples` must be a positive integer"),
+        (lambda: images.split_indices(10.0), r"`num_examples` must be an int >= 2 to split. Received: num_examples=10.0"),
         (lambda: images.split_indices(10, seed="a"), r"`seed` must be an int. Received: seed='a'"),
         (lambda: images.generation_dataset(image, 0), r"`batch_size` must be a positive integer"),
         (lambda: images.super_resolution_dataset(np.zeros((1, 8, 8, 3), np.uint8), 0),

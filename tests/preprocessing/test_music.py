@@ -454,7 +454,7 @@ def test_max_note_duration_of_any_real_type_and_size(value):
 @pytest.mark.parametrize("value", [0, -1.0, 0.001, float("nan"), float("inf"), -(10**400), "5", True],
                          ids=lambda value: repr(value)[:12])
 def test_max_note_duration_must_be_seconds_of_at_least_one_step(value):
-    with pytest.raises(ValueError, match=r"`max_note_duration` to be None .* >= 0.01"):
+    with pytest.raises(ValueError, match=r"`max_note_duration` must be None .* >= 0.01"):
         music.events_to_notes([ON + 60], max_note_duration=value)
     with pytest.raises(ValueError, match=r"Received: max_note_duration="):
         music.events_to_midi([ON + 60], max_note_duration=value)
@@ -576,7 +576,7 @@ def test_handmade_type_1_file_parses(tmp_path):
 def test_error_empty_file(tmp_path):
     path = tmp_path / "empty.mid"
     path.write_bytes(b"")
-    with pytest.raises(ValueError, match=r"empty.mid.*is empty \(0 bytes\)"):
+    with pytest.raises(ValueError, match=r"empty.mid', starting with b'' \(0 bytes\)"):
         music.midi_to_events(path)
 
 
@@ -639,7 +639,7 @@ def test_load_jsb_chorales_real_file(jsb):
     assert everything[everything >= 0].min() == 36 and everything.max() == 81
     with pytest.raises(ValueError, match=r"one of \['train', 'valid'\]. Received: split='test'"):
         music.load_jsb_chorales(JSB, "test")
-    with pytest.raises(ValueError, match=r"does not exist"):
+    with pytest.raises(ValueError, match=r"Jsb16thSeparated.json or its folder.*No such file"):
         music.load_jsb_chorales(os.path.join(DATA, "pop909"))
 
 
@@ -744,9 +744,10 @@ def test_notes_that_cannot_be_performance_events_are_refused():
         music.notes_to_events([music.Note(80, 60.7, 0.0, 0.5)])
     with pytest.raises(ValueError, match=r"Expected whole-number note velocities. Received: \[80.5\]\."):
         music.notes_to_events([music.Note(80.5, 60, 0.0, 0.5)])
-    with pytest.raises(ValueError, match=r"Expected note times below 1e\+06 s \(11.6 days\).*ending at 1000000000000.0 s"):
+    with pytest.raises(ValueError, match=r"Expected note times from 0 s to below 1e\+06 s \(11.6 days.*Received: notes from 0.0 s to "
+                                         r"1000000000000.0 s"):
         music.notes_to_events([music.Note(80, 60, 0.0, 1e12)])
-    with pytest.raises(ValueError, match=r"Expected note times below 1e\+06 s"):
+    with pytest.raises(ValueError, match=r"Expected note times from 0 s to below 1e\+06 s"):
         music.time_stretch(music.notes_to_events([music.Note(80, 60, 0.0, 0.5)]), 1e9)
     # Whole floats are whole numbers; a note may end where it starts.
     np.testing.assert_array_equal(music.notes_to_events([music.Note(80.0, 60.0, 0.0, 0.5)]),
@@ -765,9 +766,9 @@ def test_scores_without_a_time_scale_are_refused():
             result.tempos.append(symusic.Tempo(0, qpm=qpm))
         return result
 
-    with pytest.raises(ValueError, match=r"positive number of ticks per quarter note. Received: ticks_per_quarter=0"):
+    with pytest.raises(ValueError, match=r"positive ticks per quarter note and tempos.*Received: ticks_per_quarter=0"):
         music.midi_to_notes(score(0))
-    with pytest.raises(ValueError, match=r"positive number of microseconds per quarter note"):
+    with pytest.raises(ValueError, match=r"microseconds per quarter note\). Received: ticks_per_quarter=480, smallest tempo -2147483648"):
         music.midi_to_notes(score(480, qpm=0.0))
     assert len(music.midi_to_notes(score(480, qpm=120.0))) == 1
 
@@ -775,8 +776,9 @@ def test_scores_without_a_time_scale_are_refused():
 def test_notes_and_random_generators_of_another_kind_are_named():
     # Both gave an AttributeError ('tuple' object has no attribute 'pitch',
     # 'NoneType' object has no attribute 'choice').
-    for notes in ([(80, 60, 0.0, 0.5)], [{"pitch": 60}]):
-        with pytest.raises(ValueError, match=r"Expected notes with `start`, `end`, `pitch` and `velocity` attributes"):
+    for notes in ([(80, 60, 0.0, 0.5)], [{"pitch": 60}], []):
+        with pytest.raises(ValueError, match=r"Expected one or more notes with `start`, `end`, `pitch` and `velocity` "
+                                             r"attributes.*Received: (\(80|\{'pitch'|no notes)"):
             music.notes_to_events(notes)
     with pytest.raises(ValueError, match=r"`rng` must be a `np.random.Generator`.*Received: rng=None\."):
         music.augment(np.array([378, 63, 308, 191]), None)

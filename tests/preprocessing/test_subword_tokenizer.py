@@ -215,11 +215,11 @@ def test_errors(tokenizer, corpus):
         tokenizer.tokenize([1, 2])
     # One string was trained on as a list of one-character sentences.
     with pytest.raises(ValueError, match=r"`sentences` must be an iterable of sentences, not one string. Received: "
-                                         r"a str of 9 characters; pass `\[text\]` or `text.splitlines\(\)`"):
+                                         r"a str of 9 characters. Pass `\[text\]` or `text.splitlines\(\)`"):
         SubwordTokenizer.train("some text", vocabulary_size=300)
     with pytest.raises(ValueError, match="empty"):
         SubwordTokenizer.train([])
-    with pytest.raises(ValueError, match="`sentences` must hold Python `str`"):
+    with pytest.raises(ValueError, match=r"`sentences` must be a non-empty list of Python `str`. Received 1 items, of types \['bytes'\]"):
         SubwordTokenizer.train([b"bytes"])
     with pytest.raises(ValueError, match="model_type"):
         SubwordTokenizer.train(corpus["train"], model_type="wordpiece")
@@ -227,6 +227,56 @@ def test_errors(tokenizer, corpus):
         SubwordTokenizer.train(corpus["train"], vocabulary_size=100)
     with pytest.raises(ValueError, match="SentencePiece training failed"):
         SubwordTokenizer.train(corpus["train"][:20], vocabulary_size=5000)
+
+
+def test_train_refuses_text_sentencepiece_cannot_use():
+    # Each failed with SentencePiece's internal message, e.g.
+    # "trainer_interface.cc(467) [!sentences_.empty()]".
+    usable = r"`sentences` must hold text: a sentence that is not blank and at most 4192 UTF-8 bytes long " \
+             r"\(SentencePiece's limit\). Received 3 sentences: "
+    with pytest.raises(ValueError, match=usable + r"3 blank, 0 longer. Split long text into sentences."):
+        SubwordTokenizer.train(["", "", ""], vocabulary_size=300)
+    with pytest.raises(ValueError, match=usable + r"3 blank, 0 longer."):
+        SubwordTokenizer.train([" ", "\t ", " \n "], vocabulary_size=300)
+    with pytest.raises(ValueError, match=usable + r"1 blank, 2 longer."):
+        SubwordTokenizer.train(["ab " * 2000, "", "é" * 2097], vocabulary_size=300)
+
+
+def _pieces(tokenizer):
+    return set(_texts(tokenizer.id_to_piece(tf.range(260, tokenizer.vocabulary_size))))
+
+
+def test_train_warns_about_the_sentences_it_leaves_out():
+    # SentencePiece silently dropped sentences over 4192 bytes (UTF-8 bytes,
+    # not characters: 2097 "é" are 4194 bytes).
+    with pytest.warns(UserWarning, match=r"^1 of the 3 sentences are longer than SentencePiece's limit of 4192 "
+                                         r"UTF-8 bytes and are left out of training. Split them to use them.$"):
+        left_out = SubwordTokenizer.train(["ab", "ab ba", "é" * 2097], vocabulary_size=263)
+    assert _pieces(left_out) == {"a", "b", "▁"}  # no room for "é": it was indeed left out
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # 4192 bytes exactly: kept, no warning
+        kept = SubwordTokenizer.train(["ab", "ab ba", "é" * 2096], vocabulary_size=264)
+    assert _pieces(kept) == {"a", "b", "é", "▁"}
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_the_smallest_documented_vocabulary_trains(model_type):
+    # 261 was allowed and failed with SentencePiece's "261 vs 262": "▁" is a
+    # piece too.
+    tokenizer = SubwordTokenizer.train(["a"], vocabulary_size=262, model_type=model_type)
+    assert tokenizer.vocabulary_size == 262 and _pieces(tokenizer) == {"a", "▁"}
+    ids = tokenizer.tokenize(["a a", "b"])  # "b": byte pieces
+    assert _texts(tokenizer.detokenize(ids)) == ["a a", "b"]
+    without_bytes = SubwordTokenizer.train(["a"], vocabulary_size=6, model_type=model_type, byte_fallback=False)
+    assert without_bytes.vocabulary_size == 6
+    assert _texts(without_bytes.detokenize(without_bytes.tokenize(["a a"]))) == ["a a"]
+    with pytest.raises(ValueError, match=r'`vocabulary_size` must be an int >= 262 \(4 reserved ids, 256 byte pieces, '
+                                         r'"▁" and a character\). Received: vocabulary_size=261.'):
+        SubwordTokenizer.train(["a"], vocabulary_size=261, model_type=model_type)
+    with pytest.raises(ValueError, match=r"`vocabulary_size` must be an int >= 6 \(4 reserved ids, 0 byte pieces, "):
+        SubwordTokenizer.train(["a"], vocabulary_size=5, byte_fallback=False)
 
 
 def test_rejects_models_without_the_reserved_ids(corpus):

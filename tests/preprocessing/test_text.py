@@ -306,12 +306,16 @@ def test_errors(tokenizer, pairs):
         make([], [], tokenizer, tokenizer)
     # One string was read as a list of one-character sentences.
     with pytest.raises(ValueError, match=r"`source_sentences` must be a list \(or 1-D array\) of sentences, not one "
-                                         r"string. Received: 'abc'; pass `\[sentence\]`"):
+                                         r"string. Received: 'abc'. Pass `\[sentence\]`"):
         make("abc", "def", tokenizer, tokenizer)
     with pytest.raises(ValueError, match="`target_tokenizer` must be a keras_attn"):
         make(german, english, tokenizer, "tokenizer.model")
     with pytest.raises(ValueError, match="max_length=1"):
         make(german, english, tokenizer, tokenizer, max_length=1)
+    for encode in (text.encode_source, text.encode_target):
+        with pytest.raises(ValueError, match=r"`max_length` must be None or an int greater than .*\(1\). "
+                                             r"Received: max_length=1\."):
+            encode(tokenizer, german, 1)
     with pytest.raises(ValueError, match="batch_size=0"):
         make(german, english, tokenizer, tokenizer, batch_size=0)
     # A TypeError from tf.data, 0 read as "the whole corpus", a flag ignored,
@@ -324,16 +328,17 @@ def test_errors(tokenizer, pairs):
     for size in (0, -1):
         with pytest.raises(ValueError, match=rf"`shuffle_buffer_size` must be a positive int.*={size}\."):
             make(german, english, tokenizer, tokenizer, shuffle_buffer_size=size)
-    with pytest.raises(ValueError, match="`pad_to_bucket_boundary=True` pads to bucket boundaries and needs"):
+    with pytest.raises(ValueError, match=r"`bucketing` must be True with `pad_to_bucket_boundary`. Received: bucketing=False. Pass"):
         make(german, english, tokenizer, tokenizer, bucketing=False, pad_to_bucket_boundary=True)
     with pytest.raises(ValueError, match=r"`drop_remainder=True` with 10 sentence pairs and batch_size=64 would "
                                          r"drop every pair"):
         make(german, english, tokenizer, tokenizer, drop_remainder=True)
-    with pytest.raises(ValueError, match="needs `bucketing=True`"):
+    with pytest.raises(ValueError, match=r"`bucketing` must be True with `tokens_per_batch`. Received: bucketing=False"):
         make(german, english, tokenizer, tokenizer, tokens_per_batch=100, bucketing=False)
     with pytest.raises(ValueError, match="strictly increasing"):
         make(german, english, tokenizer, tokenizer, boundaries=[10, 5])
-    with pytest.raises(ValueError, match="last boundary must exceed"):
+    with pytest.raises(ValueError, match=r"`boundaries` must be a list ending above max_length=64 with "
+                                         r"`pad_to_bucket_boundary=True`. Received: boundaries=\[10, 64\]"):
         make(german, english, tokenizer, tokenizer, max_length=64, boundaries=[10, 64],
              pad_to_bucket_boundary=True)
     for step in (1.0, float("inf"), "2", True, float("nan")):  # "2": TypeError, inf: OverflowError

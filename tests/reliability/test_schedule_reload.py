@@ -59,9 +59,9 @@ def test_restored_under_mixed_precision_at_the_saved_step(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"d_model": 0}, r"`d_model` and `warmup_steps` must be positive\. Received: d_model=0"),
+        ({"d_model": 0}, r"`d_model` must be a positive finite number\. Received: d_model=0"),
         ({"d_model": "512"}, r"Received: d_model='512'"),
-        ({"d_model": 64, "warmup_steps": -1}, r"warmup_steps=-1"),
+        ({"d_model": 64, "warmup_steps": -1}, r"`warmup_steps` must be .*Received: warmup_steps=-1"),
         ({"d_model": 64, "scale": 0.0}, r"`scale` must be a positive finite number.*Received: scale=0\.0"),
         ({"d_model": 64, "scale": -1.0}, r"Received: scale=-1\.0"),
         ({"d_model": 64, "scale": float("nan")}, r"Received: scale=nan"),

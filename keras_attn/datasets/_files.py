@@ -1,0 +1,184 @@
+"""Where a data set's files come from: an offline folder, the cache, or a download.
+
+Every loader of `keras_attn.datasets` finds each file it needs in this order:
+
+1. An offline folder, when one is given: the `data_dir` argument, else the
+   folder named by `$KERAS_ATTN_DATA`. It is laid out as
+   `<data_dir>/<data set>/<file>` (`multi30k/train.de.gz`,
+   `pop909/POP909/001/001.mid`, ...). When one is given it is the only
+   source: a missing file is an error, never a download.
+2. The cache, `<cache_dir>/datasets/keras_attn/<data set>/<file>`;
+   `cache_dir` defaults to Keras's own folder (`$KERAS_HOME`, else
+   `~/.keras`), so the files sit beside those of `keras.datasets`.
+3. A download from the data set's official public URL into the cache, with
+   `keras.utils.get_file`.
+
+Every file is checked against its sha256, wherever it comes from. A file
+whose bytes differ (corrupted, truncated by an interrupted download,
+replaced) is never returned: in the cache it is downloaded again (a partial
+download is redone, not resumed), and a download that still does not match
+raises a `ValueError` naming the path and both hashes (and is removed). In an
+offline folder it raises the same error and is left as it is.
+"""
+
+import contextlib
+import hashlib
+import os
+
+DATA_ENV_VAR = "KERAS_ATTN_DATA"
+CACHE_SUBDIR = os.path.join("datasets", "keras_attn")
+
+
+def sha256(path, chunk_size=1 << 20):
+    """The sha256 of a file, as 64 hex digits."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(chunk_size), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def offline_dir(data_dir):
+    """The offline folder to read (`data_dir`, else `$KERAS_ATTN_DATA`), or None.
+
+    Returns:
+        `(folder, source)`: the folder, expanded, and how it was given
+        (`"data_dir"` or `"$KERAS_ATTN_DATA"`); `(None, None)` when neither
+        is set.
+    """
+    if data_dir is not None and os.fspath(data_dir) != "":
+        return os.path.expanduser(os.fspath(data_dir)), "data_dir"
+    from_env = os.environ.get(DATA_ENV_VAR)
+    if from_env:
+        return os.path.expanduser(from_env), f"${DATA_ENV_VAR}"
+    return None, None
+
+
+def cache_root(cache_dir=None):
+    """`<cache_dir>/datasets/keras_attn`, with Keras's default for `cache_dir`.
+
+    Keras's default (`keras.utils.get_file`'s): `$KERAS_HOME` if set, else
+    `~/.keras`, or `/tmp/.keras` where the home folder is not writable.
+    """
+    if cache_dir is None:
+        if "KERAS_HOME" in os.environ:
+            cache_dir = os.environ["KERAS_HOME"]
+        else:
+            home = os.path.expanduser("~")
+            cache_dir = os.path.join(home if os.access(home, os.W_OK) else "/tmp", ".keras")
+    return os.path.join(os.path.expanduser(os.fspath(cache_dir)), CACHE_SUBDIR)
+
+
+def _accepted(expected):
+    return (expected,) if isinstance(expected, str) else tuple(expected)
+
+
+def check_file(path, expected, what="file"):
+    """Raises a `ValueError` unless the file's sha256 is one of `expected`.
+
+    Args:
+        path: the file.
+        expected: a sha256 (64 hex digits), or a tuple of the accepted ones.
+        what: how the error names the file's origin.
+
+    Raises:
+        ValueError: the file's sha256 is not in `expected`; the message names
+            the path, the expected and the received hash.
+    """
+    received = sha256(path)
+    accepted = _accepted(expected)
+    if received not in accepted:
+        wanted = accepted[0] if len(accepted) == 1 else " or ".join(accepted)
+        raise ValueError(
+            f"The {what} {path!r} is not the expected file: its sha256 is {received}, expected "
+            f"{wanted}. It may be corrupted or truncated, or another version of the file."
+        )
+
+
+def _download(relative_path, expected, url, cache_dir):
+    """Downloads `url` into the cache at `relative_path` (keras.utils.get_file)
+    unless a verified copy is there; returns its path."""
+    import keras
+
+    target = os.path.join(cache_root(cache_dir), *relative_path.split("/"))
+    folder, name = os.path.split(target)
+    os.makedirs(folder, exist_ok=True)
+    try:
+        # An absolute cache_subdir is used as the folder itself. get_file
+        # returns a cached file whose hash matches without any network access,
+        # downloads again one whose hash does not (an earlier partial
+        # download), and removes what it wrote when the transfer fails.
+        path = keras.utils.get_file(
+            fname=name, origin=url, file_hash=expected, hash_algorithm="sha256",
+            cache_dir=folder, cache_subdir=folder,
+        )
+    except ValueError:
+        # Downloaded whole but with other bytes: a truncated transfer the
+        # server did not announce, or another file. Never left to be used.
+        received = sha256(target) if os.path.isfile(target) else "(no file)"
+        if os.path.isfile(target):
+            os.remove(target)
+        raise ValueError(
+            f"The file downloaded from {url} to {target!r} is not the expected file: its sha256 "
+            f"is {received}, expected {expected}. It was removed; call again to download it "
+            "again (a truncated transfer), or report the changed file."
+        ) from None
+    except Exception as error:  # keras.utils.get_file's "URL fetch failure ..."
+        raise OSError(
+            f"Could not download {url} to {target!r}: {error}. Without internet access, pass "
+            f"`data_dir` (or set ${DATA_ENV_VAR}) to a folder holding the data set."
+        ) from error
+    return path
+
+
+def fetch_file(relative_path, expected, url, data_dir=None, cache_dir=None, what="file"):
+    """The verified local path of one file of a data set.
+
+    Args:
+        relative_path: the file's path in an offline folder and in the cache,
+            with "/" separators, e.g. `"multi30k/train.de.gz"`.
+        expected: its sha256; a tuple for several accepted versions, of
+            which the first is the one `url` serves (an offline folder may
+            hold any of them).
+        url: where to download it from.
+        data_dir: the offline folder (else `$KERAS_ATTN_DATA`, else none).
+        cache_dir: the Keras cache folder (default `~/.keras`).
+        what: how errors name the file.
+
+    Returns:
+        the path of a file whose sha256 is in `expected`.
+
+    Raises:
+        FileNotFoundError: an offline folder is given but lacks the file.
+        ValueError: the file (offline, or downloaded) has another sha256.
+        OSError: the download failed.
+    """
+    folder, source = offline_dir(data_dir)
+    if folder is not None:
+        path = os.path.join(folder, *relative_path.split("/"))
+        if not os.path.isfile(path):
+            hint = (f"unset ${DATA_ENV_VAR}" if source != "data_dir" else "pass data_dir=None")
+            raise FileNotFoundError(
+                f"No {what} at {path!r}: the offline data folder {folder!r} (from {source}) is "
+                f"expected to hold {relative_path}. Copy the data set there, or {hint} to use "
+                "the cache and download what it lacks."
+            )
+        check_file(path, expected, what=f"{what} in the offline folder")
+        return path
+    return _download(relative_path, _accepted(expected)[0], url, cache_dir)
+
+
+@contextlib.contextmanager
+def quiet_downloads():
+    """A context in which keras.utils.get_file prints neither its
+    "Downloading data from" line nor a progress bar (for data sets of many
+    small files, which report their own progress)."""
+    import keras
+
+    was_enabled = keras.config.is_interactive_logging_enabled()
+    keras.config.disable_interactive_logging()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            keras.config.enable_interactive_logging()

@@ -1,0 +1,185 @@
+"""CIFAR-10: 60,000 32x32 colour images in 10 classes, as uint8 arrays.
+
+The official archive, `cifar-10-python.tar.gz` of
+https://www.cs.toronto.edu/~kriz/cifar.html (the file and sha256
+`keras.datasets.cifar10.load_data` uses): 50,000 training and 10,000 test
+images, lossless, classes in the order airplane, automobile, bird, cat,
+deer, dog, frog, horse, ship, truck.
+
+Sources, in order (see `keras_attn.datasets`):
+
+1. an offline folder (`data_dir`, else `$KERAS_ATTN_DATA`) holding either
+   `cifar10/cifar-10-python.tar.gz` (the official archive) or
+   `cifar10/cifar10_train_jpeg.npz`, this project's copy of the 50,000
+   training images stored as JPEG (quality ~75, so lossy: bits/dim measured
+   on it is not comparable to published CIFAR-10 figures; images sorted by
+   class; no test split; decoding it needs Pillow, `pip install
+   "keras_attn[images]"`);
+2. the cache, `~/.keras/datasets/keras_attn/cifar10/cifar-10-python.tar.gz`;
+3. a download of the official archive (163 MB) from `BASE_URL`, checked
+   against `ARCHIVE_SHA256`.
+
+Citation:
+    Alex Krizhevsky. 2009. "Learning Multiple Layers of Features from Tiny
+    Images." Technical report, University of Toronto.
+"""
+
+import io
+import os
+import pickle
+import tarfile
+
+import numpy as np
+
+from keras_attn.datasets import _files
+
+ARCHIVE = "cifar-10-python.tar.gz"
+BASE_URL = "https://www.cs.toronto.edu/~kriz/"
+# The sha256 Keras checks for the same archive (keras/src/datasets/cifar10.py,
+# Keras 3.15.1). The archive is not on this project's machines: the hash is
+# Keras's, not recomputed here.
+ARCHIVE_SHA256 = "6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce"
+
+# This project's JPEG copy of the training images (offline folders only; never
+# downloaded). sha256 computed with hashlib from the project's copy.
+JPEG_COPY = "cifar10_train_jpeg.npz"
+JPEG_COPY_SHA256 = "bf155f4357181f12dd4ab2ec82c22d0e2db613985536c5623852be178a07342f"
+
+SPLITS = ("train", "test")
+CLASS_NAMES = (
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+)
+_BATCHES = {
+    "train": tuple(f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)),
+    "test": ("cifar-10-batches-py/test_batch",),
+}
+
+
+def fetch(data_dir=None, cache_dir=None, base_url=None):
+    """The local path of the CIFAR-10 data: the official archive, or the JPEG copy.
+
+    Args:
+        data_dir: an offline folder holding `cifar10/cifar-10-python.tar.gz`
+            or `cifar10/cifar10_train_jpeg.npz` (default `$KERAS_ATTN_DATA`
+            if set; the archive is preferred when both are there); when
+            given, nothing is downloaded.
+        cache_dir: the Keras cache folder (default `$KERAS_HOME` or
+            `~/.keras`); the archive goes to
+            `<cache_dir>/datasets/keras_attn/cifar10/`.
+        base_url: where to download the archive from (default `BASE_URL`).
+
+    Returns:
+        the path (str) of a file whose sha256 is `ARCHIVE_SHA256` (a `.tar.gz`)
+        or `JPEG_COPY_SHA256` (a `.npz`, offline folders only).
+
+    Raises:
+        ValueError: the file has another sha256 (the message names the path
+            and both hashes).
+        FileNotFoundError: the offline folder holds neither file.
+        OSError: the download failed.
+
+    Example:
+
+    `cifar10.fetch()` downloads the archive once (163 MB), then returns the
+    cached copy; `cifar10.fetch(data_dir="../shared/data")` reads this
+    project's offline folder and never downloads.
+    """
+    folder, source = _files.offline_dir(data_dir)
+    if folder is not None:
+        for name, expected in ((ARCHIVE, ARCHIVE_SHA256), (JPEG_COPY, JPEG_COPY_SHA256)):
+            path = os.path.join(folder, "cifar10", name)
+            if os.path.isfile(path):
+                _files.check_file(path, expected, what=f"CIFAR-10 file {name} in the offline folder")
+                return path
+        raise FileNotFoundError(
+            f"No CIFAR-10 in the offline data folder {folder!r} (from {source}): expected "
+            f"cifar10/{ARCHIVE} (the official archive) or cifar10/{JPEG_COPY} (this project's "
+            f"JPEG copy) in it. Copy one there, or leave data_dir and ${_files.DATA_ENV_VAR} "
+            "unset to use the cache and download the archive."
+        )
+    return _files.fetch_file(
+        f"cifar10/{ARCHIVE}", ARCHIVE_SHA256, (base_url or BASE_URL) + ARCHIVE, data_dir=data_dir,
+        cache_dir=cache_dir, what="CIFAR-10 archive",
+    )
+
+
+class _ArraysOnly(pickle.Unpickler):
+    """Unpickles NumPy arrays and plain containers, nothing else. The batches
+    are pickles: the archive's hash is checked first, and this refuses any
+    other global should a file still be tampered with (the globals
+    `keras.datasets` allows for the same files)."""
+
+    _ALLOWED = frozenset({
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+    })
+
+    def find_class(self, module, name):
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"CIFAR-10 batch: refusing to load {module}.{name}; the file may "
+                                     "be corrupted or malicious.")
+
+
+def _read_archive(path, split):
+    images, labels = [], []
+    with tarfile.open(path, "r:gz") as archive:
+        for member in _BATCHES[split]:
+            batch = _ArraysOnly(io.BytesIO(archive.extractfile(member).read()), encoding="bytes").load()
+            data = np.asarray(batch[b"data"], np.uint8)
+            images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+            labels.append(np.asarray(batch[b"labels"], np.uint8))
+    return np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels)
+
+
+def _read_jpeg_copy(path):
+    from keras_attn.extras import needs_extra
+
+    with needs_extra("images", "keras_attn.datasets.cifar10 (decoding the JPEG copy)"):
+        from PIL import Image
+
+    with np.load(path) as data:
+        jpeg, offsets, labels = data["jpeg"], data["offsets"], data["labels"]
+    images = np.empty((len(offsets) - 1, 32, 32, 3), np.uint8)
+    for i in range(len(images)):
+        with Image.open(io.BytesIO(jpeg[offsets[i]:offsets[i + 1]].tobytes())) as picture:
+            images[i] = np.asarray(picture.convert("RGB"))
+    return images, np.asarray(labels, np.uint8)
+
+
+def load_data(split="train", data_dir=None, cache_dir=None, base_url=None):
+    """One split of CIFAR-10 as uint8 arrays.
+
+    Args:
+        split: `"train"` (50,000 images) or `"test"` (10,000; the official
+            archive only).
+        data_dir, cache_dir, base_url: as for `fetch`.
+
+    Returns:
+        `(images, labels)`: (N, 32, 32, 3) uint8 RGB and (N,) uint8 class ids
+        (`CLASS_NAMES`), in the archive's order, or the JPEG copy's (by
+        class). Unlike `keras.datasets.cifar10`, labels are flat and images
+        are always channels-last.
+
+    Raises:
+        ValueError: an unknown split, the test split from the JPEG copy, or
+            a file with another sha256.
+        FileNotFoundError, OSError: as for `fetch`.
+
+    Example:
+
+    `images, labels = cifar10.load_data("train")` (a download on the first
+    call, 163 MB): `images.shape == (50000, 32, 32, 3)`, `images.dtype ==
+    np.uint8`.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"Unknown CIFAR-10 split. Received: split={split!r}. Expected one of {SPLITS}.")
+    path = fetch(data_dir, cache_dir, base_url)
+    if path.endswith(".npz"):
+        if split != "train":
+            raise ValueError(f"{path!r} is this project's JPEG copy of the training images: it has no "
+                             f"{split!r} split. Put the official {ARCHIVE} beside it, or use the cache.")
+        return _read_jpeg_copy(path)
+    return _read_archive(path, split)

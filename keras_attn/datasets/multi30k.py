@@ -1,0 +1,155 @@
+"""Multi30k task 1: English-German image captions, as published by its authors.
+
+The raw files of the authors' repository (github.com/multi30k/dataset,
+`data/task1/raw/<split>.<language>.gz`): gzip UTF-8 text, one untokenized
+sentence per line, the two languages of a split aligned by line. Splits
+`train` (29,000 pairs), `val` (1,014) and `test_2016_flickr` (1,000; the test
+set BLEU is customarily reported on).
+
+Files are read from an offline folder (`data_dir`, else `$KERAS_ATTN_DATA`:
+`<folder>/multi30k/<split>.<language>.gz`), else the cache
+(`~/.keras/datasets/keras_attn/multi30k/`), else downloaded from `BASE_URL`
+and checked against `SHA256` (see `keras_attn.datasets`).
+
+Citation:
+    Desmond Elliott, Stella Frank, Khalil Sima'an, Lucia Specia. 2016.
+    "Multi30K: Multilingual English-German Image Descriptions." Proceedings
+    of the 5th Workshop on Vision and Language, 70-74. Derived from
+    Flickr30K (Young et al. 2014). For research and education use.
+"""
+
+import gzip
+import os
+
+from keras_attn.datasets import _files
+
+SPLITS = ("train", "val", "test_2016_flickr")
+LANGUAGES = ("de", "en")
+
+# The raw files at a fixed commit of the authors' repository (the files were
+# last changed in its commit c40b37b2 of 2020-11-09).
+BASE_URL = (
+    "https://raw.githubusercontent.com/multi30k/dataset/"
+    "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/"
+)
+
+# sha256 of each file (hashlib over the files at BASE_URL, whose git blob ids
+# match that commit's tree byte for byte).
+SHA256 = {
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+}
+
+
+def _check_choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"Unknown Multi30k {name}. Received: {name}={value!r}. Expected one of {allowed}.")
+
+
+def fetch(splits=SPLITS, languages=LANGUAGES, data_dir=None, cache_dir=None, base_url=None):
+    """The folder holding Multi30k's `<split>.<language>.gz` files, each checked.
+
+    Args:
+        splits: the splits to fetch, from `SPLITS`.
+        languages: the languages to fetch, from `LANGUAGES`.
+        data_dir: an offline folder holding `multi30k/<split>.<language>.gz`
+            (default `$KERAS_ATTN_DATA` if set); when given, nothing is
+            downloaded.
+        cache_dir: the Keras cache folder (default `$KERAS_HOME` or
+            `~/.keras`); files go to `<cache_dir>/datasets/keras_attn/multi30k/`.
+        base_url: where to download from (default `BASE_URL`, the authors'
+            repository at a fixed commit).
+
+    Returns:
+        the folder (str) holding every requested file, each with its sha256
+        in `SHA256`: `<data_dir>/multi30k` or the cache folder.
+
+    Raises:
+        ValueError: an unknown split or language, or a file whose sha256 is
+            not the expected one (the message names the path and both hashes).
+        FileNotFoundError: the offline folder lacks a file.
+        OSError: a download failed.
+
+    Example:
+
+    >>> from keras_attn.datasets import multi30k
+    >>> folder = multi30k.fetch(["val"], data_dir="examples/translation/data")
+    >>> sorted(os.listdir(folder))[-2:]
+    ['val.de.gz', 'val.en.gz']
+    """
+    splits = (splits,) if isinstance(splits, str) else tuple(splits)
+    languages = (languages,) if isinstance(languages, str) else tuple(languages)
+    for split in splits:
+        _check_choice("split", split, SPLITS)
+    for language in languages:
+        _check_choice("language", language, LANGUAGES)
+    base_url = base_url or BASE_URL
+    path = None
+    for split in splits:
+        for language in languages:
+            name = f"{split}.{language}.gz"
+            path = _files.fetch_file(
+                f"multi30k/{name}", SHA256[name], base_url + name, data_dir=data_dir,
+                cache_dir=cache_dir, what=f"Multi30k file {name}",
+            )
+    if path is None:
+        raise ValueError(f"Expected at least one split and language. Received: splits={splits}, "
+                         f"languages={languages}.")
+    return os.path.dirname(path)
+
+
+def _read_lines(path):
+    with gzip.open(path, "rb") as handle:
+        text = handle.read().decode("utf-8")
+    # "\n" only: str.splitlines would also split on U+2028 or U+000C.
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def load_data(split="train", source_language="de", target_language="en", data_dir=None,
+              cache_dir=None, base_url=None):
+    """One split of Multi30k task 1 as two aligned lists of sentences.
+
+    Args:
+        split: `"train"`, `"val"` or `"test_2016_flickr"`.
+        source_language, target_language: `"de"` and `"en"`, in either order.
+        data_dir, cache_dir, base_url: as for `fetch`.
+
+    Returns:
+        `(source_sentences, target_sentences)`: lists of `str` of equal
+        length, exactly as published (case, punctuation and spacing kept;
+        only the line break removed).
+
+    Raises:
+        ValueError: an unknown split or language, equal languages, a file
+            with another sha256, or files of unequal lengths.
+        FileNotFoundError, OSError: as for `fetch`.
+
+    Example:
+
+    >>> from keras_attn.datasets import multi30k
+    >>> german, english = multi30k.load_data("val", data_dir="examples/translation/data")
+    >>> len(german), len(english)
+    (1014, 1014)
+    """
+    _check_choice("split", split, SPLITS)
+    _check_choice("source_language", source_language, LANGUAGES)
+    _check_choice("target_language", target_language, LANGUAGES)
+    if source_language == target_language:
+        raise ValueError(
+            "`source_language` and `target_language` must differ. Received: "
+            f"source_language={source_language!r}, target_language={target_language!r}."
+        )
+    folder = fetch(split, (source_language, target_language), data_dir, cache_dir, base_url)
+    source, target = (_read_lines(os.path.join(folder, f"{split}.{language}.gz"))
+                      for language in (source_language, target_language))
+    if len(source) != len(target):
+        raise ValueError(f"Multi30k split {split!r} in {folder!r} is not aligned: {len(source)} "
+                         f"{source_language} lines, {len(target)} {target_language} lines.")
+    return source, target

@@ -1,0 +1,134 @@
+"""POP909: 909 pop songs arranged for piano, as Standard MIDI files.
+
+The songs of the authors' repository (github.com/music-x-lab/POP909-Dataset),
+`POP909/NNN/NNN.mid` for NNN = 001 .. 909: type-1 MIDI, 480 ticks per beat,
+tracks MELODY, BRIDGE and PIANO. The annotations beside them (beats, chords,
+keys) and the `versions/` folders are not fetched. No official split.
+
+Files are read from an offline folder (`data_dir`, else `$KERAS_ATTN_DATA`:
+`<folder>/pop909/POP909/NNN/NNN.mid`), else the cache
+(`~/.keras/datasets/keras_attn/pop909/POP909/`), else downloaded one by one
+from `BASE_URL` (909 files, 25 MB) and each checked against its own sha256
+(`SHA256`, read from `pop909_sha256.txt`; the repository's `POP909.zip` is not used, as its hash could not
+be computed for this package). A download also fetches the license,
+`pop909/LICENSE`.
+
+License and citation:
+    MIT (Copyright (c) 2020 Music X Lab). Ziyu Wang, Ke Chen, Junyan Jiang,
+    Yiyi Zhang, Maoran Xu, Shuqi Dai, Guxian Bin, Gus Xia. 2020. "POP909: A
+    Pop-song Dataset for Music Arrangement Generation." ISMIR.
+"""
+
+import contextlib
+import os
+import time
+
+from keras_attn.datasets import _files
+
+NUM_SONGS = 909
+
+
+def _read_hashes():
+    """{song number "NNN": sha256} and the license's sha256, from
+    `pop909_sha256.txt` beside this module (one "name hash" line each)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pop909_sha256.txt")
+    with open(path) as file:
+        hashes = dict(line.split() for line in file if line.strip() and not line.startswith("#"))
+    return hashes, hashes.pop("LICENSE")
+
+
+SHA256, LICENSE_SHA256 = _read_hashes()
+
+# The repository at a fixed commit (its master of 2020-08-28; the songs were
+# last changed in its commit efa0bce0 of 2020-07-26). BASE_URL + "POP909/" +
+# "001/001.mid" is a song.
+BASE_URL = (
+    "https://raw.githubusercontent.com/music-x-lab/POP909-Dataset/"
+    "d83e6edba6872a704f5d3b8b32f5cb540088dae6/"
+)
+
+
+def _song_names(songs):
+    if songs is None:
+        return sorted(SHA256)
+    if isinstance(songs, (int, str)):
+        songs = (songs,)
+    names = []
+    for song in songs:
+        name = f"{song:03d}" if isinstance(song, int) and not isinstance(song, bool) else str(song)
+        if name not in SHA256:
+            raise ValueError(f"Unknown POP909 song. Received: {song!r}. Expected a number from 1 to "
+                             f"{NUM_SONGS} (or its three digits, e.g. '007').")
+        names.append(name)
+    if not names:
+        raise ValueError("Expected at least one POP909 song, or None for all. Received: none.")
+    return sorted(set(names))
+
+
+def fetch(songs=None, data_dir=None, cache_dir=None, base_url=None):
+    """The folder holding POP909's `NNN/NNN.mid` files, each checked.
+
+    Args:
+        songs: None for all 909 songs, or the songs to fetch, as numbers
+            (1 .. 909) or three-digit strings (`"001"`).
+        data_dir: an offline folder holding `pop909/POP909/NNN/NNN.mid`
+            (default `$KERAS_ATTN_DATA` if set); when given, nothing is
+            downloaded.
+        cache_dir: the Keras cache folder (default `$KERAS_HOME` or
+            `~/.keras`); files go to
+            `<cache_dir>/datasets/keras_attn/pop909/POP909/`.
+        base_url: the repository's root to download from (default
+            `BASE_URL`): songs at `<base_url>POP909/NNN/NNN.mid`, the license
+            at `<base_url>LICENSE`.
+
+    Returns:
+        the `POP909` folder (str) in which every requested song's
+        `NNN/NNN.mid` has its sha256 in `SHA256` (the folder may hold other
+        songs too).
+
+    Raises:
+        ValueError: an unknown song, or a file with another sha256 (the
+            message names the path and both hashes).
+        FileNotFoundError: the offline folder lacks a song.
+        OSError: a download failed.
+
+    Example:
+
+    `folder = pop909.fetch()` downloads the 909 songs once (25 MB), then
+    finds them in the cache; `pop909.fetch(data_dir="../shared/data")`
+    reads this project's offline folder.
+
+    >>> import os, shutil, tempfile
+    >>> from keras_attn.datasets import pop909
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     os.makedirs(os.path.join(folder, "pop909", "POP909", "001"))
+    ...     _ = shutil.copy("examples/music/data/pop909/001.mid",
+    ...                     os.path.join(folder, "pop909", "POP909", "001"))
+    ...     songs = pop909.fetch([1], data_dir=folder)
+    ...     print(os.path.relpath(songs, folder), os.listdir(songs))
+    pop909/POP909 ['001']
+    """
+    names = _song_names(songs)
+    base_url = base_url or BASE_URL
+    offline, _ = _files.offline_dir(data_dir)
+    missing = set()
+    if offline is None:
+        cache = os.path.join(_files.cache_root(cache_dir), "pop909")
+        missing = {n for n in names if not os.path.isfile(os.path.join(cache, "POP909", n, f"{n}.mid"))}
+        if len(missing) > 1:
+            print(f"POP909: downloading {len(missing)} songs from {base_url} into {cache}", flush=True)
+        _files.fetch_file("pop909/LICENSE", LICENSE_SHA256, base_url + "LICENSE",
+                          cache_dir=cache_dir, what="POP909 license")
+    quiet = offline is None and len(names) > 1  # a line per 100 songs, not a progress bar per song
+    start, done, path = time.time(), 0, None
+    with _files.quiet_downloads() if quiet else contextlib.nullcontext():
+        for name in names:
+            path = _files.fetch_file(
+                f"pop909/POP909/{name}/{name}.mid", SHA256[name],
+                f"{base_url}POP909/{name}/{name}.mid", data_dir=data_dir, cache_dir=cache_dir,
+                what=f"POP909 song {name}",
+            )
+            done += name in missing
+            if len(missing) > 1 and name in missing and (done % 100 == 0 or done == len(missing)):
+                print(f"  {done}/{len(missing)} songs ({time.time() - start:.0f} s)", flush=True)
+    return os.path.dirname(os.path.dirname(path))

@@ -1,0 +1,346 @@
+"""Image files for the Image Transformer: the CIFAR-10 JPEG `.npz`, a folder of
+pictures (Pillow: RGB, centre crop, resize), and the deterministic split into
+training and validation images. `keras_attn.preprocessing.images` re-exports
+every public name here.
+"""
+
+import os
+import zipfile
+
+import numpy as np
+
+from keras_attn.checks import check_sizes
+from keras_attn.preprocessing._arguments import is_int
+from keras_attn.preprocessing._arguments import is_number
+from keras_attn.preprocessing._arguments import require
+
+CIFAR10_CLASS_NAMES = (
+    "airplane", "automobile", "bird", "cat", "deer",
+    "dog", "frog", "horse", "ship", "truck",
+)
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+def split_indices(num_examples, validation_fraction=0.1, seed=0):
+    """Deterministic training / validation split.
+
+    A fixed permutation of `range(num_examples)` (NumPy's PCG64 with
+    `seed`); its first `round(num_examples * validation_fraction)` entries
+    (at least 1, at most N - 1) are the validation set. The same arguments
+    always give the same split, on every machine.
+
+    Args:
+        num_examples: N, positive int.
+        validation_fraction: in (0, 1).
+        seed: int seed of the permutation.
+
+    Returns:
+        `(train_indices, validation_indices)`: sorted int64 arrays.
+
+    Raises:
+        ValueError: on N that is not an int >= 2, a fraction outside
+            (0, 1), or a seed that is not an int.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.images import split_indices
+    >>> train, validation = split_indices(10, validation_fraction=0.2)
+    >>> len(train), len(validation)
+    (8, 2)
+    >>> sorted(np.concatenate([train, validation]).tolist()) == list(range(10))
+    True
+    >>> np.array_equal(split_indices(10, 0.2)[1], validation)  # deterministic
+    True
+    """
+    fraction = validation_fraction
+    require(is_number(fraction) and 0 < fraction < 1, "validation_fraction", fraction, "a number in (0, 1)")
+    require(is_int(num_examples, 2), "num_examples", num_examples, "an int >= 2 to split")
+    require(is_int(seed), "seed", seed, "an int")
+    order = np.random.default_rng(seed).permutation(num_examples)
+    count = min(max(1, int(round(num_examples * validation_fraction))), num_examples - 1)
+    return np.sort(order[count:]), np.sort(order[:count])
+
+
+def decode_jpegs(jpeg_bytes, offsets, indices=None, batch_size=1024):
+    """Decodes concatenated JPEG files with `tf.io.decode_jpeg` in tf.data.
+
+    The accurate integer DCT is used (`dct_method="INTEGER_ACCURATE"`), which
+    gives the same pixels as Pillow / libjpeg's default decoding.
+
+    Args:
+        jpeg_bytes: (total,) uint8, the files one after the other.
+        offsets: (N + 1,) int, file i is `jpeg_bytes[offsets[i]:offsets[i+1]]`.
+        indices: which files to decode (default all), in this order; a
+            negative index counts from the end, as in NumPy (-1 is file N-1).
+        batch_size: files decoded per tf.data batch.
+
+    Returns:
+        (len(indices), H, W, 3) uint8 (all files must share one size);
+        (0, 32, 32, 3) when `indices` is empty.
+
+    Raises:
+        ValueError: if the offsets do not fit the bytes (not rising from 0
+            to `len(jpeg_bytes)`, or an empty file), an index is not an int
+            in [-N, N), or a file cannot be decoded (naming its index).
+
+    Example:
+    >>> import io
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from keras_attn.preprocessing.images import decode_jpegs
+    >>> files = []
+    >>> for level in (10, 200):  # two 4x4 gray JPEG files
+    ...     buffer = io.BytesIO()
+    ...     Image.new("L", (4, 4), level).save(buffer, "JPEG")
+    ...     files.append(buffer.getvalue())
+    >>> jpeg_bytes = np.frombuffer(b"".join(files), np.uint8)
+    >>> offsets = np.cumsum([0] + [len(f) for f in files])
+    >>> images = decode_jpegs(jpeg_bytes, offsets, indices=[1, 0])
+    >>> images.shape, images[:, 0, 0].tolist()
+    ((2, 4, 4, 3), [[200, 200, 200], [10, 10, 10]])
+    >>> pillow = np.asarray(Image.open(io.BytesIO(files[1])).convert("RGB"))
+    >>> np.array_equal(images[0], pillow)  # the same pixels as Pillow
+    True
+    """
+    import tensorflow as tf
+
+    offsets = np.asarray(offsets, np.int64)
+    rising = offsets.ndim == 1 and offsets.size and offsets[0] == 0 and np.all(np.diff(offsets) > 0)
+    if not rising or offsets[-1] != len(jpeg_bytes):
+        raise ValueError(f"`offsets` must rise from 0 to len(jpeg_bytes) = {len(jpeg_bytes)} (N + 1 entries). "
+                         f"Received: {offsets.tolist()!r:.80}.")
+    count = len(offsets) - 1
+    indices = np.arange(count) if indices is None else np.asarray(indices)
+    require(indices.ndim == 1 and (indices.dtype.kind in "iu" or not indices.size), "indices", indices,
+            "a list of ints (file indices)")
+    for k in np.flatnonzero((indices < -count) | (indices >= count))[:1]:  # the first index outside, if any
+        require(False, f"indices[{k}]", int(indices[k]), f"a file index in [-{count}, {count}) ({count} files)")
+    indices = np.where(indices < 0, indices + count, indices).astype(np.int64)
+    data = np.asarray(jpeg_bytes, np.uint8).tobytes()
+    files = [data[offsets[i]:offsets[i + 1]] for i in indices]
+
+    def decode(jpeg):
+        # The accurate integer DCT: TF's default ("fast") differs from
+        # libjpeg's reference decoding (and Pillow's) by up to 4 levels.
+        return tf.io.decode_jpeg(jpeg, channels=3, dct_method="INTEGER_ACCURATE")
+
+    dataset = (
+        tf.data.Dataset.from_tensor_slices(tf.constant(files, tf.string))
+        .map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(batch_size)
+    )
+    decoded = []
+    try:
+        for batch in dataset:
+            decoded.append(np.asarray(batch))
+    except tf.errors.InvalidArgumentError:
+        # tf.data does not say which file failed: decode the failing batch's
+        # files one by one (only on this error path) to name it.
+        start = len(decoded) * batch_size
+        for k in range(start, min(start + batch_size, len(files))):
+            try:
+                decode(files[k])
+            except tf.errors.InvalidArgumentError as error:
+                reason = error.message.split("}}")[-1].split("[Op:")[0].strip()  # without TF's node names
+                raise ValueError(f"JPEG file {indices[k]} (bytes {offsets[indices[k]]}:{offsets[indices[k] + 1]}) "
+                                 f"cannot be decoded: {reason} Replace or drop that file.") from None
+        raise
+    if not decoded:
+        return np.zeros((0, 32, 32, 3), np.uint8)
+    return np.concatenate(decoded, axis=0)
+
+
+def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
+    """CIFAR-10 images from the project's JPEG `.npz`, with a held-out split.
+
+    The file holds `jpeg` (all JPEG files concatenated, uint8), `offsets`
+    (N + 1,) int64, `labels` (N,) class ids in the order of
+    `CIFAR10_CLASS_NAMES`, and `names` (N,) (not read here) — the format of
+    `shared/data/cifar10/cifar10_train_jpeg.npz` (the 50,000 CIFAR-10
+    training images) and of the small sample shipped in
+    `examples/super_resolution/data/`. The images are decoded with
+    `tf.io.decode_jpeg`. Because they went through JPEG, bits/dim measured
+    on them is not comparable to published CIFAR-10 figures.
+
+    Args:
+        path: the `.npz` file.
+        split: "train", "validation" (see `split_indices`) or "all".
+        validation_fraction, seed: of `split_indices`.
+
+    Returns:
+        `(images, labels)`: (N', 32, 32, 3) uint8 and (N',) int32.
+
+    Raises:
+        ValueError: on an unknown split, a file that is not a `.npz`
+            archive (or is truncated), one missing the arrays above, or
+            one whose images cannot be decoded (naming the path and the
+            image's index).
+        FileNotFoundError: if `path` does not exist.
+
+    Example:
+    >>> import io
+    >>> import os
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from keras_attn.preprocessing.images import load_cifar10
+    >>> files = []
+    >>> for level in (0, 60, 120, 180):  # four flat gray 32x32 "images"
+    ...     buffer = io.BytesIO()
+    ...     Image.new("RGB", (32, 32), (level,) * 3).save(buffer, "JPEG")
+    ...     files.append(buffer.getvalue())
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "tiny_cifar10.npz")
+    ...     np.savez(path, jpeg=np.frombuffer(b"".join(files), np.uint8),
+    ...              offsets=np.cumsum([0] + [len(f) for f in files]),
+    ...              labels=np.array([3, 5, 3, 8]),
+    ...              names=np.array(["a.png", "b.png", "c.png", "d.png"]))
+    ...     images, labels = load_cifar10(path, split="all")
+    ...     train, _ = load_cifar10(path, split="train")
+    ...     validation, _ = load_cifar10(path, split="validation")
+    >>> images.shape, labels.tolist(), images[:, 0, 0, 0].tolist()
+    ((4, 32, 32, 3), [3, 5, 3, 8], [0, 60, 120, 180])
+    >>> len(train), len(validation)  # round(4 * 0.1) = 0, raised to 1
+    (3, 1)
+
+    Reference:
+        Krizhevsky 2009, "Learning Multiple Layers of Features from Tiny
+        Images" (CIFAR-10).
+    """
+    require(split in ("train", "validation", "all"), "split", split, '"train", "validation" or "all"')
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No CIFAR-10 file at {path!r}.")
+    keys = ("jpeg", "offsets", "labels")
+    try:  # a picture: NumPy tries to unpickle it; a .npy is one array, not a context manager
+        with np.load(path) as data:
+            arrays = {key: data[key] for key in keys if key in data.files}
+        problem = f"lacks the arrays {sorted(set(keys) - set(arrays))}" if len(arrays) < 3 else ""
+    except (ValueError, OSError, TypeError, AttributeError, zipfile.BadZipFile) as error:  # BadZipFile: truncated
+        problem = f"is not a NumPy .npz archive (or is truncated or damaged: {error})"
+    if problem:
+        raise ValueError(f"{path!r} {problem}; expected the CIFAR-10 JPEG .npz of `load_cifar10` (for a "
+                         "folder of pictures: `load_image_directory`).")
+    jpeg, offsets, labels = (arrays[key] for key in keys)
+    count = len(offsets) - 1
+    if split == "all":
+        indices = np.arange(count)
+    else:
+        train, validation = split_indices(count, validation_fraction, seed)
+        indices = train if split == "train" else validation
+    try:
+        images = decode_jpegs(jpeg, offsets, indices)
+    except ValueError as error:  # bad offsets or a corrupt JPEG: say in which file
+        raise ValueError(f"{path!r}: {error}") from None
+    return images, np.asarray(labels, np.int32)[indices]
+
+
+def load_image(path, size=32):
+    """One picture as a `size` x `size` RGB image (Pillow).
+
+    Converted to RGB (grayscale is repeated, 16-bit grayscale scaled to 8
+    bits, 32-bit float grayscale read as 0-1 if no value exceeds 1, else
+    as 0-255, an alpha channel dropped), the
+    largest centred square is cropped and resized to `size` with Pillow's
+    antialiased bicubic filter (`PIL.ImageOps.fit`).
+
+    Args:
+        path: an image file Pillow can open.
+        size: output side in pixels.
+
+    Returns:
+        (size, size, 3) uint8.
+
+    Raises:
+        OSError: if Pillow cannot read the file.
+        ValueError: if `size` is not a positive int.
+
+    Example:
+    >>> import os
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> from keras_attn.preprocessing.images import load_image
+    >>> row = np.array([0, 40, 80, 120, 160, 200])  # a 6x2 gray picture
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = os.path.join(folder, "wide.png")
+    ...     Image.fromarray(np.stack([row, row]).astype(np.uint8)).save(path)
+    ...     image = load_image(path, size=2)  # the centred 2x2 square
+    ...     Image.fromarray(np.stack([row, row]).astype(np.uint16) * 257).save(path)
+    ...     deep = load_image(path, size=2)  # 16-bit: scaled to 8 bits
+    >>> image.shape, image[..., 0].tolist(), image[0, 0].tolist()
+    ((2, 2, 3), [[80, 120], [80, 120]], [80, 80, 80])
+    >>> np.array_equal(deep, image)
+    True
+    """
+    check_sizes(size=size)
+    from PIL import Image
+    from PIL import ImageOps
+
+    with Image.open(path) as image:
+        image = ImageOps.exif_transpose(image)
+        if image.mode.startswith("I") or image.mode == "F":
+            # convert("RGB") would clip 16-bit grayscale (Pillow's "I;16" /
+            # "I", 0-65535) to white and truncate float grayscale on 0-1
+            # to black: scale them to 0-255 first.
+            levels = np.nan_to_num(np.asarray(image, np.float64))
+            if image.mode != "F":
+                levels = levels / 257.0
+            elif levels.max(initial=0.0) <= 1.0:
+                levels = levels * 255.0
+            image = Image.fromarray(np.clip(np.rint(levels), 0, 255).astype(np.uint8), "L")
+        image = image.convert("RGB")
+        image = ImageOps.fit(image, (size, size), method=Image.Resampling.BICUBIC)
+        return np.asarray(image, np.uint8)
+
+
+def load_image_directory(directory, size=32):
+    """All pictures of a folder (not recursive) as `size` x `size` RGB images.
+
+    Files are taken in sorted name order; those with an image extension
+    (`IMAGE_EXTENSIONS`) are read with `load_image` (RGB, centre crop,
+    bicubic resize). Files Pillow cannot read are skipped with a warning.
+
+    Args:
+        directory: a folder of images.
+        size: output side (32 for the CIFAR-10 models).
+
+    Returns:
+        `(images, names)`: (N, size, size, 3) uint8 and the N file names.
+
+    Raises:
+        ValueError: if `directory` holds no readable image.
+        FileNotFoundError: if `directory` does not exist.
+
+    Example:
+    >>> import os
+    >>> import tempfile
+    >>> from PIL import Image
+    >>> from keras_attn.preprocessing.images import load_image_directory
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     Image.new("RGB", (8, 8), (255, 0, 0)).save(os.path.join(folder, "red.png"))
+    ...     Image.new("L", (8, 8), 90).save(os.path.join(folder, "gray.jpg"))
+    ...     with open(os.path.join(folder, "notes.txt"), "w") as notes:
+    ...         _ = notes.write("not an image: skipped")
+    ...     images, names = load_image_directory(folder, size=4)
+    >>> images.shape, names
+    ((2, 4, 4, 3), ['gray.jpg', 'red.png'])
+    >>> images[:, 0, 0].tolist()
+    [[90, 90, 90], [255, 0, 0]]
+    """
+    import warnings
+
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"No directory at {directory!r}.")
+    images, names = [], []
+    for name in sorted(os.listdir(directory)):
+        if not name.lower().endswith(IMAGE_EXTENSIONS):
+            continue
+        try:
+            images.append(load_image(os.path.join(directory, name), size))
+        except OSError as error:
+            warnings.warn(f"Skipping {name!r}: {error}")
+            continue
+        names.append(name)
+    if not images:
+        raise ValueError(f"No readable image in {directory!r} (extensions {', '.join(IMAGE_EXTENSIONS)}).")
+    return np.stack(images), names

@@ -1,0 +1,439 @@
+"""Performance events (Oore et al. 2018): the vocabulary, and notes <-> events.
+
+A performance is a stream of `NOTE_ON(pitch)`, `NOTE_OFF(pitch)`,
+`TIME_SHIFT(10 ms .. 1 s)` and `VELOCITY(bin)` events; the id layout, the
+quantization and the order of events at one instant are described in
+`keras_attn.preprocessing.music`, which re-exports every public name here.
+
+Reference:
+    Oore et al. 2018, "This Time with Feeling: Learning Expressive Musical
+    Performance", section 6.1; Huang et al. 2018, "Music Transformer",
+    section 5.2.
+"""
+
+import collections
+import math
+
+import numpy as np
+
+from keras_attn.preprocessing._arguments import is_int
+from keras_attn.preprocessing._arguments import is_number
+from keras_attn.preprocessing._arguments import require
+
+# --- Performance-event vocabulary ---------------------------------------
+PAD_ID = 0
+START_ID = 1
+END_ID = 2
+NUM_PITCHES = 128
+NUM_TIME_SHIFTS = 100
+NUM_VELOCITY_BINS = 32
+STEPS_PER_SECOND = 100
+"""Time resolution: one `TIME_SHIFT` step is 1 / STEPS_PER_SECOND = 10 ms."""
+MAX_SECONDS = 1e6
+"""Note times encoded at most (11.6 days): one `TIME_SHIFT` per second of
+silence, so a later time asks for more events than memory holds."""
+NOTE_ON_OFFSET = 3
+NOTE_OFF_OFFSET = NOTE_ON_OFFSET + NUM_PITCHES  # 131
+TIME_SHIFT_OFFSET = NOTE_OFF_OFFSET + NUM_PITCHES  # 259: TIME_SHIFT of 1 step
+VELOCITY_OFFSET = TIME_SHIFT_OFFSET + NUM_TIME_SHIFTS  # 359
+VOCABULARY_SIZE = VELOCITY_OFFSET + NUM_VELOCITY_BINS  # 391
+VELOCITY_BIN_WIDTH = 4
+DEFAULT_VELOCITY = 64
+SUSTAIN_PEDAL_CONTROL = 64
+
+Note = collections.namedtuple("Note", ["velocity", "pitch", "start", "end"])
+Note.__doc__ = """One note of a performance: MIDI velocity and pitch, onset and offset in seconds.
+
+The fields are in the order of `pretty_midi.Note(velocity, pitch, start,
+end)`, so code that reads pretty_midi's notes reads these unchanged; unlike
+them, a `Note` is immutable (`note._replace(pitch=62)` makes a changed copy).
+`notes_to_events` accepts any objects with these four attributes.
+
+Args:
+    velocity: int, MIDI velocity 1..127.
+    pitch: int, MIDI pitch 0..127.
+    start: float, onset in seconds.
+    end: float, offset in seconds.
+
+Example:
+>>> from keras_attn.preprocessing.music import Note, event_to_string, notes_to_events
+>>> note = Note(velocity=80, pitch=60, start=0.0, end=0.5)
+>>> [event_to_string(e) for e in notes_to_events([note])]
+['VELOCITY(19)', 'NOTE_ON(60)', 'TIME_SHIFT(500ms)', 'NOTE_OFF(60)']
+"""
+
+def _resolve_overlaps(starts, ends, pitches, velocities):
+    """One sounding note per pitch, and at most one onset per pitch and 10 ms step.
+
+    Notes of one pitch whose onsets round to the same 10 ms step become one
+    note (earliest start, latest end, loudest velocity); then a note of a
+    pitch ends at the next onset of that pitch if it sounds longer. Works on
+    seconds or on integer steps. Returns arrays sorted by (pitch, start).
+    """
+    onset_steps = _to_steps(starts) if starts.dtype.kind == "f" else starts
+    order = np.lexsort((starts, onset_steps, pitches))
+    starts, ends, pitches = starts[order], ends[order], pitches[order]
+    velocities, onset_steps = velocities[order], onset_steps[order]
+    first = np.ones(len(pitches), bool)
+    first[1:] = (pitches[1:] != pitches[:-1]) | (onset_steps[1:] != onset_steps[:-1])
+    groups = np.flatnonzero(first)
+    starts = starts[groups]  # sorted, so the first start is the earliest
+    ends = np.maximum.reduceat(ends, groups)
+    velocities = np.maximum.reduceat(velocities, groups)
+    pitches = pitches[groups]
+    same_pitch_next = pitches[:-1] == pitches[1:]
+    ends[:-1] = np.where(same_pitch_next, np.minimum(ends[:-1], starts[1:]), ends[:-1])
+    keep = ends > starts
+    return starts[keep], ends[keep], pitches[keep], velocities[keep]
+
+
+def _notes_from_arrays(starts, ends, pitches, velocities):
+    return [
+        Note(velocity, pitch, start, end)
+        for start, end, pitch, velocity in zip(
+            starts.tolist(), ends.tolist(), pitches.tolist(), velocities.tolist()
+        )
+    ]
+
+
+# --- Notes <-> events -----------------------------------------------------
+def velocity_to_bin(velocity):
+    """Quantizes MIDI velocities 1..127 to the 32 bins of the event vocabulary.
+
+    Args:
+        velocity: int or int array, MIDI velocity (0 is treated as 1, values
+            above 127 as 127).
+
+    Returns:
+        int or int array in 0..31: `(velocity - 1) // 4`.
+
+    Raises:
+        Nothing: out-of-range velocities are clipped to 1..127.
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.music import velocity_to_bin
+    >>> velocity_to_bin(64)
+    15
+    >>> velocity_to_bin(np.array([0, 1, 4, 5, 127, 200])).tolist()
+    [0, 0, 0, 1, 31, 31]
+
+    Reference:
+        Oore et al. 2018, section 6.1 (32 velocity bins).
+    """
+    velocity = np.clip(np.asarray(velocity), 1, 127)
+    bins = (velocity - 1) // VELOCITY_BIN_WIDTH
+    return int(bins) if bins.ndim == 0 else bins
+
+
+def bin_to_velocity(velocity_bin):
+    """The MIDI velocity a velocity bin decodes to: the bin's lowest, `4 * bin + 1`.
+
+    Args:
+        velocity_bin: int or int array in 0..31.
+
+    Returns:
+        int or int array in 1..125.
+
+    Raises:
+        ValueError: if a bin lies outside 0..31 (it would decode to an
+            invalid MIDI velocity).
+
+    Example:
+    >>> import numpy as np
+    >>> from keras_attn.preprocessing.music import bin_to_velocity, velocity_to_bin
+    >>> bin_to_velocity(velocity_to_bin(64))  # bin 15 decodes to its lowest velocity
+    61
+    >>> bin_to_velocity(np.array([0, 1, 31])).tolist()
+    [1, 5, 125]
+
+    Reference:
+        Oore et al. 2018, section 6.1.
+    """
+    bins = np.asarray(velocity_bin)
+    if bins.size and (bins.min() < 0 or bins.max() > NUM_VELOCITY_BINS - 1):
+        raise ValueError(f"Velocity bins are 0..{NUM_VELOCITY_BINS - 1}. Received bins from {bins.min()} to "
+                         f"{bins.max()}: decode event ids with the vocabulary that encoded them.")
+    velocities = bins * VELOCITY_BIN_WIDTH + 1
+    return int(velocities) if velocities.ndim == 0 else velocities
+
+
+def _to_steps(seconds):
+    # Round half up, as Magenta's quantizer does.
+    return np.floor(np.asarray(seconds, np.float64) * STEPS_PER_SECOND + 0.5).astype(np.int64)
+
+
+def notes_to_events(notes, add_start_end=False):
+    """Encodes notes as performance events (10 ms steps, 32 velocity bins).
+
+    Onsets and offsets are rounded to the nearest 10 ms step (errors up to
+    5 ms); a note that would round to zero length lasts one step, placed so
+    that its onset and offset move by at most 10 ms. Notes of one pitch
+    should not overlap (as `midi_to_notes` guarantees); otherwise the same
+    rules are applied on the rounded times: one note per pitch and step
+    (earliest start, latest end, loudest velocity), and a note sounding past
+    the next onset of its pitch ends there.
+
+    Args:
+        notes: iterable of objects with `start`, `end` (seconds), `pitch`
+            (0..127) and `velocity` (1..127), e.g. `Note`.
+        add_start_end: put `START_ID` first and `END_ID` last.
+
+    Returns:
+        np.int32 array (N,) of event ids in [0, VOCABULARY_SIZE).
+
+    Raises:
+        ValueError: if there are no notes, a pitch or velocity is not a
+            whole number, a pitch is outside 0..127, a time is negative,
+            not finite or past `MAX_SECONDS`, or a note ends before it
+            starts.
+
+    Example:
+    >>> from keras_attn.preprocessing.music import Note, notes_to_events
+    >>> notes_to_events([Note(velocity=80, pitch=60, start=0.0, end=0.5)])
+    array([378,  63, 308, 191], dtype=int32)
+
+    Reference:
+        Oore et al. 2018, section 6.1; Huang et al. 2018, section 5.2.
+    """
+    notes = list(notes)
+    missing = [n for n in notes if not all(hasattr(n, f) for f in ("start", "end", "pitch", "velocity"))]
+    if missing or not notes:
+        raise ValueError("Expected one or more notes with `start`, `end`, `pitch` and `velocity` attributes, "
+                         f"e.g. `music.Note`. Received: {repr(missing[0]) if missing else 'no notes'}.")
+    for field, plural in (("pitch", "pitches"), ("velocity", "velocities")):
+        fractional = [v for v in (getattr(n, field) for n in notes) if not float(v).is_integer()]
+        if fractional:  # np.int64 would truncate 60.7 to 60
+            raise ValueError(f"Expected whole-number note {plural}. Received: {fractional[:3]}.")
+    starts, ends = (np.array([getattr(n, f) for n in notes], np.float64) for f in ("start", "end"))
+    pitches = np.array([n.pitch for n in notes], np.int64)
+    if pitches.min() < 0 or pitches.max() >= NUM_PITCHES:
+        raise ValueError(f"Expected note pitches in 0..127. Received: pitches from {pitches.min()} to "
+                         f"{pitches.max()}. Drop or transpose those notes.")
+    backwards = np.flatnonzero(ends < starts)
+    if backwards.size:
+        i = backwards[0]
+        raise ValueError(f"Expected every note to end at or after its start. Received: {backwards.size} notes "
+                         f"ending before they start, the first from {starts[i]} s to {ends[i]} s (pitch {pitches[i]}).")
+    velocities = np.array([n.velocity for n in notes], np.int64)
+    return _encode(starts, ends, pitches, velocities, add_start_end)
+
+
+def _encode(starts, ends, pitches, velocities, add_start_end=False):
+    """`notes_to_events` on arrays: times in seconds, at least one note of a pitch in 0..127,
+    none ending before it starts. Refuses times that a file or a time stretch can still bring."""
+    # Not `not a < b`: NaN is refused. One TIME_SHIFT per second: 1e12 s asked for terabytes.
+    if not (starts.min() >= 0 and ends.max() < MAX_SECONDS):
+        raise ValueError(f"Expected note times from 0 s to below {MAX_SECONDS:.0e} s ({MAX_SECONDS / 86400:.1f} days; "
+                         f"one TIME_SHIFT per second). Received: notes from {starts.min()} s to {ends.max()} s.")
+    start_steps = _to_steps(starts)
+    end_steps = _to_steps(ends)
+    # A note shorter than a step gets one step, on the side of its midpoint,
+    # so that neither its onset nor its offset moves by more than 10 ms.
+    too_short = end_steps <= start_steps
+    late = (starts + ends) * (STEPS_PER_SECOND / 2) >= start_steps
+    end_steps = np.where(too_short & late, start_steps + 1, end_steps)
+    start_steps = np.where(too_short & ~late, np.maximum(end_steps - 1, 0), start_steps)
+    end_steps = np.where(too_short & ~late, start_steps + 1, end_steps)
+    # Rounding may make two notes of one pitch share an onset step or overlap.
+    start_steps, end_steps, pitches, velocities = _resolve_overlaps(
+        start_steps, end_steps, pitches, velocities
+    )
+    count = len(pitches)
+    # Event table, one row per note-on and note-off: (step, kind 0 = off /
+    # 1 = on, pitch, velocity bin), in the order the events are written.
+    times = np.concatenate([end_steps, start_steps])
+    kinds = np.concatenate([np.zeros(count, np.int64), np.ones(count, np.int64)])
+    event_pitches = np.concatenate([pitches, pitches])
+    bins = np.concatenate([np.zeros(count, np.int64), velocity_to_bin(velocities)])
+    order = np.lexsort((event_pitches, kinds, times))
+    times, kinds, event_pitches, bins = times[order], kinds[order], event_pitches[order], bins[order]
+    # Each row writes: the time shifts from the previous row's step (full
+    # 1 s shifts, then the remainder), a VELOCITY if it is a note-on whose
+    # bin differs from the previous note-on's, then its NOTE_ON / NOTE_OFF.
+    gaps = np.diff(times, prepend=0)
+    full_shifts, remainders = np.divmod(gaps, NUM_TIME_SHIFTS)
+    on_rows = np.flatnonzero(kinds == 1)
+    new_bin = np.zeros(len(times), np.int64)
+    new_bin[on_rows] = np.diff(bins[on_rows], prepend=-1) != 0
+    per_row = full_shifts + (remainders > 0) + new_bin + 1
+    row = np.repeat(np.arange(len(times)), per_row)
+    position = np.arange(len(row)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    full_shifts, remainders, new_bin = full_shifts[row], remainders[row], new_bin[row]
+    events = np.where(
+        position < full_shifts,
+        TIME_SHIFT_OFFSET + NUM_TIME_SHIFTS - 1,
+        np.where(
+            position < full_shifts + (remainders > 0),
+            TIME_SHIFT_OFFSET + remainders - 1,
+            np.where(
+                position < full_shifts + (remainders > 0) + new_bin,
+                VELOCITY_OFFSET + bins[row],
+                np.where(kinds[row] == 1, NOTE_ON_OFFSET, NOTE_OFF_OFFSET) + event_pitches[row],
+            ),
+        ),
+    )
+    if add_start_end:
+        events = np.concatenate([[START_ID], events, [END_ID]])
+    return events.astype(np.int32)
+
+
+def _check_ids(ids, vocabulary_size, what="event"):
+    """`ids` as a 1-D int64 array of ids in [0, vocabulary_size)."""
+    ids = np.asarray(ids)
+    integer = ids.ndim == 1 and (np.issubdtype(ids.dtype, np.integer) or ids.size == 0)
+    low, high = (ids.min(), ids.max()) if integer and ids.size else (0, 0)
+    if not integer or low < 0 or high >= vocabulary_size:
+        received = f"ids from {low} to {high}" if integer else f"shape {ids.shape}, dtype {ids.dtype}"
+        raise ValueError(f"Expected a 1-D array of integer {what} ids in [0, {vocabulary_size}). Received: "
+                         f"{received}. Decode one sequence at a time, with the vocabulary that made it.")
+    return ids.astype(np.int64)
+
+
+def _check_decoding(events, default_velocity, max_note_duration):
+    """The arguments of `events_to_notes`; `max_note_duration` as 10 ms steps (or None)."""
+    # 200 wrapped around to -56 in a MIDI file, 0 wrote silent notes.
+    require(is_int(default_velocity, 1, 127), "default_velocity", default_velocity,
+            "a MIDI velocity, an int in 1..127")
+    # Clipped, then in float64: np.int8(5) * 100 wrapped around, 10**400 overflowed. Longer than
+    # any performance (1e12 s, about 30,000 years) is no cut at all.
+    value = max_note_duration
+    finite = is_number(value) and -math.inf < value < math.inf
+    seconds = max(min(int(value) if is_int(value) else float(value), 1e12), -1.0) if finite else math.nan
+    require(max_note_duration is None or seconds >= 1 / STEPS_PER_SECOND, "max_note_duration", max_note_duration,
+            f"None (no cut) or a finite number of seconds >= {1 / STEPS_PER_SECOND} (one time step), e.g. 5.0")
+    max_steps = None if max_note_duration is None else round(seconds * STEPS_PER_SECOND)
+    return _check_ids(events, VOCABULARY_SIZE), int(default_velocity), max_steps
+
+
+def _decode(events, default_velocity=DEFAULT_VELOCITY, max_steps=None):
+    """`events_to_notes` on checked arguments, as arrays: (start steps, end steps, pitches,
+    velocities), by onset."""
+    end_positions = np.flatnonzero(events == END_ID)
+    if end_positions.size:
+        events = events[: end_positions[0]]
+    is_shift = (events >= TIME_SHIFT_OFFSET) & (events < VELOCITY_OFFSET)
+    # The step at each event: the time shifts up to it.
+    now = np.cumsum(np.where(is_shift, events - TIME_SHIFT_OFFSET + 1, 0))
+    last = int(now[-1]) if now.size else 0
+    # The velocity at each event: the last VELOCITY event before it.
+    is_velocity = events >= VELOCITY_OFFSET
+    latest = np.maximum.accumulate(np.where(is_velocity, np.arange(len(events)), -1))
+    velocity = np.where(
+        latest >= 0,
+        bin_to_velocity(np.where(is_velocity, events - VELOCITY_OFFSET, 0))[np.maximum(latest, 0)],
+        int(default_velocity),
+    )
+    # A NOTE_ON sounds until the next NOTE_ON or NOTE_OFF of its pitch (a
+    # NOTE_OFF with no sounding note has no effect), or until the end.
+    is_note = (events >= NOTE_ON_OFFSET) & (events < TIME_SHIFT_OFFSET)
+    positions = np.flatnonzero(is_note)
+    pitch = (events[positions] - NOTE_ON_OFFSET) % NUM_PITCHES
+    positions = positions[np.argsort(pitch, kind="stable")]
+    pitch = np.sort(pitch, kind="stable")
+    is_on = events[positions] < NOTE_OFF_OFFSET
+    has_next = np.append(pitch[1:] == pitch[:-1], False)
+    starts = now[positions]
+    next_time = np.append(starts[1:], 0)
+    ends = np.where(has_next, next_time, np.maximum(last, starts + 1))
+    if max_steps is not None:
+        ends = np.minimum(ends, starts + max_steps)
+    keep = is_on & (ends > starts)
+    starts, ends, pitch = starts[keep], ends[keep], pitch[keep]
+    velocities = velocity[positions[keep]]
+    order = np.lexsort((pitch, starts))
+    return starts[order], ends[order], pitch[order], velocities[order]
+
+
+def events_to_notes(events, default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
+    """Decodes performance events to notes (seconds), tolerating bad sequences.
+
+    `PAD_ID` and `START_ID` are skipped; `END_ID` ends the performance (later
+    events are ignored). A `NOTE_OFF` without a sounding note is ignored; a
+    `NOTE_ON` of a sounding pitch ends the earlier note first; a note still
+    sounding at the end ends with the last event (one step after its onset
+    if that is later). Notes of zero duration are dropped. Model samples are
+    decoded without error.
+
+    A model can leave notes hanging: it samples a `NOTE_ON` and never the
+    matching `NOTE_OFF`, and the note sounds to the end of the sample.
+    `max_note_duration` ends every note at most that many seconds after its
+    onset (Magenta's Performance RNN cuts generated notes at 5 s). The
+    default, None, decodes the events exactly (encoding and decoding a
+    performance gives its notes back).
+
+    Args:
+        events: 1-D integer array-like of ids in [0, VOCABULARY_SIZE).
+        default_velocity: velocity of notes before any `VELOCITY` event.
+        max_note_duration: None, or the longest a note may sound, in seconds
+            (rounded to 10 ms steps, at least one step).
+
+    Returns:
+        list of `Note`, sorted by onset then pitch; times are multiples of
+        10 ms.
+
+    Raises:
+        ValueError: if `events` is not 1-D integer or has ids outside the
+            vocabulary, `default_velocity` is not an int in 1..127, or
+            `max_note_duration` is not None or a finite number >= 0.01.
+
+    Example:
+    >>> from keras_attn.preprocessing.music import event_to_string, events_to_notes
+    >>> events = [378, 63, 308, 191]
+    >>> [event_to_string(event) for event in events]
+    ['VELOCITY(19)', 'NOTE_ON(60)', 'TIME_SHIFT(500ms)', 'NOTE_OFF(60)']
+    >>> events_to_notes(events)
+    [Note(velocity=77, pitch=60, start=0.0, end=0.5)]
+    >>> events_to_notes([1, 63, 308, 2, 64])  # START skipped, nothing after END
+    [Note(velocity=64, pitch=60, start=0.0, end=0.5)]
+    >>> events_to_notes([63, 308, 308])  # no NOTE_OFF: sounds to the end
+    [Note(velocity=64, pitch=60, start=0.0, end=1.0)]
+    >>> events_to_notes([63, 308, 308], max_note_duration=0.75)
+    [Note(velocity=64, pitch=60, start=0.0, end=0.75)]
+
+    Reference:
+        Oore et al. 2018, section 6.1.
+    """
+    starts, ends, pitches, velocities = _decode(
+        *_check_decoding(events, default_velocity, max_note_duration))
+    return _notes_from_arrays(
+        starts / STEPS_PER_SECOND, ends / STEPS_PER_SECOND, pitches, velocities
+    )
+
+
+def event_to_string(event):
+    """A readable name for one event id, e.g. `"NOTE_ON(60)"`, `"TIME_SHIFT(250ms)"`.
+
+    Args:
+        event: int id in [0, VOCABULARY_SIZE).
+
+    Returns:
+        str.
+
+    Raises:
+        ValueError: if `event` is outside the vocabulary.
+
+    Example:
+    >>> from keras_attn.preprocessing.music import event_to_string
+    >>> [event_to_string(event) for event in (0, 1, 2, 63, 191, 283, 378)]
+    ['PAD', 'START', 'END', 'NOTE_ON(60)', 'NOTE_OFF(60)', 'TIME_SHIFT(250ms)', 'VELOCITY(19)']
+
+    Reference:
+        Oore et al. 2018, section 6.1.
+    """
+    event = int(event)
+    if event == PAD_ID:
+        return "PAD"
+    if event == START_ID:
+        return "START"
+    if event == END_ID:
+        return "END"
+    if NOTE_ON_OFFSET <= event < NOTE_OFF_OFFSET:
+        return f"NOTE_ON({event - NOTE_ON_OFFSET})"
+    if NOTE_OFF_OFFSET <= event < TIME_SHIFT_OFFSET:
+        return f"NOTE_OFF({event - NOTE_OFF_OFFSET})"
+    if TIME_SHIFT_OFFSET <= event < VELOCITY_OFFSET:
+        return f"TIME_SHIFT({(event - TIME_SHIFT_OFFSET + 1) * 10}ms)"
+    if VELOCITY_OFFSET <= event < VOCABULARY_SIZE:
+        return f"VELOCITY({event - VELOCITY_OFFSET})"
+    raise ValueError(f"Expected an event id in [0, {VOCABULARY_SIZE}). Received: {event}.")
