@@ -21,6 +21,8 @@ float rounding (tests/test_distribution.py, JAX with two host devices).
 
 import keras
 
+from keras_attn.checks import require
+
 # Variable path patterns (regular expressions that must match the whole
 # `variable.path`, as LayoutMap does) -> the layout of their two axes.
 _COLUMN = (None, "model")  # split the output features
@@ -64,11 +66,8 @@ def layout_map(device_mesh, model_dim="model"):
         projections); keras-hub backbones' `get_layout_map` do the same
         for their models.
     """
-    if model_dim not in device_mesh.axis_names:
-        raise ValueError(
-            f"`model_dim` must be an axis of the device mesh. Received: "
-            f"model_dim={model_dim!r}, mesh axes {tuple(device_mesh.axis_names)}."
-        )
+    axes = tuple(device_mesh.axis_names)
+    require(model_dim in axes, "model_dim", model_dim, f"an axis of the device mesh, one of {axes}")
     layouts = keras.distribution.LayoutMap(device_mesh)
     for pattern, axes in KERNEL_LAYOUTS.items():
         layouts[pattern] = tuple(model_dim if axis == "model" else axis for axis in axes)

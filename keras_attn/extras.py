@@ -42,9 +42,8 @@ def install_line(extra):
     pip install "keras_attn[music]"
     """
     if extra not in EXTRA_MODULES:
-        raise ValueError(
-            f"`extra` must be one of {sorted(EXTRA_MODULES)}. Received: extra={extra!r}."
-        )
+        raise ValueError(f"`extra` must be one of {sorted(EXTRA_MODULES)}. "
+                         f"Received: extra={extra!r}.")
     return f'pip install "keras_attn[{extra}]"'
 
 
@@ -84,7 +83,4 @@ def needs_extra(extra, user):
         missing = (error.name or "").split(".")[0]
         if missing not in EXTRA_MODULES[extra]:
             raise
-        raise ModuleNotFoundError(
-            f"{user} needs {missing}: {line}",
-            name=error.name,
-        ) from error
+        raise ModuleNotFoundError(f"{user} needs {missing}: {line}", name=error.name) from error

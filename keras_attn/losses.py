@@ -4,13 +4,7 @@ import keras
 from keras import ops
 
 from keras_attn import keras_internals
-
-
-def _set_mask(values, mask):
-    # Keras reduces a loss over the entries of the implicit mask only (the
-    # mechanism of its own `ignore_class`), which keeps the mean exact and
-    # the scaling right under tf.distribute.
-    return keras_internals.set_mask(values, mask)
+from keras_attn.checks import is_number, require
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -69,11 +63,8 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(
-                "`label_smoothing` must be in [0, 1). Received: "
-                f"label_smoothing={label_smoothing}."
-            )
+        require(is_number(label_smoothing, 0.0) and label_smoothing < 1.0, "label_smoothing",
+                label_smoothing, "a number in [0, 1)")
         self.label_smoothing = label_smoothing
         self.ignore_class = ignore_class
         self.from_logits = from_logits
@@ -96,15 +87,11 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
             loss = loss - self.label_smoothing * ops.mean(log_probs, axis=-1)
         if valid is None:
             return loss
-        return _set_mask(ops.where(valid, loss, 0.0), valid)
+        # Keras reduces a loss over the entries of the implicit mask only (the
+        # mechanism of its own `ignore_class`), which keeps the mean exact and
+        # the scaling right under tf.distribute.
+        return keras_internals.set_mask(ops.where(valid, loss, 0.0), valid)
 
     def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "label_smoothing": self.label_smoothing,
-                "ignore_class": self.ignore_class,
-                "from_logits": self.from_logits,
-            }
-        )
-        return config
+        return {**super().get_config(), "label_smoothing": self.label_smoothing,
+                "ignore_class": self.ignore_class, "from_logits": self.from_logits}

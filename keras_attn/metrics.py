@@ -51,9 +51,8 @@ class MaskedSparseCategoricalAccuracy(keras.metrics.Mean):
     def update_state(self, y_true, y_pred, sample_weight=None):
         _check_shapes(type(self).__name__, y_true, y_pred)
         y_true = ops.cast(y_true, "int32")
-        correct = ops.cast(
-            ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true), "float32"
-        )
+        predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
+        correct = ops.cast(ops.equal(predicted, y_true), "float32")
         weight = _token_weights(y_true, self.ignore_class, sample_weight)
         return _update_per_token(super(), correct, weight)
 
@@ -120,32 +119,22 @@ class BitsPerDimension(keras.metrics.Mean):
         return _update_per_token(super(), bits, weight)
 
     def get_config(self):
-        return {
-            **super().get_config(),
-            "from_logits": self.from_logits,
-            "ignore_class": self.ignore_class,
-        }
+        config = super().get_config()
+        return {**config, "from_logits": self.from_logits, "ignore_class": self.ignore_class}
 
 
 def _check_shapes(owner, y_true, y_pred):
     """Raises a ValueError unless y_pred is (*y_true.shape, classes)."""
-    true_shape, pred_shape = tuple(y_true.shape), tuple(y_pred.shape)
-    compatible = len(pred_shape) == len(true_shape) + 1 and all(
-        a is None or b is None or a == b for a, b in zip(true_shape, pred_shape[:-1])
-    )
-    if not compatible:
-        raise ValueError(
-            f"{owner} expects integer targets y_true of shape (B, T) and "
-            f"predictions y_pred of shape (B, T, classes). Received: "
-            f"y_true.shape={true_shape}, y_pred.shape={pred_shape}. Pass class "
-            "ids, not one-hot targets, and logits with the class axis last."
-        )
+    true, pred = tuple(y_true.shape), tuple(y_pred.shape)
+    if len(pred) != len(true) + 1 or any(a != b for a, b in zip(true, pred) if None not in (a, b)):
+        raise ValueError(f"{owner} expects y_true of shape (B, T) and y_pred of shape (B, T, "
+                         f"classes). Received: y_true.shape={true}, y_pred.shape={pred}. Pass "
+                         "class ids, not one-hot targets, and logits with the class axis last.")
 
 
 def _token_weights(y_true, ignore_class, sample_weight):
-    weight = None
-    if ignore_class is not None:
-        weight = ops.cast(ops.not_equal(y_true, ignore_class), "float32")
+    mask = None if ignore_class is None else ops.not_equal(y_true, ignore_class)
+    weight = None if mask is None else ops.cast(mask, "float32")
     if sample_weight is not None:
         sample_weight = ops.cast(sample_weight, "float32")
         weight = sample_weight if weight is None else weight * sample_weight

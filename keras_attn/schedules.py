@@ -1,10 +1,11 @@
 """Learning-rate schedules."""
 
 import math
-import numbers
 
 import keras
 from keras import ops
+
+from keras_attn.checks import is_number, require
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -48,11 +49,8 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
 
     def __init__(self, d_model, warmup_steps=4000, scale=1.0):
         for name, value in (("d_model", d_model), ("warmup_steps", warmup_steps), ("scale", scale)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-                    or not 0 < value < math.inf:  # NaN fails too
-                raise ValueError(
-                    f"`{name}` must be a positive finite number. Received: {name}={value!r}."
-                )
+            positive_finite = is_number(value) and 0 < value < math.inf  # NaN fails too
+            require(positive_finite, name, value, "a positive finite number")
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.scale = scale

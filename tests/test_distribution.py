@@ -89,5 +89,5 @@ def test_layout_map_patterns_and_errors():
                        "decoder_layer_0/feedforward_output/bias",
                        "decoder_layer_0/self_attention/relative_embeddings"):
         assert layouts[replicated] is None
-    with pytest.raises(ValueError, match=r"model_dim='model', mesh axes \('data', 'tensor'\)"):
+    with pytest.raises(ValueError, match=r"^`model_dim` must be an axis of the device mesh, one of \('data', 'tensor'\)\. Received: model_dim='model'\.$"):
         layout_map(mesh)

@@ -74,25 +74,14 @@ def _accepted(expected):
 
 
 def check_file(path, expected, what="file"):
-    """Raises a `ValueError` unless the file's sha256 is one of `expected`.
-
-    Args:
-        path: the file.
-        expected: a sha256 (64 hex digits), or a tuple of the accepted ones.
-        what: how the error names the file's origin.
-
-    Raises:
-        ValueError: the file's sha256 is not in `expected`; the message names
-            the path, the expected and the received hash.
-    """
-    received = sha256(path)
-    accepted = _accepted(expected)
+    """Raises a `ValueError` naming the path and both hashes unless the file's
+    sha256 is `expected` (64 hex digits) or one of them (a tuple); `what`
+    names the file's origin."""
+    received, accepted = sha256(path), _accepted(expected)
     if received not in accepted:
-        wanted = accepted[0] if len(accepted) == 1 else " or ".join(accepted)
-        raise ValueError(
-            f"The {what} {path!r} is not the expected file: its sha256 is {received}, expected "
-            f"{wanted}. It may be corrupted or truncated, or another version of the file."
-        )
+        raise ValueError(f"The {what} {path!r} is not the expected file: its sha256 is {received}, "
+                         f"expected {' or '.join(accepted)}. It may be corrupted, truncated or "
+                         "another version.")
 
 
 def _download(relative_path, expected, url, cache_dir):
@@ -118,16 +107,12 @@ def _download(relative_path, expected, url, cache_dir):
         received = sha256(target) if os.path.isfile(target) else "(no file)"
         if os.path.isfile(target):
             os.remove(target)
-        raise ValueError(
-            f"The file downloaded from {url} to {target!r} is not the expected file: its sha256 "
-            f"is {received}, expected {expected}. It was removed; call again to download it "
-            "again (a truncated transfer), or report the changed file."
-        ) from None
+        raise ValueError(f"The file downloaded from {url} to {target!r} is not the expected file: "
+                         f"its sha256 is {received}, expected {expected}. It was removed; call "
+                         "again to download it again, or report the changed file.") from None
     except Exception as error:  # keras.utils.get_file's "URL fetch failure ..."
-        raise OSError(
-            f"Could not download {url} to {target!r}: {error}. Without internet access, pass "
-            f"`data_dir` (or set ${DATA_ENV_VAR}) to a folder holding the data set."
-        ) from error
+        raise OSError(f"Could not download {url} to {target!r}: {error}. Offline, pass `data_dir` "
+                      f"(or set ${DATA_ENV_VAR}) to a folder holding the data set.") from error
     return path
 
 
@@ -157,12 +142,9 @@ def fetch_file(relative_path, expected, url, data_dir=None, cache_dir=None, what
     if folder is not None:
         path = os.path.join(folder, *relative_path.split("/"))
         if not os.path.isfile(path):
-            hint = (f"unset ${DATA_ENV_VAR}" if source != "data_dir" else "pass data_dir=None")
-            raise FileNotFoundError(
-                f"No {what} at {path!r}: the offline data folder {folder!r} (from {source}) is "
-                f"expected to hold {relative_path}. Copy the data set there, or {hint} to use "
-                "the cache and download what it lacks."
-            )
+            hint = f"unset ${DATA_ENV_VAR}" if source != "data_dir" else "pass data_dir=None"
+            raise FileNotFoundError(f"No {what} at {path!r}, in the offline data folder (from "
+                                    f"{source}). Copy the data set there, or {hint} to download.")
         check_file(path, expected, what=f"{what} in the offline folder")
         return path
     return _download(relative_path, _accepted(expected)[0], url, cache_dir)

@@ -31,6 +31,7 @@ import tarfile
 
 import numpy as np
 
+from keras_attn.checks import require
 from keras_attn.datasets import _files
 
 ARCHIVE = "cifar-10-python.tar.gz"
@@ -89,14 +90,11 @@ def fetch(data_dir=None, cache_dir=None, base_url=None):
         for name, expected in ((ARCHIVE, ARCHIVE_SHA256), (JPEG_COPY, JPEG_COPY_SHA256)):
             path = os.path.join(folder, "cifar10", name)
             if os.path.isfile(path):
-                _files.check_file(path, expected, what=f"CIFAR-10 file {name} in the offline folder")
+                _files.check_file(path, expected, f"CIFAR-10 file {name} in the offline folder")
                 return path
-        raise FileNotFoundError(
-            f"No CIFAR-10 in the offline data folder {folder!r} (from {source}): expected "
-            f"cifar10/{ARCHIVE} (the official archive) or cifar10/{JPEG_COPY} (this project's "
-            f"JPEG copy) in it. Copy one there, or leave data_dir and ${_files.DATA_ENV_VAR} "
-            "unset to use the cache and download the archive."
-        )
+        raise FileNotFoundError(f"No cifar10/{ARCHIVE} (nor this project's cifar10/{JPEG_COPY}) in "
+                                f"the offline data folder {folder!r} (from {source}). Copy one "
+                                f"there, or unset data_dir and ${_files.DATA_ENV_VAR} to download.")
     return _files.fetch_file(
         f"cifar10/{ARCHIVE}", ARCHIVE_SHA256, (base_url or BASE_URL) + ARCHIVE, data_dir=data_dir,
         cache_dir=cache_dir, what="CIFAR-10 archive",
@@ -119,8 +117,8 @@ class _ArraysOnly(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) in self._ALLOWED:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"CIFAR-10 batch: refusing to load {module}.{name}; the file may "
-                                     "be corrupted or malicious.")
+        raise pickle.UnpicklingError(f"CIFAR-10 batch: refusing to load {module}.{name}; the file "
+                                     "may be corrupted or malicious.")
 
 
 def _read_archive(path, split):
@@ -174,12 +172,11 @@ def load_data(split="train", data_dir=None, cache_dir=None, base_url=None):
     call, 163 MB): `images.shape == (50000, 32, 32, 3)`, `images.dtype ==
     np.uint8`.
     """
-    if split not in SPLITS:
-        raise ValueError(f"Unknown CIFAR-10 split. Received: split={split!r}. Expected one of {SPLITS}.")
+    require(split in SPLITS, "split", split, f"a CIFAR-10 split, one of {SPLITS}")
     path = fetch(data_dir, cache_dir, base_url)
     if path.endswith(".npz"):
-        if split != "train":
-            raise ValueError(f"{path!r} is this project's JPEG copy of the training images: it has no "
-                             f"{split!r} split. Put the official {ARCHIVE} beside it, or use the cache.")
+        require(split == "train", "split", split, f"'train' for {path!r}, this project's JPEG "
+                "copy of the training images (no 'test' split)",
+                f"Put the official {ARCHIVE} beside it.")
         return _read_jpeg_copy(path)
     return _read_archive(path, split)

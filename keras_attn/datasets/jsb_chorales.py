@@ -34,6 +34,7 @@ import json
 
 import numpy as np
 
+from keras_attn.checks import require
 from keras_attn.datasets import _files
 
 SEPARATED = "Jsb16thSeparated.json"
@@ -100,9 +101,7 @@ def fetch(name=SEPARATED, data_dir=None, cache_dir=None, base_url=None):
     >>> os.path.basename(path), len(chorales), chorales[0].shape[1], chorales[0].dtype
     ('Jsb16thSeparated.json', 76, 4, dtype('int32'))
     """
-    if name not in SHA256:
-        raise ValueError(f"Unknown JSB Chorales file. Received: name={name!r}. Expected one of "
-                         f"{tuple(SHA256)}.")
+    require(name in SHA256, "name", name, f"a JSB Chorales file, one of {tuple(SHA256)}")
     return _files.fetch_file(
         f"jsb_chorales/{name}", SHA256[name], (base_url or BASE_URL) + name, data_dir=data_dir,
         cache_dir=cache_dir, what=f"JSB Chorales file {name}",
@@ -131,13 +130,10 @@ def load_data(split="train", data_dir=None, cache_dir=None, base_url=None):
     `jsb_chorales.load_data("valid")` (the cache, or a download), or offline
     as in `fetch`'s example.
     """
-    if split not in SPLITS:
-        raise ValueError(f"Unknown JSB Chorales split. Received: split={split!r}. Expected one of "
-                         f"{SPLITS}.")
+    require(split in SPLITS, "split", split, f"a JSB Chorales split, one of {SPLITS}")
     path = fetch(SEPARATED, data_dir, cache_dir, base_url)
     with open(path, encoding="utf-8") as handle:
         data = json.load(handle)
-    if split not in data:
-        raise ValueError(f"{path!r} holds the splits {sorted(data)}, not {split!r} (this project's "
-                         "offline copy leaves out the test split; the official file has it).")
+    require(split in data, "split", split, f"one of the splits {sorted(data)} of {path!r} (this "
+            "project's offline copy leaves out the test split; the official file has it)")
     return [np.asarray(chorale, np.int32).reshape(-1, 4) for chorale in data[split]]

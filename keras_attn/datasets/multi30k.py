@@ -21,6 +21,7 @@ Citation:
 import gzip
 import os
 
+from keras_attn.checks import require
 from keras_attn.datasets import _files
 
 SPLITS = ("train", "val", "test_2016_flickr")
@@ -43,11 +44,6 @@ SHA256 = {
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
     "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
 }
-
-
-def _check_choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"Unknown Multi30k {name}. Received: {name}={value!r}. Expected one of {allowed}.")
 
 
 def fetch(splits=SPLITS, languages=LANGUAGES, data_dir=None, cache_dir=None, base_url=None):
@@ -83,22 +79,13 @@ def fetch(splits=SPLITS, languages=LANGUAGES, data_dir=None, cache_dir=None, bas
     """
     splits = (splits,) if isinstance(splits, str) else tuple(splits)
     languages = (languages,) if isinstance(languages, str) else tuple(languages)
-    for split in splits:
-        _check_choice("split", split, SPLITS)
-    for language in languages:
-        _check_choice("language", language, LANGUAGES)
-    base_url = base_url or BASE_URL
-    path = None
-    for split in splits:
-        for language in languages:
-            name = f"{split}.{language}.gz"
-            path = _files.fetch_file(
-                f"multi30k/{name}", SHA256[name], base_url + name, data_dir=data_dir,
-                cache_dir=cache_dir, what=f"Multi30k file {name}",
-            )
-    if path is None:
-        raise ValueError(f"Expected at least one split and language. Received: splits={splits}, "
-                         f"languages={languages}.")
+    for name, values, allowed in (("split", splits, SPLITS), ("language", languages, LANGUAGES)):
+        require(bool(values), f"{name}s", values, f"at least one Multi30k {name}")
+        for value in values:
+            require(value in allowed, name, value, f"a Multi30k {name}, one of {allowed}")
+    for name in (f"{split}.{language}.gz" for split in splits for language in languages):
+        path = _files.fetch_file(f"multi30k/{name}", SHA256[name], (base_url or BASE_URL) + name,
+                                 data_dir, cache_dir, what=f"Multi30k file {name}")
     return os.path.dirname(path)
 
 
@@ -138,14 +125,9 @@ def load_data(split="train", source_language="de", target_language="en", data_di
     >>> len(german), len(english)
     (1014, 1014)
     """
-    _check_choice("split", split, SPLITS)
-    _check_choice("source_language", source_language, LANGUAGES)
-    _check_choice("target_language", target_language, LANGUAGES)
-    if source_language == target_language:
-        raise ValueError(
-            "`source_language` and `target_language` must differ. Received: "
-            f"source_language={source_language!r}, target_language={target_language!r}."
-        )
+    # fetch refuses an unknown split or language.
+    require(source_language != target_language, "target_language", target_language,
+            f"another language than source_language={source_language!r}")
     folder = fetch(split, (source_language, target_language), data_dir, cache_dir, base_url)
     source, target = (_read_lines(os.path.join(folder, f"{split}.{language}.gz"))
                       for language in (source_language, target_language))

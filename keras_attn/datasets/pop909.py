@@ -23,6 +23,7 @@ import contextlib
 import os
 import time
 
+from keras_attn.checks import require
 from keras_attn.datasets import _files
 
 NUM_SONGS = 909
@@ -51,17 +52,14 @@ BASE_URL = (
 def _song_names(songs):
     if songs is None:
         return sorted(SHA256)
-    if isinstance(songs, (int, str)):
-        songs = (songs,)
+    songs = (songs,) if isinstance(songs, (int, str)) else list(songs)
+    require(bool(songs), "songs", songs, "at least one POP909 song, or None for all")
     names = []
     for song in songs:
         name = f"{song:03d}" if isinstance(song, int) and not isinstance(song, bool) else str(song)
-        if name not in SHA256:
-            raise ValueError(f"Unknown POP909 song. Received: {song!r}. Expected a number from 1 to "
-                             f"{NUM_SONGS} (or its three digits, e.g. '007').")
+        require(name in SHA256, "song", song, f"a POP909 song number from 1 to {NUM_SONGS} (or its "
+                "three digits, e.g. '007')")
         names.append(name)
-    if not names:
-        raise ValueError("Expected at least one POP909 song, or None for all. Received: none.")
     return sorted(set(names))
 
 

@@ -2,12 +2,13 @@
 
 import ctypes
 import errno
-import numbers
 import os
 import secrets
 import shutil
 import sys
 import tempfile
+
+from keras_attn.checks import is_int, require
 
 
 def versioned_export_path(export_dir, version, overwrite=False):
@@ -25,9 +26,9 @@ def versioned_export_path(export_dir, version, overwrite=False):
         The version folder's path (not created).
 
     Raises:
-        ValueError: if `version` is not a positive integer, `export_dir`
-            is not a path or is a file, or the version folder exists and
-            `overwrite` is False.
+        ValueError: a `version` that is not a positive integer, an
+            `export_dir` that is not a path or is a file, or an existing
+            version folder without `overwrite`.
 
     Example:
     >>> import os
@@ -50,21 +51,11 @@ def versioned_export_path(export_dir, version, overwrite=False):
     ValueError: `version` must be a positive integer ... Received: version=0.
     >>> folder.cleanup()
     """
-    if isinstance(version, bool) or not isinstance(version, numbers.Integral) or version <= 0:
-        raise ValueError(
-            "`version` must be a positive integer (TF Serving serves numbered "
-            f"folders under the model's base path). Received: version={version!r}."
-        )
-    if not isinstance(export_dir, (str, os.PathLike)):
-        raise ValueError(
-            "`export_dir` must be a folder path (str or os.PathLike), the model's base "
-            f"path for TF Serving. Received: export_dir={export_dir!r}."
-        )
-    if os.path.exists(export_dir) and not os.path.isdir(export_dir):
-        raise ValueError(
-            f"`export_dir` must be a folder, and {os.fspath(export_dir)} is a file: pass "
-            "another path (the version folders go inside it)."
-        )
+    require(is_int(version, 1), "version", version, "a positive integer (TF Serving serves the "
+            "numbered folders under the model's base path)")
+    require(isinstance(export_dir, (str, os.PathLike)) and (os.path.isdir(export_dir) or not
+            os.path.exists(export_dir)), "export_dir", export_dir, "a folder path (str or "
+            "os.PathLike), not a file: the model's base path, holding the version folders")
     path = os.path.join(os.fspath(export_dir), str(int(version)))
     if os.path.lexists(path) and not overwrite:
         raise _exists_error(path)
@@ -72,10 +63,8 @@ def versioned_export_path(export_dir, version, overwrite=False):
 
 
 def _exists_error(path):
-    return ValueError(
-        f"{path} already exists. Pass a new `version` (TF Serving then "
-        "switches to it) or `overwrite=True`."
-    )
+    return ValueError(f"{path} already exists. Pass a new `version` (TF Serving then switches to "
+                      "it) or `overwrite=True`.")
 
 
 def xla_function(function, jit_compile, input_signature=None):
@@ -113,9 +102,8 @@ def xla_function(function, jit_compile, input_signature=None):
     """
     import tensorflow as tf
 
-    return tf.function(
-        function, input_signature=input_signature, jit_compile=bool(jit_compile), autograph=False
-    )
+    return tf.function(function, input_signature=input_signature, jit_compile=bool(jit_compile),
+                       autograph=False)
 
 
 def write_archive(path, trackables, endpoints, overwrite=False):
@@ -146,8 +134,8 @@ def write_archive(path, trackables, endpoints, overwrite=False):
         endpoints: dict name -> `tf.function` with an input signature; the
             first one named "serving_default" becomes the default signature.
         overwrite: replace an existing `path`; without it an existing one
-            is refused (check early with `versioned_export_path`, before
-            the slow write).
+            is refused once written (check early with
+            `versioned_export_path`, before the slow write).
 
     Returns:
         `path`.
@@ -155,9 +143,9 @@ def write_archive(path, trackables, endpoints, overwrite=False):
     Raises:
         ValueError: if `path` exists (or appeared during the write) and
             `overwrite` is False; nothing is changed then.
-        Errors of `keras.export.ExportArchive` (tracking, tracing an
-        endpoint, writing the files) and of the file system propagate
-        unchanged.
+        Exception: the errors of `keras.export.ExportArchive` (tracking,
+            tracing an endpoint, writing the files) and of the file system
+            propagate unchanged.
 
     Example:
     >>> import os
@@ -187,8 +175,6 @@ def write_archive(path, trackables, endpoints, overwrite=False):
     import keras
 
     parent, name = os.path.split(os.path.abspath(os.fspath(path)))
-    if os.path.lexists(os.path.join(parent, name)) and not overwrite:
-        raise _exists_error(path)
     os.makedirs(parent, exist_ok=True)
     # os.mkdir, not tempfile.mkdtemp: the folder keeps the umask's
     # permissions (mkdtemp's 0700 would hide the model from the server).
@@ -266,14 +252,10 @@ def _renameat2(source, destination, flags):
         renameat2 = libc.renameat2
     except (OSError, AttributeError):  # glibc < 2.28, musl
         return None
-    renameat2.argtypes = [
-        ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint
-    ]
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p] * 2 + [ctypes.c_uint]
     renameat2.restype = ctypes.c_int
     at_fdcwd = -100
-    result = renameat2(
-        at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(destination), flags
-    )
+    result = renameat2(at_fdcwd, os.fsencode(source), at_fdcwd, os.fsencode(destination), flags)
     if result == 0:
         return True
     error = ctypes.get_errno()

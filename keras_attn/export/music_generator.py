@@ -2,18 +2,15 @@
 
 import tensorflow as tf
 
-from keras_attn import checks
+from keras_attn.checks import is_int, require
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
-from keras_attn.export.request_checks import check_number, checked, primer_checks, sampling_checks
-from keras_attn.generation import CachedDecoder, sample
+from keras_attn.export.request_checks import (
+    checked, primer_checks, row_seeds, sampling_checks, seed_check,
+)
+from keras_attn.generation import CachedDecoder, arguments, sample
 from keras_attn.models.music_transformer import MUSIC_SUPPRESSED_TOKEN_IDS
-from keras_attn.preprocessing import music
-
-# The pad and end ids are the same in both music vocabularies (performance
-# events and JSB Chorales).
-assert (music.PAD_ID, music.END_ID) == (music.JSB_PAD_ID, music.JSB_END_ID)
-_PAD_ID = music.PAD_ID
-_END_ID = music.END_ID
+# The pad and end ids of both music vocabularies (performance events, JSB Chorales).
+from keras_attn.preprocessing.music import END_ID as _END_ID, PAD_ID as _PAD_ID
 
 
 def export_music_generator(
@@ -54,9 +51,13 @@ def export_music_generator(
         - `top_k`: int32 scalar; keep the k most likely events at each step
           (0 = no top-k filter).
         - `top_p`: float32 scalar in (0, 1]; nucleus sampling (1 = off).
-        - `seed`: int32 scalar; the same seed and inputs give the same
-          events (the engine's noise is a pure function of seed, position,
-          row and event id).
+        - `seed`: int32, a scalar (one seed for the batch: the engine's
+          noise is a pure function of seed, position, row and event id) or
+          of shape (B,), one seed per row: row b's events then depend only
+          on its primer, its seed and the scalars, not on its place in the
+          batch nor on the other rows (what TF Serving's server-side
+          batching, which stacks requests along axis 0, needs). The same
+          seed and inputs give the same events.
     * output `events`: int32 (B, T + num_steps). Row b is its primer (its
       l_b non-zero events), then the sampled events, then 0-padding. A row
       gets `num_steps` new events, fewer if the model samples the end
@@ -70,7 +71,8 @@ def export_music_generator(
     primer or an empty row, a primer wider than `max_primer_length`, ids
     outside the vocabulary, padding inside a row, `num_steps` negative or
     past `max_length`, a temperature that is not a finite number > 0, a
-    negative `top_k`, a `top_p` outside (0, 1]) fail with an
+    negative `top_k`, a `top_p` outside (0, 1], a `seed` neither a scalar
+    nor one per row) fail with an
     `InvalidArgumentError` whose message says what was received and what
     is expected (`keras_attn.export.request_checks`, run before the loop);
     the server keeps running.
@@ -145,7 +147,7 @@ def export_music_generator(
         tf.TensorSpec((), tf.float32, name="temperature"),
         tf.TensorSpec((), tf.int32, name="top_k"),
         tf.TensorSpec((), tf.float32, name="top_p"),
-        tf.TensorSpec((), tf.int32, name="seed"),
+        tf.TensorSpec(None, tf.int32, name="seed"),  # () or (B,)
     ]
     # autograph=False as ExportArchive does: the loop is `ops.while_loop`.
     serve = tf.function(generate, input_signature=signature, autograph=False)
@@ -160,22 +162,24 @@ def _generation_function(model, max_length, max_primer_length, end_token_id,
     the export arguments are checked here, the request in `generate`."""
     decoder = CachedDecoder(model)  # validates the model
     vocabulary_size = decoder.vocabulary_size
-    check_number("max_length", max_length, 2, 2**31 - 1, "int32 positions")
-    if max_primer_length is None:
-        max_primer_length = max_length // 2
-    check_number("max_primer_length", max_primer_length, 1, max_length - 1,
-                 "below `max_length`, to leave room for generated events")
-    check_number("end_token_id", end_token_id, 1, vocabulary_size - 1, "an event of the vocabulary")
+    require(is_int(max_length, 2, 2**31 - 1), "max_length", max_length,
+            "an int from 2 to 2147483647 (int32 positions)")
+    max_primer_length = max_length // 2 if max_primer_length is None else max_primer_length
+    require(is_int(max_primer_length, 1, max_length - 1), "max_primer_length", max_primer_length,
+            f"an int from 1 to {max_length - 1} (below `max_length`, leaving room for new events)")
+    require(is_int(end_token_id, 1, vocabulary_size - 1), "end_token_id", end_token_id,
+            f"an int from 1 to {vocabulary_size - 1} (an event of the vocabulary)")
     # Padding inside a row would break the output's layout: always suppressed.
-    suppressed = checks.check_suppressed_token_ids(
+    suppressed = arguments.check_suppressed_token_ids(
         tuple(suppressed_token_ids or ()) + (_PAD_ID,), end_token_id, vocabulary_size
     )
 
     def generate(primer, num_steps, temperature, top_k, top_p, seed):
-        request = checked((primer, num_steps, temperature, top_k, top_p), primer_checks(
-            primer, num_steps, vocabulary_size, max_length, max_primer_length
-        ) + sampling_checks(temperature, top_k, top_p))
-        return decode(*request, seed)
+        conditions = primer_checks(primer, num_steps, vocabulary_size, max_length,
+                                   max_primer_length) + sampling_checks(temperature, top_k, top_p)
+        conditions.append(seed_check(seed, tf.shape(primer)[0]))
+        *request, seed = checked((primer, num_steps, temperature, top_k, top_p, seed), conditions)
+        return decode(*request, row_seeds(seed))
 
     def decode_loop(primer, num_steps, temperature, top_k, top_p, seed):
         width = tf.shape(primer)[1]

@@ -1,18 +1,17 @@
 """SavedModel export of an Image Transformer super-resolution model: a
 low-resolution uint8 image in, a sampled high-resolution uint8 image out."""
 
-import numbers
-
 import numpy as np
 import tensorflow as tf
 
+from keras_attn.checks import is_int, is_number, require
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
-from keras_attn.export.request_checks import batch_check, check_number, checked, sampling_checks
+from keras_attn.export.request_checks import (
+    batch_check, checked, row_seeds, sampling_checks, seed_check,
+)
 
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_SEED = 0
-_FLOAT32_SMALLEST_NORMAL = float(np.finfo(np.float32).tiny)
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def image_sizes(model):
@@ -39,16 +38,12 @@ def image_sizes(model):
     ((2, 2, 3), (8, 8, 3))
     """
     try:
-        low = model.get_layer("encoder_embedding")
-        high = model.get_layer("decoder_embedding")
+        low, high = model.get_layer("encoder_embedding"), model.get_layer("decoder_embedding")
     except (ValueError, AttributeError):  # no such layer; not a model (None, a path)
         low = high = None
-    if low is None or not hasattr(low, "image_size") or not hasattr(high, "image_size"):
-        raise ValueError(
-            "Expected a `keras_attn.models.super_resolution_transformer` model "
-            "(with PixelEmbedding layers named `encoder_embedding` and "
-            f"`decoder_embedding`). Received: {getattr(model, 'name', model)!r}."
-        )
+    require(hasattr(low, "image_size") and hasattr(high, "image_size"), "model",
+            getattr(model, "name", model), "a `keras_attn.models.super_resolution_transformer` "
+            "model (PixelEmbedding layers `encoder_embedding` and `decoder_embedding`)")
     return low.image_size + (low.channels,), high.image_size + (high.channels,)
 
 
@@ -61,13 +56,17 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
     intensity per step through the decoder's caches -> image. Works eagerly,
     inside `tf.function` (also with `jit_compile=True`) and in an exported
     graph (tensor `seed` and `temperature`). The same seed gives the same
-    images; each image of the batch draws its own noise.
+    images; each image of the batch draws its own noise. With one seed per
+    image ((B, 1)), an image's result depends only on it and its seed, not
+    on its place in the batch.
 
     Args:
         model: a `super_resolution_transformer` model.
         low_resolution: (B, h, w, C) uint8 (or int) images, intensities
             0..255 (a NumPy array, tensor or nested list).
-        seed: int, or an int scalar / (2,) tensor.
+        seed: int, or an int scalar / (2,) tensor (one seed for the batch),
+            or a (B, 1) int tensor: one seed per image (see
+            `keras_attn.generation.sample`).
         temperature: positive float or float scalar tensor (1.0 samples the
             model's distribution; lower is sharper).
         decoder: an optional `keras_attn.generation.CachedDecoder(model)` to
@@ -116,20 +115,13 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
     if not hasattr(low_resolution, "dtype"):
         low_resolution = tf.convert_to_tensor(low_resolution)  # nested lists
     dtype = tf.as_dtype(low_resolution.dtype)
-    if not dtype.is_integer:
-        raise ValueError(
-            "Expected low-resolution images of integer intensities 0..255 (uint8): a "
-            "cast would truncate other numbers (floats in [0, 1] become black). Received "
-            f"dtype {dtype.name}. For floats in [0, 1], pass "
-            "`np.round(images * 255).astype(np.uint8)`."
-        )
+    require(dtype.is_integer, "low_resolution.dtype", dtype.name, "an integer dtype "
+            "(intensities 0..255: a cast would make floats in [0, 1] black)",
+            "For floats in [0, 1], pass `np.round(images * 255).astype(np.uint8)`.")
     shape = tuple(low_resolution.shape)
-    if len(shape) != 4 or tuple(shape[1:]) != (h, w, c):
-        raise ValueError(
-            f"Expected low-resolution images of shape (batch, {h}, {w}, {c}) "
-            f"(uint8 RGB). Received shape {shape}. Resize or convert the images "
-            f"(e.g. `keras_attn.preprocessing.images.downsample`, RGB)."
-        )
+    require(shape[1:] == (h, w, c), "low_resolution.shape", shape,
+            f"(batch, {h}, {w}, {c})", "Resize or convert the images (e.g. with "
+            "`keras_attn.preprocessing.images.downsample`).")
     batch = tf.shape(low_resolution)[0]
     tokens = tf.reshape(tf.cast(low_resolution, tf.int32), [batch, h * w * c])
     return sample_images(
@@ -209,12 +201,17 @@ def export_super_resolver(
     signature has no optional inputs:
 
     - `serving_default`: `image` uint8 (B, h, w, C) -> `image` uint8
-      (B, H, W, C), sampled at `default_temperature` with `default_seed`
-      (the same input always gives the same output);
+      (B, H, W, C), sampled at `default_temperature`, every image with
+      `default_seed` as its own seed: an image's output depends on that
+      image only, not on the other images of its batch nor its row (so
+      TF Serving's server-side batching changes nothing);
     - `sample_with_options`: `image` uint8 (B, h, w, C), `temperature`
-      float32 scalar (> 0), `seed` int64 scalar, `top_k` int32 scalar
+      float32 scalar (> 0), `seed` int64, `top_k` int32 scalar
       (>= 0; 0 = all intensities), `top_p` float32 scalar (in (0, 1];
-      1 = no nucleus filter) -> `image` uint8 (B, H, W, C).
+      1 = no nucleus filter) -> `image` uint8 (B, H, W, C). `seed` is
+      either a scalar, one seed for the batch (rows draw different noise;
+      row 0 draws what the image would alone), or of shape (B,), one seed
+      per image: each image then gets what it gets alone with its seed.
 
     Inputs of another size or channel count (grayscale (B, 8, 8, 1), RGBA
     (B, 8, 8, 4), (B, 16, 16, 3), ...) are refused with an error naming the
@@ -282,9 +279,11 @@ def export_super_resolver(
     (h, w, c), _ = image_sizes(model)
     # The graph holds both as float32 and int64 constants: values those
     # cannot hold would become 0 or inf (every request refused) or wrap.
-    check_number("default_temperature", default_temperature, _FLOAT32_SMALLEST_NORMAL,
-                 _FLOAT32_MAX, "a finite temperature > 0 that float32 holds", numbers.Real)
-    check_number("default_seed", default_seed, -(2**63), 2**63 - 1, "an int that int64 holds")
+    low, high = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+    require(is_number(default_temperature, low, high), "default_temperature", default_temperature,
+            f"a number from {low} to {high} (a finite temperature > 0 that float32 holds)")
+    require(is_int(default_seed, -(2**63), 2**63 - 1), "default_seed", default_seed,
+            f"an int from {-(2**63)} to {2**63 - 1} (an int that int64 holds)")
     path = versioned_export_path(export_dir, version, overwrite)
     decoder = CachedDecoder(model)
     sampler = xla_function(
@@ -295,32 +294,36 @@ def export_super_resolver(
     )
     image_spec = tf.TensorSpec((None, h, w, c), tf.uint8, name="image")
 
-    def checked_image(image, *options):
+    def checked_image(image, seed=None, *options):
         # The signature's static shape documents the input, but a TF2 client
         # calling the signature is not stopped by it: EnsureShape refuses
         # other sizes at run time with an error naming both shapes. The
         # request is checked here, before the loop (XLA drops assertions).
         image = tf.ensure_shape(image, (None, h, w, c))
-        conditions = [batch_check("image", image)] + (sampling_checks(*options) if options else [])
-        return checked((image,) + options, conditions)
+        if seed is None:
+            return checked(image, [batch_check("image", image)])
+        conditions = [batch_check("image", image), seed_check(seed, tf.shape(image)[0])]
+        return checked((image, seed) + options, conditions + sampling_checks(*options))
 
     @tf.function(input_signature=[image_spec])
     def serve(image):
-        (image,) = checked_image(image)
-        seed = tf.constant(default_seed, tf.int64)
+        image = checked_image(image)
+        # One seed per image, so an image's output does not depend on its batch.
+        seed = tf.fill([tf.shape(image)[0], 1], tf.constant(default_seed, tf.int64))
         temperature = tf.constant(default_temperature, tf.float32)
         return {"image": sampler(image, seed, temperature)}
 
     @tf.function(input_signature=[
         image_spec,
         tf.TensorSpec((), tf.float32, name="temperature"),
-        tf.TensorSpec((), tf.int64, name="seed"),
+        tf.TensorSpec(None, tf.int64, name="seed"),  # () or (B,)
         tf.TensorSpec((), tf.int32, name="top_k"),
         tf.TensorSpec((), tf.float32, name="top_p"),
     ])
     def serve_with_options(image, temperature, seed, top_k, top_p):
-        image, temperature, top_k, top_p = checked_image(image, temperature, top_k, top_p)
-        return {"image": sampler(image, seed, temperature, top_k, top_p)}
+        image, seed, temperature, top_k, top_p = checked_image(
+            image, seed, temperature, top_k, top_p)
+        return {"image": sampler(image, row_seeds(seed), temperature, top_k, top_p)}
 
     return write_archive(
         path, [model], {"serving_default": serve, "sample_with_options": serve_with_options},

@@ -2,9 +2,10 @@
 
 import tensorflow as tf
 
-from keras_attn import checks
+from keras_attn.checks import is_int, require
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
-from keras_attn.export.request_checks import batch_check, check_number, checked, id_range_check
+from keras_attn.export.request_checks import batch_check, checked, id_range_check
+from keras_attn.generation import arguments
 
 
 def export_translator(
@@ -123,16 +124,13 @@ def export_translator(
     """
     from keras_attn.preprocessing.text import encode_source
 
-    check_number("max_length", max_length, 3, 2**31 - 1, "the start token, one token and the "
-                 "end token, up to int32 positions: the static length of sources and translations")
-    checks.check_beam_arguments(num_beams, length_penalty_alpha)  # not first while tracing
+    require(is_int(max_length, 3, 2**31 - 1), "max_length", max_length, "an int from 3 to "
+            "2147483647 (start, one token and end; the static length of sources and translations)")
+    arguments.check_beam_arguments(num_beams, length_penalty_alpha)  # not first while tracing
     source_tokenizer = source_tokenizer or tokenizer
     for name, value in (("tokenizer", tokenizer), ("source_tokenizer", source_tokenizer)):
-        if not all(hasattr(value, a) for a in ("tokenize", "detokenize", "pad_id")):
-            raise ValueError(
-                f"`{name}` must be the `SubwordTokenizer` the model was trained with "
-                f"(keras_attn.preprocessing.subword_tokenizer). Received: {name}={value!r}."
-            )
+        require(all(hasattr(value, a) for a in ("tokenize", "detokenize", "pad_id")), name, value,
+                "the `SubwordTokenizer` the model was trained with (keras_attn.preprocessing)")
     path = versioned_export_path(export_dir, version, overwrite)
     # One trace of the decoding loop serves both endpoints (the text endpoint's
     # (B, max_length) tokens fit the (B, S) signature).
@@ -145,21 +143,20 @@ def export_translator(
     vocabulary_size = getattr(embedding, "vocabulary_size", getattr(embedding, "input_dim", None))
     max_positions = getattr(embedding, "max_positions", None)
 
-    def generate(encoder_tokens):
+    def generate(tokens):
         # The request is checked here, before the loop (XLA drops assertions;
         # the layers trust their inputs). A TF2 client calling a signature is
         # not stopped by its static shape: EnsureShape refuses another rank.
-        encoder_tokens = tf.ensure_shape(encoder_tokens, (None, None))
-        conditions = [batch_check("encoder_tokens", encoder_tokens)]
+        tokens = tf.ensure_shape(tokens, (None, None))
+        conditions = [batch_check("encoder_tokens", tokens)]
         if vocabulary_size is not None:
-            conditions.append(id_range_check("encoder_tokens", encoder_tokens, vocabulary_size,
-                                             "source tokens of the vocabulary"))
+            what = "source tokens of the vocabulary"
+            conditions.append(id_range_check("encoder_tokens", tokens, vocabulary_size, what))
         if max_positions is not None:
-            conditions.append((tf.shape(encoder_tokens)[1] <= max_positions, [
-                f"`encoder_tokens` is longer than the learned position table: truncate "
-                f"sources to {max_positions} tokens. Received length:",
-                tf.shape(encoder_tokens)[1]]))
-        return decoding_loop(checked(encoder_tokens, conditions))
+            conditions.append((tf.shape(tokens)[1] <= max_positions, "`encoder_tokens` is longer "
+                               "than the learned position table: truncate sources to "
+                               f"{max_positions} tokens. Received length:", tf.shape(tokens)[1]))
+        return decoding_loop(checked(tokens, conditions))
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])
     def serve_text(text):

@@ -172,19 +172,15 @@ class CachedDecoder(Decoder):
     shared_state_keys = ("memory",)
 
     def __init__(self, model, token_input=None):
-        if not keras_internals.is_functional(model):
+        functional = keras_internals.is_functional(model)
+        shapes = [tuple(o.shape) for o in model.outputs] if functional else None
+        if not functional or len(shapes) != 1 or len(shapes[0]) != 3 or shapes[0][-1] is None:
             raise ValueError(
-                "CachedDecoder needs a functional `keras.Model`, whose graph it reads (for a "
-                f"subclassed model, use `RecomputingDecoder`). Received: {model!r}."
-            )
-        outputs = model.outputs
-        if len(outputs) != 1 or len(outputs[0].shape) != 3 or outputs[0].shape[-1] is None:
-            raise ValueError(
-                "CachedDecoder needs a model with a single output, the logits (batch, length, "
-                f"vocabulary). Received outputs of shapes {[tuple(o.shape) for o in outputs]}."
-            )
-        self._logits_tensor = outputs[0]
-        self.vocabulary_size = outputs[0].shape[-1]
+                "CachedDecoder needs a functional `keras.Model` (it reads the graph; for a "
+                "subclassed model, use `RecomputingDecoder`) with a single output, the logits "
+                f"(batch, length, vocabulary). Received: {model!r:.80}, output shapes {shapes}.")
+        self._logits_tensor = model.outputs[0]
+        self.vocabulary_size = shapes[0][-1]
         super().__init__(model, token_input)
         self._token_tensor = self._input_names[self.token_input]
         self._dynamic = {}
@@ -247,8 +243,7 @@ class CachedDecoder(Decoder):
                 raise ValueError(
                     f"CachedDecoder: a second output of '{node.operation.name}' (e.g. attention "
                     "scores) leads to the logits; only hidden states are replayed with caches. "
-                    "Build the generation model without `return_attention_scores=True` there."
-                )
+                    "Build the generation model without `return_attention_scores=True` there.")
             if id(node) in planned:
                 return
             planned.add(id(node))
@@ -284,13 +279,10 @@ class CachedDecoder(Decoder):
         if _is_positionwise(op):
             return step
         raise ValueError(
-            f"CachedDecoder: layer {name}, on the path from `{self.token_input}` to the logits, "
-            "is not known to act on each position on its own, so it cannot be replayed one token "
-            "at a time. Supported: cached layers (`init_cache`, `cache` and `cache_index`; an "
-            "encoder block has no cache, as it is not causal), position-aware layers (`start_index`)"
-            " and position-wise ones (Dense, Embedding, LayerNormalization on the last axis, "
-            "activations, Add...). Decode such a model with `RecomputingDecoder`."
-        )
+            f"CachedDecoder: layer {name}, between `{self.token_input}` and the logits, is not "
+            "known to act on each position on its own. Supported: cached layers (`init_cache`, "
+            "`cache`, `cache_index`; an encoder block is not causal), position-aware layers "
+            "(`start_index`) and position-wise ones (Dense...). Else, use `RecomputingDecoder`.")
 
     def _plan_cached_step(self, step, name, call, plan_static):
         """A cached layer (see the protocol): its cache, its padding mask and,
@@ -301,29 +293,23 @@ class CachedDecoder(Decoder):
             raise ValueError(
                 f"CachedDecoder: {name} takes Keras' `mask` call argument, which Keras fills with "
                 "its input's implicit mask (B, T), not the cache's (B, max_length). Rename it "
-                "`padding_mask`, falling back to the implicit mask when it is None."
-            )
+                "`padding_mask`, falling back to the implicit mask when it is None.")
         replayed = _REPLAYED_ARGUMENTS | {call["sequence"], call["padding_mask"], "start_index"}
         for arg, value in given.items():
             if arg not in replayed and value is not None:
                 raise ValueError(
-                    f"CachedDecoder: {name} is called with `{arg}` in the model graph, but the "
-                    "engine replays only the sequence, its padding mask and the encoder inputs. "
-                    f"Build the generation model without `{arg}`."
-                )
+                    f"CachedDecoder: {name} is called with `{arg}` in the model graph, but only "
+                    "the sequence, its padding mask and the encoder inputs are replayed. Build the "
+                    f"generation model without `{arg}`.")
         if "use_causal_mask" in parameters:
             causal = given.get("use_causal_mask", parameters["use_causal_mask"].default)
             if causal is not True:
-                raise ValueError(
-                    f"CachedDecoder: {name} is called with use_causal_mask={causal!r}; token-by-"
-                    "token decoding needs causal self-attention (use_causal_mask=True)."
-                )
+                raise ValueError(f"CachedDecoder: {name} is called with use_causal_mask="
+                                 f"{causal!r}; decoding token by token needs causal attention.")
         sequence = given[call["sequence"]]
         if not self._is_dynamic(sequence):
-            raise ValueError(
-                f"CachedDecoder: the `{call['sequence']}` of {name} does not depend on "
-                f"`{self.token_input}`; the decoder path must run through it."
-            )
+            raise ValueError(f"CachedDecoder: the `{call['sequence']}` of {name} does not depend "
+                             f"on `{self.token_input}`; the decoder path must run through it.")
         step.update(kind="cached", call=call, sequence=sequence, reads=[sequence])
         if "start_index" in parameters:
             step["start_index"] = self._recorded_start(name, given, parameters)
@@ -339,17 +325,13 @@ class CachedDecoder(Decoder):
         if "cross_attention_cache" not in step["call"]["parameters"] or not callable(
             getattr(op, "compute_cross_attention_cache", None)
         ):
-            raise ValueError(
-                f"CachedDecoder: {name} is given an `encoder_sequence` but has no "
-                "`compute_cross_attention_cache` and `cross_attention_cache` to cache it with."
-            )
+            raise ValueError(f"CachedDecoder: {name} is given an `encoder_sequence` but has no "
+                             "`compute_cross_attention_cache` and `cross_attention_cache`.")
         encoder_sequence, mask = given["encoder_sequence"], given.get("encoder_padding_mask")
         for arg, value in (("encoder_sequence", encoder_sequence), ("encoder_padding_mask", mask)):
             if value is not None and self._is_dynamic(value):
-                raise ValueError(
-                    f"CachedDecoder: the `{arg}` of {name} depends on `{self.token_input}`; "
-                    "cross-attention must read an encoder output of the other inputs only."
-                )
+                raise ValueError(f"CachedDecoder: the `{arg}` of {name} depends on "
+                                 f"`{self.token_input}`; it must depend on the other inputs only.")
         step["memory"] = len(self._memory_specs)
         self._memory_specs.append(("cross_cache", op, encoder_sequence, mask))
         plan_static(encoder_sequence)
@@ -384,10 +366,8 @@ class CachedDecoder(Decoder):
             return
         if explicit is not None:
             if not self._is_dynamic(explicit):
-                raise ValueError(
-                    f"CachedDecoder: the `{arg}` of {name} does not depend on "
-                    f"`{self.token_input}`; expected a (batch, length) mask of the decoder tokens."
-                )
+                raise ValueError(f"CachedDecoder: the `{arg}` of {name} does not depend on "
+                                 f"`{self.token_input}`; expected a mask of the decoder tokens.")
             step["mask"], step["mask_tensor"] = True, explicit
             step["reads"].append(explicit)
         elif attention_ops.get_implicit_mask(step["sequence"]) is not None:
@@ -428,10 +408,9 @@ class CachedDecoder(Decoder):
             limit = getattr(step["op"], "max_positions", None) if "start_index" in step else None
             if limit is not None and step["start_index"] + max_length > limit:
                 raise ValueError(
-                    f"max_length={max_length} does not fit layer '{step['op'].name}', which encodes "
-                    f"{limit} positions (`max_positions`): generate at most "
-                    f"{limit - step['start_index']}."
-                )
+                    f"max_length={max_length} does not fit layer '{step['op'].name}', which "
+                    f"encodes {limit} positions (`max_positions`): generate at most "
+                    f"{limit - step['start_index']}.")
 
     def initial_state(self, batch_size, max_length, inputs=None):
         """Runs the encoder path once and allocates the empty caches.
@@ -514,8 +493,7 @@ class CachedDecoder(Decoder):
                 size (when both are known); and the cached layers' errors
                 (e.g. positions past the caches).
         """
-        checks.check_index(cache_index, "cache_index")
-        self._check_step_tokens(token_ids, state)
+        self._check_step(token_ids, cache_index, state)
         memory = state["memory"]
         caches = list(state["caches"])
         masks = list(state["padding_masks"])
@@ -577,7 +555,8 @@ class CachedDecoder(Decoder):
             for step in self._steps if step["kind"] == "cached"
         )
 
-    def _check_step_tokens(self, token_ids, state):
+    def _check_step(self, token_ids, cache_index, state):
+        checks.check_index(cache_index, "cache_index")
         tokens = token_ids if hasattr(token_ids, "shape") else np.asarray(token_ids)
         dtype, shape = keras.backend.standardize_dtype(tokens.dtype), tuple(tokens.shape)
         held = {x.shape[0] for x in keras.tree.flatten((state["caches"], state["padding_masks"]))}
@@ -585,8 +564,7 @@ class CachedDecoder(Decoder):
             raise ValueError(
                 "CachedDecoder: `token_ids` must be integer token ids of shape (batch, length), for "
                 f"the batch of the state: {sorted(held, key=str)} (make it with `initial_state("
-                f"batch_size, ...)`). Received dtype {dtype} and shape {shape}."
-            )
+                f"batch_size, ...)`). Received dtype {dtype} and shape {shape}.")
 
     def _cached_step(self, step, values, masks, cache, cache_index, memory):
         """Calls a cached layer on the new positions; returns (outputs, cache)."""
@@ -606,8 +584,7 @@ class CachedDecoder(Decoder):
             raise ValueError(
                 f"CachedDecoder: layer '{step['op'].name}' ({type(step['op']).__name__}) has "
                 f"`init_cache`, but called with a cache it returned {type(results).__name__} "
-                "instead of `(outputs, new_cache, ...)`, its updated cache after its outputs."
-            )
+                "instead of `(outputs, new_cache, ...)`.")
         return results[0], results[1]
 
     @staticmethod
@@ -646,8 +623,7 @@ def _cached_call(op):
         raise ValueError(
             f"CachedDecoder: layer '{op.name}' ({type(op).__name__}) has `init_cache` but its "
             f"`call` does not take a cache (one of {list(CACHE_ARGUMENTS)}) and `cache_index`. "
-            f"Received call arguments {list(parameters)}."
-        )
+            f"Received call arguments {list(parameters)}.")
     return {
         "parameters": parameters,
         "sequence": next(iter(parameters)),

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn import checks, keras_internals
+from keras_attn import keras_internals
 from keras_attn.generation import arguments
 
 
@@ -127,17 +127,14 @@ class Decoder:
         if inputs is not None and not isinstance(inputs, dict) and len(needed) == 1:
             inputs = {needed[0]: inputs}
         accepted = [name for name in self._input_names if name != self.token_input]
-        given = inputs if isinstance(inputs, dict) else {}
-        if (inputs is not None and not isinstance(inputs, dict)) or set(needed) - set(given) or (
-            set(given) - set(accepted)
-        ):
+        given = {} if inputs is None else inputs
+        if not isinstance(given, dict) or not set(needed) <= set(given) <= set(accepted):
             received = (f"inputs with names {sorted(given, key=str)}" if isinstance(inputs, dict)
                         else f"inputs of type {type(inputs).__name__}")
             raise ValueError(
                 f"`inputs` must map the model's inputs besides its tokens `{self.token_input}` "
                 f"(which the prompt fills) to tensors: {sorted(needed)} needed, of {accepted} "
-                f"accepted (inputs=None when there are none). Received: {received}."
-            )
+                f"accepted (inputs=None when there are none). Received: {received}.")
         values = {}
         for name in needed:
             value, dtype = inputs[name], self._input_names[name].dtype
@@ -151,13 +148,7 @@ class Decoder:
                     f"The model input {name} must hold ids in [0, {bound[0]}), the ids its layer "
                     f"{bound[1]} takes."))
             value = ops.convert_to_tensor(value, dtype=dtype)
-            if batch_size is not None:
-                value = checks.check_batch_size(
-                    name, value, batch_size,
-                    f"The model input {name} must have one row per sequence decoded (the "
-                    "prompt's rows, or `initial_state`'s batch_size): pass it for the same rows.",
-                )
-            values[name] = value
+            values[name] = arguments.check_batch_size(name, value, batch_size)
         return values
 
     def check_inputs(self, inputs):
@@ -241,8 +232,7 @@ def _find_token_input(input_names, token_input, owner):
         raise ValueError(
             f"{owner}: `token_input` must name the model input that holds the tokens to "
             f"generate, one of {names} (default: the only input, else `decoder_tokens`). "
-            f"Received: token_input={token_input!r}."
-        )
+            f"Received: token_input={token_input!r}.")
     return found
 
 
@@ -257,8 +247,8 @@ def _check_input_value(name, value, spec):
         expected = ", ".join(["B"] + ["?" if d is None else str(d) for d in spec.shape[1:]])
         raise ValueError(
             f"The model input {name} must be a tensor of shape ({expected}) and dtype "
-            f"{spec.dtype}, as its `keras.Input`. Received: shape {tuple(value.shape)}, dtype {dtype}."
-        )
+            f"{spec.dtype}, as its `keras.Input`. Received: shape {tuple(value.shape)}, "
+            f"dtype {dtype}.")
 
 
 def _input_names(model):

@@ -38,10 +38,9 @@ def as_decoder(model):
     if callable(model) and all(hasattr(model, name) for name in protocol):
         return model
     raise ValueError(
-        "Expected a functional `keras.Model` or a decoder object "
-        "(`CachedDecoder`, `RecomputingDecoder`, or one with `initial_state`, "
-        f"`__call__`, `repeat_state`, `reorder_state`). Received: {model!r}."
-    )
+        "Expected a functional `keras.Model` or a decoder object (`CachedDecoder`, "
+        "`RecomputingDecoder`, or one with `initial_state`, `__call__`, `repeat_state`, "
+        f"`reorder_state`). Received: {model!r}.")
 
 
 def vocabulary_size(decoder):
@@ -109,14 +108,11 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
     lengths = ops.clip(lengths, 1, width)
     prompt_mask = ops.less(ops.arange(max_length, dtype="int32")[None, :], lengths[:, None])
     prompt = ops.where(prompt_mask[:, :width], prompt, ops.cast(pad_token_id, "int32"))
-    if input_vocabulary_size is None:  # No quote marks: TensorFlow escapes them in an assertion.
-        requirement = "`prompt` must hold token ids >= 0 (ids of the vocabulary of the model)."
-    else:
-        requirement = (
-            f"`prompt` must hold token ids in [0, {input_vocabulary_size}), the ids the token "
-            "embedding of the model takes: map unknown tokens to an id of the vocabulary."
-        )
-    prompt = arguments.check_ids(prompt, 0, input_vocabulary_size, requirement)
+    size = input_vocabulary_size  # No quote marks: TensorFlow escapes them in an assertion.
+    requirement = (f"`prompt` must hold token ids in [0, {size}), the ids the token embedding of "
+                   "the model takes: map unknown tokens to an id of the vocabulary." if size else
+                   "`prompt` must hold token ids >= 0 (ids of the vocabulary of the model).")
+    prompt = arguments.check_ids(prompt, 0, size, requirement)
     tokens = ops.pad(prompt, [[0, 0], [0, max_length - width]], constant_values=pad_token_id)
     return tokens, lengths, prompt_mask, ops.min(lengths), width
 

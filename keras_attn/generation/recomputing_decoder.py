@@ -55,9 +55,7 @@ class RecomputingDecoder(Decoder):
 
     def __init__(self, model, token_input=None):
         if not isinstance(model, keras.Model):
-            raise ValueError(
-                f"RecomputingDecoder needs a `keras.Model`. Received: {model!r}."
-            )
+            raise ValueError(f"RecomputingDecoder needs a `keras.Model`. Received: {model!r}.")
         # A subclassed model has no symbolic inputs to name (`model.input`
         # raises): it is called on the tokens alone.
         self._subclassed = not isinstance(getattr(model, "inputs", None), (list, tuple, dict))
@@ -128,5 +126,4 @@ def _check_logits_shape(shape):
     if len(shape) != 3 or shape[-1] is None:
         raise ValueError(
             "RecomputingDecoder needs a model whose output is the next-token logits of "
-            f"shape (batch, length, vocabulary). Received an output of shape {tuple(shape)}."
-        )
+            f"shape (batch, length, vocabulary). Received an output of shape {tuple(shape)}.")

@@ -7,7 +7,6 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn import checks
 from keras_attn.generation import arguments, decoding
 
 # A temperature below this would flush to 0 in float32 (see `sample`).
@@ -40,17 +39,26 @@ def sample(
     with a counter-based hash in `keras.ops` (no random state): the same
     seed gives the same tokens, eagerly, under `tf.function`/XLA, and in an
     exported graph where `seed` is a tensor input; the cached and the
-    recomputing decoder draw the same noise. Loop, prompts and stopping as
-    in `greedy_search`.
+    recomputing decoder draw the same noise. With one seed per row, row b's
+    noise depends on its own seed only (`(seed_b, position, token id)`): it
+    is the noise a batch of one with that seed draws, wherever the row sits
+    in its batch (what a server that batches requests needs). Loop, prompts
+    and stopping as in `greedy_search`.
 
     Args:
         model: a functional `keras.Model` or a decoder object.
         prompt: (B, P) int, right-padded (see `greedy_search`).
         max_length: L, static int >= P (prompt included).
-        seed: an int (Python or NumPy), or an int tensor of shape (2,) or
-            () (a graph input). A scalar seed is read in two's complement,
-            64 bits: the same value, negative ones included, gives the same
-            tokens as a Python int, a NumPy int or an int32/int64 tensor.
+        seed: one seed for the batch: an int (Python or NumPy), or an int
+            tensor of shape () or (2,) (a graph input); rows draw different
+            noise (row b at counter b). Or one seed per row: an int array or
+            tensor of shape (B, 1) (a seed per row) or (B, 2) (two words
+            per row, as a (2,) seed): row b draws what a batch of one with
+            seed `seed[b]` draws. A (1, 1) or (1, 2) seed is one seed for
+            the batch. A scalar seed is read in two's complement, 64 bits:
+            the same value, negative ones included, gives the same tokens
+            as a Python int, a NumPy int or an int32/int64 tensor (per-row
+            seeds too).
         temperature: finite number > 0, or a number scalar tensor; < 1
             sharpens, > 1 flattens the distribution. Towards 0 it samples
             the most likely token (ties shared), down to the smallest
@@ -74,8 +82,10 @@ def sample(
         ValueError: on a `temperature` that is not a finite number > 0, a
             Python `top_k` that is not a positive int, a tensor `top_k` that
             is not an int scalar >= 0, a `top_p` outside (0, 1], a `seed`
-            that is not an int of 64 bits or an int tensor of shape () or
-            (2,), or for the reasons of `greedy_search`. Traced controls
+            that is not an int of 64 bits or an int tensor of shape (),
+            (2,), (B, 1) or (B, 2), a per-row seed whose rows are not the
+            prompt's (traced: when the graph runs), or for the reasons of
+            `greedy_search`. Traced controls
             are checked once when the graph runs, as `greedy_search` checks
             a traced prompt.
 
@@ -95,11 +105,11 @@ def sample(
         Degeneration", section 3.1 (nucleus sampling); Fan et al. 2018,
         "Hierarchical Neural Story Generation", section 5.4 (top-k).
     """
-    temperature = checks.check_temperature(temperature)  # traced: once, in the graph
-    top_k = None if top_k is None else checks.check_top_k(top_k)
-    top_p = None if top_p is None else checks.check_top_p(top_p)
+    temperature = arguments.check_control("temperature", temperature)  # traced: in the graph
+    top_k = None if top_k is None else arguments.check_control("top_k", top_k)
+    top_p = None if top_p is None else arguments.check_control("top_p", top_p)
     arguments.check_seed(seed)
-    key = _seed_key(seed)
+    key = arguments.check_seed_rows(_seed_key(seed), prompt)
 
     def choose(logits, position):
         # Shifted so the largest logit is 0 first: the same distribution,
@@ -150,7 +160,7 @@ def top_k_filter(logits, k):
     Reference:
         Fan et al. 2018, "Hierarchical Neural Story Generation", section 5.4.
     """
-    return _top_k(logits, checks.check_top_k(k, in_graph=False))
+    return _top_k(logits, arguments.check_control("top_k", k, in_graph=False))
 
 
 def _top_k(logits, k):
@@ -200,7 +210,7 @@ def top_p_filter(logits, p):
         Holtzman et al. 2019, "The Curious Case of Neural Text
         Degeneration", section 3.1, equation 2.
     """
-    return _top_p(logits, checks.check_top_p(p, in_graph=False))
+    return _top_p(logits, arguments.check_control("top_p", p, in_graph=False))
 
 
 def _top_p(logits, p):
@@ -250,30 +260,38 @@ def _mix(h):
 
 
 def _seed_key(seed):
-    """A (2,) int32 key (two 32-bit words) from an int or an int tensor of
-    shape () or (2,).
+    """(R, 2) int32 keys (two 32-bit words a row) from an int or an int
+    tensor of shape (), (1,), (2,), (R, 1) or (R, 2): R = 1 for one seed
+    for the batch, R = B for one seed per row.
 
     A scalar seed s gives the words (low 32 bits, next 32 bits) of s in
     two's complement, whatever holds it: a Python or NumPy int, or an int32
     or int64 tensor (eager or traced), so that one seed draws the same
     tokens on every path. A negative int32 tensor is sign-extended as the
     Python int is (-1 gives the words (-1, -1)); unsigned tensors are
-    zero-extended. A (2,) tensor gives the two words themselves.
+    zero-extended. A (2,) tensor gives the two words themselves. Per-row
+    seeds (R, 1) and words (R, 2) are read the same way, row by row.
     """
     if isinstance(seed, (list, tuple)):
         seed = np.asarray(seed)
     if isinstance(seed, np.ndarray) and seed.size == 1:
         seed = seed.item()  # a Python int: JAX would truncate an int64 array
     if isinstance(seed, numbers.Integral):
-        return ops.stack([_word(int(seed)), _word(int(seed) >> 32)])
+        return ops.reshape(ops.stack([_word(int(seed)), _word(int(seed) >> 32)]), (1, 2))
+    if isinstance(seed, np.ndarray) and seed.ndim == 2 and seed.shape[1] == 1:
+        # NumPy's words (JAX would truncate an int64 array): the cast to
+        # uint64 wraps negative ints in two's complement, sign-extended.
+        bits = seed[:, 0].astype(np.uint64)
+        words = np.stack([bits & _MASK32, bits >> np.uint64(32)], axis=-1)
+        return ops.convert_to_tensor(words.astype(np.uint32).view(np.int32))
     if not hasattr(seed, "shape"):
         seed = ops.convert_to_tensor(seed)
     shape = tuple(seed.shape)
     dtype = keras.backend.standardize_dtype(seed.dtype)
-    if shape == (2,):
+    if shape[-1:] == (2,):
         # A cast to int32 keeps the low 32 bits of each word (wraps).
-        return ops.cast(seed, "int32")
-    seed = ops.reshape(seed, (1,))
+        return ops.reshape(ops.cast(seed, "int32"), (-1, 2))
+    seed = ops.reshape(seed, (-1,))
     # The cast keeps the low 32 bits (wraps); the high word is the next 32
     # bits: an arithmetic shift of a 64-bit seed, else the sign extension
     # of a signed one (0 for unsigned).
@@ -281,17 +299,20 @@ def _seed_key(seed):
     if dtype.endswith("64"):
         high = ops.cast(ops.right_shift(seed, ops.convert_to_tensor(32, dtype)), "int32")
     elif dtype.startswith("uint"):
-        high = ops.zeros((1,), "int32")
+        high = ops.zeros_like(low)
     else:
         high = ops.where(ops.less(low, 0), _word(-1), _word(0))
-    return ops.concatenate([low, high])
+    return ops.stack([low, high], axis=-1)
 
 
 def gumbel_noise(key, position, shape):
     """Standard Gumbel noise, a pure function of (key, position, index).
 
     Args:
-        key: (2,) int32 words from the seed.
+        key: (R, 2) int32 words from the seed (`_seed_key`; a (2,) key is
+            read as (1, 2)). R = 1: one key for the batch, row b at the
+            counters b * V + v. R = B: row b's own key, at the counters v
+            (the noise row 0 of a batch draws with that key alone).
         position: int32 scalar (the decoding position).
         shape: (B, V).
 
@@ -299,14 +320,20 @@ def gumbel_noise(key, position, shape):
         (B, V) float32 samples of -log(-log(U)), U uniform in (0, 1) on a
         grid of 2**23 values.
     """
+    key = ops.reshape(key, (-1, 2))
     step = ops.cast(position, "int32")
-    k1 = _mix(ops.bitwise_xor(key[0], _mix(key[1] + _word(0x9E3779B9))))
-    k2 = _mix(ops.bitwise_xor(k1, _mix(step + _word(0x7F4A7C15))))
+    k1 = _mix(ops.bitwise_xor(key[:, 0], _mix(key[:, 1] + _word(0x9E3779B9))))
+    k2 = _mix(ops.bitwise_xor(k1, _mix(step + _word(0x7F4A7C15))))[:, None]
     k3 = _mix(k2 + _word(0x632BE5AB))
-    rows = ops.arange(shape[0], dtype="int32")
-    columns = ops.arange(shape[1], dtype="int32")
-    # One distinct counter per (row, token) while B * V < 2**31.
-    counter = rows[:, None] * ops.cast(shape[1], "int32") + columns[None, :]
+    columns = ops.arange(shape[1], dtype="int32")[None, :]
+    # One key for the batch: one distinct counter per (row, token) while
+    # B * V < 2**31. One key per row: the row's own counters from 0.
+    counter = columns
+    if key.shape[0] in (1, None):
+        offsets = ops.arange(shape[0], dtype="int32")[:, None] * ops.cast(shape[1], "int32")
+        if key.shape[0] is None:  # traced: the number of keys known when the graph runs
+            offsets = ops.where(ops.equal(ops.shape(key)[0], 1), offsets, 0)
+        counter = columns + offsets
     bits = _mix(ops.bitwise_xor(_mix(ops.bitwise_xor(counter, k3)), k2))
     # 23 bits -> (0, 1): (2k + 1) / 2**24 is exact in float32 and < 1.
     uniform = (ops.cast(_shift_right(bits, 9), "float32") + 0.5) * (2.0 ** -23)

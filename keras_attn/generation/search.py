@@ -218,11 +218,9 @@ def beam_search(
         Vaswani et al. 2017, "Attention Is All You Need", section 6.1
         (beam size 4, alpha = 0.6).
     """
-    checks.check_beam_arguments(num_beams, length_penalty_alpha)
+    arguments.check_beam_arguments(num_beams, length_penalty_alpha, max_length)
     checks.check_bool(None, "return_all_beams", return_all_beams,
                       "True = also return every beam and its score")
-    if isinstance(max_length, int) and max_length > 0:  # else refused by start_search
-        arguments.check_length_penalty(length_penalty_alpha, max_length)
     decoder, suppressed, (tokens, lengths, prompt_mask, start, _), logits, state = (
         decoding.start_search(model, prompt, max_length, end_token_id, pad_token_id,
                               prompt_lengths, inputs, suppressed_token_ids)

@@ -72,13 +72,10 @@ class AttentionBase(ArgumentsConfig, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        check = checks.check_positive_int
-        check(self, "num_heads", num_heads)
-        check(self, "key_dim", key_dim)
-        if value_dim is not None:
-            check(self, "value_dim", value_dim)
-        if output_dim is not None:
-            check(self, "output_dim", output_dim)
+        optional = {"value_dim": value_dim, "output_dim": output_dim}
+        for name, value in {"num_heads": num_heads, "key_dim": key_dim, **optional}.items():
+            if value is not None or name not in optional:
+                checks.check_positive_int(self, name, value)
         checks.check_rate(self, "dropout", dropout)
         checks.check_bool(self, "use_bias", use_bias, "True = the projections have biases")
         checks.check_layer_seed(self, seed)
@@ -114,6 +111,5 @@ class AttentionBase(ArgumentsConfig, keras.layers.Layer):
     def _make_dropout(self):
         if not self.dropout:
             return None
-        return keras.layers.Dropout(
-            self.dropout, seed=self.seed, dtype=self.dtype_policy, name="attention_dropout"
-        )
+        return keras.layers.Dropout(self.dropout, seed=self.seed, dtype=self.dtype_policy,
+                                    name="attention_dropout")

@@ -50,8 +50,8 @@ def check_mask(mask, name, ranks, shape, batch_size=None, num_heads=None):
 
     Raises:
         ValueError: if the mask is not boolean or integer (a float mask is
-            usually additive, of the opposite polarity), has another rank,
-            or a known size that differs from the expected one.
+            usually additive, of the opposite polarity), or its rank or a
+            known size differs from the expected ones.
     """
     if mask is None:
         return None
@@ -59,32 +59,27 @@ def check_mask(mask, name, ranks, shape, batch_size=None, num_heads=None):
         mask = ops.convert_to_tensor(mask)
     dtype, got = keras.backend.standardize_dtype(mask.dtype), tuple(mask.shape)
     if dtype != "bool" and "int" not in dtype:
-        fix = (" An additive mask (0 = visible, -inf = blocked): pass `mask == 0`; a 0/1 "
-               "float mask: `mask > 0.5`." if "float" in dtype else "")
-        raise ValueError(
-            f"`{name}` must be boolean (True = may attend / real token) or integer "
-            f"(0 = blocked / padding). Received a mask of dtype {dtype}.{fix}"
-        )
-    expected = "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
-    if len(got) not in ranks:
-        raise ValueError(
-            f"`{name}` must have rank {' or '.join(map(str, ranks))} with shape "
-            f"{expected}. Received: {name}.shape={got}."
-        )
-    if any(None not in (g, w) and g != w for g, w in zip(got[len(got) - len(shape):], shape)):
-        raise ValueError(
-            f"`{name}` has shape {got}, which does not match the expected shape "
-            f"{expected} for these inputs. Build the mask from the same batch it is used with."
-        )
-    leading = (("batch", batch_size, "the batch size of the inputs"),
-               ("heads", num_heads, "the layer's num_heads"))
-    for axis, (label, want, meaning) in enumerate(leading[:len(got) - len(shape)]):
-        if None not in (want, got[axis]) and got[axis] not in (1, want):
-            raise ValueError(
-                f"`{name}` has shape {got}: its {label} axis (axis {axis}) has size "
-                f"{got[axis]}, expected {want} ({meaning}) or 1 (shared). The layout is "
-                "(batch, queries, keys) or (batch, heads, queries, keys)."
-            )
+        fix = (" Additive (0 = visible): pass `mask == 0`; 0/1 floats: `mask > 0.5`."
+               if "float" in dtype else "")
+        raise ValueError(f"`{name}` must be boolean (True = may attend / real token) or integer "
+                         f"(0 = blocked / padding). Received a mask of dtype {dtype}.{fix}")
+    wanted = [(batch_size, num_heads)[:rank - len(shape)] + tuple(shape) for rank in ranks]
+    shared = len(got) - len(shape)  # leading (batch, heads) axes: their size or 1
+
+    def fits(want):
+        return len(got) == len(want) and all(
+            None in (g, w) or g == w or (g == 1 and axis < shared)
+            for axis, (g, w) in enumerate(zip(got, want)))
+
+    def show(want):
+        lead = len(want) - len(shape)
+        return "(" + ", ".join("?" if d is None else f"{d} or 1" if i < lead else str(d)
+                               for i, d in enumerate(want)) + ")"
+
+    if not any(map(fits, wanted)):
+        layouts = " or ".join(map(show, wanted))
+        raise ValueError(f"`{name}` must have shape {layouts} for these inputs. Received: "
+                         f"{name}.shape={got}. Build the mask from the inputs it is used with.")
     return mask if dtype == "bool" else ops.not_equal(mask, 0)
 
 
@@ -105,13 +100,9 @@ def causal_mask(query_length, key_length, cache_index=0):
     Returns:
         Boolean tensor of shape (T, S).
     """
-    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(
-        cache_index, "int32"
-    )
+    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(cache_index, "int32")
     key_positions = ops.arange(key_length, dtype="int32")
-    return ops.greater_equal(
-        ops.expand_dims(query_positions, 1), ops.expand_dims(key_positions, 0)
-    )
+    return ops.greater_equal(ops.expand_dims(query_positions, 1), ops.expand_dims(key_positions, 0))
 
 
 def merge_masks(
@@ -251,9 +242,7 @@ def scaled_dot_product_attention(
         # Scaling the (B, T, H, K) query is cheaper than the (B, H, T, S) logits.
         logits = _query_key_products(query * scale, key, cache_layout)
     else:
-        logits = _query_key_products(query, key, cache_layout) + ops.cast(
-            extra_logits, "float32"
-        )
+        logits = _query_key_products(query, key, cache_layout) + ops.cast(extra_logits, "float32")
         logits = logits * scale
     probs = masked_softmax(logits, mask, may_have_empty_rows=may_have_empty_rows)
     weights = ops.cast(probs, value.dtype)

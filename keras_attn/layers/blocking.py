@@ -114,9 +114,7 @@ def unblockify(x, block_shape, spatial_shape):
             order += [1 + i, 1 + n + i]
         order += list(range(1 + 2 * n, 1 + 2 * n + len(rest)))
         x = ops.transpose(x, order)
-    x = ops.reshape(
-        x, [shape[0]] + [g * b for g, b in zip(grid, block_shape)] + rest
-    )
+    x = ops.reshape(x, [shape[0]] + [g * b for g, b in zip(grid, block_shape)] + rest)
     crop = (slice(None),) + tuple(slice(0, length) for length in spatial_shape)
     return x[crop]
 
@@ -134,9 +132,7 @@ def _overlap_axis(x, axis, block, before, after, constant_values):
         widths[axis] = [blocks_before * block, blocks_after * block]
         x = ops.pad(x, widths, constant_values=constant_values)
     shape = dims(x)
-    x = ops.reshape(
-        x, shape[:axis] + [shape[axis] // block, block] + shape[axis + 1:]
-    )
+    x = ops.reshape(x, shape[:axis] + [shape[axis] // block, block] + shape[axis + 1:])
     span = blocks_before + blocks_after + 1
     # The window, in the coordinates of `span` consecutive blocks laid end
     # to end.

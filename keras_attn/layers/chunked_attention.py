@@ -68,16 +68,11 @@ def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_em
     >>> tuple(out.shape)
     (1, 6, 2, 4)
     """
-    if masks is not None and masks.cached:
-        raise ValueError(
-            "chunked_attention: a cached call (keys from a decoding cache) is not "
-            "supported; use the dense core for decoding steps."
-        )
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(
-            f"chunked_attention: `chunk_size` must be an int >= 1. Received: "
-            f"chunk_size={chunk_size!r}."
-        )
+    cached = masks is not None and masks.cached
+    if cached or type(chunk_size) is not int or chunk_size < 1:
+        raise ValueError("chunked_attention takes no cached call (use the dense core) and a "
+                         f"`chunk_size` int >= 1. Received: chunk_size={chunk_size!r}, a cached "
+                         f"call: {cached}.")
     output_dtype = value.dtype
     scale = 1.0 / float(query.shape[-1]) ** 0.5
     # (B, H, n, C, K): heads in front and the sequences cut into chunks.
@@ -128,13 +123,11 @@ class _ChunkMask:
             attention = ops.cast(masks.attention_mask, "bool")
             if len(attention.shape) == 3:
                 attention = attention[:, None]
-            attention = ops.pad(attention, (
-                (0, 0), (0, 0), (0, (-query_length) % chunk_size), (0, (-key_length) % chunk_size)
-            ))
+            attention = ops.pad(attention, ((0, 0), (0, 0), (0, (-query_length) % chunk_size),
+                                            (0, (-key_length) % chunk_size)))
             batch, heads, rows, columns = ops.shape(attention)
-            self.attention = ops.reshape(attention, (
-                batch, heads, rows // chunk_size, chunk_size, columns // chunk_size, chunk_size
-            ))
+            self.attention = ops.reshape(attention, (batch, heads, rows // chunk_size, chunk_size,
+                                                     columns // chunk_size, chunk_size))
 
     def key_chunk_end(self, i, num_key_chunks):
         """1 + the last key chunk query chunk i can see: with a causal mask
@@ -158,8 +151,7 @@ class _ChunkMask:
         mask = ops.less(key_positions, ops.cast(self.key_length, "int32"))[None, None, None, :]
         if self.causal:
             query_positions = (
-                ops.arange(size, dtype="int32") + i * size + ops.cast(self.cache_index, "int32")
-            )
+                ops.arange(size, dtype="int32") + i * size + ops.cast(self.cache_index, "int32"))
             causal = ops.greater_equal(query_positions[:, None], key_positions[None, :])
             mask = ops.logical_and(mask, causal[None, None])
         if self.padding is not None:
@@ -309,14 +301,12 @@ def _forward(logits, v, chunk_mask):
             probabilities = ops.where(mask, ops.exp(scores - new_maximum[..., None]), 0.0)
             total = total * correction + ops.sum(probabilities, axis=-1)
             accumulated = accumulated * correction[..., None] + ops.einsum(
-                "bhqs,bhsv->bhqv", probabilities, ops.take(v, j, axis=2)
-            )
+                "bhqs,bhsv->bhqv", probabilities, ops.take(v, j, axis=2))
             return new_maximum, total, accumulated
 
         init = (ops.full(shape, MASKED_LOGIT, "float32"), zero_sums, zero_outputs)
-        maximum, total, accumulated = ops.fori_loop(
-            0, chunk_mask.key_chunk_end(i, num_key_chunks), key_chunk, init
-        )
+        maximum, total, accumulated = ops.fori_loop(0, chunk_mask.key_chunk_end(i, num_key_chunks),
+                                                    key_chunk, init)
         seen = ops.greater(total, 0.0)
         safe_total = ops.where(seen, total, 1.0)
         outputs = ops.where(seen[..., None], accumulated / safe_total[..., None], 0.0)

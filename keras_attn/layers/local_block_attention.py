@@ -1,5 +1,4 @@
 import dataclasses
-import numbers
 
 import keras
 from keras import ops
@@ -154,16 +153,11 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         cache), over block-raster positions.
 
     Raises:
-        ValueError: on a `block_size` or `memory_flange` that is not an int or
-            pair (positive, non-negative), or of different ranks; on an
-            `image_size` with a 1D block, or not a multiple of the block; on
-            a `rolling_cache` that is not a bool, or True in 2D; on inputs
-            of the wrong rank for the block, of unknown image size, or
-            longer than `image_size` allows; on a `cache` in 2D without
-            `image_size`, without `use_causal_mask=True`, or of another
-            length than a rolling one's W or an image's pixels + 1; and as
-            `MultiHeadSelfAttention` (masks, cache, `cache_index`; a rolling
-            cache takes any index >= 0). A `block_size` longer than the
+        ValueError: on invalid sizes (`block_size`, `memory_flange`,
+            `image_size`), a 2D `rolling_cache`, inputs of the wrong rank or
+            longer than `image_size` allows, a cache without
+            `use_causal_mask=True` (or 2D without `image_size`), and as
+            `MultiHeadSelfAttention`. A `block_size` longer than the
             sequence is valid (one block: full attention).
 
     Example:
@@ -215,64 +209,45 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
     def __init__(self, num_heads, key_dim, block_size, memory_flange=None, rolling_cache=False,
                  image_size=None, **kwargs):
-        if kwargs.setdefault("chunk_size", None) not in (None, "auto"):  # no chunked core
-            raise ValueError(
-                f"{type(self).__name__}: `chunk_size` is only supported by global attention "
-                "(MultiHeadSelfAttention, RelativeGlobalAttention); this layer's core is already "
-                f'linear in the sequence length. Received: chunk_size={kwargs["chunk_size"]!r}; '
-                'pass None or "auto".'
-            )
+        chunk_size = kwargs.setdefault("chunk_size", None)
+        checks.require(chunk_size in (None, "auto"), "chunk_size", chunk_size,
+                       'None or "auto" (this core is already linear in the length)')
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
-        checks.check_bool(
-            self, "rolling_cache", rolling_cache,
-            "True = a cache of the last block and flange positions only",
-        )
+        checks.check_bool(self, "rolling_cache", rolling_cache, "True = keep the last W only")
         self.rolling_cache = rolling_cache
         block = self._as_sizes("block_size", block_size, lowest=1)
         flange = block if memory_flange is None else self._as_sizes(
             "memory_flange", memory_flange, lowest=0)
-        if len(flange) != len(block):
-            raise ValueError(
-                f"{type(self).__name__}: `memory_flange` must have the same rank as "
-                "`block_size`: an int with an int (1D), a pair (rows, columns) with a "
-                f"pair (2D). Received: block_size={block_size!r}, memory_flange={memory_flange!r}."
-            )
         self.block_size = block[0] if len(block) == 1 else block
         self.memory_flange = (
-            None if memory_flange is None
-            else (flange[0] if len(flange) == 1 else flange)
-        )
+            None if memory_flange is None else (flange[0] if len(flange) == 1 else flange))
         self._block = block
         self._flange = flange
-        if rolling_cache and len(block) == 2:
+        if len(flange) != len(block) or (rolling_cache and len(block) == 2):
             raise ValueError(
-                f"{type(self).__name__}: `rolling_cache` is for 1D local attention (a 2D "
-                "window reaches back a whole row of blocks). Received: block_size="
-                f"{self.block_size!r}, rolling_cache=True. Pass rolling_cache=False (with "
-                "`image_size` for a 2D cache)."
-            )
+                f"{type(self).__name__}: `memory_flange` must have the rank of `block_size` (int: "
+                "1D, pair: 2D), and `rolling_cache` is 1D only. Received: block_size="
+                f"{block_size!r}, memory_flange={memory_flange!r}, rolling_cache={rolling_cache}.")
         self.image_size = self._check_image_size(image_size)
         self._input_ranks = (3,) if self.image_size else (2 + len(block),)
+        self._inputs_layout = (
+            "(batch, length, features) of pixels in block-raster order (drop `image_size` for "
+            "images)"
+            if self.image_size else
+            ("(batch, length, features)" if len(block) == 1 else "(batch, height, width, features)")
+            + f" for block_size={self.block_size!r} (an int: 1D, sequences; a pair: 2D, images)")
 
     def _check_image_size(self, image_size):
         """None, or (height, width) for block-raster sequences: 2D blocks
         only, sides multiples of the block's."""
         if image_size is None:
             return None
-        if len(self._block) != 2:
-            raise ValueError(
-                f"{type(self).__name__}: `image_size` is only for 2D local attention "
-                f"(a pair `block_size`). Received: block_size={self.block_size!r}, "
-                f"image_size={image_size!r}. Pass block_size=(rows, columns), or drop image_size."
-            )
         height, width = checks.check_image_size(image_size, owner=self)
-        if height % self._block[0] or width % self._block[1]:
-            raise ValueError(
-                f"{type(self).__name__}: with `image_size`, the image's sides must be "
-                "multiples of the block's sides. Received: image_size="
-                f"{(height, width)}, block_size={self.block_size!r}. Pad the image, or "
-                "pick a block that divides it."
-            )
+        if len(self._block) != 2 or height % self._block[0] or width % self._block[1]:
+            raise ValueError(f"{type(self).__name__}: `image_size` needs a pair `block_size` that "
+                             f"divides its sides. Received: image_size={(height, width)}, "
+                             f"block_size={self.block_size!r}. Pad the image, or pick another "
+                             "block.")
         return (height, width)
 
     @property
@@ -286,47 +261,15 @@ class LocalBlockAttention(MultiHeadSelfAttention):
     def _as_sizes(self, name, value, lowest):
         """int -> (int,); a pair of ints -> tuple; each >= `lowest`."""
         sizes = tuple(value) if isinstance(value, (tuple, list)) and len(value) == 2 else (value,)
-        if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in sizes):
-            raise ValueError(
-                f"{type(self).__name__}: `{name}` must be an int (1D local attention over "
-                "sequences) or a pair of ints (height, width) (2D local attention over "
-                f"images). Received: {name}={value!r}."
-            )
-        if min(sizes) < lowest:
-            raise ValueError(
-                f"{type(self).__name__}: `{name}` must be "
-                f"{'positive' if lowest else 'non-negative'}. Received: {name}={value!r}."
-            )
+        checks.require(all(checks.is_int(v, lowest) for v in sizes), name, value,
+                       f"an int (1D) or a pair of ints (2D), each >= {lowest}")
         return tuple(int(v) for v in sizes)
 
     def _check_inputs_shape(self, shape):
-        name, rank = type(self).__name__, self._input_ranks[0]
-        if len(shape) != rank:
-            hint = (
-                "with `image_size` it takes sequences (batch, length, features) of pixels "
-                "in block-raster order; drop `image_size` for images" if self.image_size
-                else "an int `block_size` means 1D local attention over sequences (batch, "
-                "length, features); a pair, 2D" if rank == 3
-                else "a pair `block_size` means 2D local attention over images (batch, "
-                "height, width, features); an int, 1D"
-            )
-            raise ValueError(
-                f"{name} with block_size={self.block_size!r} expects inputs of rank {rank} "
-                f"({hint}). Received inputs of rank {len(shape)} with shape {shape}."
-            )
         if self.image_size and (shape[1] or 0) > self._max_positions:
-            raise ValueError(
-                f"{name} with image_size={self.image_size} takes at most "
-                f"{self._max_positions} positions (its pixels in block-raster order, plus "
-                f"one). Received inputs of shape {shape}. Pass a larger `image_size`, or a "
-                "shorter sequence."
-            )
-        if rank == 4 and None in shape[1:3]:
-            raise ValueError(
-                f"{name} needs the height and width of its image inputs to be known when "
-                f"the layer is called. Received inputs of shape {shape}. Give "
-                "`keras.Input` a fixed image size."
-            )
+            raise ValueError(f"{type(self).__name__} with image_size={self.image_size} takes at "
+                             f"most {self._max_positions} positions. Received inputs of shape "
+                             f"{shape}.")
         super()._check_inputs_shape(shape)
 
     def init_cache(self, batch_size, max_length, dtype=None):
@@ -339,19 +282,14 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         contiguous runs of positions, so this layout suits it.
 
         Raises:
-            ValueError: if the layer is 2D without `image_size`, a size is
-                not positive, or (2D) `max_length` exceeds the image's
-                pixels plus one.
+            ValueError: 2D without `image_size`; sizes not positive or
+                above the image's pixels plus one.
         """
         self._check_cache_supported(True)
-        known = checks.static_int(max_length)
-        if self.image_size and known is not None and known > self._max_positions:
-            raise ValueError(
-                f"{type(self).__name__} with image_size={self.image_size} caches at most "
-                f"{self._max_positions} positions (its pixels plus one). Received: "
-                f"max_length={max_length}. Pass max_length<={self._max_positions}, or a "
-                "larger `image_size`."
-            )
+        if self.image_size:
+            most = self._max_positions
+            checks.require((checks.static_int(max_length) or 0) <= most, "max_length", max_length,
+                           f"<= {most} (image_size={self.image_size}: pixels + 1)")
         if not self.rolling_cache:
             return super().init_cache(batch_size, max_length, dtype)
         self._check_cache_sizes(batch_size, max_length)
@@ -381,38 +319,22 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         return attended, attended[:, -self._rolling_length:]
 
     def _check_cache_supported(self, use_causal_mask):
-        if len(self._block) != 1 and self.image_size is None:
+        if not use_causal_mask or (len(self._block) != 1 and self.image_size is None):
             raise ValueError(
-                f"{type(self).__name__} with a 2D block_size={self.block_size!r} and no "
-                "`image_size` has no key/value cache (a step's pixels would have no place "
-                "in the image). Pass image_size=(height, width) to the layer: it then "
-                "takes sequences of pixels in block-raster order, with a cache."
-            )
-        if not use_causal_mask:
-            raise ValueError(
-                f"{type(self).__name__} supports a `cache` only with "
-                "`use_causal_mask=True` (a non-causal window reaches positions not "
-                "cached yet). Received: use_causal_mask=False. Pass use_causal_mask=True, "
-                "or call the layer on the whole sequence without a cache."
-            )
+                f"{type(self).__name__} has a `cache` only with use_causal_mask=True, and in 2D "
+                f"only with `image_size`. Received: use_causal_mask={use_causal_mask}, block_size="
+                f"{self.block_size!r}, image_size={self.image_size}.")
 
     def _check_cache(self, cache, cache_index, inputs, use_causal_mask, padding_mask):
         self._check_cache_supported(use_causal_mask)
         super()._check_cache(cache, cache_index, inputs, use_causal_mask, padding_mask)
-        if self.rolling_cache and cache.shape[1] not in (None, self._rolling_length):
+        positions = cache.shape[1]
+        rolling = self.rolling_cache
+        most = self._rolling_length if rolling else self.image_size and self._max_positions
+        if positions and most and (positions > most or rolling and positions < most):
             raise ValueError(
-                f"{type(self).__name__} with rolling_cache=True keeps the last block_size "
-                f"+ memory_flange = {self._rolling_length} positions: `cache` must be "
-                f"(batch, {self._rolling_length}, {self.num_heads}, "
-                f"{self.key_dim + self._value_dim}) as returned by `init_cache`. Received: "
-                f"cache.shape={tuple(cache.shape)}."
-            )
-        if self.image_size and (cache.shape[1] or 0) > self._max_positions:
-            raise ValueError(
-                f"{type(self).__name__} with image_size={self.image_size} caches at most "
-                f"{self._max_positions} positions. Received: cache.shape={tuple(cache.shape)}. "
-                f"Create the cache with `init_cache(batch_size, max_length<={self._max_positions})`."
-            )
+                f"{type(self).__name__}: `cache` must have {'exactly' if rolling else 'at most'} "
+                f"{most} positions, as `init_cache` makes. Received: cache.shape={cache.shape}.")
 
     # ----------------------------------------------------------- attention
     def _window(self, use_causal_mask):
@@ -455,9 +377,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
     def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
         if self.image_size is not None:
-            return self._attend_block_raster(
-                query, key, value, masks, return_attention_scores, training
-            )
+            return self._attend_block_raster(query, key, value, masks, return_attention_scores,
+                                             training)
         if masks.cached:
             return self._attend_cached(query, key, value, masks, return_attention_scores, training)
         padding_mask, attention_mask = masks.padding_mask, masks.attention_mask
@@ -482,11 +403,9 @@ class LocalBlockAttention(MultiHeadSelfAttention):
 
         query_blocks = split_heads(blocking.blockify(heads_first(query), block))
         key_memory = split_heads(
-            blocking.overlapping_blocks(heads_first(key), block, before, after)
-        )
+            blocking.overlapping_blocks(heads_first(key), block, before, after))
         value_memory = split_heads(
-            blocking.overlapping_blocks(heads_first(value), block, before, after)
-        )
+            blocking.overlapping_blocks(heads_first(value), block, before, after))
 
         # Raster index of every memory slot, -1 outside the input: (N, M).
         positions = ops.reshape(ops.arange(length, dtype="int32"), [1] + spatial)
@@ -512,10 +431,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
                 self._gather_attention_mask(attention_mask, spatial, memory_positions, length),
             )
 
-        outputs, probs = _local_attention(
-            query_blocks, key_memory, value_memory, mask,
-            self.dropout_layer, training, masks.may_have_empty_rows,
-        )
+        outputs, probs = _local_attention(query_blocks, key_memory, value_memory, mask,
+                                          self.dropout_layer, training, masks.may_have_empty_rows)
 
         def merge_heads(x):  # (B, H, N, Q, ·) -> (B, H, T, ·)
             x = ops.reshape(x, [batch * heads] + blocking.dims(x)[2:])
@@ -550,9 +467,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             positions = ops.arange(spatial[0], dtype="int32")
             origin = (positions // b) * b - f_before
             slot = positions[None, :] - origin[:, None]
-            inside = ops.logical_and(
-                ops.greater_equal(slot, 0), ops.less(slot, f_before + b + f_after)
-            )
+            inside = ops.logical_and(ops.greater_equal(slot, 0),
+                                     ops.less(slot, f_before + b + f_after))
             return slot, inside
         height, width = spatial
         (bh, bw) = self._block
@@ -592,15 +508,13 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             return ops.transpose(x, (0, 3, 1, 2, 4))
 
         query_groups, block_ids, query_rows, structure, kept = self._raster_query_groups(
-            query, start, masks
-        )
+            query, start, masks)
         memory = self._raster_memory(block_ids, masks.use_causal_mask)  # (G, M)
         mask = self._raster_mask(memory, start + length, structure, query_rows, masks)
         memory_index = ops.clip(memory, 0, key_length - 1)
         if value is None:
             memory_keys, memory_values = self._split_keys_values(
-                ops.take(key, memory_index, axis=1), query.dtype
-            )
+                ops.take(key, memory_index, axis=1), query.dtype)
         else:
             memory_keys = ops.take(key, memory_index, axis=1)
             memory_values = ops.take(value, memory_index, axis=1)
@@ -624,8 +538,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         if return_attention_scores:
             query_positions = start + ops.arange(length, dtype="int32")
             slot, inside = self._raster_window_slots(
-                query_positions, ops.arange(key_length, dtype="int32"), masks.use_causal_mask
-            )
+                query_positions, ops.arange(key_length, dtype="int32"), masks.use_causal_mask)
             scores = _scatter_rows(ungroup(probs), slot, inside)
         return outputs, scores
 
@@ -654,9 +567,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             return (query[:, :, None], positions // block_length,
                     ops.arange(length, dtype="int32")[:, None], structure, None)
         lead = start % block_length if masks.cached else 0
-        count = blocking.num_blocks(
-            length + (block_length - 1 if masks.cached else 0), block_length
-        )
+        count = blocking.num_blocks(length + (block_length - 1 if masks.cached else 0),
+                                    block_length)
         if masks.cached:
             rows = ops.arange(count * block_length, dtype="int32") - lead
             query_index = ops.clip(rows, 0, length - 1)
@@ -686,8 +598,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             mask = ops.logical_and(mask, structure[None, None])
         if masks.padding_mask is not None:
             mask = ops.logical_and(
-                mask, _take_positions(masks.padding_mask, memory, 1)[:, None, :, None, :]
-            )
+                mask, _take_positions(masks.padding_mask, memory, 1)[:, None, :, None, :])
         attention_mask = masks.attention_mask
         if attention_mask is not None:
             if len(attention_mask.shape) == 3:
@@ -720,10 +631,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         block_ids = block_ids[:, None]
         row = (block_ids // grid_width) * bh - before[0] + slots // window_w
         col = (block_ids % grid_width) * bw - before[1] + slots % window_w
-        inside = ops.logical_and(
-            ops.logical_and(ops.greater_equal(row, 0), ops.less(row, height)),
-            ops.logical_and(ops.greater_equal(col, 0), ops.less(col, width)),
-        )
+        inside = ops.logical_and(ops.logical_and(ops.greater_equal(row, 0), ops.less(row, height)),
+                                 ops.logical_and(ops.greater_equal(col, 0), ops.less(col, width)))
         # A block past the image (the position after its last pixel) has
         # no memory, though the window above it would reach into the image.
         inside = ops.logical_and(inside, ops.less(block_ids, (height // bh) * grid_width))
@@ -813,8 +722,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         mask = mask[None, None, None]
         if masks.padding_mask is not None:
             mask = ops.logical_and(
-                mask, _take_positions(masks.padding_mask, positions, 1)[:, None, None, None, :]
-            )
+                mask, _take_positions(masks.padding_mask, positions, 1)[:, None, None, None, :])
         attention_mask = masks.attention_mask
         if attention_mask is not None:
             if len(attention_mask.shape) == 3:
@@ -835,9 +743,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         cache_length = cache_dims[1]
         start = ops.cast(masks.cache_index, "int32")
         query_positions = start + ops.arange(length, dtype="int32")
-        starts, sizes = self._raster_step_runs(
-            start // (self._block[0] * self._block[1]), length, cache_length
-        )
+        starts, sizes = self._raster_step_runs(start // (self._block[0] * self._block[1]), length,
+                                               cache_length)
         runs, positions, fresh = [], [], []
         read_end = ops.convert_to_tensor(0, "int32")
         for run_start, size in zip(starts, sizes):
@@ -848,10 +755,8 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             fresh.append(ops.greater_equal(run_positions, read_end))
             read_end = ops.maximum(read_end, run_start + size)
         read = runs[0] if len(runs) == 1 else ops.concatenate(runs, axis=1)
-        mask = self._raster_step_mask(
-            ops.concatenate(positions, axis=0), ops.concatenate(fresh, axis=0), query_positions,
-            masks,
-        )
+        mask = self._raster_step_mask(ops.concatenate(positions, axis=0),
+                                      ops.concatenate(fresh, axis=0), query_positions, masks)
         keys, values = self._split_keys_values(read, query.dtype)
         # Masked slots get zero weight; zero their values too, so that what
         # the runs read outside the window (even inf or NaN) cannot leak.
@@ -945,26 +850,21 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         if cache_length <= window:
             window, start = cache_length, ops.convert_to_tensor(0, "int32")
         else:
-            start = ops.clip(
-                cache_index - key_offset + length - window, 0, cache_length - window
-            )
+            start = ops.clip(cache_index - key_offset + length - window, 0, cache_length - window)
         x_dims = blocking.dims(key)
         window_cache = ops.slice(key, [0, start, 0, 0], [x_dims[0], window] + x_dims[2:])
 
         query_positions = cache_index + ops.arange(length, dtype="int32")
         key_positions = key_offset + start + ops.arange(window, dtype="int32")
         visible = ops.logical_and(
-            ops.greater_equal(
-                key_positions[None, :],
-                ops.maximum(self._cached_window_start(query_positions), 0)[:, None],
-            ),
+            ops.greater_equal(key_positions[None, :],
+                              ops.maximum(self._cached_window_start(query_positions), 0)[:, None]),
             ops.less_equal(key_positions[None, :], query_positions[:, None]),
         )
         mask = visible[None, None, None]  # (1, 1, 1, T, W)
         if padding_mask is not None:
             mask = ops.logical_and(
-                mask, _take_positions(padding_mask, key_positions, 1)[:, None, None, None, :]
-            )
+                mask, _take_positions(padding_mask, key_positions, 1)[:, None, None, None, :])
         if attention_mask is not None:
             columns = _take_positions(attention_mask, key_positions, 3)
             mask = ops.logical_and(mask, columns[:, :, None])
@@ -1000,23 +900,18 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         def blocks_heads_first(x):  # (B, N, Q, H, ·) -> (B, H, N, Q, ·)
             return ops.transpose(x, (0, 3, 1, 2, 4))
 
-        query_blocks = ops.reshape(
-            ops.take(query, query_index, axis=1),
-            [batch, count, b] + blocking.dims(query)[2:],
-        )
+        query_blocks = ops.reshape(ops.take(query, query_index, axis=1),
+                                   [batch, count, b] + blocking.dims(query)[2:])
         memory_positions = (
             first_block_start - f
             + ops.arange(count, dtype="int32")[:, None] * b
             + ops.arange(f + b, dtype="int32")[None, :]
         )
         memory_index = ops.clip(memory_positions - key_offset, 0, cache_length - 1)
-        mask = self._cached_prefill_mask(
-            memory_positions, key_offset, cache_length, masks.padding_mask,
-            masks.attention_mask, query_index,
-        )
-        memory_keys, memory_values = self._split_keys_values(
-            ops.take(key, memory_index, axis=1), query.dtype
-        )
+        mask = self._cached_prefill_mask(memory_positions, key_offset, cache_length,
+                                         masks.padding_mask, masks.attention_mask, query_index)
+        memory_keys, memory_values = self._split_keys_values(ops.take(key, memory_index, axis=1),
+                                                             query.dtype)
         outputs, probs = _local_attention(
             blocks_heads_first(query_blocks),
             blocks_heads_first(memory_keys),
@@ -1044,17 +939,13 @@ class LocalBlockAttention(MultiHeadSelfAttention):
         memory (absolute positions; the cache holds `key_offset ..
         key_offset + cache_length - 1`)."""
         count = blocking.dims(memory_positions)[0]
-        key_ok = ops.logical_and(
-            ops.greater_equal(memory_positions, ops.maximum(key_offset, 0)),
-            ops.less(memory_positions, key_offset + cache_length),
-        )
-        mask = ops.logical_and(
-            key_ok[None, None, :, None, :], self._structure_mask(True)[None, None, None]
-        )
+        key_ok = ops.logical_and(ops.greater_equal(memory_positions, ops.maximum(key_offset, 0)),
+                                 ops.less(memory_positions, key_offset + cache_length))
+        mask = ops.logical_and(key_ok[None, None, :, None, :],
+                               self._structure_mask(True)[None, None, None])
         if padding_mask is not None:
             mask = ops.logical_and(
-                mask, _take_positions(padding_mask, memory_positions, 1)[:, None, :, None, :]
-            )
+                mask, _take_positions(padding_mask, memory_positions, 1)[:, None, :, None, :])
         if attention_mask is not None:
             rows = ops.take(attention_mask, query_index, axis=2)
             mask_dims = blocking.dims(rows)
@@ -1063,8 +954,7 @@ class LocalBlockAttention(MultiHeadSelfAttention):
             )  # (B, H, N, Q, S)
             columns = ops.clip(memory_positions, 0, mask_dims[3] - 1)
             mask = ops.logical_and(
-                mask, ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1)
-            )
+                mask, ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1))
         return mask
 
 

@@ -1,12 +1,8 @@
 import keras
 from keras import ops
 
-from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster, RasterGeometry
-from keras_attn.layers.pixel_position_encoding import positions_requirement
-from keras_attn.layers.sinusoidal_position_encoding import check_positions
-from keras_attn.layers.token_embedding import check_ids
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -61,11 +57,12 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         `(sums, new_cache)`.
 
     Raises:
-        ValueError: on invalid sizes (as `LowResolutionEmbedding`);
-            `decoder_tokens` that are not (batch, length); a `cache` whose
-            static shape is not (B, h * w * C) or that is not floating; a
-            `cache_index` that is not an integer scalar; ids outside 0..N
-            or positions outside the image plus one, known now.
+        ValueError: on invalid sizes (as `LowResolutionEmbedding`) and
+            `decoder_tokens` that are not (batch, length). The tokens, the
+            positions and the cache are the model's and the generation
+            engine's: `super_resolution_transformer` embeds the same tokens
+            first (`PixelEmbedding` refuses ids and positions outside the
+            image) and `CachedDecoder` makes the cache with `init_cache`.
 
     Example:
     >>> import keras
@@ -85,7 +82,7 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
                  **kwargs):
         super().__init__(**kwargs)
         self.raster = LowResolutionRaster(
-            self, image_size, low_resolution_size, channels, num_intensities, "nearest"
+            image_size, low_resolution_size, channels, num_intensities, "nearest"
         )
         low_height, low_width = self.low_resolution_size
         self.num_blocks = low_height * low_width * channels
@@ -97,7 +94,6 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         return ops.zeros((batch_size, self.num_blocks), "float32")
 
     def call(self, decoder_tokens, cache=None, cache_index=0):
-        self._check_call(decoder_tokens, cache, cache_index)
         length = ops.shape(decoder_tokens)[1]
         start = ops.cast(cache_index, "int32")
         positions = ops.arange(length, dtype="int32") + start
@@ -107,7 +103,7 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         tokens = ops.cast(decoder_tokens, "int32")
         counts = counts[None, :] & (tokens < self.num_intensities)
         values = ops.where(counts, ops.cast(tokens, "float32"), 0.0)
-        token_blocks = self.raster.covering_index(ops.clip(previous, 0, self.raster.num_positions - 1))
+        token_blocks = self.raster.covering_index(ops.clip(previous, 0, self.num_positions - 1))
         running = ops.cumsum(
             values[:, :, None] * ops.one_hot(token_blocks, self.num_blocks)[None], axis=1
         )
@@ -119,17 +115,6 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         if cache is None:
             return sums
         return sums, running[:, -1, :]
-
-    def _check_call(self, decoder_tokens, cache, cache_index):
-        check_ids(self, "decoder tokens", decoder_tokens, self.num_intensities + 1,
-                  f"Pass intensities 0..{self.num_intensities - 1} behind the start token "
-                  f"{self.num_intensities}.")
-        check_positions(cache_index, ops.shape(decoder_tokens)[1], self.num_positions + 1,
-                        positions_requirement(self), "cache_index")
-        if cache is not None:
-            batch = decoder_tokens.shape[0]
-            checks.check_cache(cache, ("batch" if batch is None else batch, self.num_blocks),
-                               "as returned by `init_cache`, for the batch of `decoder_tokens`")
 
     def compute_output_spec(self, decoder_tokens, cache=None, cache_index=0):
         sums = keras.KerasTensor(tuple(decoder_tokens.shape), dtype="float32")

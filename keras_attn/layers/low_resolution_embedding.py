@@ -69,9 +69,9 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
             low-resolution side that does not divide the high-resolution
             one, an unknown `interpolation`, a `scale_embeddings` that is
             not a bool); `inputs` that are not (B, T); a `low_resolution`
-            input that is not (B, h * w * channels); a `start_index` that
-            is not an integer scalar; intensities or positions (`0 .. H * W
-            * C`) outside their range, known now.
+            input that is not (B, h * w * channels). Intensities and
+            positions are the model's: `super_resolution_transformer`
+            embeds both inputs first (`PixelEmbedding` refuses them).
 
     Example:
     >>> import keras
@@ -103,10 +103,9 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
     ):
         super().__init__(**kwargs)
         checks.check_positive_int(self, "embedding_dim", embedding_dim)
-        checks.check_bool(self, "scale_embeddings", scale_embeddings,
-                          "True = embeddings times sqrt(embedding_dim)")
+        checks.check_bool(self, "scale_embeddings", scale_embeddings, "True = vectors times √D")
         self.raster = LowResolutionRaster(
-            self, image_size, low_resolution_size, channels, num_intensities, interpolation
+            image_size, low_resolution_size, channels, num_intensities, interpolation
         )
         self.embedding_dim = embedding_dim
         self.scale_embeddings = scale_embeddings
@@ -125,7 +124,7 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         self.built = True
 
     def call(self, inputs, low_resolution, start_index=0):
-        self.raster.check_inputs(low_resolution, inputs, "inputs", start_index)
+        self.raster.check_batch(low_resolution, inputs, "inputs")
         ids = self.raster.channel_value_ids(low_resolution, ops.shape(inputs)[1], start_index)
         embeddings = self.embedding(ids)
         if self.scale_embeddings:

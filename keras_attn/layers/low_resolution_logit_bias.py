@@ -1,9 +1,8 @@
-import numbers
-
 import keras
 import numpy as np
 from keras import ops
 
+from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.low_resolution_raster import LowResolutionRaster, RasterGeometry
 
@@ -110,11 +109,10 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
     Raises:
         ValueError: on invalid sizes or `interpolation` (as
             `LowResolutionEmbedding`), a bias table over 2 GiB
-            (4 * N^2 * (C + 1) bytes), logits that are not floats of shape
-            (B, T, N), a `low_resolution` input as `LowResolutionEmbedding`
-            refuses it, optional inputs that are not (B, T) or come
-            without the input they correct, or known positions outside the
-            image plus one.
+            (4 * N^2 * (C + 1) bytes), logits that are not (B, T, N), a
+            `low_resolution` input as `LowResolutionEmbedding` refuses it.
+            The float logits, the optional inputs and the positions are
+            the model's: `super_resolution_transformer` wires them.
 
     Example:
     >>> import keras
@@ -146,26 +144,17 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
     ):
         super().__init__(**kwargs)
         self.raster = LowResolutionRaster(
-            self, image_size, low_resolution_size, channels, num_intensities, interpolation
+            image_size, low_resolution_size, channels, num_intensities, interpolation
         )
         # Every call gathers a (C * N, N) float32 table from an (N, N) int32
         # offset matrix: N = 65536 would ask for tens of GiB.
-        table_bytes = 4 * num_intensities**2 * (channels + 1)
-        if table_bytes > 2**31:
-            raise ValueError(
-                f"{type(self).__name__}: the bias table of {channels} channels x "
-                f"num_intensities^2 offsets would take {table_bytes / 2**30:.1f} GiB at every "
-                "call (at most 2 GiB): use 8-bit intensities (num_intensities=256). "
-                f"Received: num_intensities={num_intensities}, channels={channels}."
-            )
-        for name, value, meaning in (
-                ("prior_scale", prior_scale, "the initial Laplace scale in intensity levels; "
-                 "None = start from `bias_initializer`"),
-                ("max_correction", max_correction, "a bound in intensity levels; None = no bound")):
-            number = isinstance(value, numbers.Real) and not isinstance(value, bool)
-            if value is not None and not (number and value > 0):
-                raise ValueError(f"{type(self).__name__}: `{name}` must be a number > 0 or None "
-                                 f"({meaning}). Received: {name}={value!r}.")
+        checks.require(4 * num_intensities**2 * (channels + 1) <= 2**31, "num_intensities",
+                       num_intensities, f"small enough for a bias table of at most 2 GiB "
+                       f"(4 * N^2 * (channels + 1) bytes, channels={channels})",
+                       "Use 8-bit intensities (num_intensities=256).")
+        for name, value in (("prior_scale", prior_scale), ("max_correction", max_correction)):
+            checks.require(value is None or checks.is_number(value) and value > 0, name, value,
+                           "a number > 0 (in intensity levels) or None")
         self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: num_intensities})
         self.prior_scale = prior_scale
         self.max_correction = max_correction
@@ -190,13 +179,7 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
 
     def call(self, logits, low_resolution, start_index=0, block_sums=None,
              previous_intensities=None, left_intensities=None, previous_block_sums=None):
-        dtype = keras.backend.standardize_dtype(logits.dtype)
-        if "float" not in dtype:  # integer logits would truncate the bias
-            raise ValueError(f"{type(self).__name__} {self.name}: `logits` must be floating point. "
-                             f"Received: logits.dtype={dtype}.")
-        self.raster.check_inputs(low_resolution, logits, "logits", start_index, dict(
-            block_sums=block_sums, previous_intensities=previous_intensities,
-            left_intensities=left_intensities, previous_block_sums=previous_block_sums))
+        self.raster.check_batch(low_resolution, logits, "logits")
         # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
         # one row gather per position (its gradient is a row scatter-add).
         table = ops.take(self.offset_bias, self._offsets, axis=1)

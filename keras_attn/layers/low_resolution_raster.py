@@ -10,10 +10,7 @@ each position of a high-resolution raster sequence of channel intensities
 import numpy as np
 from keras import ops
 
-from keras_attn.checks import check_image_size, check_positive_int, static_shape_mismatch
-from keras_attn.layers.pixel_position_encoding import positions_requirement
-from keras_attn.layers.sinusoidal_position_encoding import check_positions
-from keras_attn.layers.token_embedding import check_ids
+from keras_attn.checks import check_image_size, check_sizes, require, static_shape_mismatch
 
 INTERPOLATIONS = ("nearest", "bicubic")
 # How much of the left pixel's residual the first channel's prior centre
@@ -25,7 +22,6 @@ class LowResolutionRaster:
     """Low-resolution intensities at high-resolution raster positions.
 
     Args:
-        owner: the layer using it (named in error messages).
         image_size: high-resolution (height, width), or one int.
         low_resolution_size: low-resolution (height, width), or one int;
             each side must divide the high-resolution one.
@@ -38,31 +34,15 @@ class LowResolutionRaster:
             not divide the high-resolution one, an unknown `interpolation`.
     """
 
-    def __init__(self, owner, image_size, low_resolution_size, channels, num_intensities,
-                 interpolation):
-        name = type(owner).__name__
-        check_positive_int(owner, "channels", channels)
-        check_positive_int(owner, "num_intensities", num_intensities)
-        self.owner = owner  # the layer it serves, named in messages
-        self.image_size = check_image_size(image_size, owner=owner)
-        self.low_resolution_size = check_image_size(low_resolution_size, "low_resolution_size", owner)
-        if any(big % small for big, small in zip(self.image_size, self.low_resolution_size)):
-            raise ValueError(
-                f"{name}: each side of `image_size` must be a multiple of the same side of "
-                f"`low_resolution_size`. Received: image_size={self.image_size}, "
-                f"low_resolution_size={self.low_resolution_size}."
-            )
-        if interpolation not in INTERPOLATIONS:
-            raise ValueError(
-                f"{name}: `interpolation` must be one of {INTERPOLATIONS}. "
-                f"Received: interpolation={interpolation!r}."
-            )
-        if channels * num_intensities >= 2**31:
-            raise ValueError(
-                f"{name}: `channels * num_intensities` must stay below 2**31: the per-channel "
-                "table ids `channel * num_intensities + value` are int32. "
-                f"Received: channels={channels}, num_intensities={num_intensities}."
-            )
+    def __init__(self, image_size, low_resolution_size, channels, num_intensities, interpolation):
+        check_sizes(channels=channels, num_intensities=num_intensities)
+        self.image_size = check_image_size(image_size)
+        self.low_resolution_size = check_image_size(low_resolution_size, "low_resolution_size")
+        sides = zip(self.image_size, self.low_resolution_size)
+        require(not any(big % small for big, small in sides), "image_size", self.image_size,
+                f"a multiple of `low_resolution_size`={self.low_resolution_size} on each side")
+        require(interpolation in INTERPOLATIONS, "interpolation", interpolation,
+                f"one of {INTERPOLATIONS}")
         self.channels = channels
         self.num_intensities = num_intensities
         self.interpolation = interpolation
@@ -84,51 +64,16 @@ class LowResolutionRaster:
         positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
         return ops.minimum(positions, self.num_positions - 1)
 
-    def check_inputs(self, low_resolution, reference, reference_name, start_index, optional=None):
-        """Refuses, where known now, a `low_resolution` input that is not
-        (B, h * w * C) for the batch B of the owner's `reference` input or
-        holds intensities outside [0, num_intensities) (the bicubic path
-        would clip them, the nearest one read another channel's rows),
-        positions outside the image plus one, and `optional` inputs of
-        `channel_value_ids` (name -> tensor or None) that are not (B, T) or
-        come without the input they correct (alone they would be ignored)."""
-        (low_height, low_width), owner = self.low_resolution_size, self.owner
-        shape, length = tuple(low_resolution.shape), low_height * low_width * self.channels
-        if len(shape) != 2 or shape[-1] not in (None, length):
-            raise ValueError(
-                f"{type(owner).__name__}: `low_resolution` must be (batch, {length}), the raster "
-                f"sequence of a {low_height}x{low_width}x{self.channels} image. "
-                f"Received: low_resolution.shape={shape}."
-            )
-        rows = reference.shape[0]
-        if None not in (shape[0], rows) and shape[0] != rows:
-            raise ValueError(
-                f"{type(owner).__name__} {owner.name}: `low_resolution` must hold one image per "
-                f"row of `{reference_name}`: pass both for the same batch. Received: "
-                f"low_resolution with batch size {shape[0]}, expected {rows}."
-            )
-        check_ids(owner, "low-resolution intensities", low_resolution, self.num_intensities,
-                  "Pass the low-resolution image as intensities 0..num_intensities - 1 "
-                  "(images.downsample makes them).")
-        check_positions(start_index, ops.shape(reference)[1], self.num_positions + 1,
-                        positions_requirement(owner))
-        optional, name = optional or {}, f"{type(owner).__name__} {owner.name}"
-        for key, tensor in optional.items():
-            shape = None if tensor is None else tuple(tensor.shape)
-            if shape is not None and static_shape_mismatch(shape, reference.shape[:2]):
-                raise ValueError(
-                    f"{name}: `{key}` must be (batch, length) = {tuple(reference.shape[:2])}, one "
-                    f"value per position of the call. Received: {key}.shape={shape}."
-                )
-        for key, needs in (("left_intensities", ("block_sums",)),
-                           ("previous_block_sums", ("block_sums", "previous_intensities"))):
-            missing = " and ".join(f"`{n}`" for n in needs if optional.get(n) is None)
-            if optional.get(key) is not None and missing:
-                raise ValueError(
-                    f"{name}: `{key}` corrects the value computed from "
-                    f"{' and '.join(f'`{n}`' for n in needs)}, and would be ignored without "
-                    f"{missing}: pass {missing} too, or leave `{key}` out."
-                )
+    def check_batch(self, low_resolution, reference, reference_name):
+        """Refuses, where static, a `low_resolution` input that is not
+        (B, h * w * C) for the batch B of `reference` (the model's inputs
+        meet first in this layer: another batch failed in a gather or an
+        `Add`)."""
+        (low_height, low_width), shape = self.low_resolution_size, tuple(low_resolution.shape)
+        wanted = (reference.shape[0], low_height * low_width * self.channels)
+        require(not static_shape_mismatch(shape, wanted), "low_resolution.shape", shape,
+                f"{wanted}: one {low_height}x{low_width}x{self.channels} image in raster order "
+                f"per row of `{reference_name}`")
 
     def values(self, low_resolution, positions):
         """(B, h*w*C) low-resolution raster, (T,) positions -> (B, T) int32

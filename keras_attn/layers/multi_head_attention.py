@@ -48,13 +48,10 @@ class MultiHeadAttention(AttentionBase):
         propagated to the outputs.
 
     Raises:
-        ValueError: on invalid constructor arguments; inputs that are not
-            rank 3 or are empty; neither `value` nor `cache`; known batch
-            sizes of `query` and `value` (or `cache`), or of `key` and
-            `value`, or their lengths, that differ; masks that are not
-            boolean/integer or of the wrong rank or known shape; a cache of
-            the wrong shape or dtype. Sizes known only at run time are not
-            checked here.
+        ValueError: on invalid constructor arguments; inputs not (batch,
+            length, features) or with known batch sizes (or key/value
+            lengths) that differ; neither `value` nor `cache`; invalid masks
+            or cache. Sizes known only at run time are not checked here.
 
     Example:
     >>> import keras
@@ -71,14 +68,10 @@ class MultiHeadAttention(AttentionBase):
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         if value_shape is None:
-            raise ValueError("MultiHeadAttention needs `value` (the sequence to attend to) to build "
-                             "its key/value projections. Received no value: call it once as "
-                             "`layer(query, value)` before using a cache.")
+            raise ValueError("MultiHeadAttention builds on its first call, which needs `value` "
+                             "(what it attends to): call `layer(query, value)` before a cache.")
         query_shape, value_shape = tuple(query_shape), tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
-        for name, shape in (("query", query_shape), ("value", value_shape), ("key", key_shape)):
-            self._check_rank(name, shape)
-        self._query_dim = query_shape[-1]
         self.query_dense = self._make_dense(self.num_heads * self.key_dim, "query")
         self.query_dense.build(query_shape)
         self.key_dense = self._make_dense(self.num_heads * self.key_dim, "key")
@@ -89,32 +82,6 @@ class MultiHeadAttention(AttentionBase):
         self.output_dense.build(query_shape[:-1] + (self.num_heads * self._value_dim,))
         self.dropout_layer = self._make_dropout()
         self.built = True
-
-    @staticmethod
-    def _check_rank(name, shape):
-        if len(shape) != 3 or shape[-1] is None:
-            raise ValueError(f"MultiHeadAttention expects `{name}` of shape (batch, length, features) "
-                             f"with known features. Received: {name}.shape={shape}.")
-        if 0 in shape[:2]:
-            empty = "batch" if shape[0] == 0 else "sequence"
-            raise ValueError(f"MultiHeadAttention received an empty {empty} ({name}.shape={shape}). "
-                             "Pass at least one example, and at least one position.")
-
-    @staticmethod
-    def _check_same(dimension, axis, hint, **tensors):
-        """Raises unless the known sizes of `axis` agree across the tensors."""
-        if len({t.shape[axis] for t in tensors.values()} - {None}) > 1:
-            shapes = ", ".join(f"{n}.shape={tuple(t.shape)}" for n, t in tensors.items())
-            raise ValueError(f"MultiHeadAttention needs the same {dimension} for "
-                             f"{' and '.join(tensors)}. Received: {shapes}. {hint}")
-
-    def _check_memory(self, value, key):
-        """`value` and `key` (B, S, ·): rank 3, the same B and S."""
-        for name, tensor in (("value", value), ("key", key)):
-            self._check_rank(name, tuple(tensor.shape))
-        for dimension, axis in (("batch size", 0), ("length", 1)):
-            self._check_same(dimension, axis, "`key` and `value` must describe the same "
-                             "positions.", key=key, value=value)
 
     def compute_cache(self, value, key=None):
         """Projects a memory sequence once into keys and values.
@@ -130,9 +97,8 @@ class MultiHeadAttention(AttentionBase):
             `[:, h, :key_dim]`, its values in `[:, h, key_dim:]`.
         """
         if not self.built:
-            raise ValueError("MultiHeadAttention.compute_cache needs a built layer. Call the layer "
-                             "once on (query, value), or `build` it.")
-        self._check_memory(value, value if key is None else key)
+            raise ValueError("MultiHeadAttention.compute_cache needs a built layer: call it first.")
+        self._check_call(None, value, key, None)
         key, value = self._project_memory(value, key)
         return ops.transpose(ops.concatenate([key, value], axis=-1), (0, 2, 3, 1))
 
@@ -141,9 +107,8 @@ class MultiHeadAttention(AttentionBase):
         key = value if key is None else key
         batch_size, length = ops.shape(value)[0], ops.shape(value)[1]
         key = ops.reshape(self.key_dense(key), (batch_size, length, self.num_heads, self.key_dim))
-        value = ops.reshape(
-            self.value_dense(value), (batch_size, length, self.num_heads, self._value_dim)
-        )
+        value = ops.reshape(self.value_dense(value),
+                            (batch_size, length, self.num_heads, self._value_dim))
         return key, value
 
     def call(
@@ -158,13 +123,11 @@ class MultiHeadAttention(AttentionBase):
         training=None,
     ):
         self._check_call(query, value, key, cache)
-        value_padding_mask, attention_mask = self._masks(
-            query, value, cache, value_padding_mask, attention_mask
-        )
+        value_padding_mask, attention_mask = self._masks(query, value, cache, value_padding_mask,
+                                                         attention_mask)
         batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
-        projected_query = ops.reshape(
-            self.query_dense(query), (batch_size, query_length, self.num_heads, self.key_dim)
-        )
+        projected_query = ops.reshape(self.query_dense(query),
+                                      (batch_size, query_length, self.num_heads, self.key_dim))
         if cache is None:
             # Without a cache the memory is projected in the sequence layout:
             # no concatenation or transpose into a cache's layout.
@@ -184,27 +147,31 @@ class MultiHeadAttention(AttentionBase):
             cache_layout=cache is not None,
         )
         outputs = self.output_dense(
-            ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim))
-        )
+            ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim)))
         if return_attention_scores:
             return outputs, ops.cast(scores, self.compute_dtype)
         return outputs
 
     def _check_call(self, query, value, key, cache):
-        """The static checks of a call's tensors."""
+        """The static checks of a call's tensors (`query` None: `compute_cache`'s)."""
         if value is None and cache is None:
             raise ValueError("MultiHeadAttention needs `value` (the sequence to attend to) or a "
                              "`cache` from `compute_cache`. Received neither.")
-        self._check_rank("query", tuple(query.shape))
-        if cache is None:
-            self._check_memory(value, value if key is None else key)
-            memory = {"value": value}
-        else:
-            checks.check_cache(cache, ("batch", self.num_heads, self.key_dim + self._value_dim,
-                                       "length"), "as returned by `compute_cache`")
-            memory = {"cache": cache}
-        self._check_same("batch size", 0, "Each query sequence attends to the memory of its "
-                         "own example: pass one memory per query sequence.", query=query, **memory)
+        tensors = {"query": query, "value": value, "key": value if key is None else key}
+        shapes = {name: tuple(t.shape) for name, t in tensors.items() if t is not None}
+        for name, shape in shapes.items():
+            checks.require(len(shape) == 3 and shape[-1] is not None and 0 not in shape[:2],
+                           f"{name}.shape", shape,
+                           "(batch, length, features), none empty, features known")
+        if cache is not None:
+            layout = ("batch", self.num_heads, self.key_dim + self._value_dim, "length")
+            checks.check_cache(cache, layout, "as returned by `compute_cache`")
+            shapes = {"query": shapes.get("query"), "cache": tuple(cache.shape)}
+        lengths = {shapes[name][1] for name in ("key", "value") if name in shapes} - {None}
+        if len({shape[0] for shape in shapes.values() if shape} - {None}) > 1 or len(lengths) > 1:
+            raise ValueError(
+                f"MultiHeadAttention needs one batch size for {' and '.join(shapes)}, and one "
+                f"length for key and value. Received shapes {shapes}. Pass one memory per query.")
 
     def _masks(self, query, value, cache, value_padding_mask, attention_mask):
         """The call's masks as booleans, checked (`attention_ops.check_mask`);
@@ -212,9 +179,8 @@ class MultiHeadAttention(AttentionBase):
         keys = value.shape[1] if cache is None else cache.shape[-1]
         if value_padding_mask is None and value is not None:
             value_padding_mask = attention_ops.get_implicit_mask(value)
-        value_padding_mask = attention_ops.check_mask(
-            value_padding_mask, "value_padding_mask", (2,), (query.shape[0], keys)
-        )
+        value_padding_mask = attention_ops.check_mask(value_padding_mask, "value_padding_mask",
+                                                      (2,), (query.shape[0], keys))
         attention_mask = attention_ops.check_mask(
             attention_mask, "attention_mask", (3, 4), (query.shape[1], keys),
             query.shape[0], self.num_heads,
@@ -230,16 +196,13 @@ class MultiHeadAttention(AttentionBase):
         value, return_attention_scores = arguments["value"], arguments["return_attention_scores"]
         self._check_call(query, value, arguments["key"], cache)
         self._masks(query, value, cache, arguments["value_padding_mask"], arguments["attention_mask"])
-        outputs = keras.KerasTensor(
-            self.compute_output_shape(tuple(query.shape)), self.compute_dtype
-        )
+        outputs = keras.KerasTensor(self.compute_output_shape(tuple(query.shape)),
+                                    self.compute_dtype)
         if not return_attention_scores:
             return outputs
         key_length = cache.shape[-1] if cache is not None else value.shape[1]
-        scores = keras.KerasTensor(
-            (query.shape[0], self.num_heads, query.shape[1], key_length),
-            self.compute_dtype,
-        )
+        scores = keras.KerasTensor((query.shape[0], self.num_heads, query.shape[1], key_length),
+                                   self.compute_dtype)
         return outputs, scores
 
     def compute_mask(self, query, previous_mask=None):

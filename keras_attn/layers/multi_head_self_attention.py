@@ -54,6 +54,10 @@ class MultiHeadSelfAttention(AttentionBase):
             results), except in training (`training` not False) from
             S = 2048, where chunks of 256 keep memory linear in S; other
             calls run chunks of 256 from S = 2048; the dense core below.
+            When S is unknown at tracing (`fit` retraced after batches of
+            two lengths, `model.export()`, a None-length signature), the
+            choice is made at run time: chunks of 256 from S = 2048, the
+            dense core below (`ops.cond`), so memory stays linear in S.
             Measured on a 2-core CPU at S = 2048: the chunked core takes
             0.84x the dense fwd+bwd time
             (`benchmarks/long_sequence_benchmark.py --crossover`); on the
@@ -63,8 +67,8 @@ class MultiHeadSelfAttention(AttentionBase):
             `benchmarks/relative_global_attention_benchmark.py`). Whatever the
             choice, the dense core runs for decoding with a cache and with
             `return_attention_scores=True`; the chunked core has no dropout,
-            so while dropout is active the query blocks (causal) or the
-            dense core run instead. The query blocks draw their dropout
+            so while dropout is active the query blocks (causal, S known)
+            or the dense core run instead. The query blocks draw their dropout
             masks block by block: the same rate and distribution as the
             dense core, but for a given `seed` not the same masks. `LocalBlockAttention` takes only None or
             "auto" (already linear in T).
@@ -104,17 +108,11 @@ class MultiHeadSelfAttention(AttentionBase):
         (B, H, K + V, max_length) when a `cache` was passed.
 
     Raises:
-        ValueError: on invalid constructor arguments; on inputs of another
-            rank or width than built for, or empty; on masks that are not
-            boolean/integer or whose rank or known sizes do not fit (an
-            `attention_mask`'s batch and head axes may also be 1); on a
-            `cache` that is not a floating tensor of the `init_cache` shape
-            and batch size; on a `cache_index` that is not an integer
-            scalar, lies outside the cache, or comes without a cache. Sizes
-            and indices known only at run time (traced) are checked where
-            they enter, by the generation functions and the exporters: a
-            direct traced call must keep `cache_index` in
-            `[0, max_length - T]`.
+        ValueError: on invalid constructor arguments, inputs, masks, cache
+            or `cache_index` (static checks, when the call is traced). Values
+            known only at run time are checked where they enter (generation
+            functions, exporters): a direct traced call must keep
+            `cache_index` in `[0, max_length - T]`.
 
     Example:
     >>> import keras
@@ -130,8 +128,10 @@ class MultiHeadSelfAttention(AttentionBase):
         Vaswani et al. 2017, "Attention Is All You Need", sections 3.2.1-3.2.3.
     """
 
-    # Input rank(s) accepted by `call`; subclasses with 2D inputs extend it.
+    # Input rank(s) accepted by `call` and their layout, for the messages;
+    # subclasses with 2D inputs change them.
     _input_ranks = (3,)
+    _inputs_layout = "(batch, length, features)"
     # chunk_size="auto": the key length from which the chunked core runs, and
     # its chunk size (measured: `long_sequence_benchmark.py --crossover`).
     _auto_chunk_min_length = 2048
@@ -146,21 +146,22 @@ class MultiHeadSelfAttention(AttentionBase):
 
     def __init__(self, num_heads, key_dim, chunk_size="auto", **kwargs):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
-        checks.check_chunk_size(self, chunk_size)
+        ok = chunk_size in (None, "auto") or (type(chunk_size) is int and chunk_size >= 1)
+        checks.require(ok, "chunk_size", chunk_size, 'an int >= 1, None or "auto"',
+                       "(A NumPy integer: int(chunk_size).)")
         self.chunk_size = chunk_size
 
     def build(self, inputs_shape):
         inputs_shape = tuple(inputs_shape)
         self._check_inputs_shape(inputs_shape)
         feature_dim = inputs_shape[-1]
-        self._feature_dim = feature_dim
+        # Keras refuses inputs of another width from now on.
+        self.input_spec = keras.layers.InputSpec(axes={-1: feature_dim})
         heads_width = self.num_heads * (2 * self.key_dim + self._value_dim)
         self.query_key_value_dense = self._make_dense(heads_width, "query_key_value")
         self.query_key_value_dense.build(inputs_shape)
         self.output_dense = self._make_dense(self.output_dim or feature_dim, "attention_output")
-        self.output_dense.build(
-            inputs_shape[:-1] + (self.num_heads * self._value_dim,)
-        )
+        self.output_dense.build(inputs_shape[:-1] + (self.num_heads * self._value_dim,))
         self.dropout_layer = self._make_dropout()
         self._build_attention_core(inputs_shape)
         self.built = True
@@ -170,19 +171,11 @@ class MultiHeadSelfAttention(AttentionBase):
         position embeddings). Called at the end of `build`."""
 
     def _check_inputs_shape(self, shape):
-        name = type(self).__name__
-        if len(shape) not in self._input_ranks or shape[-1] is None:
-            raise ValueError(f"{name} expects inputs of shape (batch, length, features), features "
-                             f"known. Received inputs of rank {len(shape)} with shape {shape}. "
-                             "Reshape or batch your inputs to that layout.")
-        if getattr(self, "_feature_dim", None) not in (None, shape[-1]):
-            raise ValueError(f"{name} '{self.name}' was built for inputs with {self._feature_dim} "
-                             f"features. Received inputs with shape {shape}. Use a new layer for "
-                             "a different width.")
-        if 0 in shape[:-1]:
-            raise ValueError(f"{name} received an empty {'batch' if shape[0] == 0 else 'sequence'} "
-                             f"(inputs.shape={shape}). Pass at least one example, and at least one "
-                             "position (e.g. a start token).")
+        if (len(shape) not in self._input_ranks or shape[-1] is None or 0 in shape[:-1]
+                or (len(shape) > 3 and None in shape[1:-1])):
+            raise ValueError(
+                f"{type(self).__name__} expects inputs of shape {self._inputs_layout}, none empty, "
+                f"features (and an image's sides) known. Received inputs of shape {shape}.")
 
     # ------------------------------------------------------------------ cache
     def init_cache(self, batch_size, max_length, dtype=None):
@@ -209,11 +202,9 @@ class MultiHeadSelfAttention(AttentionBase):
         """
         self._check_cache_sizes(batch_size, max_length)
         dtype = keras.backend.standardize_dtype(dtype or self.compute_dtype)
-        if dtype != self.compute_dtype:
-            raise ValueError(f"{type(self).__name__}.init_cache: the cache must have the layer's "
-                             f"compute dtype {self.compute_dtype} (Keras casts floating call arguments "
-                             f"to it). Received: dtype={dtype}. For a float16 cache, give the layer a "
-                             "float16 compute dtype (e.g. dtype='mixed_float16').")
+        checks.require(dtype == self.compute_dtype, "dtype", dtype,
+                       f"the layer's compute dtype {self.compute_dtype}",
+                       "For float16, make the layer with dtype='mixed_float16'.")
         return ops.zeros(self._cache_shape(batch_size, max_length), dtype=dtype)
 
     def _cache_shape(self, batch_size, max_length):
@@ -234,11 +225,10 @@ class MultiHeadSelfAttention(AttentionBase):
     def _check_cache_sizes(batch_size, max_length):
         """Sizes are ints (or int tensors), known ones positive."""
         for arg, value in (("batch_size", batch_size), ("max_length", max_length)):
-            known, dtype = checks.static_int(value), str(getattr(value, "dtype", ""))
-            if isinstance(value, bool) or (known is None and "int" not in dtype) or (
-                    known is not None and known <= 0):
-                raise ValueError(f"`{arg}` must be a positive int (or int scalar tensor). "
-                                 f"Received: {arg}={value!r}.")
+            known = checks.static_int(value)
+            ok = "int" in str(getattr(value, "dtype", "")) if known is None else known > 0
+            checks.require(ok and not isinstance(value, bool), arg, value,
+                           "a positive int (or int scalar tensor)")
 
     # ------------------------------------------------------------------- call
     def call(
@@ -268,12 +258,9 @@ class MultiHeadSelfAttention(AttentionBase):
             cache_index=0 if cache is None else cache_index,
             valid_key_length=None if cache is None else cache_index + query_length,
         )
-        outputs, scores = self._attend(
-            query, key, value, masks, spatial_shape, return_attention_scores, training
-        )
-        outputs = ops.reshape(
-            outputs, (batch_size, query_length, self.num_heads * self._value_dim)
-        )
+        outputs, scores = self._attend(query, key, value, masks, spatial_shape,
+                                       return_attention_scores, training)
+        outputs = ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim))
         outputs = self.output_dense(outputs)
         if len(spatial_shape) > 1:
             outputs = ops.reshape(outputs, (batch_size,) + spatial_shape + (outputs.shape[-1],))
@@ -291,7 +278,9 @@ class MultiHeadSelfAttention(AttentionBase):
         (the generation functions, the exporters)."""
         self._check_inputs_shape(tuple(inputs.shape))
         if cache is None:
-            checks.check_no_cache_index(cache_index)
+            checks.require(cache_index is None, "cache_index", cache_index,
+                           "None without a `cache` (it is the inputs' position in the cache)",
+                           "Pass a cache, or drop `cache_index`.")
         else:
             self._check_cache(cache, cache_index, inputs, use_causal_mask, padding_mask)
 
@@ -299,24 +288,21 @@ class MultiHeadSelfAttention(AttentionBase):
         """A cache of the `init_cache` layout for the inputs' batch, and an
         integer `cache_index` from which the inputs fit in it (subclasses may
         refuse a cache for the call, e.g. without `use_causal_mask`)."""
-        (batch, length), mask_shape = tuple(inputs.shape)[:2], tuple(getattr(padding_mask, "shape", ()))
-        checks.check_cache(cache, self._cache_shape(batch or "batch", "max_length"), "as returned "
-                           f"by `init_cache(batch_size={batch or 'B'}, max_length)` for these inputs")
-        index = 0 if cache_index is None else cache_index
-        checks.check_index(index, "cache_index")
-        index, capacity = checks.static_int(index), self._cache_capacity(cache)
-        if index is not None and index < 0:
-            raise ValueError("`cache_index` must be >= 0 (the position of the first input). "
-                             f"Received: cache_index={index}.")
-        if None not in (index, length, capacity) and index + length > capacity:
-            raise ValueError(f"`cache_index` + input length must fit in the cache. Received: cache_index="
-                             f"{index}, input length {length}, cache length {capacity}. Allocate a "
-                             f"longer cache with `init_cache(batch_size, max_length>={index + length})`.")
-        reach = mask_shape[1] if len(mask_shape) == 2 else None  # a rolling cache's mask
-        if capacity is None and None not in (index, length, reach) and reach < index + length:
-            raise ValueError("`padding_mask` must cover every position up to the last input: shape "
-                             "(batch, >= cache_index + input length). Received: padding_mask.shape="
-                             f"{mask_shape}, cache_index={index}, input length {length}.")
+        batch, length = tuple(inputs.shape)[:2]
+        checks.check_cache(cache, self._cache_shape(batch or "batch", "max_length"),
+                           f"as returned by `init_cache(batch_size={batch or 'B'}, max_length)`")
+        checks.check_index(0 if cache_index is None else cache_index, "cache_index")
+        index = checks.static_int(cache_index) or 0  # unknown while traced: 0, the least
+        checks.require(index >= 0, "cache_index", index, ">= 0 (the position of the first input)")
+        # The positions the cache holds, or (a rolling cache) its padding mask covers.
+        mask_shape = tuple(getattr(padding_mask, "shape", ()))
+        capacity = self._cache_capacity(cache) or (mask_shape[1] if len(mask_shape) == 2 else None)
+        if None not in (length, capacity) and index + length > capacity:
+            raise ValueError(
+                "`cache_index` + input length must fit in the cache (a rolling cache: in "
+                f"`padding_mask`). Received: cache_index={index}, input length {length}, cache "
+                f"length {capacity}. Pass a longer one (`init_cache(batch_size, "
+                f"{index + length})`).")
 
     def _masks(self, inputs, padding_mask, attention_mask, cache):
         """The call's masks as booleans, checked (`attention_ops.check_mask`):
@@ -328,14 +314,12 @@ class MultiHeadSelfAttention(AttentionBase):
         if padding_mask is None and cache is None:
             padding_mask = attention_ops.get_implicit_mask(inputs)
         padding_shape = shape[:-1] if cache is None else (shape[0], keys)
-        padding_mask = attention_ops.check_mask(
-            padding_mask, "padding_mask", (len(padding_shape),), padding_shape
-        )
+        padding_mask = attention_ops.check_mask(padding_mask, "padding_mask", (len(padding_shape),),
+                                                padding_shape)
         if padding_mask is not None and len(padding_shape) > 2:
             padding_mask = ops.reshape(padding_mask, (ops.shape(inputs)[0], -1))
-        attention_mask = attention_ops.check_mask(
-            attention_mask, "attention_mask", (3, 4), (queries, keys), shape[0], self.num_heads
-        )
+        attention_mask = attention_ops.check_mask(attention_mask, "attention_mask", (3, 4),
+                                                  (queries, keys), shape[0], self.num_heads)
         return padding_mask, attention_mask
 
     def _project_query_key_value(self, inputs, cache, cache_index):
@@ -352,9 +336,7 @@ class MultiHeadSelfAttention(AttentionBase):
             # concatenation, while each slice's gradient is a zero-padded
             # copy of the whole (B, T, H, 2K + V) tensor, summed after
             # (measured 1.2-1.3x slower fwd+bwd without XLA at T = 256-512).
-            query, key, value = ops.split(
-                qkv, [self.key_dim, 2 * self.key_dim], axis=-1
-            )
+            query, key, value = ops.split(qkv, [self.key_dim, 2 * self.key_dim], axis=-1)
             return query, key, value, None
         query, key_value = ops.split(qkv, [self.key_dim], axis=-1)
         attended, cache = self._write_cache(cache, ops.cast(key_value, cache.dtype), cache_index)
@@ -398,6 +380,16 @@ class MultiHeadSelfAttention(AttentionBase):
         core, size = self._attention_core(key, masks, return_attention_scores, training)
         if core == "chunked":
             return self._attend_chunked(query, key, value, masks, size), None
+        if core == "by_length":
+            # The key length is known only at run time (a function traced
+            # for any length): the chunked core from the crossover, so an
+            # unknown length never means a (B, H, T, S) buffer.
+            long_enough = ops.greater_equal(self._key_length(key, masks), self._auto_chunk_min_length)
+            outputs = ops.cond(
+                long_enough, lambda: self._attend_chunked(query, key, value, masks, size),
+                lambda: ops.cast(self._attend_dense(query, key, value, masks, training)[0],
+                                 value.dtype))
+            return outputs, None
         if core == "query_blocks":
             return self._attend_query_blocks(query, key, value, masks, size, training), None
         return self._attend_dense(query, key, value, masks, training)
@@ -434,10 +426,8 @@ class MultiHeadSelfAttention(AttentionBase):
         outputs = []
         for start in range(0, length, block_size):
             stop = min(length, start + block_size)
-            block, _ = self._attend_dense(
-                query[:, start:stop], key[:, :stop], value[:, :stop],
-                masks.query_rows(start, stop), training,
-            )
+            block, _ = self._attend_dense(query[:, start:stop], key[:, :stop], value[:, :stop],
+                                          masks.query_rows(start, stop), training)
             outputs.append(block)
         return ops.concatenate(outputs, axis=1)
 
@@ -449,12 +439,15 @@ class MultiHeadSelfAttention(AttentionBase):
     def _attention_core(self, key, masks, return_attention_scores, training):
         """The core this call runs, and its chunk or block size (see
         `chunk_size`): ("dense", None), ("chunked", C) or ("query_blocks",
-        C). The dense core always with a cache or scores asked for. With
-        "auto", from the static key length S: causal calls from S = 512 on
-        query blocks, except in training from S = 2048 (where the chunked
-        core keeps memory linear in S); other calls chunked from S = 2048.
-        The chunked core has no dropout: the dense core (or query blocks)
-        runs instead while dropout is active."""
+        C), or ("by_length", C): chunked or dense chosen at run time. The
+        dense core always with a cache or scores asked for. With "auto",
+        from the static key length S: causal calls from S = 512 on query
+        blocks, except in training from S = 2048 (where the chunked core
+        keeps memory linear in S); other calls chunked from S = 2048. S
+        unknown when traced (`fit` retraced for varying lengths, an export,
+        a None-length signature): "by_length", chunked from S = 2048 at run
+        time. The chunked core has no dropout: the dense core (or query
+        blocks) runs instead while dropout is active."""
         dropout_active = training and self.dropout_layer is not None
         if self.chunk_size is None or masks.cached or return_attention_scores:
             return "dense", None
@@ -462,7 +455,7 @@ class MultiHeadSelfAttention(AttentionBase):
             return ("dense", None) if dropout_active else ("chunked", self.chunk_size)
         key_length = key.shape[1]
         if key_length is None:
-            return "dense", None
+            return ("dense", None) if dropout_active else ("by_length", self._auto_chunk_size)
         chunkable = key_length >= self._auto_chunk_min_length and not dropout_active
         if chunkable and training is not False:
             return "chunked", self._auto_chunk_size
@@ -482,18 +475,18 @@ class MultiHeadSelfAttention(AttentionBase):
         inputs, cache = arguments["inputs"], arguments["cache"]
         return_attention_scores = arguments["return_attention_scores"]
         shape = tuple(inputs.shape)
-        self._check_call(inputs, arguments["padding_mask"], cache, arguments["cache_index"],
+        padding_mask = arguments["padding_mask"]
+        self._check_call(inputs, padding_mask, cache, arguments["cache_index"],
                          arguments["use_causal_mask"])
-        self._masks(inputs, arguments["padding_mask"], arguments["attention_mask"], cache)
+        self._masks(inputs, padding_mask, arguments["attention_mask"], cache)
         outputs = keras.KerasTensor(self.compute_output_shape(shape), self.compute_dtype)
         results = (outputs,)
         if return_attention_scores:
             length = None if None in shape[1:-1] else math.prod(shape[1:-1])
             key_length = self._cache_length(cache) if cache is not None else length
             results += (
-                keras.KerasTensor(
-                    (shape[0], self.num_heads, length, key_length), self.compute_dtype
-                ),
+                keras.KerasTensor((shape[0], self.num_heads, length, key_length),
+                                  self.compute_dtype),
             )
         if cache is not None:
             results += (keras.KerasTensor(cache.shape, cache.dtype),)

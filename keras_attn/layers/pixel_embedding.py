@@ -92,11 +92,10 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        checks.check_positive_int(self, "vocabulary_size", vocabulary_size)
-        checks.check_positive_int(self, "embedding_dim", embedding_dim)
-        checks.check_positive_int(self, "channels", channels)
+        checks.check_sizes(vocabulary_size=vocabulary_size, embedding_dim=embedding_dim,
+                           channels=channels)
         checks.check_bool(self, "scale_token_embeddings", scale_token_embeddings,
-                          "True = intensity embeddings times sqrt(embedding_dim)")
+                          "True = intensity embeddings times √D")
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim
         self.channels = channels
@@ -126,7 +125,7 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
             dtype=self.dtype_policy,
             name="position_encoding",
         )
-        self.position_encoding._check_width(embedding_dim)
+        self.position_encoding._check_width(embedding_dim, "embedding_dim")
         self.image_size = self.position_encoding.image_size
 
     @property
@@ -147,11 +146,9 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, start_index=0):
-        # Checked before the channel offset below makes them ids of another
-        # channel's table (or of none).
+        # Checked before the channel offset makes them ids of another channel's table.
         check_ids(self, "intensity ids", inputs, self.vocabulary_size, "Pass intensities (and "
-                  "a start token) below vocabulary_size, as preprocessing.images.decoder_inputs "
-                  "makes them.")
+                  "a start token) below vocabulary_size, as images.decoder_inputs makes them.")
         positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start_index, "int32")
         table = positions % self.channels
         ids = ops.cast(inputs, "int32") + (table * self.vocabulary_size)[None, :]

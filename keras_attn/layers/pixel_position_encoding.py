@@ -101,25 +101,24 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         super().__init__(**kwargs)
         self.image_size = checks.check_image_size(image_size, owner=self)
         checks.check_positive_int(self, "channels", channels)
-        check_max_wavelength(self, max_wavelength)
-        checks.check_finite_positive_number(
-            self, "coordinate_scale", coordinate_scale,
-            "the distance between pixel centres; 1.0 = plain pixel indices",
-        )
+        check_max_wavelength(max_wavelength)
+        checks.require(position in ("sinusoidal", "learned"), "position", position,
+                       '"sinusoidal" or "learned"')
         # Float32 tells neighbouring positions apart only below 2**24.
-        (height, width), scale = self.image_size, coordinate_scale
-        largest = max((height - 0.5) * scale, (width - 0.5) * scale * channels)
-        if position not in ("sinusoidal", "learned") or largest >= 2**24 or (
-                position == "learned" and coordinate_scale != 1):
-            raise ValueError(
-                f'{type(self).__name__}: `position` must be "sinusoidal" or "learned"; '
-                "`coordinate_scale` must be 1 with learned positions and place the pixels "
-                "below 2**24 (use the upscaling factor, 4 for 8x8 -> 32x32). Received: "
-                f"position={position!r}, coordinate_scale={coordinate_scale!r} (coordinates up "
-                f"to {largest:.3g}) for image_size={self.image_size}, channels={channels}."
-            )
+        extent = max(self.image_size[0], self.image_size[1] * channels)
+        checks.require(
+            checks.is_number(coordinate_scale) and 0 < coordinate_scale * extent < 2**24
+            and (position == "sinusoidal" or coordinate_scale == 1),
+            "coordinate_scale", coordinate_scale, "a finite number > 0 that keeps the scaled pixel "
+            "coordinates below 2**24, and 1 with learned positions",
+            f"Use the upscaling factor (4 for 8x8 -> 32x32); image_size={self.image_size}, "
+            f"channels={channels}, position={position!r}.")
         self.channels = channels
         self.position = position
+        self._table = (  # for the message of a position outside the image
+            f"the {self.num_positions} positions of a {self.image_size[0]}x{self.image_size[1]} "
+            f"image with {channels} channels plus its start token (build the layer with the "
+            "right `image_size` and `channels`)")
         self.max_wavelength = max_wavelength
         self.coordinate_scale = coordinate_scale
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
@@ -140,13 +139,11 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         generation length against (its position-aware protocol)."""
         return self.num_positions
 
-    def _check_width(self, width):
-        if width is None or width % (4 if self.position == "sinusoidal" else 2):
-            raise ValueError(
-                f"{type(self).__name__}: the feature size must be divisible by 4 (sinusoidal) "
-                f"or 2 (learned): half encodes the row, half the column and channel. "
-                f"Received: {width} features, position={self.position!r}."
-            )
+    def _check_width(self, width, name="inputs.shape[-1]"):
+        multiple = 4 if self.position == "sinusoidal" else 2
+        checks.require(width is not None and width % multiple == 0, name, width, f"divisible by "
+                       f"{multiple} for {self.position} positions (half encodes the row, half the "
+                       "column and channel)")
 
     def build(self, inputs_shape):
         self._check_width(inputs_shape[-1])
@@ -168,7 +165,7 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[1]
-        check_positions(start_index, length, self.num_positions, positions_requirement(self))
+        check_positions(start_index, length, self.num_positions, self._table)
         encoding = ops.cast(self.encode(length, inputs.shape[-1], start_index), self.compute_dtype)
         return ops.broadcast_to(encoding[None], ops.shape(inputs))
 
@@ -204,17 +201,3 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def compute_mask(self, inputs, previous_mask=None):
         return previous_mask
-
-
-
-
-def positions_requirement(layer):
-    """What the positions of `layer`'s image (`image_size`, `channels`)
-    must be, for the message of `check_positions`."""
-    (height, width), channels = layer.image_size, layer.channels
-    return (
-        f"{type(layer).__name__} {layer.name}: positions must lie inside the "
-        f"{height * width * channels + 1} positions of a {height}x{width} image with {channels} "
-        "channels (plus one for the shifted start token). Pass a `start_index` >= 0 and at most "
-        "that many positions, or build the layer with the right `image_size` / `channels`."
-    )

@@ -86,14 +86,9 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         `cache` when one was passed.
 
     Raises:
-        ValueError: if `max_relative_position` is not a positive integer or
-            `heads_share_relative_embedding` is not a bool; otherwise as
-            `MultiHeadSelfAttention` (invalid sizes or dropout; inputs not
-            rank 3 or of a width other than the one built for; empty
-            batches or sequences; masks that are not boolean/integer or of
-            the wrong rank or shape; a `cache` of another batch size; a
-            `cache_index` that is not an integer scalar or lies outside the
-            cache).
+        ValueError: on an invalid `max_relative_position` or
+            `heads_share_relative_embedding`; otherwise as
+            `MultiHeadSelfAttention`.
 
     Example:
     >>> import keras
@@ -122,10 +117,8 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
     ):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         checks.check_positive_int(self, "max_relative_position", max_relative_position)
-        checks.check_bool(
-            self, "heads_share_relative_embedding", heads_share_relative_embedding,
-            "True = one table for all heads",
-        )
+        checks.check_bool(self, "heads_share_relative_embedding", heads_share_relative_embedding,
+                          "True = one table for all heads")
         self.max_relative_position = max_relative_position
         self.heads_share_relative_embedding = heads_share_relative_embedding
 
@@ -178,16 +171,13 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             flat = ops.matmul(ops.reshape(query, (-1, ops.shape(query)[-1])), table)
             padded = ops.reshape(flat, (batch, heads, query_length, -1))
         else:
-            table = ops.broadcast_to(
-                table[None], (ops.shape(query)[0],) + tuple(ops.shape(table))
-            )
+            table = ops.broadcast_to(table[None], (ops.shape(query)[0],) + tuple(ops.shape(table)))
             padded = ops.matmul(query, table)
         return skew_padded(padded, key_length)
 
     def _extra_logits(self, query, key_length, masks):
-        return self._relative_logits(
-            query, key_length, masks.cache_index, causal=bool(masks.use_causal_mask)
-        )
+        return self._relative_logits(query, key_length, masks.cache_index,
+                                     causal=bool(masks.use_causal_mask))
 
     def _attend_chunked(self, query, key, value, masks, chunk_size):
         return chunked_attention(query, key, value, masks, chunk_size,
@@ -234,22 +224,11 @@ def skew(relative_logits, key_length=None):
     Reference:
         Huang et al. 2018, "Music Transformer", section 3.4 and figure 1.
     """
-    rank = len(relative_logits.shape)
-    if rank < 2:
-        raise ValueError(
-            "`skew` expects logits of shape (..., queries, relative distances). "
-            f"Received a tensor of rank {rank} with shape {tuple(relative_logits.shape)}."
-        )
-    width = _dim(relative_logits, -1)
-    if key_length is None:
-        key_length = width
-    known_width, known_keys = checks.static_int(width), checks.static_int(key_length)
-    if known_width is not None and known_keys is not None and known_keys > known_width:
-        raise ValueError(
-            f"`skew` needs at least as many relative distances as keys. Received "
-            f"{known_width} distances (last axis of shape {tuple(relative_logits.shape)}) "
-            f"for key_length={known_keys}. Build the table over W >= S distances."
-        )
+    shape = tuple(relative_logits.shape)
+    rank, keys = len(shape), checks.static_int(key_length)
+    fits = rank >= 2 and (None in (keys, shape[-1]) or keys <= shape[-1])
+    checks.require(fits, "relative_logits.shape", shape,
+                   f"(..., queries, W) of rank >= 2, W >= key_length={key_length}")
     padded = ops.pad(relative_logits, [[0, 0]] * (rank - 1) + [[1, 0]])
     return skew_padded(padded, key_length)
 

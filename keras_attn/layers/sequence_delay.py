@@ -1,5 +1,3 @@
-import numbers
-
 import keras
 import numpy as np
 from keras import ops
@@ -53,8 +51,8 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
     Raises:
         ValueError: on a `delay` that is not an int >= 1, a `fill_value`
             that is not a finite number the layer's dtype holds, inputs of
-            rank < 2, a cache whose static shape is not (B, delay, ...) for
-            the inputs, or a `cache_index` that is not an integer scalar.
+            rank < 2, or a cache whose static shape is not (B, delay, ...)
+            for the inputs.
 
     Example:
     >>> import keras
@@ -74,15 +72,12 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         super().__init__(**kwargs)
         checks.check_positive_int(self, "delay", delay)
         dtype = keras.backend.standardize_dtype(self.compute_dtype)
-        number = isinstance(fill_value, numbers.Real) and not isinstance(fill_value, bool)
+        number = checks.is_number(fill_value)
         with np.errstate(all="ignore"):  # an overflowing cast is what is refused
             held = np.asarray(float(fill_value) if number else np.nan).astype(dtype)
-        if not np.isfinite(held.astype("float64")) or ("int" in dtype and held != fill_value):
-            raise ValueError(
-                f"{type(self).__name__}: `fill_value` (the output at the first `delay` positions) "
-                f"must be a finite real number that the layer's dtype {dtype} holds (whole and in "
-                f"range for integers). Received: fill_value={fill_value!r}."
-            )
+        checks.require(number and np.isfinite(held.astype("float64")) and (
+            "int" not in dtype or held == fill_value), "fill_value", fill_value, "a finite real "
+            f"number that the layer's dtype {dtype} holds (whole and in range for integers)")
         self.delay = delay
         self.fill_value = fill_value
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
@@ -104,14 +99,9 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
             shape = (ops.shape(inputs)[0], self.delay) + tuple(ops.shape(inputs)[2:])
             history = ops.concatenate([ops.full(shape, self.fill_value, inputs.dtype), inputs], 1)
             return history[:, :length]
-        checks.check_index(cache_index, "cache_index")
-        wanted = (inputs.shape[0], self.delay) + tuple(inputs.shape[2:])
-        if checks.static_shape_mismatch(tuple(cache.shape), wanted):
-            raise ValueError(
-                f"{type(self).__name__}: `cache` must be (batch, delay={self.delay}, ...) like "
-                f"`init_cache` returns, for inputs of shape {tuple(inputs.shape)}. "
-                f"Received: cache.shape={tuple(cache.shape)}."
-            )
+        shape, wanted = tuple(cache.shape), (inputs.shape[0], self.delay) + tuple(inputs.shape[2:])
+        checks.require(not checks.static_shape_mismatch(shape, wanted), "cache.shape", shape,
+                       f"(batch, delay={self.delay}, ...) as `init_cache` returns")
         history = ops.concatenate([ops.cast(cache, inputs.dtype), inputs], axis=1)
         return history[:, :length], history[:, length:]
 

@@ -1,5 +1,4 @@
 import math
-import numbers
 
 import keras
 from keras import ops
@@ -53,17 +52,15 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def __init__(self, max_wavelength=10000, **kwargs):
         super().__init__(**kwargs)
-        check_max_wavelength(self, max_wavelength)
+        check_max_wavelength(max_wavelength)
         self.max_wavelength = max_wavelength
         self.supports_masking = True
         self.input_spec = keras.layers.InputSpec(ndim=3)
 
     def build(self, inputs_shape):
-        if inputs_shape[-1] is None or inputs_shape[-1] % 2:
-            raise ValueError(
-                f"{type(self).__name__} needs a known, even number of features (sine/cosine "
-                f"pairs). Received: inputs.shape={tuple(inputs_shape)}."
-            )
+        features = inputs_shape[-1]
+        checks.require(features is not None and features % 2 == 0, "inputs.shape[-1]", features,
+                       "a known, even number of features (sine/cosine pairs)")
 
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[1]
@@ -76,31 +73,26 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         return inputs_shape
 
 
-def check_max_wavelength(layer, value):
+def check_max_wavelength(value):
     """Refuses a `max_wavelength` that is not a finite number >= 1: below 1
     the frequencies grow with the feature index, and 1e-300 overflows
     float32 into NaN."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 1 <= value < math.inf:
-        raise ValueError(
-            f"{type(layer).__name__}: `max_wavelength` must be a finite number >= 1 (the longest "
-            f"wavelength of the sinusoids, in positions; 10000 in the paper). "
-            f"Received: max_wavelength={value!r}."
-        )
+    checks.require(checks.is_number(value, 1) and value < math.inf, "max_wavelength", value,
+                   "a finite number >= 1 (the longest wavelength, in positions; 10000 in the "
+                   "paper)")
 
 
-def check_positions(start_index, length, limit=float("inf"), requirement=None, name="start_index"):
+def check_positions(start_index, length, limit=None, table=""):
     """Refuses a `start_index` that is not an integer scalar and, known
-    now, positions `start_index .. start_index + length - 1` outside
-    `[0, limit)`, with `requirement` as the message. Traced positions are
-    the caller's (the generation loops keep them in range)."""
-    checks.check_index(start_index, name)
+    now, positions `start_index .. start_index + length - 1` below 0 or, with
+    a `limit`, past it (`table` says what holds them and how to fix it).
+    Traced positions are the caller's (the generation loops keep them in
+    range)."""
+    checks.check_index(start_index, "start_index")
     start, length = checks.static_int(start_index), checks.static_int(length)
-    if start is not None and (start < 0 or length is not None and start + length > limit):
-        received = f"positions {start}..{start + length - 1}" if length else f"{name}={start}"
-        raise ValueError(
-            f"{requirement or f'`{name}`, the absolute position of inputs[:, 0], must be >= 0.'} "
-            f"Received: {received}."
-        )
+    if start is not None and (start < 0 or None not in (length, limit) and start + length > limit):
+        raise ValueError(f"Positions (from `start_index`) must be >= 0{table and ' and fit '}"
+                         f"{table}. Received: positions {start}..{start + (length or 1) - 1}.")
 
 
 def sinusoids(length, dim, start_index=0, max_wavelength=10000):

@@ -82,24 +82,20 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        checks.check_positive_int(self, "vocabulary_size", vocabulary_size)
-        checks.check_positive_int(self, "embedding_dim", embedding_dim)
-        if position not in ("learned", "sinusoidal"):
-            raise ValueError(
-                '`position` must be "learned" or "sinusoidal". '
-                f"Received: position={position!r}."
-            )
-        if position == "learned" or sequence_length is not None:
-            checks.check_positive_int(self, "sequence_length", sequence_length)
-        elif embedding_dim % 2:
-            raise ValueError(
-                "Sinusoidal positions need an even `embedding_dim`. "
-                f"Received: embedding_dim={embedding_dim}."
-            )
+        learned = position == "learned"
+        sizes = dict(vocabulary_size=vocabulary_size, embedding_dim=embedding_dim)
+        if learned or sequence_length is not None:
+            sizes["sequence_length"] = sequence_length
+        checks.check_sizes(**sizes)
+        checks.require(position in ("learned", "sinusoidal"), "position", position,
+                       '"learned" or "sinusoidal"')
+        if not learned and embedding_dim % 2:
+            raise ValueError("Sinusoidal positions need an even `embedding_dim`. "
+                             f"Received: embedding_dim={embedding_dim}.")
         checks.check_bool(self, "mask_zero", mask_zero, "True = id 0 is padding")
         checks.check_bool(self, "scale_token_embeddings", scale_token_embeddings,
-                          "True = token embeddings times sqrt(embedding_dim)")
-        check_max_wavelength(self, max_wavelength)
+                          "True = token embeddings times √D")
+        check_max_wavelength(max_wavelength)
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim
         self.sequence_length = sequence_length
@@ -110,9 +106,13 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.max_wavelength = max_wavelength
         self.supports_masking = True
         self.input_spec = keras.layers.InputSpec(ndim=2)
+        self._table = (  # for the message of a position past the learned table
+            f"the learned position table of {sequence_length} rows: truncate the sequence to "
+            "`sequence_length` tokens or build the layer with a larger `sequence_length`"
+        ) if learned else ""
         self.token_embedding = self._embedding(vocabulary_size, "token_embedding")
         self.position_embedding = None
-        if position == "learned":
+        if learned:
             self.position_embedding = self._embedding(sequence_length, "position_embedding")
 
     def _embedding(self, input_dim, name):
@@ -140,7 +140,9 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
 
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[1]
-        self._check_call(inputs, start_index, length)
+        check_ids(self, "token ids", inputs, self.vocabulary_size, "Map unknown tokens to an id "
+                  "of the vocabulary, or build the layer with a larger vocabulary_size.")
+        check_positions(start_index, length, self.max_positions, self._table)
         embeddings = self.token_embedding(inputs)
         if self.scale_token_embeddings:
             embeddings = embeddings * ops.cast(self.embedding_dim**0.5, embeddings.dtype)
@@ -154,18 +156,6 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
                 embeddings.dtype,
             )
         return embeddings + position_vectors[None]
-
-    def _check_call(self, inputs, start_index, length):
-        check_ids(self, "token ids", inputs, self.vocabulary_size, "Map unknown tokens to an "
-                  "id of the vocabulary, or build the layer with a larger vocabulary_size.")
-        if self.position_embedding is None:
-            return check_positions(start_index, length)
-        check_positions(
-            start_index, length, self.sequence_length,
-            f"Positions must fit the learned position table of {self.sequence_length} rows "
-            f"(0..{self.sequence_length - 1}). Truncate the sequence to `sequence_length` tokens "
-            'or build the layer with a larger `sequence_length` (or position="sinusoidal").',
-        )
 
     def compute_mask(self, inputs, previous_mask=None):
         if not self.mask_zero:

@@ -1,3 +1,5 @@
+import math
+
 import keras
 
 from keras_attn import checks
@@ -35,15 +37,10 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         **kwargs: base `keras.layers.Layer` arguments.
 
     Raises:
-        ValueError: if `intermediate_dim` is not positive, neither `num_heads`
-            nor `self_attention` is given, `dropout` is outside [0, 1),
-            `layer_norm_epsilon` is not a finite number > 0,
-            `normalize_first` is not a bool, `self_attention` is not a
-            keras_attn self-attention layer, `num_heads` or `key_dim` is
-            given with a `self_attention` layer to a `TransformerEncoder`,
-            the model width is not divisible by `num_heads` when `key_dim`
-            is left to its default, or the `self_attention` layer's
-            `output_dim` differs from the model width.
+        ValueError: on invalid arguments (also: neither `num_heads` nor a
+            keras_attn `self_attention`, or to a `TransformerEncoder` both);
+            when built, a width not divisible by `num_heads` (default
+            `key_dim`) or unlike the `self_attention`'s `output_dim`.
     """
 
     # True where `num_heads` and `key_dim` size nothing but the default
@@ -68,19 +65,15 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        checks.check_positive_int(self, "intermediate_dim", intermediate_dim)
-        if self_attention is None and num_heads is None:
-            raise ValueError(f"{type(self).__name__} needs `num_heads` (for its default "
-                             "MultiHeadSelfAttention) or a `self_attention` layer. Received neither.")
-        if num_heads is not None:
-            checks.check_positive_int(self, "num_heads", num_heads)
-        if key_dim is not None:
-            checks.check_positive_int(self, "key_dim", key_dim)
+        sizes = {"intermediate_dim": intermediate_dim, "num_heads": num_heads, "key_dim": key_dim}
+        for name, value in sizes.items():
+            if value is not None or name == "intermediate_dim":
+                checks.check_positive_int(self, name, value)
         checks.check_rate(self, "dropout", dropout)
         checks.check_finite_positive_number(self, "layer_norm_epsilon", layer_norm_epsilon,
-                                            "added to the variance in the layer norms; 1e-5 by default")
+                                            "1e-5 by default")
         checks.check_bool(self, "normalize_first", normalize_first,
-                          "False = post-norm as in the paper, True = pre-norm")
+                          "False = post-norm, True = pre-norm")
         checks.check_layer_seed(self, seed)
         if isinstance(self_attention, dict):
             # Without its build config the nested layer is built by `build`,
@@ -88,24 +81,16 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             # made: its variables keep their paths ("<block>/<layer>/..."),
             # instead of blocks of one model sharing "self_attention/...".
             self_attention = keras.layers.deserialize(
-                {k: v for k, v in self_attention.items() if k != "build_config"}
-            )
-        if self_attention is not None and not hasattr(self_attention, "init_cache"):
-            raise ValueError("`self_attention` must be a keras_attn self-attention layer "
-                             "(MultiHeadSelfAttention, LocalBlockAttention or "
-                             f"RelativeGlobalAttention). Received: {self_attention!r}.")
-        given = [f"{arg}={value!r}" for arg, value in (("num_heads", num_heads), ("key_dim", key_dim))
-                 if value is not None and self_attention is not None and self._sizes_only_self_attention]
-        if given:
+                {k: v for k, v in self_attention.items() if k != "build_config"})
+        both = "one of the two" if self._sizes_only_self_attention else "or both"
+        if (self_attention is None and num_heads is None) or (self_attention is not None and (
+                not hasattr(self_attention, "init_cache")
+                or self._sizes_only_self_attention and (num_heads, key_dim) != (None, None))):
             raise ValueError(
-                f"{type(self).__name__}: `num_heads` and `key_dim` size the default "
-                "MultiHeadSelfAttention only; with a `self_attention` layer that layer's own settings are used "
-                f"(num_heads={getattr(self_attention, 'num_heads', None)!r}, key_dim="
-                f"{getattr(self_attention, 'key_dim', None)!r}). "
-                f"Received: {', '.join(given)} with self_attention={type(self_attention).__name__}"
-                f"(name={self_attention.name!r}). Drop `num_heads` / `key_dim`, or set them on the "
-                "self-attention layer."
-            )
+                f"{type(self).__name__} needs `num_heads` (and optionally `key_dim`) for a default "
+                f"MultiHeadSelfAttention, or a keras_attn `self_attention` layer ({both}). "
+                f"Received: num_heads={num_heads!r}, key_dim={key_dim!r}, "
+                f"self_attention={self_attention!r}.")
         self.intermediate_dim = intermediate_dim
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -131,9 +116,8 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         )
 
     def _layer_norm(self, name):
-        return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
+        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon,
+                                               dtype=self.dtype_policy, name=name)
 
     def _dropout(self, name, offset):
         seed = None if self.seed is None else self.seed + offset
@@ -161,33 +145,29 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             key_dim = self.self_attention.key_dim
         if key_dim is None:
             if hidden_dim % num_heads:
-                raise ValueError(
-                    f"{type(self).__name__}: the model width {hidden_dim} is not divisible by "
-                    f"num_heads={num_heads}, so the default key_dim (width // num_heads) does not fit. "
-                    "Pass `key_dim` explicitly or change `num_heads`.")
+                raise ValueError(f"{type(self).__name__}: the model width {hidden_dim} is not "
+                                 f"divisible by num_heads={num_heads}. Pass `key_dim` "
+                                 "explicitly or change `num_heads`.")
             key_dim = hidden_dim // num_heads
         return num_heads, key_dim
 
     def _build_self_attention_and_feedforward(self, sequence_shape):
-        sequence_shape = tuple(sequence_shape)
-        if len(sequence_shape) < 3 or sequence_shape[-1] is None:
-            raise ValueError(f"{type(self).__name__} expects inputs of shape (batch, length, "
-                             f"features) with known features. Received shape {sequence_shape}.")
+        sequence_shape = tuple(sequence_shape)  # its rank is checked by the self-attention layer
+        checks.require(sequence_shape[-1] is not None, "inputs.shape", sequence_shape,
+                       "(batch, length, features) with known features")
         hidden_dim = sequence_shape[-1]
         self._hidden_dim = hidden_dim
         if self.self_attention is None:
-            self._self_attention_layer = self._attention(
-                MultiHeadSelfAttention, hidden_dim, "self_attention", 0
-            )
+            self._self_attention_layer = self._attention(MultiHeadSelfAttention, hidden_dim,
+                                                         "self_attention", 0)
         else:
             self._self_attention_layer = self.self_attention
             output_dim = getattr(self.self_attention, "output_dim", None)
-            if output_dim is not None and output_dim != hidden_dim:
+            if output_dim not in (None, hidden_dim):
                 raise ValueError(
-                    f"{type(self).__name__}: the residual connection adds the self-attention "
-                    "output to the block's input, so their widths must agree. Received a "
-                    f"self_attention with output_dim={output_dim} for inputs with {hidden_dim} "
-                    f"features (shape {sequence_shape}). Use output_dim=None or {hidden_dim}.")
+                    f"{type(self).__name__}: the residual adds the self-attention output to the "
+                    f"input, so their widths must agree. Received output_dim={output_dim} for "
+                    f"inputs of shape {sequence_shape}. Use output_dim=None or {hidden_dim}.")
         # After `load_model` a nested layer arrives built: building it again
         # would create a second set of weights.
         if not self._self_attention_layer.built:
@@ -195,9 +175,8 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         self._self_attention_norm = self._layer_norm("self_attention_norm")
         self._self_attention_norm.build(sequence_shape)
         self._self_attention_dropout = self._dropout("self_attention_dropout", 1)
-        self._feedforward_intermediate = self._dense(
-            self.intermediate_dim, "feedforward_intermediate", self.activation
-        )
+        self._feedforward_intermediate = self._dense(self.intermediate_dim,
+                                                     "feedforward_intermediate", self.activation)
         self._feedforward_intermediate.build(sequence_shape)
         self._feedforward_output = self._dense(hidden_dim, "feedforward_output")
         self._feedforward_output.build(sequence_shape[:-1] + (self.intermediate_dim,))
@@ -232,12 +211,8 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         """T, the number of positions of a sequence (B, T, D) or of an image
         (B, height, width, D) (height * width, raster order): the query axis
         of the attention scores. None when not static."""
-        length = 1
-        for size in tuple(shape)[1:-1]:
-            if size is None:
-                return None
-            length *= size
-        return length
+        spatial = tuple(shape)[1:-1]
+        return None if None in spatial else math.prod(spatial)
 
     def compute_mask(self, inputs, previous_mask=None):
         return previous_mask

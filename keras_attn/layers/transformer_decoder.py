@@ -105,13 +105,10 @@ class TransformerDecoder(TransformerBlock):
         if encoder_sequence_shape is not None:
             decoder_sequence_shape = tuple(decoder_sequence_shape)
             # The queries of an image are its pixels, in raster order.
-            query_shape = (
-                decoder_sequence_shape[0], self._positions(decoder_sequence_shape),
-                self._hidden_dim,
-            )
-            self._cross_attention_layer = self._attention(
-                MultiHeadAttention, self._hidden_dim, "cross_attention", 3
-            )
+            query_shape = (decoder_sequence_shape[0], self._positions(decoder_sequence_shape),
+                           self._hidden_dim)
+            self._cross_attention_layer = self._attention(MultiHeadAttention, self._hidden_dim,
+                                                          "cross_attention", 3)
             self._cross_attention_layer.build(query_shape, tuple(encoder_sequence_shape))
             self._cross_attention_norm = self._layer_norm("cross_attention_norm")
             self._cross_attention_norm.build(decoder_sequence_shape)
@@ -128,10 +125,7 @@ class TransformerDecoder(TransformerBlock):
             K + V) for a rolling one (see `rolling_cache`).
         """
         if not self.built:
-            raise ValueError(
-                "TransformerDecoder.init_cache needs a built block (call it "
-                "once, or `build` it with the decoder and encoder shapes)."
-            )
+            raise ValueError("TransformerDecoder.init_cache needs a built block: call it first.")
         return self._self_attention_layer.init_cache(batch_size, max_length, dtype)
 
     @property
@@ -148,14 +142,11 @@ class TransformerDecoder(TransformerBlock):
         return self._cross_attention_layer.compute_cache(encoder_sequence)
 
     def _check_cross_attention(self, wanted):
-        if wanted and self._cross_attention_layer is None:
-            raise ValueError("This TransformerDecoder was built without cross-attention (first "
-                             "called without `encoder_sequence`), so it cannot attend to an encoder "
-                             "sequence. Call it with `encoder_sequence` on first use to build "
-                             "cross-attention.")
-        if not wanted and self._cross_attention_layer is not None:
-            raise ValueError("This TransformerDecoder has cross-attention: pass "
-                             "`encoder_sequence` or `cross_attention_cache`.")
+        if wanted != (self._cross_attention_layer is not None):
+            raise ValueError(
+                f"This TransformerDecoder {'has' if not wanted else 'was built without'} "
+                "cross-attention (built by the first call with an `encoder_sequence`): pass "
+                f"{'an' if not wanted else 'no'} `encoder_sequence` or `cross_attention_cache`.")
 
     def call(
         self,
@@ -191,19 +182,15 @@ class TransformerDecoder(TransformerBlock):
                 **kwargs,
             )
 
-        x, *extras = self._residual(
-            decoder_sequence, self._self_attention_norm,
-            self._self_attention_dropout, self_attention, training,
-        )
+        x, *extras = self._residual(decoder_sequence, self._self_attention_norm,
+                                    self._self_attention_dropout, self_attention, training)
         scores = {}
         if return_attention_scores:
             scores["self_attention"] = extras.pop(0)
 
         if with_cross:
             if cross_attention_cache is None and cached:
-                cross_attention_cache = self._cross_attention_layer.compute_cache(
-                    encoder_sequence
-                )
+                cross_attention_cache = self._cross_attention_layer.compute_cache(encoder_sequence)
             x, *cross_scores = self._cross_attention_block(
                 x, encoder_sequence, encoder_padding_mask, cross_attention_cache,
                 return_attention_scores, training,
@@ -223,8 +210,9 @@ class TransformerDecoder(TransformerBlock):
 
     def _check_call(self, with_cross, self_attention_cache, cache_index):
         self._check_cross_attention(with_cross)
-        if self_attention_cache is None:
-            checks.check_no_cache_index(cache_index, "self_attention_cache")
+        checks.require(self_attention_cache is not None or cache_index is None, "cache_index",
+                       cache_index, "None without a `self_attention_cache`",
+                       "Pass the cache, or drop `cache_index`.")
 
     def _masks(
         self, decoder_sequence, encoder_sequence, decoder_padding_mask,
@@ -242,8 +230,7 @@ class TransformerDecoder(TransformerBlock):
         memory = cross_attention_cache.shape[-1] if cross_attention_cache is not None else (
             None if encoder_sequence is None else encoder_sequence.shape[1])
         encoder_padding_mask = attention_ops.check_mask(
-            encoder_padding_mask, "encoder_padding_mask", (2,), (batch, memory)
-        )
+            encoder_padding_mask, "encoder_padding_mask", (2,), (batch, memory))
         positions = tuple(decoder_sequence.shape[1:-1]) if not cached else (
             self._ask_self_attention("_cache_capacity", self_attention_cache),)
         decoder_padding_mask = attention_ops.check_mask(
@@ -284,10 +271,8 @@ class TransformerDecoder(TransformerBlock):
             outputs, *scores = result if return_attention_scores else (result,)
             return (ops.reshape(outputs, (ops.shape(x)[0],) + image_shape), *scores)
 
-        return self._residual(
-            x, self._cross_attention_norm, self._cross_attention_dropout,
-            cross_attention, training,
-        )
+        return self._residual(x, self._cross_attention_norm, self._cross_attention_dropout,
+                              cross_attention, training)
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return tuple(decoder_sequence_shape)
@@ -298,24 +283,18 @@ class TransformerDecoder(TransformerBlock):
         self_attention_cache = arguments["self_attention_cache"]
         cross_attention_cache = arguments["cross_attention_cache"]
         return_attention_scores = arguments["return_attention_scores"]
-        self._check_call(encoder_sequence is not None or cross_attention_cache is not None,
-                         self_attention_cache, arguments["cache_index"])
-        self._masks(  # a float or wrong-length mask is refused when the model is built
-            decoder_sequence, encoder_sequence, arguments["decoder_padding_mask"],
-            arguments["encoder_padding_mask"], self_attention_cache, cross_attention_cache,
-        )
+        with_cross = encoder_sequence is not None or cross_attention_cache is not None
+        self._check_call(with_cross, self_attention_cache, arguments["cache_index"])
+        self._masks(decoder_sequence, encoder_sequence, arguments["decoder_padding_mask"],
+                    arguments["encoder_padding_mask"], self_attention_cache, cross_attention_cache)
 
         def spec(shape, dtype=None):
             return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)
 
         batch, length = decoder_sequence.shape[0], self._positions(decoder_sequence.shape)
         results = (spec(decoder_sequence.shape),)
-        with_cross = encoder_sequence is not None or cross_attention_cache is not None
-        memory_length = None
-        if cross_attention_cache is not None:
-            memory_length = cross_attention_cache.shape[-1]
-        elif encoder_sequence is not None:
-            memory_length = encoder_sequence.shape[1]
+        memory_length = cross_attention_cache.shape[-1] if cross_attention_cache is not None else (
+            None if encoder_sequence is None else encoder_sequence.shape[1])
         num_heads = self._self_attention_layer.num_heads
         if self_attention_cache is not None:
             results += (spec(self_attention_cache.shape, self_attention_cache.dtype),)
@@ -336,7 +315,6 @@ class TransformerDecoder(TransformerBlock):
             scores = {"self_attention": spec((batch, num_heads, length, key_length))}
             if with_cross:
                 scores["cross_attention"] = spec(
-                    (batch, self._cross_attention_layer.num_heads, length, memory_length)
-                )
+                    (batch, self._cross_attention_layer.num_heads, length, memory_length))
             results += (scores,)
         return results[0] if len(results) == 1 else results

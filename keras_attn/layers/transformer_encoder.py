@@ -84,10 +84,8 @@ class TransformerEncoder(TransformerBlock):
                 return_attention_scores=return_attention_scores, training=training,
             )
 
-        x, *scores = self._residual(
-            inputs, self._self_attention_norm, self._self_attention_dropout,
-            self_attention, training,
-        )
+        x, *scores = self._residual(inputs, self._self_attention_norm, self._self_attention_dropout,
+                                    self_attention, training)
         outputs = self._feedforward(x, training)
         if return_attention_scores:
             return outputs, scores[0]

@@ -24,7 +24,8 @@ from keras_attn.layers import SequenceDelay
 from keras_attn.layers import TokenEmbedding
 from keras_attn.layers import TransformerDecoder
 from keras_attn.layers import TransformerEncoder
-from keras_attn.checks import check_bool, check_heads_divide, check_image_size, check_rate, check_sizes
+from keras_attn.checks import (
+    check_bool, check_heads_divide, check_image_size, check_rate, check_sizes, require)
 # The layout's constants live with the layout (re-exported here).
 from keras_attn.preprocessing.images import NUM_INTENSITIES, START_TOKEN  # noqa: F401
 
@@ -126,9 +127,8 @@ def image_transformer(
         (unconditional and class-conditional CIFAR-10 generation).
     """
     height, width = _check_arguments(
-        image_size, hidden_dim, num_heads, position, dropout, block_size, memory_flange,
-        num_layers=num_layers, intermediate_dim=intermediate_dim, channels=channels,
-        num_classes=num_classes,
+        image_size, hidden_dim, num_heads, dropout, block_size, num_layers=num_layers,
+        intermediate_dim=intermediate_dim, channels=channels, num_classes=num_classes,
     )
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
@@ -216,9 +216,10 @@ def super_resolution_transformer(
         channels: colour channels (3).
         num_encoder_layers: encoder blocks over the low-resolution image.
         num_layers: decoder blocks.
-        hidden_dim, num_heads, intermediate_dim, block_size, memory_flange,
-            dropout, position, normalize_first, name: as in
-            `image_transformer` (shared by encoder and decoder).
+        hidden_dim: as in `image_transformer`, as are `num_heads`,
+            `intermediate_dim`, `block_size`, `memory_flange`, `dropout`,
+            `position`, `normalize_first` and `name` (shared by encoder and
+            decoder).
         align_positions: place the low-resolution pixels on the
             high-resolution grid in the position encoding (sinusoidal
             positions only; ignored for learned ones).
@@ -306,7 +307,7 @@ def super_resolution_transformer(
         and decoder), 5.2 (4x super resolution, 8x8 -> 32x32).
     """
     height, width = _check_arguments(
-        image_size, hidden_dim, num_heads, position, dropout, block_size, memory_flange,
+        image_size, hidden_dim, num_heads, dropout, block_size,
         num_encoder_layers=num_encoder_layers, num_layers=num_layers,
         intermediate_dim=intermediate_dim, channels=channels,
     )
@@ -388,32 +389,21 @@ def _check_low_resolution_parts(low_resolution_size, image_size, position, embed
         check_bool(None, flag, value, "see the docstring of super_resolution_transformer")
     for name, value in (("low_resolution_embedding", embedding),
                         ("low_resolution_logit_bias", logit_bias)):
-        if value is not None and value not in INTERPOLATIONS:
-            raise ValueError(
-                f"`{name}` must be one of {INTERPOLATIONS} (how the low-resolution value at "
-                f"each position is read) or None (no such part). Received: {name}={value!r}."
-            )
+        require(value is None or value in INTERPOLATIONS, name, value,
+                f"one of {INTERPOLATIONS} (how the low-resolution value is read) or None")
     align = flags["align_positions"] and position == "sinusoidal"
     needing = [part for part, on in (("align_positions", align),
                                      ("low_resolution_embedding", embedding is not None),
                                      ("low_resolution_logit_bias", logit_bias is not None)) if on]
-    if needing and (height % low_height or width % low_width
-                    or align and height // low_height != width // low_width):
-        raise ValueError(
-            "Each side of `image_size` must be a multiple of the same side of "
-            "`low_resolution_size` (an integer upscaling factor, the same for both sides with "
-            f"align_positions) for {', '.join(needing)}. Received: low_resolution_size="
-            f"{(low_height, low_width)}, image_size={(height, width)}."
-        )
-    if flags["low_resolution_left_residual"] and not (
-            flags["low_resolution_consistency"] and logit_bias is not None):
-        raise ValueError(
-            "`low_resolution_left_residual=True` corrects the consistent value of the logit "
-            "bias, so it needs `low_resolution_consistency=True` and a "
-            "`low_resolution_logit_bias` (without them it would be ignored). Received: "
-            f"low_resolution_consistency={flags['low_resolution_consistency']}, "
-            f"low_resolution_logit_bias={logit_bias!r}."
-        )
+    one_factor = not (height % low_height or width % low_width
+                      or align and height // low_height != width // low_width)
+    require(one_factor or not needing, "image_size", (height, width),
+            f"a multiple of `low_resolution_size`={(low_height, low_width)} on each side (the "
+            f"same factor for both sides with align_positions) for {', '.join(needing)}")
+    corrected = flags["low_resolution_consistency"] and logit_bias is not None
+    require(corrected or not flags["low_resolution_left_residual"], "low_resolution_left_residual",
+            True, "False without low_resolution_consistency=True and a `low_resolution_logit_bias` "
+            "(it corrects their consistent value)")
     return low_height, low_width
 
 
@@ -461,24 +451,14 @@ def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate
     return Projection(NUM_INTENSITIES, dtype="float32", name="logits")(x)
 
 
-def _check_arguments(image_size, hidden_dim, num_heads, position, dropout, block_size,
-                     memory_flange, num_classes=None, **sizes):
-    """The argument checks both builders share; returns (height, width)."""
+def _check_arguments(image_size, hidden_dim, num_heads, dropout, block_size, num_classes=None,
+                     **sizes):
+    """The argument checks both builders share; returns (height, width).
+    `memory_flange` and `position` are refused by the layers they make."""
     optional = {"num_classes": num_classes, "block_size": block_size}
     check_sizes(hidden_dim=hidden_dim, num_heads=num_heads, **sizes,
                 **{name: v for name, v in optional.items() if v is not None})
-    if memory_flange is not None and (isinstance(memory_flange, bool)
-                                      or not isinstance(memory_flange, int) or memory_flange < 0):
-        raise ValueError(
-            "`memory_flange` must be a non-negative integer. Received: "
-            f"memory_flange={memory_flange!r}."
-        )
     check_heads_divide(hidden_dim, num_heads)
-    if position == "sinusoidal" and hidden_dim % 4:
-        raise ValueError(
-            "Sinusoidal 2D positions need `hidden_dim` divisible by 4 (half for "
-            f"the row, half for the column and channel). Received: hidden_dim={hidden_dim}."
-        )
     check_rate(None, "dropout", dropout)
     return check_image_size(image_size)
 

@@ -84,13 +84,10 @@ def translation_transformer(
     """
     if decoder_vocabulary_size is None:
         decoder_vocabulary_size = encoder_vocabulary_size
-    check_sizes(
-        encoder_vocabulary_size=encoder_vocabulary_size,
-        decoder_vocabulary_size=decoder_vocabulary_size,
-        num_layers=num_layers, hidden_dim=hidden_dim, num_heads=num_heads,
-        intermediate_dim=intermediate_dim,
-        **({} if max_length is None else {"max_length": max_length}),
-    )
+    # intermediate_dim: the blocks check it.
+    check_sizes(encoder_vocabulary_size=encoder_vocabulary_size, num_layers=num_layers,
+                decoder_vocabulary_size=decoder_vocabulary_size, hidden_dim=hidden_dim,
+                num_heads=num_heads, **({} if max_length is None else {"max_length": max_length}))
     check_heads_divide(hidden_dim, num_heads)
     check_rate(None, "dropout", dropout)
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
@@ -103,11 +100,8 @@ def translation_transformer(
         )(tokens)
         return keras.layers.Dropout(dropout, name=f"{prefix}_embedding_dropout")(x)
 
-    block_kwargs = dict(
-        intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
-        normalize_first=normalize_first,
-    )
-
+    block_kwargs = dict(intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
+                        normalize_first=normalize_first)
     x = embed(encoder_tokens, encoder_vocabulary_size, "encoder")
     for i in range(num_layers):
         x = TransformerEncoder(**block_kwargs, name=f"encoder_layer_{i}")(x)

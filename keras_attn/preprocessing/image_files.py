@@ -9,10 +9,8 @@ import zipfile
 
 import numpy as np
 
-from keras_attn.checks import check_sizes
-from keras_attn.preprocessing._arguments import is_int
-from keras_attn.preprocessing._arguments import is_number
-from keras_attn.preprocessing._arguments import require
+from keras_attn import checks
+from keras_attn.extras import needs_extra
 
 CIFAR10_CLASS_NAMES = (
     "airplane", "automobile", "bird", "cat", "deer",
@@ -53,9 +51,10 @@ def split_indices(num_examples, validation_fraction=0.1, seed=0):
     True
     """
     fraction = validation_fraction
-    require(is_number(fraction) and 0 < fraction < 1, "validation_fraction", fraction, "a number in (0, 1)")
-    require(is_int(num_examples, 2), "num_examples", num_examples, "an int >= 2 to split")
-    require(is_int(seed), "seed", seed, "an int")
+    checks.require(checks.is_number(fraction) and 0 < fraction < 1, "validation_fraction", fraction,
+                   "a number in (0, 1)")
+    checks.require(checks.is_int(num_examples, 2), "num_examples", num_examples, "an int >= 2 to split")
+    checks.require(checks.is_int(seed), "seed", seed, "an int")
     order = np.random.default_rng(seed).permutation(num_examples)
     count = min(max(1, int(round(num_examples * validation_fraction))), num_examples - 1)
     return np.sort(order[count:]), np.sort(order[:count])
@@ -102,19 +101,20 @@ def decode_jpegs(jpeg_bytes, offsets, indices=None, batch_size=1024):
     >>> np.array_equal(images[0], pillow)  # the same pixels as Pillow
     True
     """
-    import tensorflow as tf
-
+    with needs_extra("tensorflow", "keras_attn.preprocessing.images.decode_jpegs"):
+        import tensorflow as tf
     offsets = np.asarray(offsets, np.int64)
     rising = offsets.ndim == 1 and offsets.size and offsets[0] == 0 and np.all(np.diff(offsets) > 0)
     if not rising or offsets[-1] != len(jpeg_bytes):
-        raise ValueError(f"`offsets` must rise from 0 to len(jpeg_bytes) = {len(jpeg_bytes)} (N + 1 entries). "
-                         f"Received: {offsets.tolist()!r:.80}.")
+        raise ValueError(f"`offsets` must rise from 0 to len(jpeg_bytes) = {len(jpeg_bytes)} (N + 1 "
+                         f"entries). Received: {offsets.tolist()!r:.80}.")
     count = len(offsets) - 1
     indices = np.arange(count) if indices is None else np.asarray(indices)
-    require(indices.ndim == 1 and (indices.dtype.kind in "iu" or not indices.size), "indices", indices,
-            "a list of ints (file indices)")
-    for k in np.flatnonzero((indices < -count) | (indices >= count))[:1]:  # the first index outside, if any
-        require(False, f"indices[{k}]", int(indices[k]), f"a file index in [-{count}, {count}) ({count} files)")
+    integer = indices.ndim == 1 and (indices.dtype.kind in "iu" or not indices.size)
+    checks.require(integer, "indices", indices, "a list of ints (file indices)")
+    for k in np.flatnonzero((indices < -count) | (indices >= count))[:1]:  # the first outside, if any
+        checks.require(False, f"indices[{k}]", int(indices[k]), f"a file index in [-{count}, {count}) "
+                       f"({count} files)")
     indices = np.where(indices < 0, indices + count, indices).astype(np.int64)
     data = np.asarray(jpeg_bytes, np.uint8).tobytes()
     files = [data[offsets[i]:offsets[i + 1]] for i in indices]
@@ -142,8 +142,9 @@ def decode_jpegs(jpeg_bytes, offsets, indices=None, batch_size=1024):
                 decode(files[k])
             except tf.errors.InvalidArgumentError as error:
                 reason = error.message.split("}}")[-1].split("[Op:")[0].strip()  # without TF's node names
-                raise ValueError(f"JPEG file {indices[k]} (bytes {offsets[indices[k]]}:{offsets[indices[k] + 1]}) "
-                                 f"cannot be decoded: {reason} Replace or drop that file.") from None
+                start, end = offsets[indices[k]], offsets[indices[k] + 1]
+                raise ValueError(f"JPEG file {indices[k]} (bytes {start}:{end}) cannot be decoded: {reason} "
+                                 "Replace or drop that file.") from None
         raise
     if not decoded:
         return np.zeros((0, 32, 32, 3), np.uint8)
@@ -207,7 +208,7 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
         Krizhevsky 2009, "Learning Multiple Layers of Features from Tiny
         Images" (CIFAR-10).
     """
-    require(split in ("train", "validation", "all"), "split", split, '"train", "validation" or "all"')
+    checks.require(split in ("train", "validation", "all"), "split", split, '"train", "validation" or "all"')
     if not os.path.exists(path):
         raise FileNotFoundError(f"No CIFAR-10 file at {path!r}.")
     keys = ("jpeg", "offsets", "labels")
@@ -272,9 +273,10 @@ def load_image(path, size=32):
     >>> np.array_equal(deep, image)
     True
     """
-    check_sizes(size=size)
-    from PIL import Image
-    from PIL import ImageOps
+    checks.check_sizes(size=size)
+    with needs_extra("images", "keras_attn.preprocessing.images.load_image"):
+        from PIL import Image
+        from PIL import ImageOps
 
     with Image.open(path) as image:
         image = ImageOps.exif_transpose(image)
@@ -309,7 +311,7 @@ def load_image_directory(directory, size=32):
 
     Raises:
         ValueError: if `directory` holds no readable image.
-        FileNotFoundError: if `directory` does not exist.
+        FileNotFoundError: if `directory` does not exist (from `os.listdir`).
 
     Example:
     >>> import os
@@ -329,8 +331,6 @@ def load_image_directory(directory, size=32):
     """
     import warnings
 
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"No directory at {directory!r}.")
     images, names = [], []
     for name in sorted(os.listdir(directory)):
         if not name.lower().endswith(IMAGE_EXTENSIONS):

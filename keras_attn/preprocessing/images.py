@@ -38,9 +38,8 @@ Reference:
 
 import numpy as np
 
-from keras_attn.checks import check_image_size, check_sizes
-from keras_attn.preprocessing._arguments import is_int
-from keras_attn.preprocessing._arguments import require
+from keras_attn import checks
+from keras_attn.extras import needs_extra
 from keras_attn.preprocessing.image_files import CIFAR10_CLASS_NAMES  # noqa: F401 (re-exported: image files)
 from keras_attn.preprocessing.image_files import IMAGE_EXTENSIONS  # noqa: F401
 from keras_attn.preprocessing.image_files import decode_jpegs  # noqa: F401
@@ -57,8 +56,8 @@ START_TOKEN = 256
 def _check_images(images):
     images = np.asarray(images)
     if images.ndim != 4 or images.dtype != np.uint8:
-        raise ValueError(f"`images` must be a uint8 array of shape (batch, height, width, channels). Received dtype "
-                         f"{images.dtype} and shape {images.shape}. Convert with `np.asarray(x, np.uint8)`.")
+        raise ValueError("`images` must be uint8 of shape (batch, height, width, channels). "
+                         f"Received: {images.dtype} {images.shape}.")
     return images
 
 
@@ -112,13 +111,13 @@ def from_raster(sequences, height, width, channels=3):
     >>> from_raster(np.arange(12)[None], 2, 2, 3)[0, 1, 0].tolist()
     [6, 7, 8]
     """
-    check_sizes(height=height, width=width, channels=channels)
+    checks.check_sizes(height=height, width=width, channels=channels)
     sequences = np.asarray(sequences)
     size = height * width * channels
     low, high = (sequences.min(), sequences.max()) if sequences.size else (0, 0)
     if sequences.ndim != 2 or sequences.shape[1] != size or low < 0 or high >= NUM_INTENSITIES:
-        raise ValueError(f"Expected sequences of shape (batch, {size}) for {height}x{width}x{channels} images, of "
-                         f"intensities in 0..255. Received shape {sequences.shape}, values in {low}..{high}.")
+        raise ValueError(f"Expected sequences of shape (batch, {size}) of intensities in 0..255. "
+                         f"Received shape {sequences.shape}, values in {low}..{high}.")
     return sequences.astype(np.uint8).reshape(-1, height, width, channels)
 
 
@@ -165,7 +164,7 @@ def downsample(images, factor=4):
         (B, H / factor, W / factor, C) uint8.
 
     Raises:
-        ValueError: on a non-positive factor or sides not divisible by it.
+        ValueError: unless `factor` is a positive int dividing both sides.
 
     Example:
     >>> import numpy as np
@@ -177,11 +176,9 @@ def downsample(images, factor=4):
         Parmar et al. 2018, section 5.2 (4x super resolution, 8x8 -> 32x32).
     """
     images = _check_images(images)
-    require(is_int(factor, 1), "factor", factor, "a positive int")
     batch, height, width, channels = images.shape
-    if height % factor or width % factor:
-        raise ValueError(f"Image sides {height}x{width} must be divisible by factor={factor}. Crop or resize "
-                         "the images first (e.g. `load_image_directory`).")
+    checks.require(checks.is_int(factor, 1) and not (height % factor or width % factor), "factor", factor,
+                   f"a positive int dividing the image sides {height}x{width}", "Crop or resize the images.")
     blocks = images.reshape(batch, height // factor, factor, width // factor, factor, channels)
     total = blocks.astype(np.int64).sum(axis=(2, 4))
     area = factor * factor
@@ -222,10 +219,10 @@ def upsample_bicubic(images, size):
         Keys 1981, "Cubic Convolution Interpolation for Digital Image
         Processing" (a = -0.5).
     """
-    import tensorflow as tf
-
+    with needs_extra("tensorflow", "keras_attn.preprocessing.images.upsample_bicubic"):
+        import tensorflow as tf
     images = _check_images(images)
-    size = check_image_size(size, "size")
+    size = checks.check_image_size(size, "size")
     resized = tf.image.resize(tf.cast(images, tf.float32), size, method="bicubic")
     return np.asarray(tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8))
 
@@ -263,7 +260,7 @@ def super_resolution_dataset(images, batch_size, factor=4, shuffle=False, seed=0
     >>> [int(batch[1].shape[0]) for batch in dataset]  # 3 images, batches of 2
     [2, 1]
     """
-    check_sizes(batch_size=batch_size)
+    checks.check_sizes(batch_size=batch_size)
     low = downsample(images, factor)  # checks `images` and `factor`
     high = _flat(np.asarray(images))
     return _dataset({"low_resolution": _flat(low)}, high, batch_size, shuffle, seed, repeat)
@@ -299,7 +296,7 @@ def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, r
     ([0, 1, 2, 3], [256, 0, 1, 2])
     """
     images = _check_images(images)
-    check_sizes(batch_size=batch_size)
+    checks.check_sizes(batch_size=batch_size)
     extra = {}
     if labels is not None:
         labels = np.asarray(labels)
@@ -315,7 +312,8 @@ def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, r
 
 
 def _dataset(extra, targets, batch_size, shuffle, seed, repeat):
-    import tensorflow as tf
+    with needs_extra("tensorflow", "the tf.data pipelines of keras_attn.preprocessing.images"):
+        import tensorflow as tf
 
     dataset = tf.data.Dataset.from_tensor_slices((extra, targets))
     if shuffle:

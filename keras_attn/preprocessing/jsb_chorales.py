@@ -10,8 +10,7 @@ import os
 
 import numpy as np
 
-from keras_attn.preprocessing._arguments import is_int
-from keras_attn.preprocessing._arguments import require
+from keras_attn import checks
 from keras_attn.preprocessing.midi import _check_midi_header
 from keras_attn.preprocessing.midi import _symusic
 from keras_attn.preprocessing.performance_events import NUM_PITCHES
@@ -34,11 +33,10 @@ def _check_grid(grid):
     """`grid` as a (steps, 4) int64 array of MIDI pitches 0..127 and -1."""
     grid = np.asarray(grid)
     numeric = grid.dtype.kind in "iuf" and grid.size > 0
-    if not (grid.ndim == 2 and grid.shape[1] == JSB_NUM_VOICES and numeric and np.all(
-            (grid == np.round(grid)) & (grid >= -1) & (grid < NUM_PITCHES))):
+    if not (numeric and grid.shape[1:] == (JSB_NUM_VOICES,) and np.isin(grid, range(-1, NUM_PITCHES)).all()):
         values = f"values from {grid.min()} to {grid.max()}" if numeric else f"dtype {grid.dtype}"
-        raise ValueError("Expected a chorale grid of shape (steps, 4) (S, A, T, B per 16th note) of MIDI pitches "
-                         f"0..127 or -1 (rest). Received: shape {grid.shape}, {values}.")
+        raise ValueError("Expected a chorale grid of shape (steps, 4) (S, A, T, B) of MIDI pitches 0..127 "
+                         f"or -1 (rest). Received: shape {grid.shape}, {values}.")
     return grid.astype(np.int64)
 
 
@@ -87,7 +85,7 @@ def load_jsb_chorales(path, split="train"):
         raise ValueError(f"Expected the JSB Chorales JSON file {JSB_FILENAME} or its folder. Received: "
                          f"path {path!r} ({error}).") from None
     available = sorted(data) if isinstance(data, dict) else type(data).__name__
-    require(isinstance(data, dict) and split in data, "split", split, f"one of {available}")
+    checks.require(isinstance(data, dict) and split in data, "split", split, f"one of {available}")
     return [_check_grid(chorale).astype(np.int32) for chorale in data[split]]
 
 
@@ -159,8 +157,8 @@ def tokens_to_chorale(tokens):
         tokens = tokens[: ends[0]]
     tokens = tokens[tokens >= JSB_REST_ID]
     if tokens.size == 0 or tokens.size % JSB_NUM_VOICES:
-        raise ValueError("Expected a positive multiple of 4 tokens (S, A, T, B per step) besides PAD/START/END. "
-                         f"Received: {tokens.size}. Generate or crop a multiple of 4 tokens.")
+        raise ValueError("Expected a positive multiple of 4 tokens (S, A, T, B per step) besides PAD/START/"
+                         f"END. Received: {tokens.size}. Generate or crop a multiple of 4 tokens.")
     grid = np.where(tokens == JSB_REST_ID, -1, tokens - JSB_PITCH_OFFSET)
     return grid.reshape(-1, JSB_NUM_VOICES).astype(np.int32)
 
@@ -205,7 +203,7 @@ def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
     """
     symusic = _symusic()
     grid = _check_grid(grid)
-    require(is_int(velocity, 1, 127), "velocity", velocity, "a MIDI velocity, an int in 1..127")
+    checks.require(checks.is_int(velocity, 1, 127), "velocity", velocity, "an int in 1..127")
     resolution = 480
     _check_midi_header(tempo, resolution, program)
     ticks_per_step = resolution // 4

@@ -9,9 +9,8 @@ import os
 
 import numpy as np
 
-from keras_attn.preprocessing._arguments import is_int
-from keras_attn.preprocessing._arguments import is_number
-from keras_attn.preprocessing._arguments import require
+from keras_attn import checks
+from keras_attn.extras import needs_extra
 from keras_attn.preprocessing.performance_events import DEFAULT_VELOCITY
 from keras_attn.preprocessing.performance_events import STEPS_PER_SECOND
 from keras_attn.preprocessing.performance_events import SUSTAIN_PEDAL_CONTROL
@@ -26,11 +25,8 @@ _MIDI_HEADER = b"MThd"
 _DEFAULT_QUARTERS_PER_MINUTE = 120.0
 
 def _symusic():
-    try:
+    with needs_extra("music", "Reading and writing MIDI (keras_attn.preprocessing.music)"):
         import symusic
-    except ImportError as error:  # pragma: no cover - depends on the install
-        raise ImportError("keras_attn.preprocessing.music needs `symusic` to read and write MIDI: "
-                          "`pip install symusic`.") from error
     return symusic
 
 
@@ -47,10 +43,11 @@ def load_midi(midi):
         `symusic.Score` with time unit "tick".
 
     Raises:
-        ValueError: if the file does not exist, is empty, is not a Standard
-            MIDI File (no `MThd` header), is a type-2 MIDI file (independent
-            sequences, which have no single timeline), or cannot be parsed.
+        ValueError: if the file does not exist, is not a type-0 or type-1
+            Standard MIDI File (type 2 has no single timeline), or cannot be
+            parsed.
         TypeError: if `midi` is none of the accepted types.
+        ModuleNotFoundError: without symusic (`pip install "keras_attn[music]"`).
 
     Example:
     >>> import os, tempfile
@@ -76,25 +73,20 @@ def load_midi(midi):
     elif isinstance(midi, (str, os.PathLike)):
         source = f"file {os.fspath(midi)!r}"
         if not os.path.isfile(midi):
-            raise ValueError(f"Expected a path to a MIDI file. Received: {os.fspath(midi)!r}, which does "
-                             "not exist or is not a file. Check the path.")
+            raise ValueError(f"Expected an existing MIDI file. Received: {source}.")
         with open(midi, "rb") as handle:
             data = handle.read()
     else:
-        raise TypeError(f"`midi` must be a path, bytes or a symusic.Score. Received: an object of type "
-                        f"{type(midi).__name__}.")
-    if data[:4] != _MIDI_HEADER or len(data) < 14:
-        raise ValueError(f"Expected a Standard MIDI File starting with b'MThd'. Received: {source}, starting "
-                         f"with {data[:4]!r} ({len(data)} bytes): not a MIDI file or corrupt. Convert it to .mid.")
-    midi_format = int.from_bytes(data[8:10], "big")
-    if midi_format not in (0, 1):  # type 2: patterns without a shared timeline
-        raise ValueError(f"Expected a type-0 or type-1 MIDI file. Received: {source}, a type-{midi_format} MIDI "
-                         "file (type 2: independent patterns). Export each pattern as its own type-0/1 file.")
+        raise TypeError(f"`midi` must be a path, bytes or a symusic.Score. Received: {type(midi)}.")
+    midi_format = int.from_bytes(data[8:10], "big")  # type 2: patterns without a shared timeline
+    if data[:4] != _MIDI_HEADER or len(data) < 14 or midi_format not in (0, 1):
+        raise ValueError(f"Expected a type-0 or type-1 MIDI file (b'MThd'...). Received: {source}, "
+                         f"{len(data)} bytes starting with {data[:4]!r}, type {midi_format}.")
     try:
         return symusic.Score.from_midi(data)
     except Exception as error:  # symusic raises RuntimeError (and others) on bad bytes.
-        raise ValueError(f"Could not parse {source} as MIDI: {type(error).__name__}: {error}. The file is "
-                         "corrupt or truncated; re-export it.") from error
+        raise ValueError(f"Could not parse {source} as MIDI ({type(error).__name__}: {error}). "
+                         "The file is corrupt or truncated; re-export it.") from error
 
 
 def _tick_seconds(score):
@@ -112,9 +104,8 @@ def _tick_seconds(score):
     tempos = score.tempos.numpy()
     # A division of 0 raised ZeroDivisionError; a tempo of 0 put every note at one time.
     if resolution <= 0 or not np.all(tempos["mspq"] > 0):
-        raise ValueError(f"Expected positive ticks per quarter note and tempos (microseconds per quarter note). "
-                         f"Received: ticks_per_quarter={resolution}, smallest tempo "
-                         f"{min(tempos['mspq'].tolist(), default=None)}. The file is corrupt.")
+        raise ValueError("Expected positive ticks per quarter and tempos (corrupt file). Received: "
+                         f"ticks_per_quarter={resolution}, tempos {tempos['mspq'].tolist()[:3]}.")
     scales = [(0, 60.0 / (_DEFAULT_QUARTERS_PER_MINUTE * resolution))]
     for tick, mspq in zip(tempos["time"].tolist(), tempos["mspq"].tolist()):
         scale = 60.0 / ((6e7 / mspq) * resolution)
@@ -124,11 +115,7 @@ def _tick_seconds(score):
             scales.append((tick, scale))
     segment_ticks = np.array([tick for tick, _ in scales], np.int64)
     segment_scales = np.array([scale for _, scale in scales], np.float64)
-    segment_seconds = np.zeros(len(scales), np.float64)
-    for k in range(1, len(scales)):
-        segment_seconds[k] = segment_seconds[k - 1] + segment_scales[k - 1] * float(
-            segment_ticks[k] - segment_ticks[k - 1]
-        )
+    segment_seconds = np.cumsum(np.append(0.0, segment_scales[:-1] * np.diff(segment_ticks)))
 
     def seconds(ticks):
         ticks = np.asarray(ticks, np.int64)
@@ -193,9 +180,8 @@ def _midi_note_arrays(midi, sustain):
         pitches.append(notes["pitch"][audible].astype(np.int64))
         velocities.append(notes["velocity"][audible].astype(np.int64))
     if not starts:
-        raise ValueError(f"Expected a MIDI file with notes on a non-drum instrument. Received: {len(score.tracks)} "
-                         f"tracks and no such notes ({drums} drum notes, which are ignored). Pass a MIDI file "
-                         "that contains a (piano) part.")
+        raise ValueError(f"Expected notes on a non-drum instrument (a piano part). Received: "
+                         f"{len(score.tracks)} tracks without them, {drums} drum notes (ignored).")
     starts, ends, pitches, velocities = _resolve_overlaps(
         np.concatenate(starts), np.concatenate(ends),
         np.concatenate(pitches), np.concatenate(velocities),
@@ -291,12 +277,12 @@ def _check_midi_header(tempo, resolution, program):
     """Refuses a tempo, resolution or program a MIDI file cannot hold: the
     file would silently hold another (a tempo of 3 wraps to a note 6.5x
     shorter, a resolution of 40000 to one 5.5x longer)."""
-    require(is_number(tempo, _MIN_TEMPO, _MAX_TEMPO), "tempo", tempo, "a number of quarter notes per minute "
-            f"from {_MIN_TEMPO:.2f} to {_MAX_TEMPO:.0f} (microseconds per quarter note in 24 bits)")
-    require(is_int(resolution, 1, 2**15 - 1), "resolution", resolution,
-            "an int from 1 to 32767, the ticks per quarter note a MIDI file holds (15 bits)")
-    require(is_int(program, 0, 127), "program", program,
-            "a General MIDI program, an int from 0 to 127 (0 = acoustic grand piano)")
+    checks.require(checks.is_number(tempo, _MIN_TEMPO, _MAX_TEMPO), "tempo", tempo,
+                   f"a number of quarter notes per minute from {_MIN_TEMPO:.2f} to {_MAX_TEMPO:.0f}")
+    checks.require(checks.is_int(resolution, 1, 2**15 - 1), "resolution", resolution,
+                   "an int from 1 to 32767 (ticks per quarter note)")
+    checks.require(checks.is_int(program, 0, 127), "program", program,
+                   "a General MIDI program, an int from 0 to 127")
 
 
 def events_to_midi(events, program=0, resolution=500, tempo=120.0,

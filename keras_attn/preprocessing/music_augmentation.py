@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 
-from keras_attn.preprocessing._arguments import is_number
-from keras_attn.preprocessing._arguments import require
+from keras_attn import checks
 from keras_attn.preprocessing.performance_events import END_ID
 from keras_attn.preprocessing.performance_events import NOTE_ON_OFFSET
 from keras_attn.preprocessing.performance_events import NUM_PITCHES
@@ -76,8 +75,9 @@ def transpose(events, semitones, out_of_range="drop"):
     Reference:
         Huang et al. 2018, section 5.2 (transpositions of up to 3 semitones).
     """
-    require(out_of_range in ("drop", "error"), "out_of_range", out_of_range, '"drop" or "error"')
-    require(is_number(semitones) and float(semitones).is_integer(), "semitones", semitones, "a whole number")
+    checks.require(out_of_range in ("drop", "error"), "out_of_range", out_of_range, '"drop" or "error"')
+    checks.require(checks.is_number(semitones) and float(semitones).is_integer(), "semitones", semitones,
+                   "a whole number")
     return _transpose(_check_ids(events, VOCABULARY_SIZE), int(semitones), out_of_range)
 
 
@@ -92,7 +92,7 @@ def _transpose(events, semitones, out_of_range):
         low = int(pitches[is_note].min())
         high = int(pitches[is_note].max())
         raise ValueError(f"Transposing by {semitones} semitones puts pitches from {low} to {high}, outside "
-                         'MIDI\'s 0..127. Transpose less, or pass out_of_range="drop" to remove those notes.')
+                         '0..127. Transpose less, or pass out_of_range="drop" to remove those notes.')
     body, has_start, has_end = _split_special(events)
     starts, ends, pitches, velocities = _decode(body)
     inside = (pitches + semitones >= 0) & (pitches + semitones < NUM_PITCHES)
@@ -135,7 +135,8 @@ def time_stretch(events, factor):
     Reference:
         Huang et al. 2018, section 5.2 (time stretches of up to 5%).
     """
-    require(is_number(factor) and 0 < factor < math.inf, "factor", factor, "a positive finite number")
+    checks.require(checks.is_number(factor) and 0 < factor < math.inf, "factor", factor,
+                   "a positive finite number")
     return _time_stretch(_check_ids(events, VOCABULARY_SIZE), factor)
 
 
@@ -144,7 +145,7 @@ def _time_stretch(events, factor):
     body, has_start, has_end = _split_special(events)
     starts, ends, pitches, velocities = _decode(body)
     if not len(pitches):
-        raise ValueError(f"Expected events with a note to stretch. Received: {len(body)} events without a note.")
+        raise ValueError(f"Expected events with a note to stretch. Received: {len(body)} events, no note.")
     # Seconds first, then the factor: the same arithmetic as stretching
     # decoded `Note`s, so a stretch is reproducible to the last bit.
     stretched = _encode(
@@ -186,8 +187,8 @@ def augment(events, rng):
     Reference:
         Huang et al. 2018, section 5.2.
     """
-    require(isinstance(rng, np.random.Generator), "rng", rng,
-            "a `np.random.Generator`, e.g. `np.random.default_rng(seed)`")
+    checks.require(isinstance(rng, np.random.Generator), "rng", rng, "a `np.random.Generator`",
+                   "Pass `np.random.default_rng(seed)`.")
     events = _check_ids(events, VOCABULARY_SIZE)
     semitones = int(rng.choice(AUGMENTATION_SEMITONES))
     factor = float(rng.choice(AUGMENTATION_STRETCHES))

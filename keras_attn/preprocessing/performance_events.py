@@ -13,12 +13,11 @@ Reference:
 
 import collections
 import math
+import numbers
 
 import numpy as np
 
-from keras_attn.preprocessing._arguments import is_int
-from keras_attn.preprocessing._arguments import is_number
-from keras_attn.preprocessing._arguments import require
+from keras_attn import checks
 
 # --- Performance-event vocabulary ---------------------------------------
 PAD_ID = 0
@@ -88,12 +87,8 @@ def _resolve_overlaps(starts, ends, pitches, velocities):
 
 
 def _notes_from_arrays(starts, ends, pitches, velocities):
-    return [
-        Note(velocity, pitch, start, end)
-        for start, end, pitch, velocity in zip(
-            starts.tolist(), ends.tolist(), pitches.tolist(), velocities.tolist()
-        )
-    ]
+    columns = zip(starts.tolist(), ends.tolist(), pitches.tolist(), velocities.tolist())
+    return [Note(velocity, pitch, start, end) for start, end, pitch, velocity in columns]
 
 
 # --- Notes <-> events -----------------------------------------------------
@@ -136,8 +131,7 @@ def bin_to_velocity(velocity_bin):
         int or int array in 1..125.
 
     Raises:
-        ValueError: if a bin lies outside 0..31 (it would decode to an
-            invalid MIDI velocity).
+        ValueError: if a bin lies outside 0..31.
 
     Example:
     >>> import numpy as np
@@ -151,9 +145,8 @@ def bin_to_velocity(velocity_bin):
         Oore et al. 2018, section 6.1.
     """
     bins = np.asarray(velocity_bin)
-    if bins.size and (bins.min() < 0 or bins.max() > NUM_VELOCITY_BINS - 1):
-        raise ValueError(f"Velocity bins are 0..{NUM_VELOCITY_BINS - 1}. Received bins from {bins.min()} to "
-                         f"{bins.max()}: decode event ids with the vocabulary that encoded them.")
+    in_range = not bins.size or 0 <= bins.min() <= bins.max() < NUM_VELOCITY_BINS
+    checks.require(in_range, "velocity_bin", velocity_bin, "velocity bins in 0..31")
     velocities = bins * VELOCITY_BIN_WIDTH + 1
     return int(velocities) if velocities.ndim == 0 else velocities
 
@@ -196,27 +189,23 @@ def notes_to_events(notes, add_start_end=False):
     Reference:
         Oore et al. 2018, section 6.1; Huang et al. 2018, section 5.2.
     """
-    notes = list(notes)
-    missing = [n for n in notes if not all(hasattr(n, f) for f in ("start", "end", "pitch", "velocity"))]
-    if missing or not notes:
-        raise ValueError("Expected one or more notes with `start`, `end`, `pitch` and `velocity` attributes, "
-                         f"e.g. `music.Note`. Received: {repr(missing[0]) if missing else 'no notes'}.")
-    for field, plural in (("pitch", "pitches"), ("velocity", "velocities")):
-        fractional = [v for v in (getattr(n, field) for n in notes) if not float(v).is_integer()]
-        if fractional:  # np.int64 would truncate 60.7 to 60
-            raise ValueError(f"Expected whole-number note {plural}. Received: {fractional[:3]}.")
-    starts, ends = (np.array([getattr(n, f) for n in notes], np.float64) for f in ("start", "end"))
-    pitches = np.array([n.pitch for n in notes], np.int64)
-    if pitches.min() < 0 or pitches.max() >= NUM_PITCHES:
-        raise ValueError(f"Expected note pitches in 0..127. Received: pitches from {pitches.min()} to "
-                         f"{pitches.max()}. Drop or transpose those notes.")
-    backwards = np.flatnonzero(ends < starts)
-    if backwards.size:
-        i = backwards[0]
-        raise ValueError(f"Expected every note to end at or after its start. Received: {backwards.size} notes "
-                         f"ending before they start, the first from {starts[i]} s to {ends[i]} s (pitch {pitches[i]}).")
-    velocities = np.array([n.velocity for n in notes], np.int64)
-    return _encode(starts, ends, pitches, velocities, add_start_end)
+    notes, fields = list(notes), ("start", "end", "pitch", "velocity")
+    missing = [n for n in notes if not all(hasattr(n, f) for f in fields)] if notes else [notes]
+    if missing:
+        raise ValueError(f"Expected `Note`s (start, end, pitch, velocity). Received: {missing[0]!r}.")
+    starts, ends, pitches, velocities = (
+        np.array([getattr(n, f) for n in notes], np.float64) for f in fields)
+    for plural, values, limits in (("pitches", pitches, " in 0..127"), ("velocities", velocities, "")):
+        # Whole numbers (int64 would make a pitch of 60.7 60); pitches in 0..127.
+        bad = [v for v in values.tolist() if not v.is_integer() or limits and not 0 <= v <= 127]
+        if bad:
+            raise ValueError(f"Expected whole-number note {plural}{limits}. Received: {bad[:3]}.")
+    backwards = ends < starts
+    if backwards.any():
+        i = np.argmax(backwards)
+        raise ValueError(f"Expected notes to end at or after their start. Received: {np.sum(backwards)} "
+                         f"ending before, the first from {starts[i]} s to {ends[i]} s.")
+    return _encode(starts, ends, pitches.astype(np.int64), velocities.astype(np.int64), add_start_end)
 
 
 def _encode(starts, ends, pitches, velocities, add_start_end=False):
@@ -224,8 +213,8 @@ def _encode(starts, ends, pitches, velocities, add_start_end=False):
     none ending before it starts. Refuses times that a file or a time stretch can still bring."""
     # Not `not a < b`: NaN is refused. One TIME_SHIFT per second: 1e12 s asked for terabytes.
     if not (starts.min() >= 0 and ends.max() < MAX_SECONDS):
-        raise ValueError(f"Expected note times from 0 s to below {MAX_SECONDS:.0e} s ({MAX_SECONDS / 86400:.1f} days; "
-                         f"one TIME_SHIFT per second). Received: notes from {starts.min()} s to {ends.max()} s.")
+        raise ValueError(f"Expected note times in [0 s, {MAX_SECONDS:.0e} s). Received: {starts.min()} s to "
+                         f"{ends.max()} s.")
     start_steps = _to_steps(starts)
     end_steps = _to_steps(ends)
     # A note shorter than a step gets one step, on the side of its midpoint,
@@ -260,53 +249,38 @@ def _encode(starts, ends, pitches, velocities, add_start_end=False):
     row = np.repeat(np.arange(len(times)), per_row)
     position = np.arange(len(row)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
     full_shifts, remainders, new_bin = full_shifts[row], remainders[row], new_bin[row]
-    events = np.where(
-        position < full_shifts,
-        TIME_SHIFT_OFFSET + NUM_TIME_SHIFTS - 1,
-        np.where(
-            position < full_shifts + (remainders > 0),
-            TIME_SHIFT_OFFSET + remainders - 1,
-            np.where(
-                position < full_shifts + (remainders > 0) + new_bin,
-                VELOCITY_OFFSET + bins[row],
-                np.where(kinds[row] == 1, NOTE_ON_OFFSET, NOTE_OFF_OFFSET) + event_pitches[row],
-            ),
-        ),
-    )
+    shifts = full_shifts + (remainders > 0)
+    events = np.select(
+        [position < full_shifts, position < shifts, position < shifts + new_bin],
+        [TIME_SHIFT_OFFSET + NUM_TIME_SHIFTS - 1, TIME_SHIFT_OFFSET + remainders - 1,
+         VELOCITY_OFFSET + bins[row]],
+        np.where(kinds[row] == 1, NOTE_ON_OFFSET, NOTE_OFF_OFFSET) + event_pitches[row])
     if add_start_end:
         events = np.concatenate([[START_ID], events, [END_ID]])
     return events.astype(np.int32)
 
 
-def _check_ids(ids, vocabulary_size, what="event"):
-    """`ids` as a 1-D int64 array of ids in [0, vocabulary_size)."""
+def _check_ids(ids, size, what="event"):
+    """`ids` as a 1-D int64 array of ids in [0, size)."""
     ids = np.asarray(ids)
-    integer = ids.ndim == 1 and (np.issubdtype(ids.dtype, np.integer) or ids.size == 0)
-    low, high = (ids.min(), ids.max()) if integer and ids.size else (0, 0)
-    if not integer or low < 0 or high >= vocabulary_size:
-        received = f"ids from {low} to {high}" if integer else f"shape {ids.shape}, dtype {ids.dtype}"
-        raise ValueError(f"Expected a 1-D array of integer {what} ids in [0, {vocabulary_size}). Received: "
-                         f"{received}. Decode one sequence at a time, with the vocabulary that made it.")
+    integer = ids.ndim == 1 and (ids.dtype.kind in "iu" or not ids.size)
+    if not integer or ids.size and not 0 <= ids.min() <= ids.max() < size:
+        received = f"ids from {ids.min()} to {ids.max()}" if integer else f"{ids.dtype} {ids.shape}"
+        raise ValueError(f"Expected 1-D integer {what} ids in [0, {size}). Received: {received}.")
     return ids.astype(np.int64)
 
 
 def _check_decoding(events, default_velocity, max_note_duration):
     """The arguments of `events_to_notes`; `max_note_duration` as 10 ms steps (or None)."""
+    velocity, limit = default_velocity, max_note_duration
     # 200 wrapped around to -56 in a MIDI file, 0 wrote silent notes.
-    require(is_int(default_velocity, 1, 127), "default_velocity", default_velocity,
-            "a MIDI velocity, an int in 1..127")
-    # Clipped, then in float64: np.int8(5) * 100 wrapped around, 10**400 overflowed. Longer than
-    # any performance (1e12 s, about 30,000 years) is no cut at all.
-    value = max_note_duration
-    finite = is_number(value) and -math.inf < value < math.inf
-    seconds = max(min(int(value) if is_int(value) else float(value), 1e12), -1.0) if finite else math.nan
-    require(max_note_duration is None or seconds >= 1 / STEPS_PER_SECOND, "max_note_duration", max_note_duration,
-            f"None (no cut) or a finite number of seconds >= {1 / STEPS_PER_SECOND} (one time step), e.g. 5.0")
-    max_steps = None if max_note_duration is None else round(seconds * STEPS_PER_SECOND)
-    return _check_ids(events, VOCABULARY_SIZE), int(default_velocity), max_steps
+    checks.require(checks.is_int(velocity, 1, 127), "default_velocity", velocity, "an int in 1..127")
+    finite = limit is None or checks.is_number(limit, 0.01) and limit < math.inf
+    checks.require(finite, "max_note_duration", limit, "None or a finite number of seconds >= 0.01")
+    return _check_ids(events, VOCABULARY_SIZE), int(velocity), limit
 
 
-def _decode(events, default_velocity=DEFAULT_VELOCITY, max_steps=None):
+def _decode(events, default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
     """`events_to_notes` on checked arguments, as arrays: (start steps, end steps, pitches,
     velocities), by onset."""
     end_positions = np.flatnonzero(events == END_ID)
@@ -336,8 +310,10 @@ def _decode(events, default_velocity=DEFAULT_VELOCITY, max_steps=None):
     starts = now[positions]
     next_time = np.append(starts[1:], 0)
     ends = np.where(has_next, next_time, np.maximum(last, starts + 1))
-    if max_steps is not None:
-        ends = np.minimum(ends, starts + max_steps)
+    if max_note_duration is not None:  # In float64 and clipped: np.int8(5) * 100 wrapped around,
+        limit = max_note_duration  # float(10**400) overflowed; 1e12 s is no cut.
+        limit = int(limit) if isinstance(limit, numbers.Integral) else float(limit)
+        ends = np.minimum(ends, starts + round(min(limit, 1e12) * STEPS_PER_SECOND))
     keep = is_on & (ends > starts)
     starts, ends, pitch = starts[keep], ends[keep], pitch[keep]
     velocities = velocity[positions[keep]]

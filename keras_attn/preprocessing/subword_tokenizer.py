@@ -4,20 +4,20 @@ import hashlib
 import io
 import warnings
 
-import tensorflow as tf
-import tensorflow_text as tf_text
-from tensorflow_text.python.ops.sentencepiece_tokenizer import (
-    gen_sentencepiece_tokenizer as _sentencepiece_ops,
-)
+from keras_attn import checks
+from keras_attn.extras import needs_extra
 
-from keras_attn.preprocessing._arguments import is_int
-from keras_attn.preprocessing._arguments import require
+with needs_extra("tensorflow", "keras_attn.preprocessing.subword_tokenizer"):
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+    from tensorflow_text.python.ops.sentencepiece_tokenizer import (
+        gen_sentencepiece_tokenizer as _sentencepiece_ops,
+    )
 
 PAD_ID = 0
 UNKNOWN_ID = 1
 START_ID = 2
 END_ID = 3
-_RESERVED_PIECES = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
 # SentencePiece's max_sentence_length (UTF-8 bytes): longer sentences are left out of training.
 MAX_SENTENCE_BYTES = 4192
 
@@ -110,9 +110,8 @@ class SubwordTokenizer(tf.Module):
     def __init__(self, model_proto, name=None):
         if isinstance(model_proto, (bytearray, memoryview)):
             model_proto = bytes(model_proto)
-        if not isinstance(model_proto, bytes) or not model_proto:
-            raise ValueError("`model_proto` must be the non-empty serialized SentencePiece model (bytes), e.g. "
-                             f"a `.model` file's contents. Received: {type(model_proto).__name__} {model_proto!r:.60}.")
+        checks.require(isinstance(model_proto, bytes) and model_proto, "model_proto", model_proto,
+                       "the non-empty serialized SentencePiece model (bytes), e.g. a `.model` file")
         super().__init__(name=name or "subword_tokenizer")
         self.model_proto = model_proto
         # Creating and checking the resource must happen eagerly even when a
@@ -142,19 +141,15 @@ class SubwordTokenizer(tf.Module):
             self._check_reserved_ids()
 
     def _check_reserved_ids(self):
-        problems = [f"vocabulary size is {self._vocabulary_size}"]
-        if self._vocabulary_size > END_ID + 1:
-            # Control symbols decode to nothing; a normal piece never does after another piece.
-            alone, *texts = self._sentencepiece.detokenize(
-                tf.ragged.constant([[4], [PAD_ID, 4], [START_ID, 4], [END_ID, 4]])).numpy()
-            problems = [f"id {i} is not a control symbol"
-                        for i, text in zip((PAD_ID, START_ID, END_ID), texts) if text != alone]
-            unknown = int(self._sentencepiece.string_to_id("\u0001 surely not a piece \u0001"))
-            problems += [f"the unknown id is {unknown}, not 1"] * (unknown != UNKNOWN_ID)
-        if problems:
-            raise ValueError(f"The SentencePiece model does not reserve the ids 0 = padding, 1 = unknown, 2 = start, "
-                             f"3 = end: {'; '.join(problems)}. Train it with `SubwordTokenizer.train`, or with "
-                             "sentencepiece using pad_id=0, unk_id=1, bos_id=2, eos_id=3.")
+        size = self._vocabulary_size
+        unknown = int(self._sentencepiece.string_to_id("\u0001 surely not a piece \u0001"))
+        if size > END_ID + 1:  # Control symbols decode to nothing, also between two pieces.
+            pairs = tf.ragged.constant([[4, 4], [4, PAD_ID, START_ID, END_ID, 4]])
+            plain, probe = self._sentencepiece.detokenize(pairs).numpy()
+        if size <= END_ID + 1 or plain != probe or unknown != UNKNOWN_ID:
+            raise ValueError("The SentencePiece model must have the control symbols 0 = padding, 2 = start, "
+                             f"3 = end and 1 = unknown. Received: {size} ids, unknown = {unknown}. Train it "
+                             "with `SubwordTokenizer.train` (or pad_id=0, unk_id=1, bos_id=2, eos_id=3).")
 
     @property
     def vocabulary_size(self):
@@ -177,39 +172,27 @@ class SubwordTokenizer(tf.Module):
             (B, None) int32 `tf.RaggedTensor` of ids (int64 row splits).
 
         Raises:
-            ValueError: if `strings` is not rank 1, or `max_length` leaves no
-                room for a piece.
+            ValueError: if `strings` is not a rank-1 batch of sentences, or
+                `max_length` leaves no room for a piece.
         """
         try:
             strings = tf.convert_to_tensor(strings, dtype=tf.string)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"`strings` must be sentences (`str`), e.g. a list of them. Received: "
-                             f"{strings!r:.80} ({type(error).__name__}: {error}).") from None
-        if strings.shape.rank != 1:
-            raise ValueError(f"`strings` must be a rank-1 (batch,) string tensor. Received: shape={strings.shape}. "
-                             "Wrap a single sentence in a list, or reshape to (-1,).")
+        except (TypeError, ValueError):  # refused below, with the value received
+            pass
+        checks.require(tf.is_tensor(strings) and strings.shape.rank == 1, "strings", strings,
+                       "a rank-1 batch of sentences (`str`)", "Wrap one sentence in a list.")
         num_special = int(bool(add_start)) + int(bool(add_end))
-        require(max_length is None or is_int(max_length, num_special + 1), "max_length", max_length,
-                f"None or an int greater than the number of special ids added ({num_special})")
+        checks.require(max_length is None or checks.is_int(max_length, num_special + 1), "max_length",
+                       max_length, f"None or an int greater than the special ids ({num_special})")
         ids = self._sentencepiece.tokenize(strings)
         if max_length is not None:
             ids = ids[:, : int(max_length) - num_special]
-        columns = []
-        if add_start:
-            columns.append(self._constant_column(ids, START_ID))
-        columns.append(ids)
-        if add_end:
-            columns.append(self._constant_column(ids, END_ID))
-        if len(columns) > 1:
-            ids = tf.concat(columns, axis=1)
-        return ids
-
-    @staticmethod
-    def _constant_column(ids, value):
-        column = tf.fill(tf.stack([ids.nrows(), 1]), tf.constant(value, tf.int32))
-        return tf.RaggedTensor.from_tensor(
-            column, row_splits_dtype=ids.row_splits.dtype
-        )
+        if not num_special:
+            return ids
+        column = tf.RaggedTensor.from_tensor(tf.ones(tf.stack([ids.nrows(), 1]), tf.int32),
+                                             row_splits_dtype=ids.row_splits.dtype)
+        start, end = [column * START_ID] * bool(add_start), [column * END_ID] * bool(add_end)
+        return tf.concat(start + [ids] + end, axis=1)
 
     def detokenize(self, ids):
         """Turns ids back into sentences.
@@ -232,9 +215,8 @@ class SubwordTokenizer(tf.Module):
         if isinstance(ids, tf.RaggedTensor):
             ids = ids.to_tensor(default_value=tf.cast(PAD_ID, ids.dtype))
         ids = tf.convert_to_tensor(ids)
-        if ids.shape.rank != 2 or not ids.dtype.is_integer:
-            raise ValueError("`ids` must be a rank-2 (batch, length) integer tensor. "
-                             f"Received: shape={ids.shape}, dtype={ids.dtype.name}.")
+        checks.require(ids.shape.rank == 2 and ids.dtype.is_integer, "ids", ids,
+                       "a rank-2 (batch, length) integer tensor")
         ids = self._known_ids(ids)
         is_end = tf.cast(ids == END_ID, tf.int32)
         before_end = tf.cumsum(is_end, axis=1) == 0
@@ -259,8 +241,7 @@ class SubwordTokenizer(tf.Module):
             ValueError: if `ids` are not integers.
         """
         ids = tf.convert_to_tensor(ids)
-        if not ids.dtype.is_integer:
-            raise ValueError(f"`ids` must be integer token ids. Received: dtype={ids.dtype.name}.")
+        checks.require(ids.dtype.is_integer, "ids", ids, "integer token ids")
         return self._sentencepiece.id_to_string(self._known_ids(ids))
 
     def _known_ids(self, ids):
@@ -298,25 +279,14 @@ class SubwordTokenizer(tf.Module):
         Raises:
             ValueError: if the file does not exist or is not a suitable model.
         """
-        if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
-            raise ValueError(f"SentencePiece model file not found. Received: path={path!r}"
-                             f"{', a folder' if tf.io.gfile.exists(path) else ''}. "
-                             "Write one with `SubwordTokenizer.save(path)`.")
+        checks.require(tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path), "path", path,
+                       "a SentencePiece model file", "Write one with `SubwordTokenizer.save`.")
         with tf.io.gfile.GFile(path, "rb") as f:
             return cls(f.read(), name=name)
 
     @classmethod
-    def train(
-        cls,
-        sentences,
-        vocabulary_size=8000,
-        model_type="bpe",
-        character_coverage=1.0,
-        byte_fallback=True,
-        normalization_rule_name="nmt_nfkc",
-        seed=0,
-        name=None,
-    ):
+    def train(cls, sentences, vocabulary_size=8000, model_type="bpe", character_coverage=1.0,
+              byte_fallback=True, normalization_rule_name="nmt_nfkc", seed=0, name=None):
         """Learns a subword vocabulary from sentences, in memory.
 
         Training is deterministic: the same sentences and arguments give the
@@ -326,7 +296,7 @@ class SubwordTokenizer(tf.Module):
         e.g. `SubwordTokenizer.train(german + english)`; for separate
         vocabularies train one tokenizer per language.
 
-        Needs the `sentencepiece` package (`pip install keras_attn[examples]`);
+        Needs the `sentencepiece` package (`pip install "keras_attn[tensorflow]"`);
         the resulting tokenizer does not.
 
         Args:
@@ -354,66 +324,47 @@ class SubwordTokenizer(tf.Module):
             A `SubwordTokenizer`.
 
         Raises:
-            ValueError: if `sentences` is empty or not strings, holds no
-                sentence with text within 4192 bytes, an argument is out of
+            ValueError: if `sentences` is not a non-empty list of `str` with
+                a sentence of text within 4192 bytes, an argument is out of
                 range, or the text is too small (or has too many distinct
                 characters) for `vocabulary_size`.
-            ImportError: if `sentencepiece` is not installed.
+            ModuleNotFoundError: if `sentencepiece` is not installed.
         """
-        try:
+        with needs_extra("tensorflow", "SubwordTokenizer.train"):
             import sentencepiece
-        except ImportError as error:
-            raise ImportError("Training a subword vocabulary needs `sentencepiece`: `pip install sentencepiece` "
-                              "(or `pip install keras_attn[examples]`).") from error
-        if isinstance(sentences, (str, bytes)):  # list() would train on its characters
-            raise ValueError(f"`sentences` must be an iterable of sentences, not one string. Received: a "
-                             f"{type(sentences).__name__} of {len(sentences)} characters. Pass `[text]` or `text.splitlines()`.")
-        sentences = list(sentences)
-        bad = sorted({type(s).__name__ for s in sentences if not isinstance(s, str)})
-        if bad or not sentences:
-            raise ValueError("`sentences` must be a non-empty list of Python `str`. Received "
-                             f"{len(sentences)} items, of types {bad or ['str']}. Decode bytes "
-                             "with `.decode('utf-8')` first.")
+        one_text = isinstance(sentences, (str, bytes))  # list() would train on its characters
+        sentences = [sentences] if one_text else list(sentences)
+        types = sorted({type(s).__name__ for s in sentences})
+        if one_text or types != ["str"]:
+            received = "one string" if one_text else f"{len(sentences)} items of types {types}"
+            raise ValueError(f"`sentences` must be a non-empty list of `str`. Received: {received}. "
+                             "Pass `[text]` or `text.splitlines()`; decode bytes first.")
         sizes = [len(s.encode("utf-8", "surrogatepass")) for s in sentences]
         too_long = sum(size > MAX_SENTENCE_BYTES for size in sizes)
         if not any(size <= MAX_SENTENCE_BYTES and s.strip() for s, size in zip(sentences, sizes)):
-            raise ValueError(f"`sentences` must hold text: a sentence that is not blank and at most "
-                             f"{MAX_SENTENCE_BYTES} UTF-8 bytes long (SentencePiece's limit). Received "
-                             f"{len(sentences)} sentences: {sum(not s.strip() for s in sentences)} blank, {too_long} "
-                             "longer. Split long text into sentences.")
+            blank = sum(not s.strip() for s in sentences)
+            raise ValueError("`sentences` must hold a non-blank sentence of at most 4192 UTF-8 bytes. "
+                             f"Received: {blank} blank, {too_long} longer. Split long text.")
         if too_long:
             warnings.warn(f"{too_long} of the {len(sentences)} sentences are longer than SentencePiece's limit of "
                           f"{MAX_SENTENCE_BYTES} UTF-8 bytes and are left out of training. Split them to use them.",
                           stacklevel=2)
-        require(model_type in ("bpe", "unigram"), "model_type", model_type, "'bpe' or 'unigram'")
-        minimum = END_ID + 3 + (256 if byte_fallback else 0)
-        require(is_int(vocabulary_size, minimum), "vocabulary_size", vocabulary_size,
-                f"an int >= {minimum} (4 reserved ids, {minimum - 6} byte pieces, \"▁\" and a character)")
+        checks.require(model_type in ("bpe", "unigram"), "model_type", model_type, "'bpe' or 'unigram'")
+        byte_pieces = 256 if byte_fallback else 0
+        minimum = END_ID + 3 + byte_pieces
+        checks.require(checks.is_int(vocabulary_size, minimum), "vocabulary_size", vocabulary_size,
+                       f"an int >= {minimum} (4 reserved ids, {byte_pieces} byte pieces, \"▁\" and a character)")
         writer = io.BytesIO()
         sentencepiece.set_random_generator_seed(seed)
         try:
             sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=iter(sentences),
-                model_writer=writer,
-                vocab_size=int(vocabulary_size),
-                model_type=model_type,
-                character_coverage=character_coverage,
-                byte_fallback=byte_fallback,
+                sentence_iterator=iter(sentences), model_writer=writer, vocab_size=int(vocabulary_size),
+                model_type=model_type, character_coverage=character_coverage, byte_fallback=byte_fallback,
                 normalization_rule_name=normalization_rule_name,
-                pad_id=PAD_ID,
-                unk_id=UNKNOWN_ID,
-                bos_id=START_ID,
-                eos_id=END_ID,
-                pad_piece=_RESERVED_PIECES["pad"],
-                unk_piece=_RESERVED_PIECES["unk"],
-                bos_piece=_RESERVED_PIECES["bos"],
-                eos_piece=_RESERVED_PIECES["eos"],
+                pad_id=PAD_ID, unk_id=UNKNOWN_ID, bos_id=START_ID, eos_id=END_ID,
+                pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
                 # Determinism: every sentence, in order, one thread.
-                input_sentence_size=0,
-                shuffle_input_sentence=False,
-                num_threads=1,
-                minloglevel=2,
-            )
+                input_sentence_size=0, shuffle_input_sentence=False, num_threads=1, minloglevel=2)
         except RuntimeError as error:
             raise ValueError(f"SentencePiece training failed for vocabulary_size={vocabulary_size}, "
                              f"model_type={model_type!r} on {len(sentences)} sentences: {error}") from None

@@ -16,14 +16,15 @@ what training saw.
 import math
 
 import numpy as np
-import tensorflow as tf
 
-from keras_attn.preprocessing._arguments import is_int
-from keras_attn.preprocessing._arguments import is_number
-from keras_attn.preprocessing._arguments import require
+from keras_attn import checks
+from keras_attn.extras import needs_extra
 from keras_attn.preprocessing.subword_tokenizer import PAD_ID
 from keras_attn.preprocessing.subword_tokenizer import START_ID
 from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
+
+with needs_extra("tensorflow", "keras_attn.preprocessing.text"):
+    import tensorflow as tf
 
 
 def encode_source(tokenizer, sentences, max_length):
@@ -64,8 +65,7 @@ def encode_target(tokenizer, sentences, max_length):
             not rank 1).
     """
     targets = tokenizer.tokenize(sentences, max_length=max_length, add_end=True)
-    start = tf.fill(tf.stack([targets.nrows(), 1]), tf.constant(START_ID, tf.int32))
-    start = tf.RaggedTensor.from_tensor(start, row_splits_dtype=targets.row_splits.dtype)
+    start = tf.ones_like(targets[:, :1]) * START_ID  # every row holds its end id
     return tf.concat([start, targets[:, :-1]], axis=1), targets
 
 
@@ -101,10 +101,10 @@ def bucket_boundaries(max_length, min_length=8, step=1.1):
         tensor2tensor `data_reader._bucket_boundaries` (Vaswani et al. 2018,
         "Tensor2Tensor for Neural Machine Translation").
     """
-    require(is_int(max_length, 1), "max_length", max_length, "a positive int")
-    require(is_int(min_length, 1), "min_length", min_length, "a positive int")
+    for name, value in (("max_length", max_length), ("min_length", min_length)):
+        checks.require(checks.is_int(value, 1), name, value, "a positive int")
     # "2" gave a TypeError, inf an OverflowError.
-    require(is_number(step) and 1 < step < math.inf, "step", step, "a finite number > 1")
+    checks.require(checks.is_number(step) and 1 < step < math.inf, "step", step, "a finite number > 1")
     boundaries = []
     length = int(min_length)
     while length <= max_length:
@@ -114,22 +114,10 @@ def bucket_boundaries(max_length, min_length=8, step=1.1):
     return boundaries
 
 
-def make_translation_dataset(
-    source_sentences,
-    target_sentences,
-    source_tokenizer,
-    target_tokenizer,
-    batch_size=64,
-    max_length=128,
-    shuffle=True,
-    seed=None,
-    tokens_per_batch=None,
-    bucketing=True,
-    boundaries=None,
-    pad_to_bucket_boundary=False,
-    drop_remainder=False,
-    shuffle_buffer_size=None,
-):
+def make_translation_dataset(source_sentences, target_sentences, source_tokenizer, target_tokenizer,
+                             batch_size=64, max_length=128, shuffle=True, seed=None, tokens_per_batch=None,
+                             bucketing=True, boundaries=None, pad_to_bucket_boundary=False,
+                             drop_remainder=False, shuffle_buffer_size=None):
     """Builds the tokenized, batched (inputs, targets) dataset for translation.
 
     The pipeline: (shuffle) -> tokenize chunks of 1024 sentence pairs with
@@ -210,74 +198,56 @@ def make_translation_dataset(
         Vaswani et al. 2017, "Attention Is All You Need", section 5.1
         (batches of sentence pairs of similar length).
     """
-    for name, sentences in (("source_sentences", source_sentences),
-                            ("target_sentences", target_sentences)):
-        if isinstance(sentences, (str, bytes)):  # its characters would be read as sentences
-            raise ValueError(f"`{name}` must be a list (or 1-D array) of sentences, not one "
-                             f"string. Received: {sentences[:40]!r}. Pass `[sentence]`.")
-    for name, tokenizer in (("source_tokenizer", source_tokenizer),
-                            ("target_tokenizer", target_tokenizer)):
-        require(isinstance(tokenizer, SubwordTokenizer), name, tokenizer, "a keras_attn SubwordTokenizer")
+    sentences = (source_sentences, target_sentences)
+    one_string = any(isinstance(side, (str, bytes)) for side in sentences)  # read as characters
     count = len(source_sentences)
-    if count != len(target_sentences) or not count:
-        raise ValueError("`source_sentences` and `target_sentences` must be aligned and non-empty. "
-                         f"Received {count} source and {len(target_sentences)} target sentences.")
-    require(is_int(max_length, 2), "max_length", max_length, "an int >= 2 (a piece and the start or end id)")
-    if tokens_per_batch is None:
-        require(is_int(batch_size, 1), "batch_size", batch_size, "a positive int")
-    else:
-        require(is_int(tokens_per_batch, 1), "tokens_per_batch", tokens_per_batch, "None or a positive int")
-    for flag, used in (("tokens_per_batch", tokens_per_batch is not None),
-                       ("pad_to_bucket_boundary", pad_to_bucket_boundary)):
-        require(bucketing or not used, "bucketing", bucketing, f"True with `{flag}`", "Pass bucketing=True.")
+    if one_string or count != len(target_sentences) or not count:
+        received = " and ".join(f"a {type(side).__name__} of {len(side)}" for side in sentences)
+        raise ValueError("`source_sentences` and `target_sentences` must be aligned, non-empty lists of "
+                         f"sentences. Received: {received}.")
+    for name, tokenizer in (("source_tokenizer", source_tokenizer), ("target_tokenizer", target_tokenizer)):
+        checks.require(isinstance(tokenizer, SubwordTokenizer), name, tokenizer, "a `SubwordTokenizer`")
+    checks.require(checks.is_int(max_length, 2), "max_length", max_length, "an int >= 2 (a piece, an end id)")
+    by_tokens = tokens_per_batch is not None
+    size_name, size = ("tokens_per_batch", tokens_per_batch) if by_tokens else ("batch_size", batch_size)
+    checks.require(checks.is_int(size, 1), size_name, size, "a positive int")
+    for flag, used in (("tokens_per_batch", by_tokens), ("pad_to_bucket_boundary", pad_to_bucket_boundary)):
+        checks.require(bucketing or not used, "bucketing", bucketing, f"True with `{flag}`")
     # tf.data raised a TypeError on a float seed and read a buffer of 0 as the whole corpus.
     integer_tensor = hasattr(seed, "dtype") and tf.as_dtype(seed.dtype).is_integer
-    require(seed is None or is_int(seed) or integer_tensor, "seed", seed,
-            "an int, an integer scalar tensor or None")
-    require(shuffle_buffer_size is None or is_int(shuffle_buffer_size, 1), "shuffle_buffer_size",
-            shuffle_buffer_size, "a positive int, or None for the whole corpus")
-    if drop_remainder and tokens_per_batch is None and count < batch_size:
+    checks.require(seed is None or checks.is_int(seed) or integer_tensor, "seed", seed,
+                   "an int, an integer scalar tensor or None")
+    buffer_size = shuffle_buffer_size
+    checks.require(buffer_size is None or checks.is_int(buffer_size, 1), "shuffle_buffer_size", buffer_size,
+                   "a positive int, or None for the whole corpus")
+    if drop_remainder and not by_tokens and count < batch_size:
         raise ValueError(f"`drop_remainder=True` with {count} sentence pairs and batch_size={batch_size} "
                          "would drop every pair. Pass a smaller `batch_size` or drop_remainder=False.")
     boundaries = bucket_boundaries(max_length) if boundaries is None else [int(b) for b in boundaries]
-    require(boundaries and all(a < b for a, b in zip(boundaries, boundaries[1:])), "boundaries",
-            boundaries, "a non-empty, strictly increasing list")
-    require(not pad_to_bucket_boundary or boundaries[-1] > max_length, "boundaries", boundaries,
-            f"a list ending above max_length={max_length} with `pad_to_bucket_boundary=True`")
-    dataset = _tokenized_pairs(
-        source_sentences, target_sentences, source_tokenizer, target_tokenizer,
-        max_length, shuffle, seed, shuffle_buffer_size,
-    )
+    increasing = boundaries and all(a < b for a, b in zip(boundaries, boundaries[1:]))
+    above = f", ending above max_length={max_length}" if pad_to_bucket_boundary else ""
+    checks.require(increasing and (not above or boundaries[-1] > max_length), "boundaries", boundaries,
+                   f"a non-empty, strictly increasing list{above}")
+    dataset = _tokenized_pairs(source_sentences, target_sentences, source_tokenizer, target_tokenizer,
+                               max_length, shuffle, seed, shuffle_buffer_size)
     if not bucketing:
-        dataset = dataset.padded_batch(
-            batch_size, padding_values=PAD_ID, drop_remainder=drop_remainder
-        )
+        dataset = dataset.padded_batch(batch_size, padding_values=PAD_ID, drop_remainder=drop_remainder)
     else:
-        dataset = _bucket_by_length(
-            dataset, boundaries, max_length, batch_size, tokens_per_batch,
-            pad_to_bucket_boundary, drop_remainder,
-        )
+        dataset = _bucket_by_length(dataset, boundaries, max_length, batch_size, tokens_per_batch,
+                                    pad_to_bucket_boundary, drop_remainder)
     options = tf.data.Options()
     options.deterministic = True
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-def _tokenized_pairs(
-    source_sentences, target_sentences, source_tokenizer, target_tokenizer,
-    max_length, shuffle, seed, shuffle_buffer_size,
-):
+def _tokenized_pairs(source_sentences, target_sentences, source_tokenizer, target_tokenizer,
+                     max_length, shuffle, seed, shuffle_buffer_size):
     """The (shuffled) sentence pairs as unbatched `(inputs, targets)` rows of ids."""
-    count = len(source_sentences)
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (
-            tf.constant(list(source_sentences), tf.string),
-            tf.constant(list(target_sentences), tf.string),
-        )
-    )
+    pairs = [tf.constant(list(sentences), tf.string) for sentences in (source_sentences, target_sentences)]
+    dataset = tf.data.Dataset.from_tensor_slices(tuple(pairs))
     if shuffle:
-        dataset = dataset.shuffle(
-            shuffle_buffer_size or count, seed=seed, reshuffle_each_iteration=True
-        )
+        buffer_size = shuffle_buffer_size or len(source_sentences)
+        dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True)
 
     def encode(source, target):
         encoder_tokens = encode_source(source_tokenizer, source, max_length)
@@ -286,18 +256,14 @@ def _tokenized_pairs(
 
     # One tokenizer call per chunk, not per sentence: per-element ops cost
     # more than the tokenization itself.
-    dataset = dataset.batch(1024).map(
-        encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-    )
+    dataset = dataset.batch(1024).map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     # Unbatched ragged rows have a RaggedTensorSpec of ragged rank 0, which
     # `padded_batch` refuses; an identity map turns them into plain tensors.
     return dataset.unbatch().map(lambda inputs, targets: (inputs, targets))
 
 
-def _bucket_by_length(
-    dataset, boundaries, max_length, batch_size, tokens_per_batch,
-    pad_to_bucket_boundary, drop_remainder,
-):
+def _bucket_by_length(dataset, boundaries, max_length, batch_size, tokens_per_batch,
+                      pad_to_bucket_boundary, drop_remainder):
     """Pads the pairs into batches of rows of similar length (longer of the two sides)."""
     if tokens_per_batch is not None:
         upper = [b - 1 for b in boundaries] + [max_length]
@@ -307,19 +273,11 @@ def _bucket_by_length(
 
     def element_length(inputs, targets):
         del targets
-        return tf.maximum(
-            tf.shape(inputs["encoder_tokens"])[0],
-            tf.shape(inputs["decoder_tokens"])[0],
-        )
+        return tf.maximum(tf.shape(inputs["encoder_tokens"])[0], tf.shape(inputs["decoder_tokens"])[0])
 
     return dataset.bucket_by_sequence_length(
-        element_length_func=element_length,
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=batch_sizes,
-        padding_values=PAD_ID,
-        pad_to_bucket_boundary=pad_to_bucket_boundary,
-        drop_remainder=drop_remainder,
-    )
+        element_length_func=element_length, bucket_boundaries=boundaries, bucket_batch_sizes=batch_sizes,
+        padding_values=PAD_ID, pad_to_bucket_boundary=pad_to_bucket_boundary, drop_remainder=drop_remainder)
 
 
 def padding_fraction(dataset, max_batches=None):

@@ -110,9 +110,9 @@ def test_pop909_offline_folder_and_unknown_songs(server, tmp_path):
         pop909.fetch([7], data_dir=str(offline), base_url=server.url)
     assert server.total() == 0
     for song in (0, 910, "1", True):
-        with pytest.raises(ValueError, match="Unknown POP909 song"):
+        with pytest.raises(ValueError, match=rf"^`song` must be a POP909 song number from 1 to 909 .*Received: song={song!r}\.$"):
             pop909.fetch([song], data_dir=str(offline))
-    with pytest.raises(ValueError, match="at least one POP909 song"):
+    with pytest.raises(ValueError, match=r"^`songs` must be at least one POP909 song, or None for all\. Received: songs=\[\]\.$"):
         pop909.fetch([], data_dir=str(offline))
     assert len(pop909.SHA256) == pop909.NUM_SONGS == 909
 

@@ -98,10 +98,12 @@ def test_round_trip_equals_the_engine_for_every_primer_length(exported, served):
 def test_signature_is_readable_by_clients(served):
     signature = served
     inputs = signature.structured_input_signature[1]
-    assert {name: (spec.dtype, spec.shape.as_list()) for name, spec in inputs.items()} == {
+    shapes = {name: None if spec.shape.rank is None else spec.shape.as_list()
+              for name, spec in inputs.items()}
+    assert {name: (spec.dtype, shapes[name]) for name, spec in inputs.items()} == {
         "primer": (tf.int32, [None, None]), "num_steps": (tf.int32, []),
         "temperature": (tf.float32, []), "top_k": (tf.int32, []), "top_p": (tf.float32, []),
-        "seed": (tf.int32, []),
+        "seed": (tf.int32, None),  # a scalar, or one seed per row (B,)
     }
     assert signature.structured_outputs["events"].dtype == tf.int32
 
@@ -114,10 +116,10 @@ def test_signature_is_readable_by_clients(served):
     (dict(primer=[[1, -3]]), r"ids must be events of the vocabulary"),
     (dict(primer=[[1, 4], [0, 0]]), r"each of at least one event .*Received events per row:\] \[2 0\]"),
     (dict(primer=[[1, 0, 5]]), "rows must be right-padded"),
-    (dict(num_steps=-1), r"`num_steps` must be >= 0 and <= 16 - the primer width .*\[-1\] \[2\]"),
-    (dict(num_steps=MAX_LENGTH - 1), r"`num_steps` must be >= 0 and <= 16 - the primer width \(the exported max_length"),
+    (dict(num_steps=-1), r"`num_steps` must be >= 0 and <= 16 \(the exported max_length\) - the primer width.*\[-1\] \[2\]"),
+    (dict(num_steps=MAX_LENGTH - 1), r"`num_steps` must be >= 0 and <= 16 \(the exported max_length\) - the primer width"),
     # width + num_steps wrapped around in int32 and passed: empty events.
-    (dict(num_steps=2**31 - 1), r"`num_steps` must be >= 0 and <= 16 - the primer width"),
+    (dict(num_steps=2**31 - 1), r"`num_steps` must be >= 0 and <= 16 \(the exported max_length\)"),
     (dict(temperature=0.0), r"`temperature` must be a finite number > 0 .*Received:\] \[0\]"),
     (dict(temperature=float("nan")), r"`temperature` must be a finite number > 0 .*Received:\] \[nan\]"),
     (dict(top_k=-2), r"`top_k` must be >= 0 .*Received:\] \[-2\]"),
@@ -236,6 +238,40 @@ def test_fresh_process_with_only_tensorflow_and_the_session_loader(attention, tm
     np.testing.assert_array_equal(output["again"], expected)
     assert "ids must be events of the vocabulary" in output["error"]
     assert not [m for m in output["modules"] if m.startswith("keras_attn")], output["modules"]
+
+
+@pytest.mark.slow
+def test_a_request_gets_the_same_events_alone_and_in_a_batch(exported):
+    # Issue 46: TF Serving's server-side batching stacks requests along axis 0;
+    # a row's events must not depend on its place nor on its neighbours.
+    model, path = exported
+    stdout = run_fresh_python(f"""
+        import tensorflow as tf  # only this
+        serve = tf.saved_model.load({path!r}).signatures["serving_default"]
+        controls = dict(num_steps=tf.constant(8), temperature=tf.constant(1.5),
+                        top_k=tf.constant(0), top_p=tf.constant(1.0))
+        alone = serve(primer=tf.constant([[1, 5, 7]]), seed=tf.constant([21]), **controls)
+        batch = serve(primer=tf.constant([[1, 9, 0], [1, 5, 7], [1, 0, 0]]),
+                      seed=tf.constant([3, 21, -8]), **controls)
+        scalar = serve(primer=tf.constant([[1, 5, 7]]), seed=tf.constant(21), **controls)
+        print([out["events"].numpy().tolist() for out in (alone, batch, scalar)])
+    """)
+    alone, batch, scalar = json.loads(stdout.strip().splitlines()[-1])
+    np.testing.assert_array_equal(batch[1], alone[0])
+    np.testing.assert_array_equal(scalar, alone)
+    np.testing.assert_array_equal(alone, _expected(model, [[1, 5, 7]], 8, 1.5, 0, 1.0, seed=21))
+
+
+def test_a_seed_per_row_is_checked(served):
+    for seed in ([1, 2], [[1]]):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"`seed` must be a scalar \(one "
+                           r"seed for the batch\) or of shape \(batch,\), one seed per row"):
+            served(**_request([[1, 7, 9]], seed=seed))
+    # A scalar seed draws for the batch as before; a seed per row, each row as alone.
+    batch = served(**_request([[1, 7, 9], [1, 7, 9]], 8, seed=21))["events"].numpy()
+    assert (batch[0] != batch[1]).any()
+    per_row = served(**_request([[1, 7, 9], [1, 7, 9]], 8, seed=[21, 21]))["events"].numpy()
+    np.testing.assert_array_equal(per_row, batch[[0, 0]])
 
 
 @pytest.mark.slow

@@ -55,15 +55,16 @@ NO_FILTER = {"top_k": tf.constant(0), "top_p": tf.constant(1.0)}
 
 
 def _expected(model, low_resolution, seed, temperature):
-    """`super_resolve` in-process, in one graph traced once per model."""
+    """`super_resolve` in-process, in one graph traced once per model; `seed`
+    an int (one for the batch) or a list (one per image)."""
     if id(model) not in _REFERENCES:
         _REFERENCES[id(model)] = tf.function(
             lambda x, seed, temperature: super_resolve(model, x, seed, temperature),
             input_signature=[tf.TensorSpec((None, 2, 2, 3), tf.uint8),
-                             tf.TensorSpec((), tf.int64), tf.TensorSpec((), tf.float32)],
+                             tf.TensorSpec((None, 1), tf.int64), tf.TensorSpec((), tf.float32)],
             autograph=False,
         )
-    out = _REFERENCES[id(model)](low_resolution, tf.constant(seed, tf.int64),
+    out = _REFERENCES[id(model)](low_resolution, tf.reshape(tf.constant(seed, tf.int64), (-1, 1)),
                                  tf.constant(temperature, tf.float32))
     return np.asarray(out)
 
@@ -77,7 +78,8 @@ def test_export_round_trip_in_process(model, exported, low_resolution):
     )
     out = default(image=tf.constant(low_resolution))["image"].numpy()
     assert out.shape == (3, 4, 4, 3) and out.dtype == np.uint8
-    np.testing.assert_array_equal(out, _expected(model, low_resolution, 0, 1.0))
+    # serving_default gives every image the default seed (0) as its own.
+    np.testing.assert_array_equal(out, _expected(model, low_resolution, [0, 0, 0], 1.0))
 
     options = served.signatures["sample_with_options"]
     out = options(image=tf.constant(low_resolution), temperature=tf.constant(0.9),
@@ -155,10 +157,10 @@ def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
         export_super_resolver(model, str(tmp_path), default_seed=2**70)
     with pytest.raises(ValueError, match=r"`temperature` must be .*temperature=inf"):
         super_resolve(model, np.zeros((1, 2, 2, 3), np.uint8), temperature=float("inf"))
-    with pytest.raises(ValueError, match=r"Expected low-resolution images of shape \(batch, 2, 2, 3\)"):
+    with pytest.raises(ValueError, match=r"^`low_resolution.shape` must be \(batch, 2, 2, 3\)\. Received: low_resolution.shape=\(1, 2, 2, 4\)\. Resize"):
         super_resolve(model, np.zeros((1, 2, 2, 4), np.uint8))
     # Floats in [0, 1] were cast to 0: black inputs, without a word.
-    with pytest.raises(ValueError, match=r"integer intensities 0..255 .*Received dtype float32. For floats in \[0, 1\], pass `np.round\(images \* 255\)"):
+    with pytest.raises(ValueError, match=r"^`low_resolution.dtype` must be an integer dtype \(intensities 0..255.*Received: low_resolution.dtype='float32'\. For floats in \[0, 1\], pass `np.round\(images \* 255\)"):
         super_resolve(model, np.full((1, 2, 2, 3), 0.5, np.float32))
     # Nested lists are images too.
     assert super_resolve(model, np.zeros((1, 2, 2, 3), np.uint8).tolist(), seed=3).shape == (1, 4, 4, 3)
@@ -166,10 +168,10 @@ def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
 
     # None gave an AttributeError (get_layer).
     for not_a_model in (None, "model.keras"):
-        with pytest.raises(ValueError, match=rf"Expected a `keras_attn.models.super_resolution_transformer` model .*"
-                                             rf"Received: {re.escape(repr(not_a_model))}\."):
+        with pytest.raises(ValueError, match=rf"^`model` must be a `keras_attn.models.super_resolution_transformer` model .*"
+                                             rf"Received: model={re.escape(repr(not_a_model))}\.$"):
             super_resolve(not_a_model, np.zeros((1, 2, 2, 3), np.uint8))
-    with pytest.raises(ValueError, match="Expected a `keras_attn.models.super_resolution_transformer`"):
+    with pytest.raises(ValueError, match="`model` must be a `keras_attn.models.super_resolution_transformer`.*model='image_transformer'"):
         export_super_resolver(image_transformer(image_size=4, num_layers=1, hidden_dim=16,
                                                 num_heads=2, intermediate_dim=32), str(tmp_path))
 
@@ -201,8 +203,64 @@ def test_loads_in_a_fresh_process_with_only_tensorflow(model, exported, low_reso
     )
     output = json.loads(stdout.strip().splitlines()[-1])
     assert output["modules"] == []
-    np.testing.assert_array_equal(output["default"], _expected(model, low_resolution, 0, 1.0))
+    np.testing.assert_array_equal(output["default"], _expected(model, low_resolution, [0, 0, 0], 1.0))
     np.testing.assert_array_equal(output["options"], _expected(model, low_resolution, 5, 0.9))
+
+
+_BATCHING = """
+import json
+import numpy as np
+import tensorflow as tf
+
+served = tf.saved_model.load(path)
+default, options = served.signatures["serving_default"], served.signatures["sample_with_options"]
+low = np.array(low, np.uint8)
+request, batch = low[:1], low[[1, 0, 2]]  # the request alone, and at row 1 of a batch of 3
+controls = dict(temperature=tf.constant(0.9), top_k=tf.constant(0), top_p=tf.constant(1.0))
+out = {
+    "default": [default(image=request)["image"].numpy()[0].tolist(),
+                default(image=batch)["image"].numpy()[1].tolist()],
+    "options": [options(image=request, seed=tf.constant([5], tf.int64), **controls)["image"]
+                .numpy()[0].tolist(),
+                options(image=batch, seed=tf.constant([9, 5, -3], tf.int64), **controls)["image"]
+                .numpy()[1].tolist(),
+                options(image=request, seed=tf.constant(5, tf.int64), **controls)["image"]
+                .numpy()[0].tolist()],
+}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_a_request_gets_the_same_image_alone_and_in_a_batch(model, exported, low_resolution):
+    # Issue 46: TF Serving's server-side batching stacks requests along axis 0;
+    # an image's output must not depend on its row nor on its neighbours.
+    stdout = run_fresh_python(f"path = {exported!r}\nlow = {low_resolution.tolist()!r}\n" + _BATCHING)
+    output = json.loads(stdout.strip().splitlines()[-1])
+    alone, in_batch = output["default"]
+    np.testing.assert_array_equal(in_batch, alone)
+    np.testing.assert_array_equal(alone, _expected(model, low_resolution[:1], 0, 1.0)[0])
+    alone, in_batch, scalar = output["options"]
+    np.testing.assert_array_equal(in_batch, alone)
+    np.testing.assert_array_equal(scalar, alone)  # a scalar seed: row 0 draws as alone
+    np.testing.assert_array_equal(alone, _expected(model, low_resolution[:1], 5, 0.9)[0])
+    assert not np.array_equal(alone, output["default"][0])
+
+
+def test_a_seed_per_image_is_checked(exported, low_resolution):
+    options = tf.saved_model.load(exported).signatures["sample_with_options"]
+    for seed in ([1, 2], [[1], [2], [3]]):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"`seed` must be a scalar \(one "
+                           r"seed for the batch\) or of shape \(batch,\), one seed per row"):
+            options(image=tf.constant(low_resolution), temperature=tf.constant(0.9),
+                    seed=tf.constant(seed, tf.int64), **NO_FILTER)
+    # A scalar seed draws for the batch as before: row b at its own counters.
+    out = options(image=tf.constant(low_resolution[[0, 0]]), temperature=tf.constant(0.9),
+                  seed=tf.constant(5, tf.int64), **NO_FILTER)["image"].numpy()
+    assert not np.array_equal(out[0], out[1])
+    per_image = options(image=tf.constant(low_resolution[[0, 0]]), temperature=tf.constant(0.9),
+                        seed=tf.constant([5, 5], tf.int64), **NO_FILTER)["image"].numpy()
+    np.testing.assert_array_equal(per_image, out[[0, 0]])
 
 
 def _saved_model_cli(exported, signature, feeds, tmp_path):
@@ -232,7 +290,7 @@ def test_runs_under_the_session_loader(model, exported, low_resolution, tmp_path
     )
     assert result.returncode == 0, result.stderr[-3000:]
     np.testing.assert_array_equal(
-        np.load(outdir / "image.npy"), _expected(model, low_resolution, 0, 1.0)
+        np.load(outdir / "image.npy"), _expected(model, low_resolution, [0, 0, 0], 1.0)
     )
     result, outdir = _saved_model_cli(
         exported, "sample_with_options",

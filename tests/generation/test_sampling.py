@@ -8,7 +8,7 @@ from keras import ops
 from keras_attn.generation import (
     RecomputingDecoder, greedy_search, sample, top_k_filter, top_p_filter,
 )
-from keras_attn import checks
+from keras_attn.generation import arguments
 from tests.generation import tiny_models
 
 NEG_INF = -np.inf
@@ -164,11 +164,14 @@ def test_errors():
     for seed, received in ((1.5, "seed=1.5 (dtype float"), ("a", "seed='a' (str)"), (True, "seed=True (dtype bool"),
                            (ops.convert_to_tensor(1.0), "(dtype float32, shape ())"),
                            (ops.convert_to_tensor([1, 2, 3]), "shape (3,))"),
-                           (2**64, f"seed={2**64} (int)"), (-(2**63) - 1, f"seed={-(2**63) - 1} (int)")):
+                           (2**64, f"seed={2**64} (int)"), (-(2**63) - 1, f"seed={-(2**63) - 1} (int)"),
+                           (None, "seed=None (NoneType)"), (np.float32(2.0), "(dtype float32, shape ())"),
+                           ([1.0, 2.0], "(dtype float64, shape (2,))"),
+                           (np.zeros((1, 3), "int32"), "(dtype int32, shape (1, 3))")):
         with pytest.raises(ValueError, match=r"`seed` must be an int that fits 64 bits \(-2\*\*63 to 2\*\*64 - 1\), or an "
-                                             rf"int tensor of shape \(\) or \(2,\).*Received: .*{re.escape(received)}"):
+                                             rf"int tensor of shape \(\) or \(2,\).*\(B, 1\) or \(B, 2\).*Received: .*{re.escape(received)}"):
             sample(model, prompt, 5, seed=seed)
-    for seed in (-(2**63), 2**64 - 1, np.uint64(2**64 - 1)):
+    for seed in (-(2**63), 2**64 - 1, np.uint64(2**64 - 1), np.int64(3), [3, 0], np.array(5)):
         assert sample(model, prompt, 5, seed=seed).shape == (1, 5)
 
 
@@ -205,6 +208,60 @@ def test_a_seed_draws_the_same_tokens_whatever_holds_it():
         np.testing.assert_array_equal(np.asarray(traced(np.int32(-1))), draw(-1))
 
 
+def test_a_row_with_its_own_seed_draws_what_it_draws_alone():
+    # Issue 46: with one seed per row, a row's tokens depend on its own
+    # prompt and seed, not on its place in the batch nor on the other rows.
+    model = tiny_models.language_model(num_layers=1)
+    prompts = np.array([[3, 4, 5], [7, 1, 9], [2, 8, 0]], "int32")
+    seeds = np.array([[11], [-2**40 - 3], [2**63 - 1]], "int64")
+
+    def draw(prompt, seed):
+        return np.asarray(sample(model, prompt, 12, seed=seed, temperature=3.0))
+
+    batch = draw(prompts, seeds)
+    for row in range(3):  # alone: the row's seed as a scalar, or as (1, 1)
+        alone = draw(prompts[row:row + 1], int(seeds[row, 0]))
+        np.testing.assert_array_equal(batch[row], alone[0])
+        np.testing.assert_array_equal(draw(prompts[row:row + 1], seeds[row:row + 1]), alone)
+    # Row 1's request in another place, with other neighbours.
+    moved = draw(prompts[[2, 2, 1]], seeds[[0, 2, 1]])
+    np.testing.assert_array_equal(moved[2], batch[1])
+    # The same seeds as words (B, 2), as int32 or int64 tensors; a (B, 1) int32 seed
+    # is sign-extended as a scalar one.
+    words = np.array([[11, 0], [(-2**40 - 3) & 0xFFFFFFFF, (-2**40 - 3) >> 32], [-1, 2**31 - 1]])
+    np.testing.assert_array_equal(draw(prompts, ops.convert_to_tensor(words, "int32")), batch)
+    small = np.array([[-5], [0], [7]], "int32")
+    np.testing.assert_array_equal(draw(prompts, ops.convert_to_tensor(small)),
+                                  draw(prompts, small.astype("int64")))
+    np.testing.assert_array_equal(draw(prompts[:1], ops.convert_to_tensor(small[:1])),
+                                  draw(prompts[:1], -5))
+    # A scalar seed draws as before (rows differ); every row with the scalar's
+    # seed draws row 0's noise.
+    same = draw(prompts[[0, 0]], 11)
+    assert (same[0] != same[1]).any()
+    np.testing.assert_array_equal(draw(prompts[[0, 0]], np.array([[11], [11]])), same[[0, 0]])
+    with pytest.raises(ValueError, match=r"one seed per row, an int tensor of shape \(B, 1\) or "
+                                         r"\(B, 2\) for a prompt of B rows\. Received: a seed of "
+                                         r"shape \(R, 1\) or \(R, 2\) with R = 2, for a prompt of 3 rows"):
+        draw(prompts, seeds[:2])
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        traced = tf.function(lambda p, s: sample(model, p, 12, seed=s, temperature=3.0),
+                             input_signature=[tf.TensorSpec((None, 3), tf.int32),
+                                              tf.TensorSpec((None, 1), tf.int64)])
+        np.testing.assert_array_equal(np.asarray(traced(prompts, seeds)), batch)
+        np.testing.assert_array_equal(np.asarray(traced(prompts, seeds[:1])), draw(prompts, 11))
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"with R = \] \[2\] \[, for a "
+                                                                 r"prompt of \] \[3\] \[ rows"):
+            traced(prompts, seeds[:2])
+    if keras.backend.backend() == "jax":
+        import jax
+
+        traced = jax.jit(lambda p, s: sample(model, p, 12, seed=s, temperature=3.0))
+        np.testing.assert_array_equal(np.asarray(traced(prompts, words.astype("int32"))), batch)
+
+
 @pytest.mark.requires_tensorflow
 def test_top_k_filter_with_a_tensor_k_equals_the_static_one_and_zero_keeps_all():
     import tensorflow as tf
@@ -225,9 +282,9 @@ def test_top_k_filter_with_a_tensor_k_equals_the_static_one_and_zero_keeps_all()
 
 # Each bad control as a Python value and as a tensor, with the start of the
 # message both checks give.
-_TEMPERATURE = re.escape(checks.TEMPERATURE_REQUIREMENT)
-_TOP_P = re.escape(checks.TOP_P_REQUIREMENT)
-_TENSOR_TOP_K = re.escape(checks.TENSOR_TOP_K_REQUIREMENT)
+_TEMPERATURE = re.escape(arguments.TEMPERATURE_REQUIREMENT)
+_TOP_P = re.escape(arguments.TOP_P_REQUIREMENT)
+_TENSOR_TOP_K = re.escape(arguments.TENSOR_TOP_K_REQUIREMENT)
 _BAD_CONTROLS = [
     ("temperature", 0.0, _TEMPERATURE),
     ("temperature", -1.0, _TEMPERATURE),
@@ -264,7 +321,7 @@ def test_python_controls_out_of_range_and_wrong_tensors_are_refused():
     model = tiny_models.language_model(num_layers=1)
     prompt = np.array([[1, 2]], "int32")
     for top_k in (0, -3, 2.5, True):
-        with pytest.raises(ValueError, match=re.escape(checks.TOP_K_REQUIREMENT)):
+        with pytest.raises(ValueError, match=re.escape(arguments.TOP_K_REQUIREMENT)):
             sample(model, prompt, 5, seed=0, top_k=top_k)
     with pytest.raises(ValueError, match="A tensor `temperature` must be a number scalar"):
         sample(model, prompt, 5, seed=0, temperature=ops.convert_to_tensor([1.0, 2.0]))
@@ -340,4 +397,9 @@ def test_the_noise_is_the_documented_uint32_hash_on_every_backend(seed):
         got = keras.ops.convert_to_numpy(gumbel_noise(_seed_key(seed), position, (3, 7)))
         # A changed bit moves a value by far more than float32 logs differ.
         np.testing.assert_allclose(got, _reference_gumbel_noise(seed, position, (3, 7)),
+                                   rtol=1e-5, atol=1e-6)
+        # One seed per row: each row draws the counters of a batch of one.
+        rows = keras.ops.convert_to_numpy(gumbel_noise(_seed_key(np.array([[seed], [seed]])),
+                                                       position, (2, 7)))
+        np.testing.assert_allclose(rows, _reference_gumbel_noise(seed, position, (1, 7))[[0, 0]],
                                    rtol=1e-5, atol=1e-6)

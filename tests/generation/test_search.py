@@ -149,10 +149,13 @@ def test_beam_search_is_exact_when_beams_hold_every_hypothesis(enumerated, alpha
 def test_errors():
     model = tiny_models.language_model()
     prompt = np.array([[1, 2]], "int32")
-    with pytest.raises(ValueError, match="num_beams` must be a positive int"):
-        beam_search(model, prompt, 5, num_beams=0)
-    with pytest.raises(ValueError, match="length_penalty_alpha` must be a number >= 0"):
-        beam_search(model, prompt, 5, length_penalty_alpha=-1.0)
+    for beams in (0, 2.0, True, np.int64(2)):
+        with pytest.raises(ValueError, match=rf"^`num_beams` must be a positive int\. Received: num_beams={re.escape(repr(beams))}\.$"):
+            beam_search(model, prompt, 5, num_beams=beams)
+    for alpha in (-1.0, True, "0.6", None):
+        with pytest.raises(ValueError, match=r"`length_penalty_alpha` must be a number >= 0 and finite.*"
+                                             rf"Received: length_penalty_alpha={re.escape(repr(alpha))}\."):
+            beam_search(model, prompt, 5, length_penalty_alpha=alpha)
     with pytest.raises(ValueError, match=r"static width in \[1, max_length\].*shape \(1, 9\)\), max_length=5"):
         greedy_search(model, np.ones((1, 9), "int32"), 5)
     with pytest.raises(ValueError, match=r"integer token ids of shape.*dtype float32"):
@@ -222,8 +225,9 @@ def test_empty_batch_and_prompt_ids_outside_the_vocabulary_are_refused(generate)
                                                  rf"Received: ids from {lowest} to {highest}\."):
                 generate(decoder, np.array(prompt, "int32"), 5)
     # An int64 id int32 cannot hold is refused, not wrapped by the cast (2**32 + 5 -> 5).
-    with pytest.raises(ValueError, match=r"`prompt` must hold ids that fit int32.*from 1 to 4294967301\."):
-        generate(model, np.array([[1, 2**32 + 5]], "int64"), 5)
+    for ids, received in (([[1, 2**32 + 5]], "1 to 4294967301"), ([[-(2**31) - 1, 0]], "-2147483649 to 0")):
+        with pytest.raises(ValueError, match=rf"`prompt` must hold ids that fit int32.*from {received}\."):
+            generate(model, np.array(ids, "int64"), 5)
     # Only the ids the model reads: past a row's length they become padding.
     got = np.asarray(generate(model, np.array([[1, 2, 99]], "int32"), 5,
                               prompt_lengths=np.array([2], "int32")))
@@ -248,6 +252,11 @@ def test_a_traced_prompt_is_checked_in_the_graph():
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match=r"at least one row.*Received: prompt.shape=.*\(.*0.*, 2\)\."):
             traced(np.zeros((0, 2), "int32"))
+    # int64 ids int32 cannot hold: refused in the graph, not wrapped by the cast.
+    wide = tf.function(lambda p: greedy_search(model, p, 5),
+                       input_signature=[tf.TensorSpec((None, 2), tf.int64)])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"`prompt` must hold ids that fit int32"):
+        wide(np.array([[1, 2**32 + 5]], "int64"))
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="the JAX in-graph check")
@@ -341,6 +350,17 @@ def test_other_inputs_must_have_the_rows_of_the_prompt(generate):
     translation = tiny_models.translation_model(num_layers=1)
     with pytest.raises(ValueError, match=r"encoder_tokens with batch size 2, expected 1\."):
         generate(translation, np.ones((1, 1), "int32"), 3, inputs={"encoder_tokens": tiny_models.SOURCE})
+
+
+def test_check_batch_size_compares_the_first_axis():
+    from keras_attn.generation.arguments import check_batch_size
+
+    labels = np.zeros((3,), "int32")
+    for batch_size in (3, keras.ops.convert_to_tensor(3), None):  # None: a functional trace's batch
+        assert check_batch_size("label", labels, batch_size) is labels
+    with pytest.raises(ValueError, match=r"The model input label must have one row per sequence "
+                                         r"decoded.*Received: label with batch size 3, expected 2\."):
+        check_batch_size("label", labels, np.int64(2))
 
 
 def test_other_inputs_rows_are_checked_in_the_graph():

@@ -137,10 +137,10 @@ def test_mixed_precision_inputs_give_their_dtype_and_the_float32_result():
 
 def test_errors():
     query, key, value = _qkv()
-    with pytest.raises(ValueError, match=r"`chunk_size` must be an int >= 1.*chunk_size=0"):
+    with pytest.raises(ValueError, match=r"a `chunk_size` int >= 1\. Received: chunk_size=0, a cached call: False"):
         chunked_attention(query, key, value, None, 0)
     cached = AttentionMasks(use_causal_mask=True, valid_key_length=3)
-    with pytest.raises(ValueError, match="a cached call"):
+    with pytest.raises(ValueError, match="takes no cached call.*a cached call: True"):
         chunked_attention(query, key, value, cached, 4)
 
 
@@ -217,13 +217,10 @@ def test_layer_errors():
             RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=4, chunk_size=bad)
     # A NumPy integer is refused at construction (it used to pass there and
     # fail at the first call, in chunked_attention's own check).
-    with pytest.raises(ValueError, match=re.escape(f"Received: chunk_size={np.int64(3)!r}. It is a "
-                                                   "numpy.int64: pass a Python int, e.g. "
-                                                   "`chunk_size=int(chunk_size)`")):
+    with pytest.raises(ValueError, match=re.escape(f"Received: chunk_size={np.int64(3)!r}. (A NumPy "
+                                                   "integer: int(chunk_size).)")):
         MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=np.int64(3))
-    with pytest.raises(ValueError, match=r"chunk_size=.*0\)?\.$"):  # int() would not help: no hint
-        MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=np.int64(0))
-    with pytest.raises(ValueError, match=r"LocalBlockAttention: `chunk_size` is only supported"):
+    with pytest.raises(ValueError, match=r'`chunk_size` must be None or "auto" \(this core is already linear'):
         LocalBlockAttention(num_heads=2, key_dim=4, block_size=4, chunk_size=4)
     # The inherited choices that never chunk are accepted (and change nothing).
     for choice in (None, "auto"):
@@ -276,6 +273,49 @@ def test_auto_chunk_size_equals_the_dense_core_above_the_crossover():
         keras.ops.convert_to_numpy(auto(x, padding_mask=padding, use_causal_mask=True)),
         keras.ops.convert_to_numpy(dense(x, padding_mask=padding, use_causal_mask=True)), atol=2e-5,
     )
+
+
+@pytest.mark.requires_tensorflow
+@pytest.mark.parametrize("layer_class", [MultiHeadSelfAttention, RelativeGlobalAttention])
+def test_auto_chunk_size_at_an_unknown_length_equals_the_dense_core_on_both_sides(layer_class):
+    """Traced for any length (`fit` after two lengths, an export), "auto"
+    picks the core at run time (`ops.cond`): the dense core below the
+    crossover, the chunked one from it (memory: test_long_sequence_memory).
+    Both give the dense layer's values and gradients, in the traced
+    function. The crossover and chunk size are scaled down to 8 and 4."""
+    import tensorflow as tf
+
+    kwargs = {"max_relative_position": 6} if layer_class is RelativeGlobalAttention else {}
+    dense = layer_class(num_heads=2, key_dim=4, chunk_size=None, **kwargs)
+    auto = layer_class.from_config({**dense.get_config(), "chunk_size": "auto"})
+    for layer in (dense, auto):
+        layer.build((B, None, 8))
+    auto.set_weights(dense.get_weights())
+    auto._auto_chunk_min_length, auto._auto_chunk_size = 8, 4
+
+    def loss(layer):
+        def fn(inputs, padding):
+            out = layer(inputs, padding_mask=padding, use_causal_mask=True)
+            return keras.ops.sum(out * keras.ops.cos(out)), out
+        return fn
+
+    def step(layer):
+        def run(inputs, padding):
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                value, out = loss(layer)(inputs, padding)
+            return [out] + tape.gradient(value, [inputs] + layer.trainable_weights)
+        return run
+
+    traced = tf.function(step(auto), autograph=False, input_signature=[
+        tf.TensorSpec((B, None, 8)), tf.TensorSpec((B, None), tf.bool)])
+    for length in (7, 13):  # dense, then chunked (13: not a multiple of 4)
+        x = RNG.normal(size=(B, length, 8)).astype("float32")
+        padding = np.ones((B, length), bool)
+        padding[1, 5:] = False
+        want = step(dense)(tf.constant(x), tf.constant(padding))
+        for w, g in zip(want, traced(x, padding)):
+            np.testing.assert_allclose(g.numpy(), w.numpy(), atol=3e-5)
 
 
 def test_relative_layer_with_chunk_size_equals_the_dense_layer():

@@ -254,8 +254,7 @@ def test_rolling_cache_keeps_block_plus_flange_and_equals_full_pass(chunks):
 def test_rolling_cache_errors():
     layer = _layer(rolling_cache=True)
     x = _inputs((2, 1))
-    with pytest.raises(ValueError, match=r"keeps the last block_size \+ memory_flange = 7 "
-                                         r"positions.*cache.shape=\(2, 13, 2, 8\)"):
+    with pytest.raises(ValueError, match=r"`cache` must have exactly 7 positions.*cache.shape=\(2, 13, 2, 8\)"):
         layer(x, cache=np.zeros((2, 13, 2, 8), "float32"), cache_index=0, use_causal_mask=True)
     with pytest.raises(ValueError, match=r"`cache_index` must be >= 0.*cache_index=-1"):
         layer(x, cache=layer.init_cache(2, 13), cache_index=-1, use_causal_mask=True)
@@ -388,14 +387,14 @@ def test_property_matches_dense_reference(data, two_d, causal, num_heads):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"block_size": 0}, r"`block_size` must be positive. Received: block_size=0\."),
-        ({"block_size": (4, -1)}, r"`block_size` must be positive. Received: block_size=\(4, -1\)"),
+        ({"block_size": 0}, r"`block_size` must be an int \(1D\) or a pair of ints \(2D\), each >= 1. Received: block_size=0\."),
+        ({"block_size": (4, -1)}, r"`block_size` must be .*each >= 1. Received: block_size=\(4, -1\)"),
         ({"block_size": 2.5}, r"`block_size` must be an int .*or a pair of ints.*Received: block_size=2.5"),
         ({"block_size": (4,)}, r"`block_size` must be an int .*Received: block_size=\(4,\)"),
         ({"block_size": True}, "`block_size` must be an int"),
-        ({"block_size": 4, "memory_flange": (2, 2)}, r"same rank as `block_size`.*block_size=4, memory_flange=\(2, 2\)"),
-        ({"block_size": (4, 4), "memory_flange": 2}, "same rank as `block_size`"),
-        ({"block_size": 4, "memory_flange": -1}, r"`memory_flange` must be non-negative. Received: memory_flange=-1"),
+        ({"block_size": 4, "memory_flange": (2, 2)}, r"the rank of `block_size`.*block_size=4, memory_flange=\(2, 2\)"),
+        ({"block_size": (4, 4), "memory_flange": 2}, "`memory_flange` must have the rank of `block_size`"),
+        ({"block_size": 4, "memory_flange": -1}, r"`memory_flange` must be .*each >= 0. Received: memory_flange=-1"),
         ({"num_heads": 0}, "num_heads` must be a positive integer"),
     ],
 )
@@ -408,13 +407,13 @@ def test_call_errors():
     layer = _layer()
     x = _inputs((2, 9))
     layer(x)
-    with pytest.raises(ValueError, match=r"block_size=4 expects inputs of rank 3 .*Received inputs of rank 4"):
+    with pytest.raises(ValueError, match=r"\(batch, length, features\) for block_size=4 .*Received inputs of shape \(2, 3, 3, 16\)"):
         layer(_inputs((2, 3, 3)))
     with pytest.raises(ValueError, match="must be boolean.*float32"):
         layer(x, padding_mask=np.ones((2, 9), "float32"))
-    with pytest.raises(ValueError, match=r"attention_mask` has shape \(2, 9, 8\)"):
+    with pytest.raises(ValueError, match=r"attention_mask` must have shape .*Received: attention_mask.shape=\(2, 9, 8\)"):
         layer(x, attention_mask=np.ones((2, 9, 8), bool))
-    with pytest.raises(ValueError, match="only with `use_causal_mask=True`.*Received: use_causal_mask=False"):
+    with pytest.raises(ValueError, match="only with use_causal_mask=True.*Received: use_causal_mask=False"):
         layer(x, cache=layer.init_cache(2, 9), cache_index=0)
     with pytest.raises(ValueError, match="cache_index=4, input length 9, cache length 10"):
         layer(x, cache=layer.init_cache(2, 10), cache_index=4, use_causal_mask=True)
@@ -422,11 +421,11 @@ def test_call_errors():
     image_layer = _layer(block_size=(2, 2), memory_flange=(1, 1))
     image = _inputs((2, 4, 5))
     image_layer(image)
-    with pytest.raises(ValueError, match=r"block_size=\(2, 2\) expects inputs of rank 4 .*pair `block_size` means 2D"):
+    with pytest.raises(ValueError, match=r"\(batch, height, width, features\) for block_size=\(2, 2\) \(an int: 1D, sequences; a pair: 2D"):
         image_layer(x)
-    with pytest.raises(ValueError, match=r"padding_mask` must have rank 3.*Received: padding_mask.shape=\(2, 20\)"):
+    with pytest.raises(ValueError, match=r"padding_mask` must have shape \(2, 4, 5\).*Received: padding_mask.shape=\(2, 20\)"):
         image_layer(image, padding_mask=np.ones((2, 20), bool))
-    with pytest.raises(ValueError, match="2D block_size=\\(2, 2\\) and no `image_size` has no key/value cache"):
+    with pytest.raises(ValueError, match=r"in 2D only with `image_size`.*block_size=\(2, 2\), image_size=None"):
         image_layer.init_cache(2, 20)
-    with pytest.raises(ValueError, match="height and width of its image inputs to be known"):
+    with pytest.raises(ValueError, match=r"features \(and an image's sides\) known\. Received inputs of shape \(None, None, 5, 16\)"):
         _layer(block_size=(2, 2), memory_flange=(1, 1))(keras.Input((None, 5, 16)))

@@ -294,33 +294,33 @@ def test_layer_lifecycle_block_raster():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"`image_size` is only for 2D local attention.*"
-                                         r"block_size=4, image_size=\(4, 4\)"):
+    with pytest.raises(ValueError, match=r"`image_size` needs a pair `block_size` that divides its sides.*"
+                                         r"image_size=\(4, 4\), block_size=4"):
         LocalBlockAttention(2, 4, block_size=4, image_size=(4, 4))
-    with pytest.raises(ValueError, match=r"sides must be multiples of the block's.*"
+    with pytest.raises(ValueError, match=r"that divides its sides.*"
                                          r"image_size=\(5, 6\), block_size=\(2, 3\).*Pad the image"):
         _layer((5, 6), (2, 3), (1, 1))
     with pytest.raises(ValueError, match=r"`image_size` must be a positive int or a pair.*\(0, 4\)"):
         _layer((0, 4), (2, 2), (1, 1))
-    with pytest.raises(ValueError, match=r"`rolling_cache` is for 1D local attention.*rolling_cache=True"):
+    with pytest.raises(ValueError, match=r"`rolling_cache` is 1D only.*rolling_cache=True"):
         LocalBlockAttention(2, 4, block_size=(2, 2), rolling_cache=True)
     layer = _layer((4, 6), (2, 3), (1, 2))
-    with pytest.raises(ValueError, match=r"caches at most 25 positions.*max_length=26.*max_length<=25"):
+    with pytest.raises(ValueError, match=r"`max_length` must be <= 25 \(image_size=\(4, 6\): pixels \+ 1\)\. Received: max_length=26"):
         layer.init_cache(1, 26)
     with pytest.raises(ValueError, match=r"at most 25 positions.*Received inputs of shape \(1, 26, 8\)"):
         layer(_inputs((1, 26)))
-    with pytest.raises(ValueError, match=r"with `image_size` it takes sequences .*block-raster order"):
+    with pytest.raises(ValueError, match=r"of pixels in block-raster order \(drop `image_size` for images\)"):
         layer(_inputs((1, 4, 6)))
-    with pytest.raises(ValueError, match=r"only with `use_causal_mask=True`"):
+    with pytest.raises(ValueError, match=r"only with use_causal_mask=True"):
         layer(_inputs((1, 1)), cache=layer.init_cache(1, 24), cache_index=0)
     with pytest.raises(ValueError, match=r"cache_index=23, input length 2, cache length 24"):
         layer(_inputs((1, 2)), cache=layer.init_cache(1, 24), cache_index=23, use_causal_mask=True)
-    with pytest.raises(ValueError, match=r"caches at most 25 positions.*cache.shape=\(1, 30, 2, 8\)"):
+    with pytest.raises(ValueError, match=r"must have at most 25 positions.*cache.shape=\(1, 30, 2, 8\)"):
         layer(_inputs((1, 1)), cache=np.zeros((1, 30, 2, 8), "float32"), cache_index=0,
               use_causal_mask=True)
     image_layer = LocalBlockAttention(2, 4, block_size=(2, 2))
-    with pytest.raises(ValueError, match=r"block_size=\(2, 2\) and no `image_size` has no "
-                                         r"key/value cache.*Pass image_size=\(height, width\)"):
+    with pytest.raises(ValueError, match=r"has a `cache` only with use_causal_mask=True, and in 2D only with "
+                                         r"`image_size`.*block_size=\(2, 2\), image_size=None"):
         image_layer.init_cache(1, 16)
 
 

@@ -94,11 +94,11 @@ def test_errors():
     with pytest.raises(ValueError, match="needs `value`"):
         layer(query)
     layer(query, value)
-    with pytest.raises(ValueError, match=r"value_padding_mask` has shape \(2, 4\)"):
+    with pytest.raises(ValueError, match=r"value_padding_mask` must have shape \(2, 7\).*shape=\(2, 4\)"):
         layer(query, value, value_padding_mask=np.ones((2, 4), bool))
     with pytest.raises(ValueError, match="must be boolean"):
         layer(query, value, attention_mask=np.ones((2, 4, 7), "float32"))
-    with pytest.raises(ValueError, match=r"`query` of shape \(batch, length, features\)"):
+    with pytest.raises(ValueError, match=r"`query.shape` must be \(batch, length, features\)"):
         layer(query[0], value)
     with pytest.raises(ValueError, match="compute_cache"):
         layer(query, cache=np.zeros((2, 7, 3, 8), "float32"))

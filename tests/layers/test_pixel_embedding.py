@@ -47,9 +47,10 @@ def test_layer_life_cycle():
 def test_errors():
     with pytest.raises(ValueError, match="`vocabulary_size` must be a positive integer"):
         PixelEmbedding(0, 8, image_size=4)
-    with pytest.raises(ValueError, match=r"feature size must be divisible by 4 \(sinusoidal\).*Received: 6 features"):
+    with pytest.raises(ValueError, match=r"`embedding_dim` must be divisible by 4 for sinusoidal positions.*"
+                                         r"Received: embedding_dim=6"):
         PixelEmbedding(256, 6, image_size=4)
     with pytest.raises(ValueError, match=r"expected ndim=2, found ndim=3"):
         PixelEmbedding(256, 8, image_size=4)(np.zeros((1, 2, 3), "int32"))
-    with pytest.raises(ValueError, match=r"inside the 49 positions.* Received: positions 0\.\.49\."):
+    with pytest.raises(ValueError, match=r"fit the 49 positions.* Received: positions 0\.\.49\."):
         PixelEmbedding(256, 8, image_size=4)(np.zeros((1, 50), "int32"))

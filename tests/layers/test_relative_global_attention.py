@@ -71,9 +71,10 @@ def test_skew_hand_computed():
 
 
 def test_skew_errors():
-    with pytest.raises(ValueError, match="at least as many relative distances as keys.*key_length=4"):
+    with pytest.raises(ValueError, match=r"`relative_logits.shape` must be \(\.\.\., queries, W\) of rank >= 2, "
+                                         r"W >= key_length=4\. Received: relative_logits.shape=\(2, 3\)"):
         skew(np.zeros((2, 3), "float32"), 4)
-    with pytest.raises(ValueError, match="rank 1"):
+    with pytest.raises(ValueError, match=r"of rank >= 2.*Received: relative_logits.shape=\(3,\)"):
         skew(np.zeros((3,), "float32"))
 
 

@@ -81,8 +81,8 @@ def test_rolling_cache_padding_mask_must_reach_the_inputs():
     layer = LocalBlockAttention(2, 4, block_size=2, memory_flange=2, rolling_cache=True)
     x = np.random.RandomState(0).rand(1, 1, 8).astype("float32")
     cache = layer.init_cache(1, 6)
-    message = r"`padding_mask` must cover every position up to the last input"
-    with pytest.raises(ValueError, match=message + r".*padding_mask\.shape=\(1, 3\), cache_index=5, input length 1"):
+    message = r"`cache_index` \+ input length must fit in the cache \(a rolling cache: in `padding_mask`\)"
+    with pytest.raises(ValueError, match=message + r".*cache_index=5, input length 1, cache length 3"):
         layer(x, cache=cache, cache_index=5, use_causal_mask=True, padding_mask=np.ones((1, 3), bool))
     mask = np.ones((1, 6), bool)
     step = tf.function(lambda i: layer(x, cache=cache, cache_index=i, use_causal_mask=True,

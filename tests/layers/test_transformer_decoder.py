@@ -1,5 +1,3 @@
-import os
-import tempfile
 
 import keras
 import numpy as np
@@ -129,15 +127,15 @@ def test_encoder_decoder_lifecycle_with_a_nested_self_attention_layer():
 def test_errors():
     decoder_only = TransformerDecoder(intermediate_dim=8, num_heads=2)
     decoder_only(_seq(1, 3))
-    with pytest.raises(ValueError, match="built without cross-attention"):
+    with pytest.raises(ValueError, match="was built without cross-attention.*pass no `encoder_sequence`"):
         decoder_only(_seq(1, 3), _seq(1, 4))
     with_cross = TransformerDecoder(intermediate_dim=8, num_heads=2)
     with_cross(_seq(1, 3), _seq(1, 4))
-    with pytest.raises(ValueError, match="has cross-attention: pass `encoder_sequence`"):
+    with pytest.raises(ValueError, match="has cross-attention .*pass an `encoder_sequence` or `cross_attention_cache`"):
         with_cross(_seq(1, 3))
     with pytest.raises(ValueError, match="cache_index=3, input length 2, cache length 4"):
         with_cross(_seq(1, 2), _seq(1, 4), self_attention_cache=with_cross.init_cache(1, 4), cache_index=3)
-    with pytest.raises(ValueError, match=r"encoder_padding_mask` has shape \(1, 3\)"):
+    with pytest.raises(ValueError, match=r"encoder_padding_mask` must have shape \(1, 4\).*shape=\(1, 3\)"):
         with_cross(_seq(1, 3), _seq(1, 4), encoder_padding_mask=np.ones((1, 3), bool))
 
 
@@ -238,10 +236,10 @@ def test_image_decoder_mask_errors():
     decoder = _image_decoder()
     image = RNG.standard_normal((2, 4, 6, 8)).astype("float32")
     with pytest.raises(
-        ValueError, match=r"`decoder_padding_mask` must have rank 3 with shape \(2, 4, 6\)"
+        ValueError, match=r"`decoder_padding_mask` must have shape \(2, 4, 6\)"
     ):
         decoder(image, decoder_padding_mask=IMAGE_PADDING[:, :, 0])
-    with pytest.raises(ValueError, match=r"`decoder_padding_mask` has shape \(2, 6, 4\)"):
+    with pytest.raises(ValueError, match=r"`decoder_padding_mask` must have shape \(2, 4, 6\).*Received: decoder_padding_mask.shape=\(2, 6, 4\)"):
         decoder(image, decoder_padding_mask=np.ones((2, 6, 4), bool))
 
 

@@ -48,13 +48,13 @@ def test_padding_does_not_change_real_positions():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="needs `num_heads`.*or a `self_attention` layer"):
+    with pytest.raises(ValueError, match="needs `num_heads`.*or a keras_attn `self_attention` layer.*num_heads=None"):
         TransformerEncoder(intermediate_dim=8)
     with pytest.raises(ValueError, match="width 10 is not divisible by num_heads=4"):
         TransformerEncoder(intermediate_dim=8, num_heads=4)(np.zeros((1, 3, 10), "float32"))
     with pytest.raises(ValueError, match="intermediate_dim` must be a positive integer"):
         TransformerEncoder(intermediate_dim=0, num_heads=2)
-    with pytest.raises(ValueError, match="self_attention` must be a keras_attn self-attention layer"):
+    with pytest.raises(ValueError, match="a keras_attn `self_attention` layer.*self_attention='dense'"):
         TransformerEncoder(intermediate_dim=8, self_attention="dense")
 
 
@@ -85,8 +85,8 @@ def test_num_heads_and_key_dim_are_refused_with_a_self_attention_layer(sizes):
     # were silently ignored (its own num_heads=2, key_dim=4 were used).
     with pytest.raises(
         ValueError,
-        match=r"with a `self_attention` layer that layer's own settings are used "
-        r"\(num_heads=2, key_dim=4\)\. Received: .*Drop `num_heads` / `key_dim`",
+        match=r"needs `num_heads` \(and optionally `key_dim`\) for a default MultiHeadSelfAttention, "
+        r"or a keras_attn `self_attention` layer \(one of the two\)\. Received: num_heads=",
     ):
         TransformerEncoder(16, self_attention=MultiHeadSelfAttention(2, 4), **sizes)
 

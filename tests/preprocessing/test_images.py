@@ -33,7 +33,7 @@ def test_raster_order_is_pixel_by_pixel_rgb_and_round_trips(sample_images):
 
 
 def test_raster_errors():
-    with pytest.raises(ValueError, match=r"uint8 array of shape \(batch, height, width, channels\)"):
+    with pytest.raises(ValueError, match=r"`images` must be uint8 of shape \(batch, height, width, channels\). Received: uint8 \(32, 32, 3\)\."):
         images.to_raster(np.zeros((32, 32, 3), np.uint8))
     with pytest.raises(ValueError, match=r"Expected sequences of shape \(batch, 3072\)"):
         images.from_raster(np.zeros((1, 3000), np.int32), 32, 32)
@@ -72,8 +72,10 @@ def test_downsample_real_images_against_float_mean(sample_images):
     assert low.shape == (24, 8, 8, 3)
     blocks = sample_images.astype(np.float64).reshape(24, 8, 4, 8, 4, 3).mean(axis=(2, 4))
     np.testing.assert_array_equal(low, np.floor(blocks + 0.5).astype(np.uint8))
-    with pytest.raises(ValueError, match="must be divisible by factor=3"):
-        images.downsample(sample_images, 3)
+    for factor in (3, 0, 2.0):
+        with pytest.raises(ValueError, match=rf"`factor` must be a positive int dividing the image sides 32x32. "
+                                             rf"Received: factor={factor}\."):
+            images.downsample(sample_images, factor)
 
 
 def test_bicubic_upsampling_keeps_constants_and_reproduces_ramps(sample_images):

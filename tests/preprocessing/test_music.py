@@ -463,9 +463,9 @@ def test_max_note_duration_must_be_seconds_of_at_least_one_step(value):
 def test_events_to_midi_rejects_ids_outside_the_vocabulary():
     with pytest.raises(ValueError, match=r"ids from 3 to 391"):
         music.events_to_midi([ON, music.VOCABULARY_SIZE])
-    with pytest.raises(ValueError, match=r"1-D array of integer.*shape \(1, 2\)"):
+    with pytest.raises(ValueError, match=r"1-D integer event ids.*\(1, 2\)"):
         music.events_to_midi([[ON, OFF]])
-    with pytest.raises(ValueError, match=r"1-D array of integer.*float"):
+    with pytest.raises(ValueError, match=r"1-D integer event ids.*float"):
         music.events_to_midi(np.array([3.0, 4.0]))
 
 
@@ -576,14 +576,14 @@ def test_handmade_type_1_file_parses(tmp_path):
 def test_error_empty_file(tmp_path):
     path = tmp_path / "empty.mid"
     path.write_bytes(b"")
-    with pytest.raises(ValueError, match=r"empty.mid', starting with b'' \(0 bytes\)"):
+    with pytest.raises(ValueError, match=r"empty.mid', 0 bytes starting with b''"):
         music.midi_to_events(path)
 
 
 def test_error_not_a_midi_file(tmp_path):
     path = tmp_path / "song.mid"
     path.write_bytes(b"ID3\x04 an mp3 renamed to .mid")
-    with pytest.raises(ValueError, match=r"starting with b'MThd'.*b'ID3\\x04'.*not a MIDI file"):
+    with pytest.raises(ValueError, match=r"type-1 MIDI file \(b'MThd'...\).*starting with b'ID3\\x04'"):
         music.midi_to_events(path)
     with pytest.raises(ValueError, match=r"the given bytes"):
         music.midi_to_events(b"hello")
@@ -600,24 +600,24 @@ def test_error_type_2_file(tmp_path):
     # A parser would read it silently as simultaneous tracks.
     path = tmp_path / "patterns.mid"
     path.write_bytes(midi_bytes(2, [ONE_NOTE_TRACK, ONE_NOTE_TRACK]))
-    with pytest.raises(ValueError, match=r"type-2 MIDI file"):
+    with pytest.raises(ValueError, match=r"type-0 or type-1 MIDI file.*, type 2\."):
         music.midi_to_events(path)
 
 
 def test_error_no_notes(tmp_path):
     path = tmp_path / "silent.mid"
     score_with(symusic.Track(program=0)).dump_midi(path)
-    with pytest.raises(ValueError, match=r"no such notes.*contains a \(piano\) part"):
+    with pytest.raises(ValueError, match=r"non-drum instrument \(a piano part\). Received: \d+ tracks without them"):
         music.midi_to_events(path)
     drums_only = score_with(instrument([(36, 100, 0.0, 0.1)], is_drum=True))
-    with pytest.raises(ValueError, match=r"1 drum notes, which are ignored"):
+    with pytest.raises(ValueError, match=r"1 drum notes \(ignored\)"):
         music.midi_to_events(drums_only)
 
 
 def test_error_missing_path_and_wrong_type(tmp_path):
-    with pytest.raises(ValueError, match=r"does not exist"):
+    with pytest.raises(ValueError, match=r"Expected an existing MIDI file. Received: file '.*nope.mid'"):
         music.midi_to_events(tmp_path / "nope.mid")
-    with pytest.raises(TypeError, match=r"type int"):
+    with pytest.raises(TypeError, match=r"Received: <class 'int'>\."):
         music.midi_to_events(3)
 
 
@@ -718,9 +718,9 @@ def test_velocity_bins_round_trip_and_reject_bins_outside_the_vocabulary():
     assert [bin_to_velocity(b) for b in (0, 1, 31)] == [1, 5, 125]
     for velocity in (1, 4, 5, 64, 127):
         assert velocity_to_bin(bin_to_velocity(velocity_to_bin(velocity))) == velocity_to_bin(velocity)
-    with pytest.raises(ValueError, match="0..31. Received bins from 32 to 32"):
+    with pytest.raises(ValueError, match=r"`velocity_bin` must be velocity bins in 0..31. Received: velocity_bin=32\."):
         bin_to_velocity(32)
-    with pytest.raises(ValueError, match="from -1 to 3"):
+    with pytest.raises(ValueError, match=r"Received: velocity_bin=\[3, -1\]"):
         bin_to_velocity([3, -1])
 
 
@@ -728,26 +728,29 @@ def test_velocity_bins_round_trip_and_reject_bins_outside_the_vocabulary():
 def test_velocities_outside_midi_are_refused(velocity):
     # 200 overflowed int8 (OverflowError) in chorale_to_midi and wrapped to
     # -56 in events_to_midi; 0 wrote silent notes.
-    with pytest.raises(ValueError, match="MIDI velocity, an int in 1..127"):
+    with pytest.raises(ValueError, match="must be an int in 1..127"):
         music.chorale_to_midi([[60, -1, -1, -1]], velocity=velocity)
-    with pytest.raises(ValueError, match="MIDI velocity, an int in 1..127"):
+    with pytest.raises(ValueError, match="must be an int in 1..127"):
         music.events_to_midi([music.NOTE_ON_OFFSET + 60], default_velocity=velocity)
 
 
 def test_notes_that_cannot_be_performance_events_are_refused():
     # Each was encoded without a word: an end before the start as a note, a
     # pitch of 60.7 as 60, and a note of 1e12 s ended in a MemoryError.
-    with pytest.raises(ValueError, match=r"Expected every note to end at or after its start. Received: 1 notes "
-                                         r"ending before they start, the first from 1.0 s to 0.5 s \(pitch 60\)\."):
+    with pytest.raises(ValueError, match=r"Expected notes to end at or after their start. Received: 1 "
+                                         r"ending before, the first from 1.0 s to 0.5 s\."):
         music.notes_to_events([music.Note(80, 60, 1.0, 0.5)])
-    with pytest.raises(ValueError, match=r"Expected whole-number note pitches. Received: \[60.7\]\."):
+    with pytest.raises(ValueError, match=r"Expected whole-number note pitches in 0..127. Received: \[60.7\]\."):
         music.notes_to_events([music.Note(80, 60.7, 0.0, 0.5)])
     with pytest.raises(ValueError, match=r"Expected whole-number note velocities. Received: \[80.5\]\."):
         music.notes_to_events([music.Note(80.5, 60, 0.0, 0.5)])
-    with pytest.raises(ValueError, match=r"Expected note times from 0 s to below 1e\+06 s \(11.6 days.*Received: notes from 0.0 s to "
+    for pitch in (128, -1):
+        with pytest.raises(ValueError, match=rf"note pitches in 0..127. Received: \[{pitch}.0\]\."):
+            music.notes_to_events([music.Note(80, pitch, 0.0, 0.5)])
+    with pytest.raises(ValueError, match=r"Expected note times in \[0 s, 1e\+06 s\). Received: 0.0 s to "
                                          r"1000000000000.0 s"):
         music.notes_to_events([music.Note(80, 60, 0.0, 1e12)])
-    with pytest.raises(ValueError, match=r"Expected note times from 0 s to below 1e\+06 s"):
+    with pytest.raises(ValueError, match=r"Expected note times in \[0 s, 1e\+06 s\)"):
         music.time_stretch(music.notes_to_events([music.Note(80, 60, 0.0, 0.5)]), 1e9)
     # Whole floats are whole numbers; a note may end where it starts.
     np.testing.assert_array_equal(music.notes_to_events([music.Note(80.0, 60.0, 0.0, 0.5)]),
@@ -766,9 +769,9 @@ def test_scores_without_a_time_scale_are_refused():
             result.tempos.append(symusic.Tempo(0, qpm=qpm))
         return result
 
-    with pytest.raises(ValueError, match=r"positive ticks per quarter note and tempos.*Received: ticks_per_quarter=0"):
+    with pytest.raises(ValueError, match=r"positive ticks per quarter and tempos \(corrupt file\). Received: ticks_per_quarter=0"):
         music.midi_to_notes(score(0))
-    with pytest.raises(ValueError, match=r"microseconds per quarter note\). Received: ticks_per_quarter=480, smallest tempo -2147483648"):
+    with pytest.raises(ValueError, match=r"Received: ticks_per_quarter=480, tempos \[-2147483648\]"):
         music.midi_to_notes(score(480, qpm=0.0))
     assert len(music.midi_to_notes(score(480, qpm=120.0))) == 1
 
@@ -777,8 +780,8 @@ def test_notes_and_random_generators_of_another_kind_are_named():
     # Both gave an AttributeError ('tuple' object has no attribute 'pitch',
     # 'NoneType' object has no attribute 'choice').
     for notes in ([(80, 60, 0.0, 0.5)], [{"pitch": 60}], []):
-        with pytest.raises(ValueError, match=r"Expected one or more notes with `start`, `end`, `pitch` and `velocity` "
-                                             r"attributes.*Received: (\(80|\{'pitch'|no notes)"):
+        with pytest.raises(ValueError, match=r"Expected `Note`s \(start, end, pitch, velocity\). "
+                                             r"Received: (\(80|\{'pitch'|\[\])"):
             music.notes_to_events(notes)
     with pytest.raises(ValueError, match=r"`rng` must be a `np.random.Generator`.*Received: rng=None\."):
         music.augment(np.array([378, 63, 308, 191]), None)
