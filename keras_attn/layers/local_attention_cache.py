@@ -1,0 +1,243 @@
+"""The cache of `LocalBlockAttention` and its 1D cached decoding paths.
+
+The cache is positions first, (B, L, H, K + V): slot i holds the keys
+`[..., :K]` and values `[..., K:]` of position i, so that a step reads the
+few contiguous positions of its window. With `rolling_cache=True` (1D) it
+holds only the last W = block + flange positions before the call's
+`cache_index`, oldest first: the most a causal query can see, whatever the
+length generated.
+
+A 1D call with a cache takes one of two paths (`_attend_cached`):
+
+* the step (T <= block queries, static lengths): one dynamic slice of
+  `block + flange + T - 1` cached positions covers all their windows, so
+  the work of a step does not grow with the position;
+* the prefill (a longer chunk): the queries are cut into blocks aligned to
+  absolute positions, and each gathers its window's slots, as in the
+  uncached pass.
+
+Block-raster sequences have their own cached paths (`local_attention_raster`).
+
+Example (a rolling cache keeps W = 4 + 4 positions; decoding step by step
+equals the full causal pass):
+>>> import keras
+>>> from keras_attn.layers import LocalBlockAttention
+>>> rolling = LocalBlockAttention(num_heads=2, key_dim=8, block_size=4,
+...                               memory_flange=4, rolling_cache=True)
+>>> x = keras.random.normal((1, 11, 16))
+>>> full = rolling(x, use_causal_mask=True)
+>>> tuple(rolling.init_cache(batch_size=1, max_length=10_000).shape)
+(1, 8, 2, 16)
+>>> cache = rolling.init_cache(batch_size=1, max_length=11)
+>>> steps = []
+>>> for i in range(11):
+...     y, cache = rolling(x[:, i:i + 1], cache=cache, cache_index=i,
+...                        use_causal_mask=True)
+...     steps.append(y)
+>>> bool(keras.ops.all(keras.ops.isclose(
+...     keras.ops.concatenate(steps, axis=1), full, atol=1e-5)))
+True
+"""
+
+import dataclasses
+
+from keras import ops
+
+from keras_attn.layers import blocking
+from keras_attn.layers.local_attention_windows import (
+    local_attention,
+    scatter_cache_rows,
+    take_positions,
+)
+
+
+class LocalCacheMixin:
+    """The cache layout, the rolling cache and the 1D cached paths of
+    `LocalBlockAttention`.
+
+    A mixin of that class only: it reads the layer's `_block`, `_flange`,
+    `rolling_cache`, `num_heads`, `key_dim`, `_value_dim`, `dropout_layer`
+    and `_structure_mask`.
+    """
+
+    @property
+    def _rolling_length(self):
+        """W = block + flange: the positions a causal 1D step can read."""
+        return self._block[0] + self._flange[0]
+
+    def _cache_shape(self, batch_size, max_length):
+        return (batch_size, max_length, self.num_heads, self.key_dim + self._value_dim)
+
+    # The cache's axis of positions: (B, L, H, K + V).
+    _cache_length_axis = 1
+
+    def _cache_capacity(self, cache):
+        return None if self.rolling_cache else self._cache_length(cache)
+
+    def _write_cache(self, cache, key_value, cache_index):
+        if not self.rolling_cache:
+            cache = ops.slice_update(cache, (0, cache_index, 0, 0), key_value)
+            return cache, cache
+        # The queries read [old W positions | new T]; the cache keeps the
+        # last W of them, oldest first.
+        attended = ops.concatenate([cache, key_value], axis=1)
+        return attended, attended[:, -self._rolling_length:]
+
+    def _cached_keys_values(self, cache, dtype):
+        # A step reads only its window: hand the core the cache itself
+        # (keys and values side by side, `value` None) and split what it
+        # reads, instead of casting and splitting all L positions at every
+        # step (two copies of the cache: most of a step's time at L = 3072
+        # without XLA).
+        return cache, None
+
+    def _split_keys_values(self, key_value, dtype):
+        """[k | v] read from the cache (·, K + V) -> keys (·, K), values (·, V)."""
+        return ops.split(ops.cast(key_value, dtype), [self.key_dim], axis=-1)
+
+    def _attend_cached(self, query, key, value, masks, return_attention_scores, training):
+        """Causal 1D attention of T new queries at `cache_index` over the
+        cache (B, L, H, K + V) (`key`; `value` is None), reading only the
+        keys and values of their windows."""
+        length = blocking.dims(query)[1]
+        cache_length = blocking.dims(key)[1]
+        attention_mask = masks.attention_mask
+        if attention_mask is not None and len(attention_mask.shape) == 3:
+            attention_mask = attention_mask[:, None]
+        cache_index = ops.cast(masks.cache_index, "int32")
+        masks = dataclasses.replace(masks, attention_mask=attention_mask, cache_index=cache_index)
+        # Absolute position of the first key slot: 0, or for a rolling cache
+        # that of the oldest position it kept.
+        key_offset = cache_index - self._rolling_length if self.rolling_cache else 0
+        static = isinstance(length, int) and isinstance(cache_length, int)
+        if static and length <= self._block[0]:
+            attend = self._attend_cached_step
+        else:
+            attend = self._attend_cached_prefill
+        return attend(query, key, masks, key_offset, return_attention_scores, training)
+
+    def _cached_window_start(self, query_positions):
+        """First cache position of each query's window: its block start minus the flange."""
+        (b,), (f,) = self._block, self._flange
+        return (query_positions // b) * b - f
+
+    def _attend_cached_step(self, query, key, masks, key_offset, return_attention_scores,
+                            training):
+        """Decoding step (T <= block): attends over one dynamic slice of the
+        cache `key` (B, L, H, K + V), whose slot j holds position
+        `key_offset + j`."""
+        padding_mask, attention_mask = masks.padding_mask, masks.attention_mask
+        cache_index = masks.cache_index
+        (b,), (f,) = self._block, self._flange
+        length = blocking.dims(query)[1]
+        cache_length = blocking.dims(key)[1]
+        window = length + b - 1 + f
+        if cache_length <= window:
+            window, start = cache_length, ops.convert_to_tensor(0, "int32")
+        else:
+            start = ops.clip(cache_index - key_offset + length - window, 0, cache_length - window)
+        x_dims = blocking.dims(key)
+        window_cache = ops.slice(key, [0, start, 0, 0], [x_dims[0], window] + x_dims[2:])
+
+        query_positions = cache_index + ops.arange(length, dtype="int32")
+        key_positions = key_offset + start + ops.arange(window, dtype="int32")
+        visible = ops.logical_and(
+            ops.greater_equal(key_positions[None, :],
+                              ops.maximum(self._cached_window_start(query_positions), 0)[:, None]),
+            ops.less_equal(key_positions[None, :], query_positions[:, None]),
+        )
+        mask = visible[None, None, None]  # (1, 1, 1, T, W)
+        if padding_mask is not None:
+            mask = ops.logical_and(
+                mask, take_positions(padding_mask, key_positions, 1)[:, None, None, None, :])
+        if attention_mask is not None:
+            columns = take_positions(attention_mask, key_positions, 3)
+            mask = ops.logical_and(mask, columns[:, :, None])
+
+        def one_block(x):  # (B, T, H, ·) -> (B, H, 1, T, ·)
+            return ops.transpose(x, (0, 2, 1, 3))[:, :, None]
+
+        window_keys, window_values = self._split_keys_values(window_cache, query.dtype)
+        outputs, probs = local_attention(
+            one_block(query), one_block(window_keys), one_block(window_values), mask,
+            self.dropout_layer, training, masks.may_have_empty_rows,
+        )
+        outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
+        scores = None
+        if return_attention_scores:
+            window_start = ops.broadcast_to(start, (length,))
+            scores = scatter_cache_rows(probs[:, :, 0], window_start, cache_length)
+        return outputs, scores
+
+    def _attend_cached_prefill(self, query, key, masks, key_offset, return_attention_scores,
+                               training):
+        """Prefill of a long chunk: blocked attention over the cache blocks it
+        touches (slot j of the cache `key` holds position `key_offset + j`)."""
+        cache_index = masks.cache_index
+        (b,), (f,) = self._block, self._flange
+        batch, length = blocking.dims(query)[:2]
+        cache_length = blocking.dims(key)[1]
+        first_block_start = (cache_index // b) * b
+        lead = cache_index - first_block_start
+        count = blocking.num_blocks(length + b - 1, b)
+        query_index = ops.clip(ops.arange(count * b, dtype="int32") - lead, 0, length - 1)
+
+        def blocks_heads_first(x):  # (B, N, Q, H, ·) -> (B, H, N, Q, ·)
+            return ops.transpose(x, (0, 3, 1, 2, 4))
+
+        query_blocks = ops.reshape(ops.take(query, query_index, axis=1),
+                                   [batch, count, b] + blocking.dims(query)[2:])
+        memory_positions = (
+            first_block_start - f
+            + ops.arange(count, dtype="int32")[:, None] * b
+            + ops.arange(f + b, dtype="int32")[None, :]
+        )
+        memory_index = ops.clip(memory_positions - key_offset, 0, cache_length - 1)
+        mask = self._cached_prefill_mask(memory_positions, key_offset, cache_length,
+                                         masks.padding_mask, masks.attention_mask, query_index)
+        memory_keys, memory_values = self._split_keys_values(ops.take(key, memory_index, axis=1),
+                                                             query.dtype)
+        outputs, probs = local_attention(
+            blocks_heads_first(query_blocks),
+            blocks_heads_first(memory_keys),
+            blocks_heads_first(memory_values),
+            mask, self.dropout_layer, training, masks.may_have_empty_rows,
+        )
+        kept = lead + ops.arange(length, dtype="int32")
+        outputs = ops.transpose(outputs, (0, 2, 3, 1, 4))  # (B, N, Q, H, V)
+        outputs = ops.reshape(outputs, [batch, count * b] + blocking.dims(outputs)[3:])
+        outputs = ops.take(outputs, kept, axis=1)
+        scores = None
+        if return_attention_scores:
+            rows = ops.reshape(probs, blocking.dims(probs)[:2] + [count * b, f + b])
+            rows = ops.take(rows, kept, axis=2)
+            query_positions = cache_index + ops.arange(length, dtype="int32")
+            window_start = self._cached_window_start(query_positions) - key_offset
+            scores = scatter_cache_rows(rows, window_start, cache_length)
+        return outputs, scores
+
+    def _cached_prefill_mask(
+        self, memory_positions, key_offset, cache_length, padding_mask,
+        attention_mask, query_index,
+    ):
+        """(B|1, H|1, N, Q, M) mask of a prefill's query blocks over their
+        memory (absolute positions; the cache holds `key_offset ..
+        key_offset + cache_length - 1`)."""
+        count = blocking.dims(memory_positions)[0]
+        key_ok = ops.logical_and(ops.greater_equal(memory_positions, ops.maximum(key_offset, 0)),
+                                 ops.less(memory_positions, key_offset + cache_length))
+        mask = ops.logical_and(key_ok[None, None, :, None, :],
+                               self._structure_mask(True)[None, None, None])
+        if padding_mask is not None:
+            mask = ops.logical_and(
+                mask, take_positions(padding_mask, memory_positions, 1)[:, None, :, None, :])
+        if attention_mask is not None:
+            rows = ops.take(attention_mask, query_index, axis=2)
+            mask_dims = blocking.dims(rows)
+            rows = ops.reshape(
+                rows, mask_dims[:2] + [count, self._block[0], mask_dims[3]]
+            )  # (B, H, N, Q, S)
+            columns = ops.clip(memory_positions, 0, mask_dims[3] - 1)
+            mask = ops.logical_and(
+                mask, ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1))
+        return mask

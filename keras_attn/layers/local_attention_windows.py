@@ -1,0 +1,228 @@
+"""Local attention over query blocks and their memory windows (1D and 2D).
+
+The uncached pass of `LocalBlockAttention` over sequences (B, T, D) and
+images (B, height, width, D): the positions are cut into non-overlapping
+query blocks (`blocking.blockify`) and overlapping memory windows, each
+block plus its flange (`blocking.overlapping_blocks`), and every block
+attends to its window only. This module holds that pass
+(`LocalWindowsMixin._attend_blocks`), the geometry of the windows (which
+window slots a query sees: `_window`, `_structure_mask`, `_window_slots`),
+and the block softmax core and mask/score helpers that the cached paths
+(`local_attention_cache`) and block-raster sequences
+(`local_attention_raster`) share. docs/guides/local_attention.md draws the
+window of each mode.
+
+Example (1D causal, block 2, flange 1: a window is the position before
+its block and the block; its first query does not see the second):
+>>> import keras
+>>> from keras_attn.layers import LocalBlockAttention
+>>> layer = LocalBlockAttention(num_heads=1, key_dim=2, block_size=2, memory_flange=1)
+>>> keras.ops.convert_to_numpy(layer._structure_mask(True)).astype(int).tolist()
+[[1, 1, 0], [1, 1, 1]]
+"""
+
+from keras import ops
+
+from keras_attn.layers import attention_ops, blocking
+
+
+class LocalWindowsMixin:
+    """The uncached pass and window geometry of `LocalBlockAttention`.
+
+    A mixin of that class only: it reads the layer's `_block` and `_flange`
+    (tuples of 1 or 2 ints), `num_heads` and `dropout_layer`.
+    """
+
+    def _window(self, use_causal_mask):
+        """(before, after) flange per axis of the memory of a query block."""
+        before = self._flange
+        if not use_causal_mask:
+            return before, self._flange
+        if len(self._block) == 1:
+            return before, (0,)
+        # Block raster: the rows above reach right of the block too.
+        return before, (0, self._flange[1])
+
+    def _structure_mask(self, use_causal_mask):
+        """(Q, M) bool: which memory slots of a block's window a query slot
+        of that block may see, before padding; None when all."""
+        if not use_causal_mask:
+            return None
+        if len(self._block) == 1:
+            (b,), (f,) = self._block, self._flange
+            query = ops.arange(b, dtype="int32")[:, None]
+            memory = ops.arange(f + b, dtype="int32")[None, :]
+            return ops.less_equal(memory - f, query)
+        return self._structure_rows(ops.arange(self._block[0] * self._block[1], dtype="int32"))
+
+    def _structure_rows(self, query_slots):
+        """The rows of the 2D causal `_structure_mask` of the query slots
+        `query_slots` (T,) inside their blocks: (T, M) bool, built directly
+        (a decoding step needs one row, not the (Q, M) mask)."""
+        (bh, bw), (fh, fw) = self._block, self._flange
+        width = bw + 2 * fw
+        query = query_slots[:, None]
+        memory = ops.arange((fh + bh) * width, dtype="int32")[None, :]
+        row = memory // width - fh  # row inside the block; < 0 above it
+        col = memory % width - fw  # column inside the block
+        above = ops.less(row, 0)
+        left = ops.less(col, 0)
+        inside = ops.logical_and(ops.greater_equal(col, 0), ops.less(col, bw))
+        earlier = ops.less_equal(row * bw + col, query)
+        return ops.logical_or(above, ops.logical_or(left, ops.logical_and(inside, earlier)))
+
+    def _attend_blocks(self, query, key, value, masks, spatial_shape, return_attention_scores,
+                       training):
+        """The uncached pass: query blocks (B, H, N, Q, K) against their
+        memory windows (B, H, N, M, ·), masks laid out as the logits."""
+        block = self._block
+        before, after = self._window(masks.use_causal_mask)
+        batch = blocking.dims(query)[0]
+        heads = self.num_heads
+        spatial = [blocking.dims(query)[1]] if len(block) == 1 else list(spatial_shape)
+        length = spatial[0] if len(block) == 1 else spatial[0] * spatial[1]
+
+        # Head-major layout (B * H, *spatial, ·): the block matmuls then run
+        # on contiguous batches, with no transpose of the large logits.
+        def heads_first(x):
+            x = ops.transpose(x, (0, 2, 1, 3))
+            return ops.reshape(x, [batch * heads] + spatial + [x.shape[-1]])
+
+        def split_heads(x):
+            return ops.reshape(x, [batch, heads] + blocking.dims(x)[1:])
+
+        query_blocks = split_heads(blocking.blockify(heads_first(query), block))
+        key_memory = split_heads(
+            blocking.overlapping_blocks(heads_first(key), block, before, after))
+        value_memory = split_heads(
+            blocking.overlapping_blocks(heads_first(value), block, before, after))
+        mask = self._blocks_mask(masks, batch, spatial, length, before, after)
+        outputs, probs = local_attention(query_blocks, key_memory, value_memory, mask,
+                                         self.dropout_layer, training, masks.may_have_empty_rows)
+
+        def merge_heads(x):  # (B, H, N, Q, ·) -> (B, H, T, ·)
+            x = ops.reshape(x, [batch * heads] + blocking.dims(x)[2:])
+            x = blocking.unblockify(x, block, spatial)
+            return ops.reshape(x, [batch, heads, length, x.shape[-1]])
+
+        outputs = ops.transpose(merge_heads(outputs), (0, 2, 1, 3))
+        scores = None
+        if return_attention_scores:
+            slot, inside = self._window_slots(spatial, before, after)
+            scores = scatter_rows(merge_heads(probs), slot, inside)
+        return outputs, scores
+
+    def _blocks_mask(self, masks, batch, spatial, length, before, after):
+        """(B or 1, H or 1, N, Q, M) bool mask of the uncached pass: keys in
+        the input (and real, by the padding mask), the causal structure
+        inside the window, and the attention mask gathered at the slots."""
+        block = self._block
+        # Raster index of every memory slot, -1 outside the input: (N, M).
+        positions = ops.reshape(ops.arange(length, dtype="int32"), [1] + spatial)
+        memory_positions = blocking.overlapping_blocks(
+            positions, block, before, after, constant_values=-1
+        )[0]
+        if masks.padding_mask is not None:
+            mask = blocking.overlapping_blocks(
+                ops.reshape(masks.padding_mask, [batch] + spatial), block, before, after,
+                constant_values=False,
+            )[:, None, :, None, :]
+        else:
+            mask = ops.greater_equal(memory_positions, 0)[None, None, :, None, :]
+        structure = self._structure_mask(masks.use_causal_mask)
+        if structure is not None:
+            mask = ops.logical_and(mask, structure[None, None, None])
+        if masks.attention_mask is not None:
+            mask = ops.logical_and(
+                mask,
+                self._gather_attention_mask(masks.attention_mask, spatial, memory_positions,
+                                            length),
+            )
+        return mask
+
+    def _gather_attention_mask(self, attention_mask, spatial, memory_positions, key_length):
+        """(B, [H,] T, S) -> (B, H or 1, N, Q, M): the entries of each query
+        block's rows at its memory slots."""
+        if len(attention_mask.shape) == 3:
+            attention_mask = attention_mask[:, None]
+        mask_dims = blocking.dims(attention_mask)
+        rows = ops.reshape(attention_mask, [mask_dims[0] * mask_dims[1]] + spatial + [mask_dims[3]])
+        rows = blocking.blockify(rows, self._block, False)
+        rows = ops.reshape(rows, mask_dims[:2] + blocking.dims(rows)[1:])
+        columns = ops.clip(memory_positions, 0, key_length - 1)
+        return ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1)
+
+    def _window_slots(self, spatial, before, after):
+        """For every (query, key) pair of raster indices: the key's slot in
+        the query block's memory window, and whether it lies in the window.
+        Returns ((T, S) int32, (T, S) bool). Only used to build dense scores."""
+        if len(self._block) == 1:
+            (b,), (f_before,), (f_after,) = self._block, before, after
+            positions = ops.arange(spatial[0], dtype="int32")
+            origin = (positions // b) * b - f_before
+            slot = positions[None, :] - origin[:, None]
+            inside = ops.logical_and(ops.greater_equal(slot, 0),
+                                     ops.less(slot, f_before + b + f_after))
+            return slot, inside
+        height, width = spatial
+        (bh, bw) = self._block
+        window_h = before[0] + bh + after[0]
+        window_w = before[1] + bw + after[1]
+        positions = ops.arange(height * width, dtype="int32")
+        row, col = positions // width, positions % width
+        delta_row = row[None, :] - ((row // bh) * bh - before[0])[:, None]
+        delta_col = col[None, :] - ((col // bw) * bw - before[1])[:, None]
+        inside = ops.logical_and(
+            ops.logical_and(ops.greater_equal(delta_row, 0), ops.less(delta_row, window_h)),
+            ops.logical_and(ops.greater_equal(delta_col, 0), ops.less(delta_col, window_w)),
+        )
+        return delta_row * window_w + delta_col, inside
+
+
+def local_attention(query, key, value, mask, dropout_layer, training, may_have_empty_rows):
+    """Attention inside each block: softmax(Q·Kᵀ/√K)·V over its memory.
+
+    Args:
+        query: (B, H, N, Q, K) query blocks.
+        key: (B, H, N, M, K); value: (B, H, N, M, V) memory blocks.
+        mask: bool broadcastable to (B, H, N, Q, M), True = may attend.
+        dropout_layer, training: attention dropout.
+        may_have_empty_rows: see `attention_ops.masked_softmax`.
+
+    Returns:
+        (outputs (B, H, N, Q, V) in the value's dtype, probabilities
+        (B, H, N, Q, M) float32 before dropout).
+    """
+    scale = 1.0 / float(query.shape[-1]) ** 0.5
+    # float32 logits, as in the dense core: the cast of the small operands
+    # is cheaper than that of the logits and keeps sharp weights accurate.
+    query = ops.cast(query, "float32") * scale
+    key = ops.cast(key, "float32")
+    logits = ops.einsum("bhnqk,bhnmk->bhnqm", query, key)
+    probs = attention_ops.masked_softmax(logits, mask, may_have_empty_rows=may_have_empty_rows)
+    weights = ops.cast(probs, value.dtype)
+    if dropout_layer is not None:
+        weights = dropout_layer(weights, training=training)
+    return ops.einsum("bhnqm,bhnmv->bhnqv", weights, value), probs
+
+
+def take_positions(mask, positions, axis):
+    """The entries of a mask at absolute `positions` along `axis` (clipped
+    into the mask: positions outside it are masked by the caller)."""
+    last = blocking.dims(mask)[axis] - 1
+    return ops.take(mask, ops.clip(positions, 0, last), axis=axis)
+
+
+def scatter_rows(rows, slot, inside):
+    """Dense (B, H, T, S) scores from per-query window rows (B, H, T, M):
+    entry (t, s) is rows[t, slot[t, s]] where `inside`, else 0."""
+    window = rows.shape[-1]
+    index = ops.clip(slot, 0, window - 1)[None, None]
+    return ops.where(inside[None, None], ops.take_along_axis(rows, index, axis=-1), 0.0)
+
+
+def scatter_cache_rows(rows, window_start, cache_length):
+    """Dense (B, H, T, L) scores from rows (B, H, T, W) of windows at `window_start`."""
+    slot = ops.arange(cache_length, dtype="int32")[None, :] - window_start[:, None]
+    inside = ops.logical_and(ops.greater_equal(slot, 0), ops.less(slot, rows.shape[-1]))
+    return scatter_rows(rows, slot, inside)
