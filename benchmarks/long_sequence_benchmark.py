@@ -9,7 +9,7 @@ forward + backward (gradients of the inputs and of every weight), no XLA:
 - `keras_mha`: keras.layers.MultiHeadAttention called as
   `mha(x, x, use_causal_mask=True)`;
 - `relative_chunked` (memory only, shortest and longest T):
-  RelativeGlobalAttention(max_relative_position=1024, chunk_size=C).
+  RelativeGlobalAttention(max_relative_position=M (default 1024), chunk_size=C).
 
 Peak memory of one step in a fresh process per configuration (ru_maxrss
 rise) at T = 2k, 4k, 8k, 16k for the chunked layer and at T = 2k, 4k (8k
@@ -21,7 +21,11 @@ T = 2k that chose it.
 Goal (issue 15): at T = 4,096 peak memory <= 1/8 of keras MHA's and time
 <= 1.0x keras MHA's; training at T = 16,384 on 24 GiB, memory linear in T.
 
-Run: `python benchmarks/long_sequence_benchmark.py [--quick] [--sweep]`
+Run: `python benchmarks/long_sequence_benchmark.py [--quick] [--sweep]
+[--max_relative_position M]`; `--any_length`: "auto" in a step traced for
+any length (None, as `fit` after two lengths or an export), its memory at
+T = 8192 against the step traced at 8192 and its time against the dense and
+chunked cores at T = 128, 512, 2048 (issue 46).
 Prints markdown tables and writes benchmarks/results/long_sequence.json.
 The inputs are random activations: speed and memory do not depend on the
 values.
@@ -42,13 +46,18 @@ DENSE_MEMORY_LENGTHS = (2048, 4096)
 LAYERS = ("chunked", "dense", "keras_mha")
 
 
-def make_forward(name, chunk_size):
+def make_forward(name, chunk_size, max_relative_position=1024):
     import keras
 
     from keras_attn.layers import MultiHeadSelfAttention, RelativeGlobalAttention
 
+    if name == "auto":
+        layer = MultiHeadSelfAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM)
+        layer.build((None, None, MODEL_DIM))
+        return (lambda x: layer(x, use_causal_mask=True)), layer
     if name.startswith("relative"):
-        layer = RelativeGlobalAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM, max_relative_position=1024,
+        layer = RelativeGlobalAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM,
+                                        max_relative_position=max_relative_position,
                                         chunk_size=chunk_size if name == "relative_chunked" else None)
         layer.build((None, None, MODEL_DIM))
         return (lambda x: layer(x, use_causal_mask=True)), layer
@@ -62,9 +71,18 @@ def make_forward(name, chunk_size):
     return (lambda x: layer(x, use_causal_mask=True)), layer
 
 
-def make_step(name, chunk_size):
-    forward, layer = make_forward(name, chunk_size)
-    return harness.forward_backward_step(forward, layer.trainable_weights, jit_compile=False)
+def make_step(name, chunk_size, any_length=False, max_relative_position=1024):
+    """fwd+bwd step; `any_length`: traced once for every length (a None
+    length, as `fit` after two lengths or an export), so "auto" chooses at
+    run time."""
+    forward, layer = make_forward(name, chunk_size, max_relative_position)
+    step = harness.forward_backward_step(forward, layer.trainable_weights, jit_compile=False)
+    if not any_length:
+        return step
+    import tensorflow as tf
+
+    return harness.compile_function(step.python_function, False, input_signature=[
+        tf.TensorSpec((BATCH, None, MODEL_DIM))])
 
 
 def inputs(tf, length):
@@ -73,7 +91,8 @@ def inputs(tf, length):
 
 def memory_worker(config):
     tf = harness.setup_tensorflow()
-    step = make_step(config["layer"], config["chunk_size"])
+    step = make_step(config["layer"], config["chunk_size"], config.get("any_length", False),
+                     config.get("max_relative_position", 1024))
     x = inputs(tf, config["length"])
     harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
 
@@ -87,6 +106,13 @@ def main():
     parser.add_argument("--crossover", action="store_true",
                         help="only time dense against chunked, both layers, T = 512 .. 4096 "
                              "(the measurement behind chunk_size='auto')")
+    parser.add_argument("--max_relative_position", type=int, default=1024,
+                        help="M of the relative_chunked memory rows (M = T: the table as long as "
+                             "the sequence)")
+    parser.add_argument("--any_length", action="store_true",
+                        help="only chunk_size='auto' traced for any length (None): time against "
+                             "dense and chunked at T = 128, 512, 2048, memory at T = 8192 against "
+                             "'auto' traced at that length")
     parser.add_argument("--large", action="store_true",
                         help="also measure the dense layers' memory at T = 8192 (about 10 GiB)")
     args = parser.parse_args()
@@ -103,12 +129,15 @@ def main():
     tf = harness.setup_tensorflow()
     if args.crossover:
         return crossover(args, budget, env_start, tf)
+    if args.any_length:
+        return any_length(args, budget, env_start, tf)
 
     configs = [{"layer": "chunked", "length": t, "chunk_size": args.chunk_size} for t in chunked_lengths]
     configs += [{"layer": name, "length": t, "chunk_size": args.chunk_size}
                 for t in dense_lengths for name in ("dense", "keras_mha")]
-    # RelativeGlobalAttention (M = 1024) chunked, at the ends of the range.
-    configs += [{"layer": "relative_chunked", "length": t, "chunk_size": args.chunk_size}
+    # RelativeGlobalAttention (M = --max_relative_position) chunked, at the ends of the range.
+    configs += [{"layer": "relative_chunked", "length": t, "chunk_size": args.chunk_size,
+                 "max_relative_position": args.max_relative_position}
                 for t in (chunked_lengths[0], chunked_lengths[-1])]
     # One worker at a time: two 10 GiB workers side by side would not fit.
     records = harness.measure_memory_many(__file__, configs, parallel=1, timeout=300.0, budget=budget)
@@ -152,7 +181,8 @@ def main():
         harness.markdown_table(["T", "chunked MiB", "chunked s", "dense MiB", "keras MHA MiB",
                                 "chunked / keras"], rows),
         "",
-        "RelativeGlobalAttention(max_relative_position=1024, chunk_size=C), same step: "
+        f"RelativeGlobalAttention(max_relative_position={args.max_relative_position}, chunk_size=C), "
+        "same step: "
         + "; ".join(relative) + ".",
         "",
         f"Time, median of {args.repeats} interleaved calls after a warm-up (ms). Goal: chunked / keras "
@@ -224,6 +254,53 @@ def crossover(args, budget, env_start, tf):
         "environment": {"start": env_start, "end": env_end},
         "timing": [{"layer": n, "length": t, **r} for t, records in compared.items()
                    for n, r in records.items()],
+        "table": "\n".join(lines),
+        "total_s": budget.elapsed(),
+    })
+
+
+def any_length(args, budget, env_start, tf):
+    """chunk_size="auto" in a step traced for any length (issue 46): the
+    core is chosen at run time. Memory of a T = 8192 step against the same
+    layer traced at 8192; time against the dense and chunked cores traced
+    the same way (what "auto" costs below the crossover)."""
+    long = 512 if args.quick else 8192
+    configs = [{"layer": "auto", "length": long, "chunk_size": args.chunk_size, "any_length": flag}
+               for flag in (True, False)]
+    records = harness.measure_memory_many(__file__, configs, parallel=1, timeout=300.0, budget=budget)
+    steps = {name: make_step(name, args.chunk_size, any_length=True) for name in ("auto", "dense", "chunked")}
+    lengths = [128] if args.quick else [128, 512, 2048]
+
+    def candidates(length):
+        x = inputs(tf, length)
+        return {name: (lambda s=s: s(x)) for name, s in steps.items()}
+
+    compared = harness.compare(lengths, candidates, args.repeats, budget, log=lambda t: f"any length T={t}")
+    env_end = harness.environment()
+    mib = (lambda r: f"{r['peak_mib']:.0f}" if "peak_mib" in r else r.get("skipped", "-"))
+    rows = [[length] + [harness.fmt_ms(compared.get(length, {}).get(n)) for n in steps]
+            + [harness.fmt_ratio(compared.get(length, {}).get("auto"), compared.get(length, {}).get("dense"))]
+            for length in lengths]
+    lines = [
+        f"chunk_size='auto' traced for any length (TensorSpec (1, None, {MODEL_DIM})), causal, batch {BATCH}, "
+        f"d_model {MODEL_DIM}, {NUM_HEADS} heads x {KEY_DIM}, forward + backward, no XLA.",
+        "",
+        f"Peak memory of a T = {long} step (fresh process, MiB): traced for any length "
+        f"{mib(records[0])}, traced at {long} {mib(records[1])}.",
+        "",
+        f"Time, median of {args.repeats} interleaved calls (ms), every step traced for any length:",
+        "",
+        harness.markdown_table(["T", "auto", "dense", "chunked", "auto / dense"], rows),
+        "", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
+    ]
+    print("\n".join(lines))
+    harness.write_results(harness.output_path(args, "long_sequence_any_length"), {
+        "config": {"batch_size": BATCH, "model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
+                   "chunk_size": args.chunk_size, "repeats": args.repeats, "quick": args.quick},
+        "environment": {"start": env_start, "end": env_end},
+        "timing": [{"layer": n, "length": t, **r} for t, records in compared.items()
+                   for n, r in records.items()],
+        "peak_memory": [{**c, **r} for c, r in zip(configs, records)],
         "table": "\n".join(lines),
         "total_s": budget.elapsed(),
     })
