@@ -19,8 +19,9 @@ Reference:
     Language, 2016.
 """
 
-import gzip
 import os
+
+from keras_attn.datasets.multi30k import read_lines
 
 DEFAULT_DATA_DIR = os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "data", "multi30k"
@@ -56,17 +57,6 @@ def resolve_data_dir(data_dir):
 
         return multi30k.fetch(data_dir=None if data_dir == OFFICIAL else data_dir)
     return data_dir
-
-
-def _read_lines(path):
-    with gzip.open(path, "rb") as f:
-        text = f.read().decode("utf-8")
-    # Split on "\n" only: str.splitlines would also break on characters such
-    # as U+2028 or U+000C that may legitimately sit inside a sentence.
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
 
 
 def load_multi30k(
@@ -141,7 +131,7 @@ def load_multi30k(
                 "holding the full Multi30k data with the --data_dir flag "
                 f"(the project ships them in {DEFAULT_DATA_DIR!r})."
             )
-        sentences.append(_read_lines(path))
+        sentences.append(read_lines(path))
     source, target = sentences
     if len(source) != len(target):
         raise ValueError(

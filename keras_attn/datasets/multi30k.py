@@ -89,7 +89,8 @@ def fetch(splits=SPLITS, languages=LANGUAGES, data_dir=None, cache_dir=None, bas
     return os.path.dirname(path)
 
 
-def _read_lines(path):
+def read_lines(path):
+    """The sentences of one gzip text file of Multi30k, one per line (split on "\n" only)."""
     with gzip.open(path, "rb") as handle:
         text = handle.read().decode("utf-8")
     # "\n" only: str.splitlines would also split on U+2028 or U+000C.
@@ -129,7 +130,7 @@ def load_data(split="train", source_language="de", target_language="en", data_di
     require(source_language != target_language, "target_language", target_language,
             f"another language than source_language={source_language!r}")
     folder = fetch(split, (source_language, target_language), data_dir, cache_dir, base_url)
-    source, target = (_read_lines(os.path.join(folder, f"{split}.{language}.gz"))
+    source, target = (read_lines(os.path.join(folder, f"{split}.{language}.gz"))
                       for language in (source_language, target_language))
     if len(source) != len(target):
         raise ValueError(f"Multi30k split {split!r} in {folder!r} is not aligned: {len(source)} "

@@ -34,10 +34,10 @@ def _init_arguments(cls):
     its `**kwargs` reach, down to `keras.layers.Layer`."""
     names = set()
     for klass in cls.__mro__:
-        if klass is keras.layers.Layer or not issubclass(klass, keras.layers.Layer):
+        if klass is keras.layers.Layer:
             break
-        if "__init__" not in vars(klass):
-            continue
+        if not issubclass(klass, keras.layers.Layer) or "__init__" not in vars(klass):
+            continue  # a mixin (LocalBlockAttention's pieces) or no constructor of its own
         parameters = inspect.signature(klass.__init__).parameters
         names |= {
             name for name, p in parameters.items()
