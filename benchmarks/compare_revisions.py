@@ -114,7 +114,7 @@ def main():
             output = os.path.join(output_dir, f"{script}_{label}.json")
             print(f"running {script} on {label} ({tree})", file=sys.stderr, flush=True)
             results[label] = run_script(script, tree, output, extra)
-        print(f"\n## {script}: before = {args.before}, after = this checkout "
+        print(f"\n## {script}: before = {os.path.relpath(args.before, ROOT)}, after = this checkout "
               "(anchor rows: keras / keras-hub, the load check)\n")
         print(table(results["before"], results["after"]))
     print(f"\nJSON: {output_dir}")
