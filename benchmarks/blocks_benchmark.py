@@ -69,7 +69,9 @@ def memory_worker(config):
 
 
 def main():
-    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser = harness.add_common_arguments(
+        argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    )
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
     if args.memory_worker:
@@ -85,9 +87,15 @@ def main():
 
     memory = {}
     if not args.skip_memory:
-        configs = [{"implementation": n, "block": b, "length": memory_length} for b in BLOCKS for n in NAMES]
+        configs = [
+            {"implementation": n, "block": b, "length": memory_length}
+            for b in BLOCKS
+            for n in NAMES
+        ]
         records = harness.measure_memory_many(__file__, configs, budget=budget)
-        memory = {(c["implementation"], c["block"], c["length"]): r for c, r in zip(configs, records)}
+        memory = {
+            (c["implementation"], c["block"], c["length"]): r for c, r in zip(configs, records)
+        }
         print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
 
     roofline = [harness.matmul_roofline()]
@@ -104,9 +112,14 @@ def main():
             steps[name] = harness.forward_backward_step(forward, layer.trainable_weights, jit)
         return {name: (lambda s=s: s(x)) for name, s in steps.items()}
 
-    compared = harness.compare(configs, candidates, args.repeats, budget,
-                               group=lambda c: (c[0], c[2]),
-                               log=lambda c: f"{c[0]} T={c[1]} jit={c[2]}")
+    compared = harness.compare(
+        configs,
+        candidates,
+        args.repeats,
+        budget,
+        group=lambda c: (c[0], c[2]),
+        log=lambda c: f"{c[0]} T={c[1]} jit={c[2]}",
+    )
     roofline.append(harness.matmul_roofline())
     env_end = harness.environment()
     peak = max(r["gflops"] for r in roofline)
@@ -119,9 +132,19 @@ def main():
         for r in (a, b):
             if r and "median_s" in r:
                 r["gflops"] = block_flops(length) / r["median_s"] / 1e9
-        gf = (lambda r: f"{r['gflops']:.0f} ({100 * r['gflops'] / peak:.0f}%)" if r and "gflops" in r else "-")
-        rows.append([block, length, "yes" if jit else "no", harness.fmt_ms(a), harness.fmt_ms(b),
-                     harness.fmt_ratio(a, b), harness.fmt_ratio(a, b, "cpu_median_s"), gf(a), gf(b)])
+        rows.append(
+            [
+                block,
+                length,
+                "yes" if jit else "no",
+                harness.fmt_ms(a),
+                harness.fmt_ms(b),
+                harness.fmt_ratio(a, b),
+                harness.fmt_ratio(a, b, "cpu_median_s"),
+                harness.fmt_gflops(a, peak),
+                harness.fmt_gflops(b, peak),
+            ]
+        )
     lines = [
         f"Transformer blocks, forward + backward: keras_attn vs keras-hub "
         f"{env_start.get('keras-hub')}; batch {BATCH}, d_model {MODEL_DIM}, {NUM_HEADS} heads x {KEY_DIM}, "
@@ -130,29 +153,64 @@ def main():
         "roofline of this run). Goal: ratio <= 1.00.",
         "",
         harness.markdown_table(
-            ["block", "T", "XLA", "keras_attn ms", "keras-hub ms", "ours / hub (wall)", "ours / hub (CPU)",
-             "keras_attn GFLOP/s", "keras-hub GFLOP/s"], rows),
+            [
+                "block",
+                "T",
+                "XLA",
+                "keras_attn ms",
+                "keras-hub ms",
+                "ours / hub (wall)",
+                "ours / hub (CPU)",
+                "keras_attn GFLOP/s",
+                "keras-hub GFLOP/s",
+            ],
+            rows,
+        ),
     ]
     if memory:
-        lines += ["", "Peak memory of one forward + backward call, no XLA: ru_maxrss rise in a fresh "
-                  "process (MiB).", "",
-                  harness.memory_table(memory, [(b, memory_length) for b in BLOCKS], NAMES, ["block", "T"],
-                                       ["keras_attn MiB", "keras-hub MiB", "ours / hub"])]
+        lines += [
+            "",
+            "Peak memory of one forward + backward call, no XLA: ru_maxrss rise in a fresh "
+            "process (MiB).",
+            "",
+            harness.memory_table(
+                memory,
+                [(b, memory_length) for b in BLOCKS],
+                NAMES,
+                ["block", "T"],
+                ["keras_attn MiB", "keras-hub MiB", "ours / hub"],
+            ),
+        ]
     lines += ["", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}."]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "blocks"), {
-        "config": {"batch_size": BATCH, "model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
-                   "intermediate_dim": FEED_FORWARD_DIM, "repeats": args.repeats, "quick": args.quick,
-                   "budget_s": args.budget},
-        "environment": {"start": env_start, "end": env_end},
-        "matmul_roofline": roofline,
-        "timing": [{"block": c[0], "length": c[1], "jit_compile": c[2], "implementation": n, **r}
-                   for c, records in compared.items() for n, r in records.items()],
-        "peak_memory": [{"implementation": n, "block": b, "length": t, "jit_compile": False, **r}
-                        for (n, b, t), r in memory.items()],
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "blocks"),
+        {
+            "config": {
+                "batch_size": BATCH,
+                "model_dim": MODEL_DIM,
+                "num_heads": NUM_HEADS,
+                "key_dim": KEY_DIM,
+                "intermediate_dim": FEED_FORWARD_DIM,
+                "repeats": args.repeats,
+                "quick": args.quick,
+                "budget_s": args.budget,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "matmul_roofline": roofline,
+            "timing": [
+                {"block": c[0], "length": c[1], "jit_compile": c[2], "implementation": n, **r}
+                for c, records in compared.items()
+                for n, r in records.items()
+            ],
+            "peak_memory": [
+                {"implementation": n, "block": b, "length": t, "jit_compile": False, **r}
+                for (n, b, t), r in memory.items()
+            ],
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ def figures(node, path=()):
         for item in node:
             if isinstance(item, dict):
                 name = tuple(
-                    f"{key}={item[key]}" for key in sorted(item)
+                    f"{key}={item[key]}"
+                    for key in sorted(item)
                     if isinstance(item[key], (str, int, bool)) and key not in ("repeats_done",)
                 )
                 yield from figures(item, path + name)
@@ -90,11 +91,14 @@ def table(before, after):
             continue
         new = after[path]
         old_anchor, new_anchor = anchor_of(path, before), anchor_of(path, after)
-        versus = [f"{time / anchor:.2f}x" if anchor else "-"
-                  for time, anchor in ((old, old_anchor), (new, new_anchor))]
+        versus = [
+            f"{time / anchor:.2f}x" if anchor else "-"
+            for time, anchor in ((old, old_anchor), (new, new_anchor))
+        ]
         label = " ".join(part for part in path[1:-1])
-        rows.append(f"| {label} | {old:.4g} | {new:.4g} | {new / old:.2f}x | "
-                    f"{versus[0]} | {versus[1]} |")
+        rows.append(
+            f"| {label} | {old:.4g} | {new:.4g} | {new / old:.2f}x | {versus[0]} | {versus[1]} |"
+        )
     return "\n".join(rows)
 
 
@@ -114,8 +118,10 @@ def main():
             output = os.path.join(output_dir, f"{script}_{label}.json")
             print(f"running {script} on {label} ({tree})", file=sys.stderr, flush=True)
             results[label] = run_script(script, tree, output, extra)
-        print(f"\n## {script}: before = {os.path.relpath(args.before, ROOT)}, after = this checkout "
-              "(anchor rows: keras / keras-hub, the load check)\n")
+        print(
+            f"\n## {script}: before = {os.path.relpath(args.before, ROOT)}, after = this checkout "
+            "(anchor rows: keras / keras-hub, the load check)\n"
+        )
         print(table(results["before"], results["after"]))
     print(f"\nJSON: {output_dir}")
 

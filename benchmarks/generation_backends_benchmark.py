@@ -51,16 +51,23 @@ def build_model(args, sequence_length):
     import keras_attn.layers as attn
 
     tokens = keras.Input((None,), dtype="int32", name="tokens")
-    x = attn.TokenAndPositionEmbedding(args.vocabulary_size, args.hidden_dim,
-                                       sequence_length=sequence_length, mask_zero=True,
-                                       name="embedding")(tokens)
+    x = attn.TokenAndPositionEmbedding(
+        args.vocabulary_size,
+        args.hidden_dim,
+        sequence_length=sequence_length,
+        mask_zero=True,
+        name="embedding",
+    )(tokens)
     for i in range(args.num_layers):
         x = attn.TransformerDecoder(
             args.intermediate_dim,
             self_attention=attn.MultiHeadSelfAttention(
-                num_heads=args.num_heads, key_dim=args.hidden_dim // args.num_heads,
-                name=f"self_attention_{i}"),
-            name=f"decoder_layer_{i}")(x)
+                num_heads=args.num_heads,
+                key_dim=args.hidden_dim // args.num_heads,
+                name=f"self_attention_{i}",
+            ),
+            name=f"decoder_layer_{i}",
+        )(x)
     return keras.Model(tokens, attn.Projection(args.vocabulary_size, name="logits")(x))
 
 
@@ -82,7 +89,8 @@ def worker(args):
     else:
         model.load_weights(args.weights)
     prompt = keras.ops.convert_to_tensor(
-        np.tile(np.arange(1, PROMPT_LENGTH + 1, dtype="int32"), (args.batch_size, 1)))
+        np.tile(np.arange(1, PROMPT_LENGTH + 1, dtype="int32"), (args.batch_size, 1))
+    )
     programs = {}
 
     def reply(**payload):
@@ -96,36 +104,64 @@ def worker(args):
         n = int(rest[0])
         if command == "compile":
             programs[n] = compile_generation(
-                lambda prompt, n=n: greedy_search(model, prompt, PROMPT_LENGTH + n), model)
+                lambda prompt, n=n: greedy_search(model, prompt, PROMPT_LENGTH + n), model
+            )
         wall, cpu = time.perf_counter(), time.process_time()
         tokens = np.asarray(programs[n](prompt))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        reply(wall_s=wall, cpu_s=cpu,
-              tokens=tokens[0, PROMPT_LENGTH:].tolist() if command == "compile" else None)
+        reply(
+            wall_s=wall,
+            cpu_s=cpu,
+            tokens=tokens[0, PROMPT_LENGTH:].tolist() if command == "compile" else None,
+        )
 
 
 # ------------------------------------------------------------------ driver
 class Worker:
     def __init__(self, backend, args, weights, save_weights):
         env = dict(os.environ, KERAS_BACKEND=backend)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [harness.PROJECT_ROOT, env.get("PYTHONPATH")]))
-        command = [sys.executable, os.path.abspath(__file__), "--worker", backend, "--weights", weights,
-                   "--lengths", *map(str, args.lengths)]
-        for name in ("num_layers", "hidden_dim", "num_heads", "intermediate_dim", "vocabulary_size",
-                     "batch_size"):
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [harness.PROJECT_ROOT, env.get("PYTHONPATH")])
+        )
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--worker",
+            backend,
+            "--weights",
+            weights,
+            "--lengths",
+            *map(str, args.lengths),
+        ]
+        for name in (
+            "num_layers",
+            "hidden_dim",
+            "num_heads",
+            "intermediate_dim",
+            "vocabulary_size",
+            "batch_size",
+        ):
             command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
         if save_weights:
             command.append("--save-weights")
         self.backend = backend
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                        env=env, cwd=harness.PROJECT_ROOT)
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=harness.PROJECT_ROOT,
+        )
         self.ready = self.read()
 
     def read(self):
         for line in self.process.stdout:
             if line.startswith(_REPLY):
-                return json.loads(line[len(_REPLY):])
-        raise RuntimeError(f"the {self.backend} worker exited (code {self.process.wait()}); see its stderr")
+                return json.loads(line[len(_REPLY) :])
+        raise RuntimeError(
+            f"the {self.backend} worker exited (code {self.process.wait()}); see its stderr"
+        )
 
     def ask(self, command):
         self.process.stdin.write(command + "\n")
@@ -154,10 +190,13 @@ def backend_versions():
 
 
 def main():
-    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser = harness.add_common_arguments(
+        argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    )
     harness.add_language_model_arguments(parser)
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS),
-                        help="numbers of generated tokens")
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=list(LENGTHS), help="numbers of generated tokens"
+    )
     parser.add_argument("--worker", choices=BACKENDS, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--weights", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--save-weights", action="store_true", help=argparse.SUPPRESS)
@@ -184,23 +223,35 @@ def main():
                     # Warm-up + repeats per side at the rates of the last N,
                     # scaled by length, plus compilation as measured.
                     last = results[max(results)]
-                    predicted = sum(r["first_s"] + (1 + args.repeats) * r["median_s"] * n / max(results)
-                                    for r in last.values())
+                    predicted = sum(
+                        r["first_s"] + (1 + args.repeats) * r["median_s"] * n / max(results)
+                        for r in last.values()
+                    )
                     if not budget.fits(predicted):
-                        results[n] = {"skipped": f"skipped (out of budget: ~{predicted:.0f} s predicted, "
-                                                 f"{max(0.0, budget.left()):.0f} s left)"}
+                        results[n] = {
+                            "skipped": f"skipped (out of budget: ~{predicted:.0f} s predicted, "
+                            f"{max(0.0, budget.left()):.0f} s left)"
+                        }
                         continue
                 records = {}
                 for backend, w in workers.items():
                     first = w.ask(f"compile {n}")
-                    records[backend] = {"first_s": first["wall_s"], "tokens": first["tokens"],
-                                        "runs_s": [], "cpu_runs_s": []}
+                    records[backend] = {
+                        "first_s": first["wall_s"],
+                        "tokens": first["tokens"],
+                        "runs_s": [],
+                        "cpu_runs_s": [],
+                    }
                 tf_tokens, jax_tokens = records["tensorflow"]["tokens"], records["jax"]["tokens"]
                 same = [a == b for a, b in zip(tf_tokens, jax_tokens)]
-                agree[n] = {"equal": all(same),
-                            "first_difference": None if all(same) else same.index(False)}
+                agree[n] = {
+                    "equal": all(same),
+                    "first_difference": None if all(same) else same.index(False),
+                }
                 for round_index in range(args.repeats):
-                    if round_index >= 3 and not budget.fits(sum(r["runs_s"][-1] for r in records.values())):
+                    if round_index >= 3 and not budget.fits(
+                        sum(r["runs_s"][-1] for r in records.values())
+                    ):
                         break
                     for backend, w in workers.items():
                         timed = w.ask(f"run {n}")
@@ -213,9 +264,13 @@ def main():
                     record["tokens_per_s"] = n * args.batch_size / record["median_s"]
                     record["cpu_tokens_per_s"] = n * args.batch_size / record["cpu_median_s"]
                 results[n] = records
-                print(f"N={n}: " + ", ".join(f"{b} {r['tokens_per_s']:.1f} tok/s"
-                                             for b, r in records.items())
-                      + f" ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
+                print(
+                    f"N={n}: "
+                    + ", ".join(f"{b} {r['tokens_per_s']:.1f} tok/s" for b, r in records.items())
+                    + f" ({budget.elapsed():.0f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             for w in workers.values():
                 w.close()
@@ -228,15 +283,21 @@ def main():
             rows.append([n, PROMPT_LENGTH + n, entry["skipped"], "-", "-", "-", "-", "-", "-"])
             continue
         tf_record, jax_record = entry["tensorflow"], entry["jax"]
-        rows.append([
-            n, PROMPT_LENGTH + n,
-            f"{tf_record['tokens_per_s']:.1f}", f"{jax_record['tokens_per_s']:.1f}",
-            f"{jax_record['tokens_per_s'] / tf_record['tokens_per_s']:.2f}x",
-            f"{1e3 * tf_record['cpu_median_s'] / n:.1f} / {1e3 * jax_record['cpu_median_s'] / n:.1f}",
-            f"{tf_record['first_s']:.1f} / {jax_record['first_s']:.1f}",
-            "yes" if agree[n]["equal"] else f"no (from generated token {agree[n]['first_difference']})",
-            f"{tf_record['repeats_done']}",
-        ])
+        rows.append(
+            [
+                n,
+                PROMPT_LENGTH + n,
+                f"{tf_record['tokens_per_s']:.1f}",
+                f"{jax_record['tokens_per_s']:.1f}",
+                f"{jax_record['tokens_per_s'] / tf_record['tokens_per_s']:.2f}x",
+                f"{1e3 * tf_record['cpu_median_s'] / n:.1f} / {1e3 * jax_record['cpu_median_s'] / n:.1f}",
+                f"{tf_record['first_s']:.1f} / {jax_record['first_s']:.1f}",
+                "yes"
+                if agree[n]["equal"]
+                else f"no (from generated token {agree[n]['first_difference']})",
+                f"{tf_record['repeats_done']}",
+            ]
+        )
     versions = backend_versions()
     lines = [
         f"Cached greedy decoding, TensorFlow vs JAX backend, same weights: decoder-only LM, "
@@ -248,23 +309,40 @@ def main():
         f"JAX {versions['jax']} (jaxlib {versions['jaxlib']}), Keras {versions['keras']}.",
         "",
         harness.markdown_table(
-            ["N", "cache L", "TF tokens/s", "JAX tokens/s", "JAX / TF", "CPU ms/token TF / JAX",
-             "first call s TF / JAX", "same tokens", "calls"], rows),
+            [
+                "N",
+                "cache L",
+                "TF tokens/s",
+                "JAX tokens/s",
+                "JAX / TF",
+                "CPU ms/token TF / JAX",
+                "first call s TF / JAX",
+                "same tokens",
+                "calls",
+            ],
+            rows,
+        ),
         "",
         f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "generation_backends"), {
-        "config": {k: v for k, v in vars(args).items()
-                   if k not in ("output", "memory_worker", "worker", "weights", "save_weights")}
-                  | {"prompt_length": PROMPT_LENGTH},
-        "environment": {"start": env_start, "end": env_end, "versions": versions},
-        "parameters": params,
-        "results": {str(n): v for n, v in results.items()},
-        "same_tokens": {str(n): v for n, v in agree.items()},
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "generation_backends"),
+        {
+            "config": {
+                k: v
+                for k, v in vars(args).items()
+                if k not in ("output", "memory_worker", "worker", "weights", "save_weights")
+            }
+            | {"prompt_length": PROMPT_LENGTH},
+            "environment": {"start": env_start, "end": env_end, "versions": versions},
+            "parameters": params,
+            "results": {str(n): v for n, v in results.items()},
+            "same_tokens": {str(n): v for n, v in agree.items()},
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -72,12 +72,17 @@ KINDS = ("MultiHeadSelfAttention", "LocalBlockAttention", "RelativeGlobalAttenti
 def self_attention(kind, args, index):
     import keras_attn.layers as attn
 
-    common = dict(num_heads=args.num_heads, key_dim=args.hidden_dim // args.num_heads,
-                  name=f"self_attention_{index}")
+    common = dict(
+        num_heads=args.num_heads,
+        key_dim=args.hidden_dim // args.num_heads,
+        name=f"self_attention_{index}",
+    )
     if kind == "MultiHeadSelfAttention":
         return attn.MultiHeadSelfAttention(**common)
     if kind == "LocalBlockAttention":
-        return attn.LocalBlockAttention(block_size=args.block_size, memory_flange=args.block_size, **common)
+        return attn.LocalBlockAttention(
+            block_size=args.block_size, memory_flange=args.block_size, **common
+        )
     return attn.RelativeGlobalAttention(max_relative_position=args.max_relative_position, **common)
 
 
@@ -88,11 +93,19 @@ def build_keras_attn(kind, args, max_length):
     import keras_attn.layers as attn
 
     tokens = keras.Input((None,), dtype="int32", name="tokens")
-    x = attn.TokenAndPositionEmbedding(args.vocabulary_size, args.hidden_dim, sequence_length=max_length,
-                                       mask_zero=True, name="embedding")(tokens)
+    x = attn.TokenAndPositionEmbedding(
+        args.vocabulary_size,
+        args.hidden_dim,
+        sequence_length=max_length,
+        mask_zero=True,
+        name="embedding",
+    )(tokens)
     for i in range(args.num_layers):
-        x = attn.TransformerDecoder(args.intermediate_dim, self_attention=self_attention(kind, args, i),
-                                    name=f"decoder_layer_{i}")(x)
+        x = attn.TransformerDecoder(
+            args.intermediate_dim,
+            self_attention=self_attention(kind, args, i),
+            name=f"decoder_layer_{i}",
+        )(x)
     logits = attn.Projection(args.vocabulary_size, name="logits")(x)  # as keras_attn.models do
     return keras.Model(tokens, logits)
 
@@ -108,25 +121,33 @@ class KerasHubLM:
         self.args, self.max_length = args, max_length
         # No implicit mask, as keras-hub's CausalLM backbones: with a cache,
         # keras-hub's decoder would compare it with the cache length.
-        self.embedding = keras_hub.layers.TokenAndPositionEmbedding(args.vocabulary_size, max_length,
-                                                                    args.hidden_dim)
-        self.decoders = [keras_hub.layers.TransformerDecoder(args.intermediate_dim, args.num_heads)
-                         for _ in range(args.num_layers)]
+        self.embedding = keras_hub.layers.TokenAndPositionEmbedding(
+            args.vocabulary_size, max_length, args.hidden_dim
+        )
+        self.decoders = [
+            keras_hub.layers.TransformerDecoder(args.intermediate_dim, args.num_heads)
+            for _ in range(args.num_layers)
+        ]
         self.dense = keras.layers.Dense(args.vocabulary_size)
         x = self.embedding(ops.ones((1, 2), "int32"))
         for layer in self.decoders:
             x = layer(x)
         self.dense(x)
-        self.num_params = (self.embedding.count_params() + self.dense.count_params()
-                           + sum(layer.count_params() for layer in self.decoders))
+        self.num_params = (
+            self.embedding.count_params()
+            + self.dense.count_params()
+            + sum(layer.count_params() for layer in self.decoders)
+        )
         self.version = keras_hub.__version__
 
     def empty_cache(self, batch):
         from keras import ops
 
         head_dim = self.args.hidden_dim // self.args.num_heads
-        return ops.zeros((batch, self.args.num_layers, 2, self.max_length, self.args.num_heads, head_dim),
-                         "float32")
+        return ops.zeros(
+            (batch, self.args.num_layers, 2, self.max_length, self.args.num_heads, head_dim),
+            "float32",
+        )
 
     def __call__(self, tokens, cache, index):
         from keras import ops
@@ -134,8 +155,9 @@ class KerasHubLM:
         x = self.embedding(tokens, start_index=index)
         caches = []
         for i, layer in enumerate(self.decoders):
-            x, layer_cache = layer(x, self_attention_cache=cache[:, i],
-                                   self_attention_cache_update_index=index)
+            x, layer_cache = layer(
+                x, self_attention_cache=cache[:, i], self_attention_cache_update_index=index
+            )
             caches.append(layer_cache)
         return self.dense(x), ops.stack(caches, axis=1)
 
@@ -227,7 +249,10 @@ def step_programs(tf, model, hub, batch_size, max_length):
         return token
 
     programs = {}
-    for name, prefill, steps in (("keras_attn", ours_prefill, ours_steps), ("keras_hub", hub_prefill, hub_steps)):
+    for name, prefill, steps in (
+        ("keras_attn", ours_prefill, ours_steps),
+        ("keras_hub", hub_prefill, hub_steps),
+    ):
         if name == "keras_hub" and hub is None:
             continue
         token, state = harness.compile_function(prefill, jit_compile=True)(prompt)
@@ -243,8 +268,11 @@ def full_programs(tf, model, hub, batch_size, n):
     from keras_attn.generation import greedy_search
 
     max_length = PROMPT_LENGTH + n
-    programs = {"keras_attn": harness.compile_function(
-        lambda prompt: greedy_search(model, prompt, max_length), jit_compile=True)}
+    programs = {
+        "keras_attn": harness.compile_function(
+            lambda prompt: greedy_search(model, prompt, max_length), jit_compile=True
+        )
+    }
     if hub is not None:
         import keras_hub
 
@@ -254,7 +282,9 @@ def full_programs(tf, model, hub, batch_size, n):
             batch = ops.shape(prompt)[0]
             _, cache = hub(prompt, hub.empty_cache(batch), 0)  # prefill, as CausalLM._build_cache
             padded = ops.pad(prompt, [[0, 0], [0, n]])
-            mask = ops.broadcast_to(ops.arange(max_length)[None, :] < PROMPT_LENGTH, ops.shape(padded))
+            mask = ops.broadcast_to(
+                ops.arange(max_length)[None, :] < PROMPT_LENGTH, ops.shape(padded)
+            )
 
             def next_fn(tokens, cache, index):
                 token = ops.slice(tokens, [0, index - 1], [batch, 1])
@@ -269,19 +299,30 @@ def full_programs(tf, model, hub, batch_size, n):
 
 
 def main():
-    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser = harness.add_common_arguments(
+        argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    )
     harness.add_language_model_arguments(parser)
     parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--max-relative-position", type=int, default=512)
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS),
-                        help="numbers of generated tokens")
-    parser.add_argument("--attention", nargs="+", default=["MultiHeadSelfAttention"], choices=KINDS,
-                        help="self-attention types of the keras_attn model (the first is compared with "
-                             "keras-hub end to end)")
+    parser.add_argument(
+        "--lengths", type=int, nargs="+", default=list(LENGTHS), help="numbers of generated tokens"
+    )
+    parser.add_argument(
+        "--attention",
+        nargs="+",
+        default=["MultiHeadSelfAttention"],
+        choices=KINDS,
+        help="self-attention types of the keras_attn model (the first is compared with "
+        "keras-hub end to end)",
+    )
     parser.add_argument("--skip-keras-hub", action="store_true")
-    parser.add_argument("--floor", action="store_true",
-                        help="report ms/token against the memory-bound floor (lengths 256 2048 8192 "
-                             "unless --lengths is given)")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="report ms/token against the memory-bound floor (lengths 256 2048 8192 "
+        "unless --lengths is given)",
+    )
     args = parser.parse_args()
     if args.floor and args.lengths == list(LENGTHS):
         args.lengths = list(FLOOR_LENGTHS)
@@ -323,8 +364,11 @@ def main():
             for name, (run, token, state) in programs.items():
                 for where, start in positions.items():
                     index = tf.constant(start, "int32")
-                    candidates[(name, where)] = (lambda run=run, token=token, index=index, state=state:
-                                                 run(token, index, state))
+                    candidates[(name, where)] = (
+                        lambda run=run, token=token, index=index, state=state: run(
+                            token, index, state
+                        )
+                    )
             if args.floor and kind_index == 0:
                 candidates[("matvecs", "early")] = matvec_program(tf, model, args.batch_size)
             records = harness.time_interleaved(candidates, repeats=args.repeats, budget=budget)
@@ -333,14 +377,25 @@ def main():
                 per_token.setdefault((key, n), {})[where] = {
                     "ms_per_token": 1e3 * record["median_s"] / STEPS,
                     "cpu_ms_per_token": 1e3 * record["cpu_median_s"] / STEPS,
-                    "first_call_s": record["first_s"], "repeats_done": record["repeats_done"]}
+                    "first_call_s": record["first_s"],
+                    "repeats_done": record["repeats_done"],
+                }
             for key in {kind} | ({"keras_hub"} if hub is not None else set()):
                 entry = per_token[(key, n)]
-                entry["tokens_per_s"] = 2e3 / (entry["early"]["ms_per_token"] + entry["late"]["ms_per_token"])
-            print(f"{kind} L={max_length}: " + ", ".join(
-                f"{k} {v['early']['ms_per_token']:.1f}/{v['late']['ms_per_token']:.1f} ms"
-                for (k, m), v in per_token.items() if m == n and "late" in v) + f" ({budget.elapsed():.0f} s)",
-                file=sys.stderr, flush=True)
+                entry["tokens_per_s"] = 2e3 / (
+                    entry["early"]["ms_per_token"] + entry["late"]["ms_per_token"]
+                )
+            print(
+                f"{kind} L={max_length}: "
+                + ", ".join(
+                    f"{k} {v['early']['ms_per_token']:.1f}/{v['late']['ms_per_token']:.1f} ms"
+                    for (k, m), v in per_token.items()
+                    if m == n and "late" in v
+                )
+                + f" ({budget.elapsed():.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # 2. End to end, first attention type vs keras-hub, while the budget lasts.
     end_to_end = {}
@@ -348,22 +403,36 @@ def main():
     for n in lengths:
         # Warm-up + 3 calls per side at the measured per-token rates, plus
         # about 30 s of XLA compilation.
-        rates = [per_token[key]["tokens_per_s"] for key in ((kind, n), ("keras_hub", n)) if key in per_token]
+        rates = [
+            per_token[key]["tokens_per_s"]
+            for key in ((kind, n), ("keras_hub", n))
+            if key in per_token
+        ]
         predicted = 30.0 + sum(4 * n / rate for rate in rates)
         if not budget.fits(predicted):
-            end_to_end[n] = {"skipped": f"skipped (out of budget: ~{predicted:.0f} s predicted, "
-                                        f"{max(0.0, budget.left()):.0f} s left)"}
+            end_to_end[n] = {
+                "skipped": f"skipped (out of budget: ~{predicted:.0f} s predicted, "
+                f"{max(0.0, budget.left()):.0f} s left)"
+            }
             continue
         keras.utils.set_random_seed(0)
         model = build_keras_attn(kind, args, PROMPT_LENGTH + n)
         hub = KerasHubLM(args, PROMPT_LENGTH + n) if use_hub else None
-        records = harness.time_interleaved(full_programs(tf, model, hub, args.batch_size, n),
-                                           repeats=min(args.repeats, 3), budget=budget)
+        records = harness.time_interleaved(
+            full_programs(tf, model, hub, args.batch_size, n),
+            repeats=min(args.repeats, 3),
+            budget=budget,
+        )
         for record in records.values():
             record["tokens_per_s"] = n * args.batch_size / record["median_s"]
         end_to_end[n] = records
-        print(f"end to end N={n}: " + ", ".join(f"{k} {r['tokens_per_s']:.1f} tok/s" for k, r in records.items())
-              + f" ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
+        print(
+            f"end to end N={n}: "
+            + ", ".join(f"{k} {r['tokens_per_s']:.1f} tok/s" for k, r in records.items())
+            + f" ({budget.elapsed():.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
     roofline.append(harness.matmul_roofline())
     if args.floor:
         bandwidth.append(harness.read_bandwidth())
@@ -376,16 +445,29 @@ def main():
             if not entry:
                 continue
             hub_entry = per_token.get(("keras_hub", n))
-            ratio = (f"{entry['tokens_per_s'] / hub_entry['tokens_per_s']:.2f}x"
-                     if hub_entry and key != "keras_hub" else "-")
+            ratio = (
+                f"{entry['tokens_per_s'] / hub_entry['tokens_per_s']:.2f}x"
+                if hub_entry and key != "keras_hub"
+                else "-"
+            )
             full = end_to_end.get(n, {})
             side = "keras_hub" if key == "keras_hub" else ("keras_attn" if key == kind else None)
             measured = full.get(side) if side and "skipped" not in full else None
             flat = entry["late"]["ms_per_token"] / entry["early"]["ms_per_token"]
-            rows.append([n, PROMPT_LENGTH + n, key, f"{params.get(key, 0):,}",
-                         f"{entry['early']['ms_per_token']:.1f}", f"{entry['late']['ms_per_token']:.1f}",
-                         f"{flat:.2f}", f"{entry['tokens_per_s']:.1f}", ratio,
-                         f"{measured['tokens_per_s']:.1f}" if measured else full.get("skipped", "-")])
+            rows.append(
+                [
+                    n,
+                    PROMPT_LENGTH + n,
+                    key,
+                    f"{params.get(key, 0):,}",
+                    f"{entry['early']['ms_per_token']:.1f}",
+                    f"{entry['late']['ms_per_token']:.1f}",
+                    f"{flat:.2f}",
+                    f"{entry['tokens_per_s']:.1f}",
+                    ratio,
+                    f"{measured['tokens_per_s']:.1f}" if measured else full.get("skipped", "-"),
+                ]
+            )
     lines = [
         f"Cached greedy decoding, decoder-only LM: {args.num_layers} layers, d {args.hidden_dim}, "
         f"{args.num_heads} heads, d_ff {args.intermediate_dim}, vocabulary {args.vocabulary_size}, batch "
@@ -396,8 +478,20 @@ def main():
         ">= keras-hub's, late / early ~ 1.",
         "",
         harness.markdown_table(
-            ["N", "cache L", "model", "params", "ms/token early", "ms/token late", "late / early",
-             "tokens/s", "vs keras-hub", "end-to-end tokens/s"], rows),
+            [
+                "N",
+                "cache L",
+                "model",
+                "params",
+                "ms/token early",
+                "ms/token late",
+                "late / early",
+                "tokens/s",
+                "vs keras-hub",
+                "end-to-end tokens/s",
+            ],
+            rows,
+        ),
         "",
         f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
@@ -414,46 +508,82 @@ def main():
             matvecs = per_token.get(("matvecs", n), {}).get("early", {}).get("ms_per_token")
             full = end_to_end.get(n, {})
             e2e = full.get("keras_attn") if "skipped" not in full else None
-            floor_rows.append([
-                n, PROMPT_LENGTH + n, f"{weights / 2**20:.1f}", f"{caches / 2**20:.1f}", f"{floor_ms:.2f}",
-                f"{ms:.2f}", f"{ms / floor_ms:.2f}x",
-                f"{matvecs:.2f} ({ms / matvecs:.2f}x)" if matvecs else "-",
-                f"{1e3 * e2e['median_s'] / n:.2f} ({1e3 * e2e['median_s'] / n / floor_ms:.2f}x)" if e2e else "-",
-                f"{1e3 / hub_entry['tokens_per_s']:.2f}" if hub_entry else "-",
-                f"{ours['tokens_per_s'] / hub_entry['tokens_per_s']:.2f}x" if hub_entry else "-"])
+            floor_rows.append(
+                [
+                    n,
+                    PROMPT_LENGTH + n,
+                    f"{weights / 2**20:.1f}",
+                    f"{caches / 2**20:.1f}",
+                    f"{floor_ms:.2f}",
+                    f"{ms:.2f}",
+                    f"{ms / floor_ms:.2f}x",
+                    f"{matvecs:.2f} ({ms / matvecs:.2f}x)" if matvecs else "-",
+                    f"{1e3 * e2e['median_s'] / n:.2f} ({1e3 * e2e['median_s'] / n / floor_ms:.2f}x)"
+                    if e2e
+                    else "-",
+                    f"{1e3 / hub_entry['tokens_per_s']:.2f}" if hub_entry else "-",
+                    f"{ours['tokens_per_s'] / hub_entry['tokens_per_s']:.2f}x"
+                    if hub_entry
+                    else "-",
+                ]
+            )
         lines += [
             "",
             f"Per-token cost vs the memory-bound floor ({kind}): floor = (weight bytes a step reads + all "
             f"caches at L) / {gbps:.1f} GB/s, the read bandwidth of this run (best of a 256 MiB float32 sum "
-            "and a (1, 4096) x (4096, 16384) matvec under XLA: " + "; ".join(
-                f"sum {b['sum_gbps']:.1f}, matvec {b['matvec_gbps']:.1f} GB/s" for b in bandwidth)
+            "and a (1, 4096) x (4096, 16384) matvec under XLA: "
+            + "; ".join(
+                f"sum {b['sum_gbps']:.1f}, matvec {b['matvec_gbps']:.1f} GB/s" for b in bandwidth
+            )
             + " at start and end). ms/token: mean of early and late 16-step programs; matvecs: the "
             "same weight matrices read as a chain of XLA matvecs and nothing else, 16 passes per program, "
             "timed in the same interleaved rounds (measured / that in brackets); end to end: "
             "(prefill + N steps) / N.",
             "",
             harness.markdown_table(
-                ["N", "cache L", "weights MiB", "caches MiB", "floor ms/token", "ms/token",
-                 "measured / floor", "matvecs ms/token (measured / matvecs)",
-                 "end-to-end ms/token (/ floor)", "keras-hub ms/token",
-                 "tokens/s vs keras-hub"], floor_rows),
+                [
+                    "N",
+                    "cache L",
+                    "weights MiB",
+                    "caches MiB",
+                    "floor ms/token",
+                    "ms/token",
+                    "measured / floor",
+                    "matvecs ms/token (measured / matvecs)",
+                    "end-to-end ms/token (/ floor)",
+                    "keras-hub ms/token",
+                    "tokens/s vs keras-hub",
+                ],
+                floor_rows,
+            ),
         ]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "generation_floor" if args.floor else "generation"), {
-        "config": {**{k: v for k, v in vars(args).items() if k not in ("output", "memory_worker")},
-                   "lengths": lengths, "prompt_length": PROMPT_LENGTH, "steps_per_program": STEPS},
-        "environment": {"start": env_start, "end": env_end},
-        "matmul_roofline": roofline,
-        "read_bandwidth": bandwidth,
-        "floor": [{"generated_tokens": n, "weight_bytes": w, "cache_bytes": c}
-                  for n, (w, c) in floor_bytes.items()],
-        "parameters": params,
-        "per_token": [{"model": k, "generated_tokens": n, "cache_length": PROMPT_LENGTH + n, **v}
-                      for (k, n), v in per_token.items()],
-        "end_to_end": {str(n): v for n, v in end_to_end.items()},
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "generation_floor" if args.floor else "generation"),
+        {
+            "config": {
+                **{k: v for k, v in vars(args).items() if k not in ("output", "memory_worker")},
+                "lengths": lengths,
+                "prompt_length": PROMPT_LENGTH,
+                "steps_per_program": STEPS,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "matmul_roofline": roofline,
+            "read_bandwidth": bandwidth,
+            "floor": [
+                {"generated_tokens": n, "weight_bytes": w, "cache_bytes": c}
+                for n, (w, c) in floor_bytes.items()
+            ],
+            "parameters": params,
+            "per_token": [
+                {"model": k, "generated_tokens": n, "cache_length": PROMPT_LENGTH + n, **v}
+                for (k, n), v in per_token.items()
+            ],
+            "end_to_end": {str(n): v for n, v in end_to_end.items()},
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 if __name__ == "__main__":

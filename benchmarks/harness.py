@@ -84,16 +84,32 @@ def setup_tensorflow(constant_folding=False):
 def add_common_arguments(parser, repeats=5, budget=280.0):
     """The flags every script has: --quick, --repeats, --budget, --output,
     --verbose, and the hidden --memory-worker used by `measure_memory`."""
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: smallest configurations, 2 repeats, nothing written "
-                             "unless --output is given")
-    parser.add_argument("--repeats", type=int, default=repeats,
-                        help="timed calls per candidate after the warm-up (median reported)")
-    parser.add_argument("--budget", type=float, default=budget,
-                        help="seconds for the whole run; configurations that would not fit are skipped")
-    parser.add_argument("--output", default=None, help="JSON file to write (default benchmarks/results/<name>.json)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="keep TensorFlow's start-up log lines (read by `setup_tensorflow`)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: smallest configurations, 2 repeats, nothing written "
+        "unless --output is given",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=repeats,
+        help="timed calls per candidate after the warm-up (median reported)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=budget,
+        help="seconds for the whole run; configurations that would not fit are skipped",
+    )
+    parser.add_argument(
+        "--output", default=None, help="JSON file to write (default benchmarks/results/<name>.json)"
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="keep TensorFlow's start-up log lines (read by `setup_tensorflow`)",
+    )
     parser.add_argument("--memory-worker", default=None, help=argparse.SUPPRESS)
     return parser
 
@@ -231,8 +247,9 @@ def time_interleaved(candidates, repeats=5, warmup=1, budget=None):
     return records
 
 
-def compare(configs, make_candidates, repeats, budget, group=None, growth=3.0, log=None,
-            on_result=None):
+def compare(
+    configs, make_candidates, repeats, budget, group=None, growth=3.0, log=None, on_result=None
+):
     """Times candidates side by side over a list of configurations.
 
     Args:
@@ -260,8 +277,10 @@ def compare(configs, make_candidates, repeats, budget, group=None, growth=3.0, l
     for config in configs:
         previous = spent.get(group(config))
         if growth is not None and previous is not None and not budget.fits(growth * previous):
-            reason = (f"skipped (out of budget: ~{growth * previous:.0f} s predicted, "
-                      f"{max(0.0, budget.left()):.0f} s left)")
+            reason = (
+                f"skipped (out of budget: ~{growth * previous:.0f} s predicted, "
+                f"{max(0.0, budget.left()):.0f} s left)"
+            )
             results[config] = {"_skipped": reason}
             print(f"{log(config) if log else config}: {reason}", file=sys.stderr, flush=True)
             continue
@@ -273,10 +292,19 @@ def compare(configs, make_candidates, repeats, budget, group=None, growth=3.0, l
             on_result(config, records)
         names = list(records)
         text = ", ".join(f"{n} {1000 * records[n]['median_s']:.1f} ms" for n in names)
-        print(f"{log(config) if log else config}: {text} ({budget.elapsed():.0f} s)",
-              file=sys.stderr, flush=True)
-    return {config: ({name: {"skipped": r["_skipped"]} for name in _names_of(results)} if "_skipped" in r
-                     else r) for config, r in results.items()}
+        print(
+            f"{log(config) if log else config}: {text} ({budget.elapsed():.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {
+        config: (
+            {name: {"skipped": r["_skipped"]} for name in _names_of(results)}
+            if "_skipped" in r
+            else r
+        )
+        for config, r in results.items()
+    }
 
 
 def _names_of(results):
@@ -308,9 +336,13 @@ def matmul_roofline(size=2048, repeats=5, jit_compile=False):
         start = time.perf_counter()
         block(matmul(a, b))
         times.append(time.perf_counter() - start)
-    flops = 2.0 * size ** 3
-    return {"size": size, "jit_compile": jit_compile, "gflops": flops / min(times) / 1e9,
-            "median_gflops": flops / statistics.median(times) / 1e9}
+    flops = 2.0 * size**3
+    return {
+        "size": size,
+        "jit_compile": jit_compile,
+        "gflops": flops / min(times) / 1e9,
+        "median_gflops": flops / statistics.median(times) / 1e9,
+    }
 
 
 def read_bandwidth(mebibytes=256, repeats=5):
@@ -328,13 +360,16 @@ def read_bandwidth(mebibytes=256, repeats=5):
     """
     import tensorflow as tf
 
-    count = mebibytes * 2 ** 20 // 4
+    count = mebibytes * 2**20 // 4
     flat = tf.random.stateless_uniform((count,), seed=(0, 3))
     matrix = tf.reshape(flat, (4096, count // 4096))
     vector = tf.ones((1, 4096))
     programs = {
         "sum": (compile_function(tf.reduce_sum, True), (flat,)),
-        "matvec": (compile_function(lambda v, m: tf.reduce_sum(tf.matmul(v, m)), True), (vector, matrix)),
+        "matvec": (
+            compile_function(lambda v, m: tf.reduce_sum(tf.matmul(v, m)), True),
+            (vector, matrix),
+        ),
     }
     result = {"mebibytes": mebibytes}
     for name, (fn, args) in programs.items():
@@ -349,8 +384,9 @@ def read_bandwidth(mebibytes=256, repeats=5):
     return result
 
 
-def attention_flops(batch, length, model_dim, num_heads, key_dim, key_length=None, backward=False,
-                    projections=True):
+def attention_flops(
+    batch, length, model_dim, num_heads, key_dim, key_length=None, backward=False, projections=True
+):
     """Multiply-adds x 2 of one multi-head attention call.
 
     Projections Q, K, V (D -> H*K each) and output (H*K -> D), plus Q·Kᵀ and
@@ -398,31 +434,44 @@ def memory_worker(run_once, prepare=None):
     block(run_once())
     seconds = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({
-        "peak_mib": (after - before) / 1024.0,  # ru_maxrss is in KiB on Linux
-        "maxrss_before_mib": before / 1024.0,
-        "resident_before_mib": None if resident is None else resident / 1024.0,
-        # A high-water mark above the resident size at the start means it
-        # was inherited, and the rise understates the call's peak.
-        "maxrss_inherited": resident is not None and before > 1.1 * resident,
-        "seconds": seconds,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "peak_mib": (after - before) / 1024.0,  # ru_maxrss is in KiB on Linux
+                "maxrss_before_mib": before / 1024.0,
+                "resident_before_mib": None if resident is None else resident / 1024.0,
+                # A high-water mark above the resident size at the start means it
+                # was inherited, and the rise understates the call's peak.
+                "maxrss_inherited": resident is not None and before > 1.1 * resident,
+                "seconds": seconds,
+            }
+        ),
+        flush=True,
+    )
 
 
 def measure_memory(script, config, timeout=120.0):
     """Runs `script --memory-worker <json config>` in a fresh process
     (through the trampoline) and returns the worker's JSON record, or
     {"skipped": reason} when it failed or timed out."""
-    command = [sys.executable, "-c", _TRAMPOLINE, sys.executable, os.path.abspath(script),
-               "--memory-worker", json.dumps(config)]
+    command = [
+        sys.executable,
+        "-c",
+        _TRAMPOLINE,
+        sys.executable,
+        os.path.abspath(script),
+        "--memory-worker",
+        json.dumps(config),
+    ]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [PROJECT_ROOT, os.path.dirname(os.path.abspath(__file__))]
         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     )
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=max(5.0, timeout),
-                                env=env)
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=max(5.0, timeout), env=env
+        )
     except subprocess.TimeoutExpired:
         return {"skipped": f"skipped (out of budget: memory worker ran over {timeout:.0f} s)"}
     for line in reversed(result.stdout.splitlines()):
@@ -458,8 +507,11 @@ def environment():
         "load_average": list(os.getloadavg()),
         # Allocator and TensorFlow runtime settings that change timings; named
         # one by one (a bare "TF_" prefix also catches other tools' settings).
-        "malloc_env": {k: v for k, v in os.environ.items()
-                       if k.startswith(("MALLOC", "GLIBC", "TF_ENABLE_", "TF_NUM_", "TF_XLA_"))},
+        "malloc_env": {
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith(("MALLOC", "GLIBC", "TF_ENABLE_", "TF_NUM_", "TF_XLA_"))
+        },
     }
     try:
         with open("/proc/cpuinfo") as f:
@@ -468,7 +520,7 @@ def environment():
                     info["cpu_model"] = line.split(":", 1)[1].strip()
                     break
         with open("/proc/meminfo") as f:
-            info["memory_gib"] = round(int(f.readline().split()[1]) / 2 ** 20, 1)
+            info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
     except OSError:
         pass
     from importlib.metadata import PackageNotFoundError, version
@@ -491,8 +543,7 @@ def load_note(env_start, env_end=None):
 
 def markdown_table(headers, rows):
     """Markdown table from a header list and a list of row lists."""
-    lines = ["| " + " | ".join(str(h) for h in headers) + " |",
-             "|" + "---|" * len(headers)]
+    lines = ["| " + " | ".join(str(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     for row in rows:
         lines.append("| " + " | ".join(str(c) for c in row) + " |")
     return "\n".join(lines)
@@ -507,11 +558,27 @@ def memory_table(memory, configs, names, key_headers, value_headers):
     for config in configs:
         config = tuple(config)
         a, b = memory.get((names[0],) + config, {}), memory.get((names[1],) + config, {})
-        fmt = (lambda r: f"{r['peak_mib']:.0f}" if "peak_mib" in r else r.get("skipped", "-"))
-        ratio = (f"{a['peak_mib'] / b['peak_mib']:.2f}x"
-                 if "peak_mib" in a and "peak_mib" in b and b["peak_mib"] > 0 else "-")
-        rows.append(list(config) + [fmt(a), fmt(b), ratio])
+        ratio = (
+            f"{a['peak_mib'] / b['peak_mib']:.2f}x"
+            if "peak_mib" in a and "peak_mib" in b and b["peak_mib"] > 0
+            else "-"
+        )
+        rows.append(list(config) + [fmt_mib(a), fmt_mib(b), ratio])
     return markdown_table(list(key_headers) + list(value_headers), rows)
+
+
+def fmt_gflops(record, peak):
+    """GFLOP/s and its share of `peak` (the matmul roofline), or "-"."""
+    if not record or "gflops" not in record:
+        return "-"
+    return f"{record['gflops']:.0f} ({100 * record['gflops'] / peak:.0f}%)"
+
+
+def fmt_mib(record):
+    """A memory record's peak in MiB, or why it was skipped."""
+    if record and "peak_mib" in record:
+        return f"{record['peak_mib']:.0f}"
+    return (record or {}).get("skipped", "-")
 
 
 def fmt_ms(record, key="median_s"):

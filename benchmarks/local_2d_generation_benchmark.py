@@ -60,20 +60,30 @@ def build_model(kind, args):
     import keras_attn.layers as attn
 
     tokens = keras.Input((None,), dtype="int32", name="tokens")
-    x = attn.TokenAndPositionEmbedding(START_TOKEN + 1, args.hidden_dim, sequence_length=PIXELS + 1,
-                                       name="embedding")(tokens)
+    x = attn.TokenAndPositionEmbedding(
+        START_TOKEN + 1, args.hidden_dim, sequence_length=PIXELS + 1, name="embedding"
+    )(tokens)
     for i in range(args.num_layers):
-        common = dict(num_heads=args.num_heads, key_dim=args.hidden_dim // args.num_heads,
-                      name=f"self_attention_{i}")
+        common = dict(
+            num_heads=args.num_heads,
+            key_dim=args.hidden_dim // args.num_heads,
+            name=f"self_attention_{i}",
+        )
         if kind == "1D":
-            attention = attn.LocalBlockAttention(block_size=WIDTH, memory_flange=WIDTH,
-                                                 rolling_cache=True, **common)
+            attention = attn.LocalBlockAttention(
+                block_size=WIDTH, memory_flange=WIDTH, rolling_cache=True, **common
+            )
         else:
-            attention = attn.LocalBlockAttention(block_size=tuple(args.block), memory_flange=tuple(args.flange),
-                                                 image_size=(HEIGHT, WIDTH), **common)
+            attention = attn.LocalBlockAttention(
+                block_size=tuple(args.block),
+                memory_flange=tuple(args.flange),
+                image_size=(HEIGHT, WIDTH),
+                **common,
+            )
             attention._read_runs = kind != "2D gather"
-        x = attn.TransformerDecoder(args.intermediate_dim, self_attention=attention,
-                                    name=f"decoder_layer_{i}")(x)
+        x = attn.TransformerDecoder(
+            args.intermediate_dim, self_attention=attention, name=f"decoder_layer_{i}"
+        )(x)
     return keras.Model(tokens, keras.layers.Dense(START_TOKEN, name="logits")(x))
 
 
@@ -91,7 +101,8 @@ def sample_program(tf, model, batch_size, new_tokens):
 
     prompt = tf.fill((batch_size, 1), START_TOKEN)
     run = harness.compile_function(
-        lambda prompt: sample(model, prompt, new_tokens + 1, seed=0), jit_compile=True)
+        lambda prompt: sample(model, prompt, new_tokens + 1, seed=0), jit_compile=True
+    )
     return lambda: run(prompt)
 
 
@@ -124,28 +135,38 @@ def time_recomputing(tf, model, budget):
     image extrapolated from it (None when out of budget)."""
     if not budget.fits(60.0):
         return None
-    records = harness.time_interleaved({"2D recomputing": recomputing_program(tf, model, 1)},
-                                       repeats=3, budget=budget)
+    records = harness.time_interleaved(
+        {"2D recomputing": recomputing_program(tf, model, 1)}, repeats=3, budget=budget
+    )
     record = records["2D recomputing"]
     record["s_per_step"] = record["median_s"] / RECOMPUTE_STEPS
     record["extrapolated_s_per_image"] = record["s_per_step"] * PIXELS
-    print(f"recomputing: {record['s_per_step'] * 1e3:.1f} ms/step ({budget.elapsed():.0f} s)",
-          file=sys.stderr, flush=True)
+    print(
+        f"recomputing: {record['s_per_step'] * 1e3:.1f} ms/step ({budget.elapsed():.0f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     return record
 
 
 def main():
-    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
-                                          repeats=3, budget=400.0)
+    parser = harness.add_common_arguments(
+        argparse.ArgumentParser(description=__doc__.splitlines()[0]), repeats=3, budget=400.0
+    )
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--hidden-dim", type=int, default=128)
     parser.add_argument("--num-heads", type=int, default=4)
     parser.add_argument("--intermediate-dim", type=int, default=512)
-    parser.add_argument("--block", type=int, nargs=2, default=[8, 24], help="2D query block (rows, columns)")
+    parser.add_argument(
+        "--block", type=int, nargs=2, default=[8, 24], help="2D query block (rows, columns)"
+    )
     parser.add_argument("--flange", type=int, nargs=2, default=[8, 24], help="2D memory flange")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--no-gather", action="store_true",
-                        help="skip the 2D model whose steps gather the window (the step before the runs)")
+    parser.add_argument(
+        "--no-gather",
+        action="store_true",
+        help="skip the 2D model whose steps gather the window (the step before the runs)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.num_layers, args.batch_sizes = 1, [1]
@@ -182,15 +203,22 @@ def main():
             if not budget.fits(predicted):
                 timings[(batch_size, new_tokens)] = {
                     "skipped": f"skipped (out of budget: ~{predicted:.0f} s predicted, "
-                               f"{max(0.0, budget.left()):.0f} s left)"}
+                    f"{max(0.0, budget.left()):.0f} s left)"
+                }
                 continue
-        candidates = {kind: sample_program(tf, models[kind], batch_size, new_tokens) for kind in models}
+        candidates = {
+            kind: sample_program(tf, models[kind], batch_size, new_tokens) for kind in models
+        }
         records = harness.time_interleaved(candidates, repeats=repeats, budget=budget)
         timings[(batch_size, new_tokens)] = records
         last = (batch_size, new_tokens, sum(r["median_s"] for r in records.values()))
-        print(f"batch {batch_size}, {new_tokens} tokens: " + ", ".join(
-            f"{k} {r['median_s']:.2f} s" for k, r in records.items()) + f" ({budget.elapsed():.0f} s)",
-            file=sys.stderr, flush=True)
+        print(
+            f"batch {batch_size}, {new_tokens} tokens: "
+            + ", ".join(f"{k} {r['median_s']:.2f} s" for k, r in records.items())
+            + f" ({budget.elapsed():.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     env_end = harness.environment()
 
@@ -204,44 +232,89 @@ def main():
     window_slots = (args.flange[0] + args.block[0]) * (args.block[1] + 2 * args.flange[1])
     run_slots = sum(_run_sizes(args))
     for kind in kinds:
-        window = {"1D": f"{2 * WIDTH} (rolling cache)", "2D": f"{window_slots} (reads {run_slots} in runs)",
-                  "2D gather": f"{window_slots} (gathered)"}[kind]
+        window = {
+            "1D": f"{2 * WIDTH} (rolling cache)",
+            "2D": f"{window_slots} (reads {run_slots} in runs)",
+            "2D gather": f"{window_slots} (gathered)",
+        }[kind]
         half, whole = timings.get((1, PIXELS // 2), {}), timings.get((1, PIXELS), {})
-        ratio = (f"{whole[kind]['median_s'] / half[kind]['median_s']:.2f}"
-                 if kind in half and kind in whole else "-")
-        rows.append([kind, f"{params[kind]:,}", window, seconds(1, PIXELS // 2, kind), seconds(1, PIXELS, kind),
-                     ratio] + [seconds(b, PIXELS, kind) for b in args.batch_sizes if b != 1])
+        ratio = (
+            f"{whole[kind]['median_s'] / half[kind]['median_s']:.2f}"
+            if kind in half and kind in whole
+            else "-"
+        )
+        rows.append(
+            [
+                kind,
+                f"{params[kind]:,}",
+                window,
+                seconds(1, PIXELS // 2, kind),
+                seconds(1, PIXELS, kind),
+                ratio,
+            ]
+            + [seconds(b, PIXELS, kind) for b in args.batch_sizes if b != 1]
+        )
     if recompute is not None:
-        rows.append(["2D, no cache (RecomputingDecoder)", f"{params['2D']:,}", "whole buffer",
-                     "-", f"~{recompute['extrapolated_s_per_image']:.0f} (extrapolated from "
-                          f"{RECOMPUTE_STEPS} steps: {recompute['s_per_step'] * 1e3:.0f} ms/step)", "-"]
-                    + ["-" for b in args.batch_sizes if b != 1])
+        rows.append(
+            [
+                "2D, no cache (RecomputingDecoder)",
+                f"{params['2D']:,}",
+                "whole buffer",
+                "-",
+                f"~{recompute['extrapolated_s_per_image']:.0f} (extrapolated from "
+                f"{RECOMPUTE_STEPS} steps: {recompute['s_per_step'] * 1e3:.0f} ms/step)",
+                "-",
+            ]
+            + ["-" for b in args.batch_sizes if b != 1]
+        )
     lines = [
         f"Sampling one 32x32x3 image (3072 intensities after a start token), decoder-only LM: "
         f"{args.num_layers} layers, d {args.hidden_dim}, {args.num_heads} heads, d_ff {args.intermediate_dim}, "
         f"random weights; 1D: block 96, flange 96, rolling cache; 2D: block {tuple(args.block)}, flange "
         f"{tuple(args.flange)}, image (32, 96) in block-raster order, steps reading contiguous runs of the cache"
-        + ("" if args.no_gather else "; 2D gather: the same 2D model, its steps gathering the window element "
-           "by element") + ". One XLA program per call, median of "
+        + (
+            ""
+            if args.no_gather
+            else "; 2D gather: the same 2D model, its steps gathering the window element by element"
+        )
+        + ". One XLA program per call, median of "
         f"{repeats} interleaved calls, seconds.",
         "",
         harness.markdown_table(
-            ["model", "params", "window slots", "s / half image (b=1)", "s / image (b=1)", "whole / half"]
-            + [f"s / {b} images" for b in args.batch_sizes if b != 1], rows),
+            [
+                "model",
+                "params",
+                "window slots",
+                "s / half image (b=1)",
+                "s / image (b=1)",
+                "whole / half",
+            ]
+            + [f"s / {b} images" for b in args.batch_sizes if b != 1],
+            rows,
+        ),
         "",
         f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "local_2d_generation"), {
-        "config": {k: v for k, v in vars(args).items() if k not in ("output", "memory_worker")},
-        "environment": {"start": env_start, "end": env_end},
-        "parameters": params,
-        "sample": [{"batch_size": b, "new_tokens": n, **({"skipped": r["skipped"]} if "skipped" in r else r)}
-                   for (b, n), r in timings.items()],
-        "recomputing": recompute,
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "local_2d_generation"),
+        {
+            "config": {k: v for k, v in vars(args).items() if k not in ("output", "memory_worker")},
+            "environment": {"start": env_start, "end": env_end},
+            "parameters": params,
+            "sample": [
+                {
+                    "batch_size": b,
+                    "new_tokens": n,
+                    **({"skipped": r["skipped"]} if "skipped" in r else r),
+                }
+                for (b, n), r in timings.items()
+            ],
+            "recomputing": recompute,
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -73,8 +73,10 @@ def dense_bytes(length):
 def memory_skip_reason(layer, length):
     free = _available_bytes()
     if layer == "dense" and free is not None and dense_bytes(length) > 0.75 * free:
-        return (f"skipped (out of budget: ~{dense_bytes(length) / 2 ** 30:.0f} GiB estimated, "
-                f"{free / 2 ** 30:.0f} GiB free)")
+        return (
+            f"skipped (out of budget: ~{dense_bytes(length) / 2**30:.0f} GiB estimated, "
+            f"{free / 2**30:.0f} GiB free)"
+        )
     return None
 
 
@@ -84,8 +86,13 @@ def make_step(tf, name, jit_compile):
     from keras_attn.layers import LocalBlockAttention
 
     if name == "local":
-        layer = LocalBlockAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM, block_size=BLOCK_SIZE,
-                                    memory_flange=MEMORY_FLANGE, name="local")
+        layer = LocalBlockAttention(
+            num_heads=NUM_HEADS,
+            key_dim=KEY_DIM,
+            block_size=BLOCK_SIZE,
+            memory_flange=MEMORY_FLANGE,
+            name="local",
+        )
         layer.build((None, None, MODEL_DIM))
         forward = lambda x: layer(x, use_causal_mask=True)  # noqa: E731
     else:
@@ -101,8 +108,9 @@ def inputs(tf, length):
 
 def executed_flops(name, length):
     keys = min(length, BLOCK_SIZE + MEMORY_FLANGE) if name == "local" else length
-    return harness.attention_flops(BATCH, length, MODEL_DIM, NUM_HEADS, KEY_DIM, key_length=keys,
-                                   backward=True)
+    return harness.attention_flops(
+        BATCH, length, MODEL_DIM, NUM_HEADS, KEY_DIM, key_length=keys, backward=True
+    )
 
 
 def memory_worker(config):
@@ -113,7 +121,9 @@ def memory_worker(config):
 
 
 def main():
-    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser = harness.add_common_arguments(
+        argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    )
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
@@ -165,8 +175,10 @@ def main():
             cost = predicted(layer, jit, length)
             others = sum(predicted(o, jit, length) for o in LAYERS if o != layer)
             if reason is None and cost + others > budget.left():
-                reason = (f"skipped (out of budget: ~{cost:.0f} s predicted, "
-                          f"{max(0.0, budget.left() - others):.0f} s left)")
+                reason = (
+                    f"skipped (out of budget: ~{cost:.0f} s predicted, "
+                    f"{max(0.0, budget.left() - others):.0f} s left)"
+                )
             if reason:
                 skipped[(layer, length, jit)] = {"skipped": reason}
                 continue
@@ -181,8 +193,16 @@ def main():
             last[(layer, jit)] = (length, record["first_s"] + sum(record["runs_s"]))
 
     configs = [(t, jit) for jit in (False, True) for t in lengths]
-    compared = harness.compare(configs, candidates, args.repeats, budget, group=lambda c: c[1], growth=None,
-                               log=lambda c: f"T={c[0]} jit={c[1]}", on_result=on_result)
+    compared = harness.compare(
+        configs,
+        candidates,
+        args.repeats,
+        budget,
+        group=lambda c: c[1],
+        growth=None,
+        log=lambda c: f"T={c[0]} jit={c[1]}",
+        on_result=on_result,
+    )
     timing = {}
     for (length, jit), records in compared.items():
         for layer in LAYERS:
@@ -192,24 +212,45 @@ def main():
     peak = max(r["gflops"] for r in roofline)
 
     def speedup(a, b):
-        return (f"{b['median_s'] / a['median_s']:.1f}x" if a and b and "median_s" in a and "median_s" in b
-                else "-")
+        return (
+            f"{b['median_s'] / a['median_s']:.1f}x"
+            if a and b and "median_s" in a and "median_s" in b
+            else "-"
+        )
 
     def mem(record):
-        return f"{record['peak_mib']:.0f}" if record and "peak_mib" in record else (
-            (record or {}).get("skipped", "not measured"))
+        return (
+            f"{record['peak_mib']:.0f}"
+            if record and "peak_mib" in record
+            else ((record or {}).get("skipped", "not measured"))
+        )
 
-    gf = (lambda r: f"{r['gflops']:.0f} ({100 * r['gflops'] / peak:.0f}%)" if r and "gflops" in r else "-")
     rows = []
     for length in lengths:
         lg, dg = timing.get(("local", length, False)), timing.get(("dense", length, False))
         lx, dx = timing.get(("local", length, True)), timing.get(("dense", length, True))
         lm, dm = memory.get(("local", length)), memory.get(("dense", length))
-        memory_ratio = (f"{dm['peak_mib'] / lm['peak_mib']:.1f}x"
-                        if lm and dm and "peak_mib" in lm and "peak_mib" in dm and lm["peak_mib"] > 0 else "-")
-        rows.append([length, harness.fmt_ms(lg), harness.fmt_ms(dg), speedup(lg, dg),
-                     harness.fmt_ms(lx), harness.fmt_ms(dx), speedup(lx, dx), gf(lg), gf(dg),
-                     mem(lm), mem(dm), memory_ratio])
+        memory_ratio = (
+            f"{dm['peak_mib'] / lm['peak_mib']:.1f}x"
+            if lm and dm and "peak_mib" in lm and "peak_mib" in dm and lm["peak_mib"] > 0
+            else "-"
+        )
+        rows.append(
+            [
+                length,
+                harness.fmt_ms(lg),
+                harness.fmt_ms(dg),
+                speedup(lg, dg),
+                harness.fmt_ms(lx),
+                harness.fmt_ms(dx),
+                speedup(lx, dx),
+                harness.fmt_gflops(lg, peak),
+                harness.fmt_gflops(dg, peak),
+                mem(lm),
+                mem(dm),
+                memory_ratio,
+            ]
+        )
     lines = [
         f"LocalBlockAttention (block_size={BLOCK_SIZE}, memory_flange={MEMORY_FLANGE}, causal) vs "
         f"keras.layers.MultiHeadAttention (causal), d_model={MODEL_DIM}, heads={NUM_HEADS}, "
@@ -219,25 +260,55 @@ def main():
         "at T = 8192.",
         "",
         harness.markdown_table(
-            ["T", "local ms", "dense ms", "speed-up", "local XLA ms", "dense XLA ms", "speed-up XLA",
-             "local GFLOP/s", "dense GFLOP/s", "local peak MiB", "dense peak MiB", "memory ratio"], rows),
+            [
+                "T",
+                "local ms",
+                "dense ms",
+                "speed-up",
+                "local XLA ms",
+                "dense XLA ms",
+                "speed-up XLA",
+                "local GFLOP/s",
+                "dense GFLOP/s",
+                "local peak MiB",
+                "dense peak MiB",
+                "memory ratio",
+            ],
+            rows,
+        ),
         "",
         f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "local_block_attention"), {
-        "config": {"model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM, "batch_size": BATCH,
-                   "block_size": BLOCK_SIZE, "memory_flange": MEMORY_FLANGE, "causal": True,
-                   "repeats": args.repeats, "budget_s": args.budget, "quick": args.quick,
-                   "grappler_constant_folding": False},
-        "environment": {"start": env_start, "end": env_end},
-        "matmul_roofline": roofline,
-        "timing": [{"layer": n, "length": t, "jit_compile": j, **(r or {"skipped": "not run"})}
-                   for (n, t, j), r in timing.items()],
-        "peak_memory": [{"layer": n, "length": t, "jit_compile": False, **r} for (n, t), r in memory.items()],
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "local_block_attention"),
+        {
+            "config": {
+                "model_dim": MODEL_DIM,
+                "num_heads": NUM_HEADS,
+                "key_dim": KEY_DIM,
+                "batch_size": BATCH,
+                "block_size": BLOCK_SIZE,
+                "memory_flange": MEMORY_FLANGE,
+                "causal": True,
+                "repeats": args.repeats,
+                "budget_s": args.budget,
+                "quick": args.quick,
+                "grappler_constant_folding": False,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "matmul_roofline": roofline,
+            "timing": [
+                {"layer": n, "length": t, "jit_compile": j, **(r or {"skipped": "not run"})}
+                for (n, t, j), r in timing.items()
+            ],
+            "peak_memory": [
+                {"layer": n, "length": t, "jit_compile": False, **r} for (n, t), r in memory.items()
+            ],
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -56,17 +56,21 @@ def make_forward(name, chunk_size, max_relative_position=1024):
         layer.build((None, None, MODEL_DIM))
         return (lambda x: layer(x, use_causal_mask=True)), layer
     if name.startswith("relative"):
-        layer = RelativeGlobalAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM,
-                                        max_relative_position=max_relative_position,
-                                        chunk_size=chunk_size if name == "relative_chunked" else None)
+        layer = RelativeGlobalAttention(
+            num_heads=NUM_HEADS,
+            key_dim=KEY_DIM,
+            max_relative_position=max_relative_position,
+            chunk_size=chunk_size if name == "relative_chunked" else None,
+        )
         layer.build((None, None, MODEL_DIM))
         return (lambda x: layer(x, use_causal_mask=True)), layer
     if name == "keras_mha":
         layer = keras.layers.MultiHeadAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM)
         layer.build((None, None, MODEL_DIM), (None, None, MODEL_DIM))
         return (lambda x: layer(x, x, use_causal_mask=True)), layer
-    layer = MultiHeadSelfAttention(num_heads=NUM_HEADS, key_dim=KEY_DIM,
-                                   chunk_size=chunk_size if name == "chunked" else None)
+    layer = MultiHeadSelfAttention(
+        num_heads=NUM_HEADS, key_dim=KEY_DIM, chunk_size=chunk_size if name == "chunked" else None
+    )
     layer.build((None, None, MODEL_DIM))
     return (lambda x: layer(x, use_causal_mask=True)), layer
 
@@ -81,8 +85,9 @@ def make_step(name, chunk_size, any_length=False, max_relative_position=1024):
         return step
     import tensorflow as tf
 
-    return harness.compile_function(step.python_function, False, input_signature=[
-        tf.TensorSpec((BATCH, None, MODEL_DIM))])
+    return harness.compile_function(
+        step.python_function, False, input_signature=[tf.TensorSpec((BATCH, None, MODEL_DIM))]
+    )
 
 
 def inputs(tf, length):
@@ -91,35 +96,57 @@ def inputs(tf, length):
 
 def memory_worker(config):
     tf = harness.setup_tensorflow()
-    step = make_step(config["layer"], config["chunk_size"], config.get("any_length", False),
-                     config.get("max_relative_position", 1024))
+    step = make_step(
+        config["layer"],
+        config["chunk_size"],
+        config.get("any_length", False),
+        config.get("max_relative_position", 1024),
+    )
     x = inputs(tf, config["length"])
     harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
 
 
 def main():
-    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
-                                          budget=600.0)
+    parser = harness.add_common_arguments(
+        argparse.ArgumentParser(description=__doc__.splitlines()[0]), budget=600.0
+    )
     parser.add_argument("--chunk_size", type=int, default=256)
-    parser.add_argument("--sweep", action="store_true",
-                        help="also time chunk sizes 256, 512, 1024 at T = 2048")
-    parser.add_argument("--crossover", action="store_true",
-                        help="only time dense against chunked, both layers, T = 512 .. 4096 "
-                             "(the measurement behind chunk_size='auto')")
-    parser.add_argument("--max_relative_position", type=int, default=1024,
-                        help="M of the relative_chunked memory rows (M = T: the table as long as "
-                             "the sequence)")
-    parser.add_argument("--any_length", action="store_true",
-                        help="only chunk_size='auto' traced for any length (None): time against "
-                             "dense and chunked at T = 128, 512, 2048, memory at T = 8192 against "
-                             "'auto' traced at that length")
-    parser.add_argument("--large", action="store_true",
-                        help="also measure the dense layers' memory at T = 8192 (about 10 GiB)")
+    parser.add_argument(
+        "--sweep", action="store_true", help="also time chunk sizes 256, 512, 1024 at T = 2048"
+    )
+    parser.add_argument(
+        "--crossover",
+        action="store_true",
+        help="only time dense against chunked, both layers, T = 512 .. 4096 "
+        "(the measurement behind chunk_size='auto')",
+    )
+    parser.add_argument(
+        "--max_relative_position",
+        type=int,
+        default=1024,
+        help="M of the relative_chunked memory rows (M = T: the table as long as the sequence)",
+    )
+    parser.add_argument(
+        "--any_length",
+        action="store_true",
+        help="only chunk_size='auto' traced for any length (None): time against "
+        "dense and chunked at T = 128, 512, 2048, memory at T = 8192 against "
+        "'auto' traced at that length",
+    )
+    parser.add_argument(
+        "--large",
+        action="store_true",
+        help="also measure the dense layers' memory at T = 8192 (about 10 GiB)",
+    )
     args = parser.parse_args()
     if args.memory_worker:
         return memory_worker(json.loads(args.memory_worker))
     budget = harness.Budget(args.budget)
-    timing_lengths, chunked_lengths, dense_lengths = TIMING_LENGTHS, CHUNKED_MEMORY_LENGTHS, DENSE_MEMORY_LENGTHS
+    timing_lengths, chunked_lengths, dense_lengths = (
+        TIMING_LENGTHS,
+        CHUNKED_MEMORY_LENGTHS,
+        DENSE_MEMORY_LENGTHS,
+    )
     if args.large:
         dense_lengths = dense_lengths + (8192,)
     if args.quick:
@@ -132,15 +159,28 @@ def main():
     if args.any_length:
         return any_length(args, budget, env_start, tf)
 
-    configs = [{"layer": "chunked", "length": t, "chunk_size": args.chunk_size} for t in chunked_lengths]
-    configs += [{"layer": name, "length": t, "chunk_size": args.chunk_size}
-                for t in dense_lengths for name in ("dense", "keras_mha")]
+    configs = [
+        {"layer": "chunked", "length": t, "chunk_size": args.chunk_size} for t in chunked_lengths
+    ]
+    configs += [
+        {"layer": name, "length": t, "chunk_size": args.chunk_size}
+        for t in dense_lengths
+        for name in ("dense", "keras_mha")
+    ]
     # RelativeGlobalAttention (M = --max_relative_position) chunked, at the ends of the range.
-    configs += [{"layer": "relative_chunked", "length": t, "chunk_size": args.chunk_size,
-                 "max_relative_position": args.max_relative_position}
-                for t in (chunked_lengths[0], chunked_lengths[-1])]
+    configs += [
+        {
+            "layer": "relative_chunked",
+            "length": t,
+            "chunk_size": args.chunk_size,
+            "max_relative_position": args.max_relative_position,
+        }
+        for t in (chunked_lengths[0], chunked_lengths[-1])
+    ]
     # One worker at a time: two 10 GiB workers side by side would not fit.
-    records = harness.measure_memory_many(__file__, configs, parallel=1, timeout=300.0, budget=budget)
+    records = harness.measure_memory_many(
+        __file__, configs, parallel=1, timeout=300.0, budget=budget
+    )
     memory = {(c["layer"], c["length"]): r for c, r in zip(configs, records)}
     print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
 
@@ -150,27 +190,37 @@ def main():
         x = inputs(tf, length)
         return {name: (lambda s=s: s(x)) for name, s in steps.items()}
 
-    compared = harness.compare(list(timing_lengths), candidates, args.repeats, budget,
-                               log=lambda t: f"fwd+bwd T={t}")
+    compared = harness.compare(
+        list(timing_lengths), candidates, args.repeats, budget, log=lambda t: f"fwd+bwd T={t}"
+    )
     sweep = {}
     if args.sweep and not args.quick:
         sweep_steps = {f"chunk {c}": make_step("chunked", c) for c in (256, 512, 1024)}
         x = inputs(tf, 2048)
-        sweep = harness.time_interleaved({n: (lambda s=s: s(x)) for n, s in sweep_steps.items()},
-                                         repeats=args.repeats, budget=budget)
+        sweep = harness.time_interleaved(
+            {n: (lambda s=s: s(x)) for n, s in sweep_steps.items()},
+            repeats=args.repeats,
+            budget=budget,
+        )
     env_end = harness.environment()
 
-    mib = (lambda r: f"{r['peak_mib']:.0f}" if r and "peak_mib" in r else (r or {}).get("skipped", "-"))
     rows = []
     for length in sorted(set(chunked_lengths) | set(dense_lengths)):
         c, d, k = (memory.get((n, length)) for n in LAYERS)
-        ratio = (f"{c['peak_mib'] / k['peak_mib']:.3f}x" if c and k and "peak_mib" in c
-                 and "peak_mib" in k and k["peak_mib"] > 0 else "-")
+        ratio = (
+            f"{c['peak_mib'] / k['peak_mib']:.3f}x"
+            if c and k and "peak_mib" in c and "peak_mib" in k and k["peak_mib"] > 0
+            else "-"
+        )
         seconds = f"{c['seconds']:.2f}" if c and "seconds" in c else "-"
-        rows.append([length, mib(c), seconds, mib(d), mib(k), ratio])
-    relative = [f"T {t}: {mib(memory.get(('relative_chunked', t)))} MiB, "
-                f"{memory.get(('relative_chunked', t), {}).get('seconds', float('nan')):.2f} s"
-                for t in (chunked_lengths[0], chunked_lengths[-1])]
+        rows.append(
+            [length, harness.fmt_mib(c), seconds, harness.fmt_mib(d), harness.fmt_mib(k), ratio]
+        )
+    relative = [
+        f"T {t}: {harness.fmt_mib(memory.get(('relative_chunked', t)))} MiB, "
+        f"{memory.get(('relative_chunked', t), {}).get('seconds', float('nan')):.2f} s"
+        for t in (chunked_lengths[0], chunked_lengths[-1])
+    ]
     lines = [
         f"Causal self-attention, batch {BATCH}, d_model {MODEL_DIM}, {NUM_HEADS} heads x {KEY_DIM}, "
         f"forward + backward, no XLA; chunked = MultiHeadSelfAttention(chunk_size={args.chunk_size}).",
@@ -178,12 +228,12 @@ def main():
         "Peak memory of one step: ru_maxrss rise in a fresh process (MiB); the chunked step's time "
         "in that process (s). Goal: chunked <= 1/8 of keras MHA at T = 4096; linear in T.",
         "",
-        harness.markdown_table(["T", "chunked MiB", "chunked s", "dense MiB", "keras MHA MiB",
-                                "chunked / keras"], rows),
+        harness.markdown_table(
+            ["T", "chunked MiB", "chunked s", "dense MiB", "keras MHA MiB", "chunked / keras"], rows
+        ),
         "",
         f"RelativeGlobalAttention(max_relative_position={args.max_relative_position}, chunk_size=C), "
-        "same step: "
-        + "; ".join(relative) + ".",
+        "same step: " + "; ".join(relative) + ".",
         "",
         f"Time, median of {args.repeats} interleaved calls after a warm-up (ms). Goal: chunked / keras "
         "MHA <= 1.00 at T = 4096.",
@@ -193,29 +243,64 @@ def main():
     for length in timing_lengths:
         records = compared.get(length, {})
         c, d, k = (records.get(n) for n in LAYERS)
-        timing_rows.append([length, harness.fmt_ms(c), harness.fmt_ms(d), harness.fmt_ms(k),
-                            harness.fmt_ratio(c, k), harness.fmt_ratio(c, k, "cpu_median_s"),
-                            harness.fmt_ratio(d, k)])
-    lines.append(harness.markdown_table(
-        ["T", "chunked ms", "dense ms", "keras MHA ms", "chunked / keras (wall)",
-         "chunked / keras (CPU)", "dense / keras (wall)"], timing_rows))
+        timing_rows.append(
+            [
+                length,
+                harness.fmt_ms(c),
+                harness.fmt_ms(d),
+                harness.fmt_ms(k),
+                harness.fmt_ratio(c, k),
+                harness.fmt_ratio(c, k, "cpu_median_s"),
+                harness.fmt_ratio(d, k),
+            ]
+        )
+    lines.append(
+        harness.markdown_table(
+            [
+                "T",
+                "chunked ms",
+                "dense ms",
+                "keras MHA ms",
+                "chunked / keras (wall)",
+                "chunked / keras (CPU)",
+                "dense / keras (wall)",
+            ],
+            timing_rows,
+        )
+    )
     if sweep:
-        lines += ["", "Chunk size at T = 2048 (ms, median): " + ", ".join(
-            f"{n}: {1000 * r['median_s']:.0f}" for n, r in sweep.items())]
+        lines += [
+            "",
+            "Chunk size at T = 2048 (ms, median): "
+            + ", ".join(f"{n}: {1000 * r['median_s']:.0f}" for n, r in sweep.items()),
+        ]
     lines += ["", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}."]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "long_sequence"), {
-        "config": {"batch_size": BATCH, "model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
-                   "chunk_size": args.chunk_size, "repeats": args.repeats, "quick": args.quick,
-                   "budget_s": args.budget},
-        "environment": {"start": env_start, "end": env_end},
-        "timing": [{"layer": n, "length": t, **r} for t, records in compared.items()
-                   for n, r in records.items()],
-        "chunk_size_sweep": [{"chunk_size": n, **r} for n, r in sweep.items()],
-        "peak_memory": [{"layer": n, "length": t, **r} for (n, t), r in memory.items()],
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "long_sequence"),
+        {
+            "config": {
+                "batch_size": BATCH,
+                "model_dim": MODEL_DIM,
+                "num_heads": NUM_HEADS,
+                "key_dim": KEY_DIM,
+                "chunk_size": args.chunk_size,
+                "repeats": args.repeats,
+                "quick": args.quick,
+                "budget_s": args.budget,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "timing": [
+                {"layer": n, "length": t, **r}
+                for t, records in compared.items()
+                for n, r in records.items()
+            ],
+            "chunk_size_sweep": [{"chunk_size": n, **r} for n, r in sweep.items()],
+            "peak_memory": [{"layer": n, "length": t, **r} for (n, t), r in memory.items()],
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 def crossover(args, budget, env_start, tf):
@@ -229,34 +314,67 @@ def crossover(args, budget, env_start, tf):
         x = inputs(tf, length)
         return {name: (lambda s=s: s(x)) for name, s in steps.items()}
 
-    compared = harness.compare(lengths, candidates, args.repeats, budget, log=lambda t: f"crossover T={t}")
+    compared = harness.compare(
+        lengths, candidates, args.repeats, budget, log=lambda t: f"crossover T={t}"
+    )
     env_end = harness.environment()
     rows = []
     for length in lengths:
         r = compared.get(length, {})
-        rows.append([length, harness.fmt_ms(r.get("chunked")), harness.fmt_ms(r.get("dense")),
-                     harness.fmt_ratio(r.get("chunked"), r.get("dense")),
-                     harness.fmt_ms(r.get("relative_chunked")), harness.fmt_ms(r.get("relative_dense")),
-                     harness.fmt_ratio(r.get("relative_chunked"), r.get("relative_dense"))])
+        rows.append(
+            [
+                length,
+                harness.fmt_ms(r.get("chunked")),
+                harness.fmt_ms(r.get("dense")),
+                harness.fmt_ratio(r.get("chunked"), r.get("dense")),
+                harness.fmt_ms(r.get("relative_chunked")),
+                harness.fmt_ms(r.get("relative_dense")),
+                harness.fmt_ratio(r.get("relative_chunked"), r.get("relative_dense")),
+            ]
+        )
     lines = [
         f"Dense vs chunked core (chunk_size={args.chunk_size}), causal, batch {BATCH}, d_model {MODEL_DIM}, "
         f"{NUM_HEADS} heads x {KEY_DIM}, forward + backward, no XLA, median of {args.repeats} "
         "interleaved calls (ms); relative = RelativeGlobalAttention(max_relative_position=1024).",
         "",
-        harness.markdown_table(["T", "MHSA chunked", "MHSA dense", "chunked / dense", "relative chunked",
-                                "relative dense", "chunked / dense"], rows),
-        "", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
+        harness.markdown_table(
+            [
+                "T",
+                "MHSA chunked",
+                "MHSA dense",
+                "chunked / dense",
+                "relative chunked",
+                "relative dense",
+                "chunked / dense",
+            ],
+            rows,
+        ),
+        "",
+        f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "long_sequence_crossover"), {
-        "config": {"batch_size": BATCH, "model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
-                   "chunk_size": args.chunk_size, "repeats": args.repeats, "quick": args.quick},
-        "environment": {"start": env_start, "end": env_end},
-        "timing": [{"layer": n, "length": t, **r} for t, records in compared.items()
-                   for n, r in records.items()],
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "long_sequence_crossover"),
+        {
+            "config": {
+                "batch_size": BATCH,
+                "model_dim": MODEL_DIM,
+                "num_heads": NUM_HEADS,
+                "key_dim": KEY_DIM,
+                "chunk_size": args.chunk_size,
+                "repeats": args.repeats,
+                "quick": args.quick,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "timing": [
+                {"layer": n, "length": t, **r}
+                for t, records in compared.items()
+                for n, r in records.items()
+            ],
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 def any_length(args, budget, env_start, tf):
@@ -265,45 +383,74 @@ def any_length(args, budget, env_start, tf):
     layer traced at 8192; time against the dense and chunked cores traced
     the same way (what "auto" costs below the crossover)."""
     long = 512 if args.quick else 8192
-    configs = [{"layer": "auto", "length": long, "chunk_size": args.chunk_size, "any_length": flag}
-               for flag in (True, False)]
-    records = harness.measure_memory_many(__file__, configs, parallel=1, timeout=300.0, budget=budget)
-    steps = {name: make_step(name, args.chunk_size, any_length=True) for name in ("auto", "dense", "chunked")}
+    configs = [
+        {"layer": "auto", "length": long, "chunk_size": args.chunk_size, "any_length": flag}
+        for flag in (True, False)
+    ]
+    records = harness.measure_memory_many(
+        __file__, configs, parallel=1, timeout=300.0, budget=budget
+    )
+    steps = {
+        name: make_step(name, args.chunk_size, any_length=True)
+        for name in ("auto", "dense", "chunked")
+    }
     lengths = [128] if args.quick else [128, 512, 2048]
 
     def candidates(length):
         x = inputs(tf, length)
         return {name: (lambda s=s: s(x)) for name, s in steps.items()}
 
-    compared = harness.compare(lengths, candidates, args.repeats, budget, log=lambda t: f"any length T={t}")
+    compared = harness.compare(
+        lengths, candidates, args.repeats, budget, log=lambda t: f"any length T={t}"
+    )
     env_end = harness.environment()
-    mib = (lambda r: f"{r['peak_mib']:.0f}" if "peak_mib" in r else r.get("skipped", "-"))
-    rows = [[length] + [harness.fmt_ms(compared.get(length, {}).get(n)) for n in steps]
-            + [harness.fmt_ratio(compared.get(length, {}).get("auto"), compared.get(length, {}).get("dense"))]
-            for length in lengths]
+    rows = [
+        [length]
+        + [harness.fmt_ms(compared.get(length, {}).get(n)) for n in steps]
+        + [
+            harness.fmt_ratio(
+                compared.get(length, {}).get("auto"), compared.get(length, {}).get("dense")
+            )
+        ]
+        for length in lengths
+    ]
     lines = [
         f"chunk_size='auto' traced for any length (TensorSpec (1, None, {MODEL_DIM})), causal, batch {BATCH}, "
         f"d_model {MODEL_DIM}, {NUM_HEADS} heads x {KEY_DIM}, forward + backward, no XLA.",
         "",
         f"Peak memory of a T = {long} step (fresh process, MiB): traced for any length "
-        f"{mib(records[0])}, traced at {long} {mib(records[1])}.",
+        f"{harness.fmt_mib(records[0])}, traced at {long} {harness.fmt_mib(records[1])}.",
         "",
         f"Time, median of {args.repeats} interleaved calls (ms), every step traced for any length:",
         "",
         harness.markdown_table(["T", "auto", "dense", "chunked", "auto / dense"], rows),
-        "", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
+        "",
+        f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "long_sequence_any_length"), {
-        "config": {"batch_size": BATCH, "model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
-                   "chunk_size": args.chunk_size, "repeats": args.repeats, "quick": args.quick},
-        "environment": {"start": env_start, "end": env_end},
-        "timing": [{"layer": n, "length": t, **r} for t, records in compared.items()
-                   for n, r in records.items()],
-        "peak_memory": [{**c, **r} for c, r in zip(configs, records)],
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "long_sequence_any_length"),
+        {
+            "config": {
+                "batch_size": BATCH,
+                "model_dim": MODEL_DIM,
+                "num_heads": NUM_HEADS,
+                "key_dim": KEY_DIM,
+                "chunk_size": args.chunk_size,
+                "repeats": args.repeats,
+                "quick": args.quick,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "timing": [
+                {"layer": n, "length": t, **r}
+                for t, records in compared.items()
+                for n, r in records.items()
+            ],
+            "peak_memory": [{**c, **r} for c, r in zip(configs, records)],
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 if __name__ == "__main__":

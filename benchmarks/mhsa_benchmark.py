@@ -72,13 +72,19 @@ def memory_worker(config):
 
 
 def main():
-    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser = harness.add_common_arguments(
+        argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    )
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
     if args.memory_worker:
         return memory_worker(json.loads(args.memory_worker))
     budget = harness.Budget(args.budget)
-    backward_lengths, forward_lengths, memory_configs = BACKWARD_LENGTHS, FORWARD_LENGTHS, MEMORY_CONFIGS
+    backward_lengths, forward_lengths, memory_configs = (
+        BACKWARD_LENGTHS,
+        FORWARD_LENGTHS,
+        MEMORY_CONFIGS,
+    )
     if args.quick:
         backward_lengths, forward_lengths, memory_configs = (128,), (128,), (("fwd+bwd", 128),)
         args.repeats = min(args.repeats, 2)
@@ -88,7 +94,9 @@ def main():
 
     memory = {}
     if not args.skip_memory:
-        configs = [{"layer": layer, "pass": p, "length": t} for p, t in memory_configs for layer in LAYERS]
+        configs = [
+            {"layer": layer, "pass": p, "length": t} for p, t in memory_configs for layer in LAYERS
+        ]
         records = harness.measure_memory_many(__file__, configs, budget=budget)
         memory = {(c["layer"], c["pass"], c["length"]): r for c, r in zip(configs, records)}
         print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
@@ -96,8 +104,12 @@ def main():
     roofline = [harness.matmul_roofline()]
     keras.utils.set_random_seed(0)
     layers = {name: make_forward(name) for name in LAYERS}
-    configs = [(p, t, jit) for p, lengths in (("fwd+bwd", backward_lengths), ("fwd", forward_lengths))
-               for t in lengths for jit in (False, True)]
+    configs = [
+        (p, t, jit)
+        for p, lengths in (("fwd+bwd", backward_lengths), ("fwd", forward_lengths))
+        for t in lengths
+        for jit in (False, True)
+    ]
 
     def candidates(config):
         pass_name, length, jit = config
@@ -105,30 +117,58 @@ def main():
         steps = {name: make_step(name, pass_name, jit, layers) for name in LAYERS}
         return {name: (lambda s=s: s(x)) for name, s in steps.items()}
 
-    compared = harness.compare(configs, candidates, args.repeats, budget,
-                               group=lambda c: (c[0], c[2]),
-                               log=lambda c: f"{c[0]} T={c[1]} jit={c[2]}")
+    compared = harness.compare(
+        configs,
+        candidates,
+        args.repeats,
+        budget,
+        group=lambda c: (c[0], c[2]),
+        log=lambda c: f"{c[0]} T={c[1]} jit={c[2]}",
+    )
     timing = {}
     for (pass_name, length, jit), records in compared.items():
         for name in LAYERS:
             record = records.get(name, {"skipped": "skipped (out of budget)"})
             if "median_s" in record:
-                flops = harness.attention_flops(BATCH, length, MODEL_DIM, NUM_HEADS, KEY_DIM,
-                                                backward=pass_name != "fwd")
+                flops = harness.attention_flops(
+                    BATCH, length, MODEL_DIM, NUM_HEADS, KEY_DIM, backward=pass_name != "fwd"
+                )
                 record["gflops"] = flops / record["median_s"] / 1e9
             timing[(name, pass_name, length, jit)] = record
     roofline.append(harness.matmul_roofline())
     env_end = harness.environment()
     peak = max(r["gflops"] for r in roofline)
 
-    headers = ["pass", "T", "XLA", "mhsa ms", "keras MHA ms", "mhsa / keras (wall)",
-               "mhsa / keras (CPU)", "mhsa GFLOP/s", "keras GFLOP/s"]
+    headers = [
+        "pass",
+        "T",
+        "XLA",
+        "mhsa ms",
+        "keras MHA ms",
+        "mhsa / keras (wall)",
+        "mhsa / keras (CPU)",
+        "mhsa GFLOP/s",
+        "keras GFLOP/s",
+    ]
     rows = []
-    gf = (lambda r: f"{r['gflops']:.0f} ({100 * r['gflops'] / peak:.0f}%)" if r and "gflops" in r else "-")
     for pass_name, length, jit in configs:
-        a, b = timing.get(("mhsa", pass_name, length, jit)), timing.get(("keras_mha", pass_name, length, jit))
-        rows.append([pass_name, length, "yes" if jit else "no", harness.fmt_ms(a), harness.fmt_ms(b),
-                     harness.fmt_ratio(a, b), harness.fmt_ratio(a, b, "cpu_median_s"), gf(a), gf(b)])
+        a, b = (
+            timing.get(("mhsa", pass_name, length, jit)),
+            timing.get(("keras_mha", pass_name, length, jit)),
+        )
+        rows.append(
+            [
+                pass_name,
+                length,
+                "yes" if jit else "no",
+                harness.fmt_ms(a),
+                harness.fmt_ms(b),
+                harness.fmt_ratio(a, b),
+                harness.fmt_ratio(a, b, "cpu_median_s"),
+                harness.fmt_gflops(a, peak),
+                harness.fmt_gflops(b, peak),
+            ]
+        )
     lines = [
         f"MultiHeadSelfAttention vs keras.layers.MultiHeadAttention: self-attention, no mask, batch {BATCH}, "
         f"d_model {MODEL_DIM}, {NUM_HEADS} heads x {KEY_DIM}; median of {args.repeats} interleaved calls "
@@ -138,23 +178,46 @@ def main():
         harness.markdown_table(headers, rows),
     ]
     if memory:
-        lines += ["", "Peak memory of one call, no XLA: ru_maxrss rise in a fresh process (MiB).", "",
-                  harness.memory_table(memory, memory_configs, LAYERS, ["pass", "T"],
-                                       ["mhsa MiB", "keras MHA MiB", "mhsa / keras"])]
+        lines += [
+            "",
+            "Peak memory of one call, no XLA: ru_maxrss rise in a fresh process (MiB).",
+            "",
+            harness.memory_table(
+                memory,
+                memory_configs,
+                LAYERS,
+                ["pass", "T"],
+                ["mhsa MiB", "keras MHA MiB", "mhsa / keras"],
+            ),
+        ]
     lines += ["", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}."]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "mhsa"), {
-        "config": {"batch_size": BATCH, "model_dim": MODEL_DIM, "num_heads": NUM_HEADS, "key_dim": KEY_DIM,
-                   "repeats": args.repeats, "quick": args.quick, "budget_s": args.budget},
-        "environment": {"start": env_start, "end": env_end},
-        "matmul_roofline": roofline,
-        "timing": [{"layer": n, "pass": p, "length": t, "jit_compile": j, **r}
-                   for (n, p, t, j), r in timing.items()],
-        "peak_memory": [{"layer": n, "pass": p, "length": t, "jit_compile": False, **r}
-                        for (n, p, t), r in memory.items()],
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "mhsa"),
+        {
+            "config": {
+                "batch_size": BATCH,
+                "model_dim": MODEL_DIM,
+                "num_heads": NUM_HEADS,
+                "key_dim": KEY_DIM,
+                "repeats": args.repeats,
+                "quick": args.quick,
+                "budget_s": args.budget,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "matmul_roofline": roofline,
+            "timing": [
+                {"layer": n, "pass": p, "length": t, "jit_compile": j, **r}
+                for (n, p, t, j), r in timing.items()
+            ],
+            "peak_memory": [
+                {"layer": n, "pass": p, "length": t, "jit_compile": False, **r}
+                for (n, p, t), r in memory.items()
+            ],
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 if __name__ == "__main__":

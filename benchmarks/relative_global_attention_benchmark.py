@@ -62,8 +62,14 @@ TIMED = IMPLEMENTATIONS + ("mhsa",)
 DECODE_POSITIONS = (128, 512, 2040)
 DECODE_CACHE_LENGTH = 2048
 DECODE_STEPS = 8
-NAMES = {"skew": "skew", "gather": "gather", "keras_mha": "keras MHA", "mhsa": "MHSA",
-         "skew_default": "skew (default core)", "mhsa_default": "MHSA (default core)"}
+NAMES = {
+    "skew": "skew",
+    "gather": "gather",
+    "keras_mha": "keras MHA",
+    "mhsa": "MHSA",
+    "skew_default": "skew (default core)",
+    "mhsa_default": "MHSA (default core)",
+}
 # Forward-only timing (issue 15's goal: skew <= 1.2x keras MHA at T = 2048),
 # with the layers as users get them (chunk_size="auto": causal query blocks
 # from T = 512) beside the dense cores.
@@ -89,11 +95,12 @@ def _layers():
             self.relative_embeddings = self.add_weight(
                 name="relative_embeddings",
                 shape=(2 * self.max_relative_position - 1, self.key_dim),
-                initializer=keras.initializers.RandomNormal(stddev=self.key_dim ** -0.5),
+                initializer=keras.initializers.RandomNormal(stddev=self.key_dim**-0.5),
             )
 
-        def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores,
-                    training):
+        def _attend(
+            self, query, key, value, masks, spatial_shape, return_attention_scores, training
+        ):
             query_length, key_length = ops.shape(query)[1], ops.shape(key)[1]
             limit = self.max_relative_position - 1
             distances = ops.arange(key_length)[None, :] - (
@@ -104,7 +111,12 @@ def _layers():
             extra = ops.einsum("bthk,tsk->bhts", query, relative)
             mask = masks.merged(ops.shape(query)[0], query_length, key_length)
             return attention_ops.scaled_dot_product_attention(
-                query, key, value, mask, may_have_empty_rows=False, extra_logits=extra,
+                query,
+                key,
+                value,
+                mask,
+                may_have_empty_rows=False,
+                extra_logits=extra,
             )
 
     return MultiHeadSelfAttention, RelativeGlobalAttention, ShawGatherAttention
@@ -117,11 +129,17 @@ def make_layer(name, length):
     # The dense cores (chunk_size=None): this benchmark measures skewing against
     # the gather; the chunked cores are long_sequence_benchmark.py's.
     if name == "skew":
-        return RelativeGlobalAttention(NUM_HEADS, KEY_DIM, max_relative_position=length,
-                                       heads_share_relative_embedding=True, chunk_size=None)
+        return RelativeGlobalAttention(
+            NUM_HEADS,
+            KEY_DIM,
+            max_relative_position=length,
+            heads_share_relative_embedding=True,
+            chunk_size=None,
+        )
     if name == "skew_default":
-        return RelativeGlobalAttention(NUM_HEADS, KEY_DIM, max_relative_position=length,
-                                       heads_share_relative_embedding=True)
+        return RelativeGlobalAttention(
+            NUM_HEADS, KEY_DIM, max_relative_position=length, heads_share_relative_embedding=True
+        )
     if name == "gather":
         return ShawGatherAttention(NUM_HEADS, KEY_DIM, max_relative_position=length)
     if name == "keras_mha":
@@ -170,8 +188,12 @@ def time_cached_sampling(tf, repeats):
     shape = (BATCH, 1, MODEL_DIM)
     token = tf.random.stateless_normal(shape, seed=(4, 1))
     layers = {
-        "skew": RelativeGlobalAttention(NUM_HEADS, KEY_DIM, max_relative_position=DECODE_CACHE_LENGTH,
-                                        heads_share_relative_embedding=True),
+        "skew": RelativeGlobalAttention(
+            NUM_HEADS,
+            KEY_DIM,
+            max_relative_position=DECODE_CACHE_LENGTH,
+            heads_share_relative_embedding=True,
+        ),
         "multi_head_self_attention": MultiHeadSelfAttention(NUM_HEADS, KEY_DIM),
     }
     candidates = {}
@@ -184,22 +206,35 @@ def time_cached_sampling(tf, repeats):
         step = harness.compile_function(step, jit_compile=True)
         state = {"cache": layer.init_cache(BATCH, DECODE_CACHE_LENGTH)}
         for position in DECODE_POSITIONS:
+
             def run(step=step, state=state, position=position):
                 for i in range(DECODE_STEPS):
                     y, state["cache"] = step(token, state["cache"], tf.constant(position + i))
                 return y
+
             candidates[(name, position)] = run
     records = harness.time_interleaved(candidates, repeats=repeats)
-    return {key: {"ms": 1e3 * r["median_s"] / DECODE_STEPS, "cpu_ms": 1e3 * r["cpu_median_s"] / DECODE_STEPS}
-            for key, r in records.items()}
+    return {
+        key: {
+            "ms": 1e3 * r["median_s"] / DECODE_STEPS,
+            "cpu_ms": 1e3 * r["cpu_median_s"] / DECODE_STEPS,
+        }
+        for key, r in records.items()
+    }
 
 
 def main():
-    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser = harness.add_common_arguments(
+        argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    )
     parser.add_argument("--skip-memory", action="store_true")
-    parser.add_argument("--forward-repeats", type=int, default=15,
-                        help="repeats of the forward-only table (its calls are short and the "
-                             "1.2x goal is close: more samples than --repeats)")
+    parser.add_argument(
+        "--forward-repeats",
+        type=int,
+        default=15,
+        help="repeats of the forward-only table (its calls are short and the "
+        "1.2x goal is close: more samples than --repeats)",
+    )
     args = parser.parse_args()
     if args.memory_worker:
         return memory_worker(json.loads(args.memory_worker))
@@ -230,11 +265,18 @@ def main():
         steps = {name: make_step(name, length, jit, backward=False) for name in FORWARD_TIMED}
         return {name: (lambda s=s: s(x)) for name, s in steps.items()}
 
-    forward_configs = [(t, jit) for t in (lengths if args.quick else FORWARD_LENGTHS)
-                       for jit in (False, True)]
+    forward_configs = [
+        (t, jit) for t in (lengths if args.quick else FORWARD_LENGTHS) for jit in (False, True)
+    ]
     forward_repeats = args.repeats if args.quick else args.forward_repeats
-    forward = harness.compare(forward_configs, forward_candidates, forward_repeats, budget,
-                              group=lambda c: c[1], log=lambda c: f"forward T={c[0]} jit={c[1]}")
+    forward = harness.compare(
+        forward_configs,
+        forward_candidates,
+        forward_repeats,
+        budget,
+        group=lambda c: c[1],
+        log=lambda c: f"forward T={c[0]} jit={c[1]}",
+    )
 
     def candidates(config):
         length, jit = config
@@ -243,8 +285,14 @@ def main():
         return {name: (lambda s=s: s(x)) for name, s in steps.items()}
 
     configs = [(t, jit) for t in lengths for jit in (False, True)]
-    compared = harness.compare(configs, candidates, args.repeats, budget, group=lambda c: c[1],
-                               log=lambda c: f"T={c[0]} jit={c[1]}")
+    compared = harness.compare(
+        configs,
+        candidates,
+        args.repeats,
+        budget,
+        group=lambda c: c[1],
+        log=lambda c: f"T={c[0]} jit={c[1]}",
+    )
     roofline.append(harness.matmul_roofline())
     env_end = harness.environment()
     peak = max(r["gflops"] for r in roofline)
@@ -261,12 +309,20 @@ def main():
         skew, mha = records.get("skew"), records.get("keras_mha")
         gflops = "-"
         if skew and mha and "median_s" in skew and "median_s" in mha:
-            flops = harness.attention_flops(BATCH, length, MODEL_DIM, NUM_HEADS, KEY_DIM, backward=True)
-            gflops = (f"{flops / skew['median_s'] / 1e9:.0f} / {flops / mha['median_s'] / 1e9:.0f} "
-                      f"({100 * flops / mha['median_s'] / 1e9 / peak:.0f}%)")
-        rows.append([length, "yes" if jit else "no"] + [ms(records.get(n)) for n in TIMED]
-                    + [ratio(skew, mha)] + [ms(records.get(n), "cpu_median_s") for n in TIMED]
-                    + [ratio(skew, mha, "cpu_median_s"), gflops])
+            flops = harness.attention_flops(
+                BATCH, length, MODEL_DIM, NUM_HEADS, KEY_DIM, backward=True
+            )
+            gflops = (
+                f"{flops / skew['median_s'] / 1e9:.0f} / {flops / mha['median_s'] / 1e9:.0f} "
+                f"({100 * flops / mha['median_s'] / 1e9 / peak:.0f}%)"
+            )
+        rows.append(
+            [length, "yes" if jit else "no"]
+            + [ms(records.get(n)) for n in TIMED]
+            + [ratio(skew, mha)]
+            + [ms(records.get(n), "cpu_median_s") for n in TIMED]
+            + [ratio(skew, mha, "cpu_median_s"), gflops]
+        )
     lines = [
         f"RelativeGlobalAttention benchmark: causal, batch {BATCH}, {NUM_HEADS} heads, key_dim {KEY_DIM}, "
         f"d_model {MODEL_DIM}. Forward+backward, median of {args.repeats} interleaved calls after a warm-up: "
@@ -275,72 +331,142 @@ def main():
         f"(keras MHA as % of the {peak:.0f} GFLOP/s matmul roofline of this run). Goal: skew / keras MHA <= 1.3.",
         "",
         harness.markdown_table(
-            ["T", "XLA"] + [f"{NAMES[n]} ms" for n in TIMED] + ["skew / keras MHA (wall)"]
-            + [f"{NAMES[n]} CPU ms" for n in TIMED] + ["skew / keras MHA (CPU)", "GFLOP/s skew / keras MHA"],
-            rows),
+            ["T", "XLA"]
+            + [f"{NAMES[n]} ms" for n in TIMED]
+            + ["skew / keras MHA (wall)"]
+            + [f"{NAMES[n]} CPU ms" for n in TIMED]
+            + ["skew / keras MHA (CPU)", "GFLOP/s skew / keras MHA"],
+            rows,
+        ),
     ]
     forward_rows = []
     for length, jit in forward_configs:
         records = forward.get((length, jit), {})
         mha = records.get("keras_mha")
         forward_rows.append(
-            [length, "yes" if jit else "no"] + [ms(records.get(n)) for n in FORWARD_TIMED]
+            [length, "yes" if jit else "no"]
+            + [ms(records.get(n)) for n in FORWARD_TIMED]
             + [ratio(records.get(n), mha) for n in ("skew_default", "skew", "mhsa_default")]
-            + [ratio(records.get(n), mha, "cpu_median_s") for n in ("skew_default", "skew")])
-    lines += ["", f"Forward only, the same layers and interleaving, median of {forward_repeats}; "
-              "skew (default core) = "
-              "RelativeGlobalAttention with its default chunk_size=\"auto\" called with "
-              "training=False, as model.predict and serving call it (causal: the dense core on "
-              "blocks of 256 queries from T = 512), skew = the dense core (chunk_size=None); "
-              "MHSA likewise. Goal: <= 1.2x keras MHA at T = 2048.",
-              "",
-              harness.markdown_table(
-                  ["T", "XLA"] + [f"{NAMES[n]} ms" for n in FORWARD_TIMED]
-                  + ["default / keras MHA (wall)", "dense / keras MHA (wall)",
-                     "MHSA default / keras MHA (wall)",
-                     "default / keras MHA (CPU)", "dense / keras MHA (CPU)"], forward_rows)]
+            + [ratio(records.get(n), mha, "cpu_median_s") for n in ("skew_default", "skew")]
+        )
+    lines += [
+        "",
+        f"Forward only, the same layers and interleaving, median of {forward_repeats}; "
+        "skew (default core) = "
+        'RelativeGlobalAttention with its default chunk_size="auto" called with '
+        "training=False, as model.predict and serving call it (causal: the dense core on "
+        "blocks of 256 queries from T = 512), skew = the dense core (chunk_size=None); "
+        "MHSA likewise. Goal: <= 1.2x keras MHA at T = 2048.",
+        "",
+        harness.markdown_table(
+            ["T", "XLA"]
+            + [f"{NAMES[n]} ms" for n in FORWARD_TIMED]
+            + [
+                "default / keras MHA (wall)",
+                "dense / keras MHA (wall)",
+                "MHSA default / keras MHA (wall)",
+                "default / keras MHA (CPU)",
+                "dense / keras MHA (CPU)",
+            ],
+            forward_rows,
+        ),
+    ]
     if memory:
         mem_rows = []
         for length in lengths:
             mem = {n: memory.get((n, length), {}) for n in IMPLEMENTATIONS}
             value = {n: mem[n].get("peak_mib") for n in IMPLEMENTATIONS}
-            fmt = {n: (f"{value[n]:.0f}" if value[n] is not None else mem[n].get("skipped", "-"))
-                   for n in IMPLEMENTATIONS}
+            fmt = {
+                n: (f"{value[n]:.0f}" if value[n] is not None else mem[n].get("skipped", "-"))
+                for n in IMPLEMENTATIONS
+            }
             ok = all(v is not None for v in value.values())
-            mem_rows.append([length] + [fmt[n] for n in IMPLEMENTATIONS] + (
-                [f"{value['gather'] / max(value['skew'], 1.0):.1f}", f"{value['skew'] - value['keras_mha']:+.0f}",
-                 f"{value['gather'] - value['keras_mha']:+.0f}"] if ok else ["-", "-", "-"]))
-        lines += ["", "Peak memory of one forward+backward call (no XLA): rise of ru_maxrss in a fresh "
-                  "process (MiB). Goal: gather / skew >= 10 at T = 2048.", "",
-                  harness.markdown_table(["T"] + [NAMES[n] for n in IMPLEMENTATIONS]
-                                         + ["gather / skew", "skew - keras MHA", "gather - keras MHA"], mem_rows)]
-    lines += ["", f"Cached sampling, one token per jit-compiled step, {DECODE_CACHE_LENGTH}-slot cache "
-              "(wall ms / CPU ms per token):", "",
-              harness.markdown_table(
-                  ["layer"] + [f"position {p}" for p in DECODE_POSITIONS],
-                  [[name] + [f"{sampling[(name, p)]['ms']:.2f} / {sampling[(name, p)]['cpu_ms']:.2f}"
-                             for p in DECODE_POSITIONS] for name in ("skew", "multi_head_self_attention")]),
-              "", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}."]
+            mem_rows.append(
+                [length]
+                + [fmt[n] for n in IMPLEMENTATIONS]
+                + (
+                    [
+                        f"{value['gather'] / max(value['skew'], 1.0):.1f}",
+                        f"{value['skew'] - value['keras_mha']:+.0f}",
+                        f"{value['gather'] - value['keras_mha']:+.0f}",
+                    ]
+                    if ok
+                    else ["-", "-", "-"]
+                )
+            )
+        lines += [
+            "",
+            "Peak memory of one forward+backward call (no XLA): rise of ru_maxrss in a fresh "
+            "process (MiB). Goal: gather / skew >= 10 at T = 2048.",
+            "",
+            harness.markdown_table(
+                ["T"]
+                + [NAMES[n] for n in IMPLEMENTATIONS]
+                + ["gather / skew", "skew - keras MHA", "gather - keras MHA"],
+                mem_rows,
+            ),
+        ]
+    lines += [
+        "",
+        f"Cached sampling, one token per jit-compiled step, {DECODE_CACHE_LENGTH}-slot cache "
+        "(wall ms / CPU ms per token):",
+        "",
+        harness.markdown_table(
+            ["layer"] + [f"position {p}" for p in DECODE_POSITIONS],
+            [
+                [name]
+                + [
+                    f"{sampling[(name, p)]['ms']:.2f} / {sampling[(name, p)]['cpu_ms']:.2f}"
+                    for p in DECODE_POSITIONS
+                ]
+                for name in ("skew", "multi_head_self_attention")
+            ],
+        ),
+        "",
+        f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
+    ]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "relative_global_attention"), {
-        "config": {"batch_size": BATCH, "num_heads": NUM_HEADS, "key_dim": KEY_DIM, "model_dim": MODEL_DIM,
-                   "lengths": lengths, "repeats": args.repeats, "forward_repeats": forward_repeats,
-                   "causal": True,
-                   "heads_share_relative_embedding": True, "max_relative_position": "T",
-                   "quick": args.quick, "budget_s": args.budget},
-        "environment": {"start": env_start, "end": env_end},
-        "matmul_roofline": roofline,
-        "forward": [{"implementation": n, "jit_compile": j, "length": t, **r}
-                    for (t, j), records in forward.items() for n, r in records.items()],
-        "forward_backward": [{"implementation": n, "jit_compile": j, "length": t, **r}
-                             for (t, j), records in compared.items() for n, r in records.items()],
-        "peak_memory_mib": [{"implementation": n, "length": t, "jit_compile": False, **r}
-                            for (n, t), r in memory.items()],
-        "cached_sampling_per_token": [{"layer": n, "position": p, "cache_length": DECODE_CACHE_LENGTH, **v}
-                                      for (n, p), v in sampling.items()],
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "relative_global_attention"),
+        {
+            "config": {
+                "batch_size": BATCH,
+                "num_heads": NUM_HEADS,
+                "key_dim": KEY_DIM,
+                "model_dim": MODEL_DIM,
+                "lengths": lengths,
+                "repeats": args.repeats,
+                "forward_repeats": forward_repeats,
+                "causal": True,
+                "heads_share_relative_embedding": True,
+                "max_relative_position": "T",
+                "quick": args.quick,
+                "budget_s": args.budget,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "matmul_roofline": roofline,
+            "forward": [
+                {"implementation": n, "jit_compile": j, "length": t, **r}
+                for (t, j), records in forward.items()
+                for n, r in records.items()
+            ],
+            "forward_backward": [
+                {"implementation": n, "jit_compile": j, "length": t, **r}
+                for (t, j), records in compared.items()
+                for n, r in records.items()
+            ],
+            "peak_memory_mib": [
+                {"implementation": n, "length": t, "jit_compile": False, **r}
+                for (n, t), r in memory.items()
+            ],
+            "cached_sampling_per_token": [
+                {"layer": n, "position": p, "cache_length": DECODE_CACHE_LENGTH, **v}
+                for (n, p), v in sampling.items()
+            ],
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -100,8 +100,15 @@ def build_model():
 
     keras.utils.set_random_seed(0)
     return super_resolution_transformer(
-        low_resolution_size=8, image_size=32, num_encoder_layers=2, num_layers=3,
-        hidden_dim=64, num_heads=4, intermediate_dim=256, block_size=96, memory_flange=96,
+        low_resolution_size=8,
+        image_size=32,
+        num_encoder_layers=2,
+        num_layers=3,
+        hidden_dim=64,
+        num_heads=4,
+        intermediate_dim=256,
+        block_size=96,
+        memory_flange=96,
     )
 
 
@@ -129,10 +136,12 @@ def super_resolver(tf):
 
     model = build_model()
     return Generator(
-        "super resolution 8x8 -> 32x32 (the example's model)", 3072,
+        "super resolution 8x8 -> 32x32 (the example's model)",
+        3072,
         tf.function(lambda image: super_resolve(model, image), jit_compile=True),
         lambda batch: (tf.zeros((batch, 8, 8, 3), tf.uint8),),
-        export_super_resolver, lambda path, **kw: export_super_resolver(model, path, version=1, **kw),
+        export_super_resolver,
+        lambda path, **kw: export_super_resolver(model, path, version=1, **kw),
         [("", "super", None)],
     )
 
@@ -146,26 +155,39 @@ def translator(tf):
     from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
     from keras_attn.preprocessing.text import encode_source
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                    "examples", "translation"))
+    sys.path.insert(
+        0,
+        os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "translation"
+        ),
+    )
     from multi30k import load_multi30k
 
     german, english = load_multi30k(split="val")
     tokenizer = SubwordTokenizer.train(german + english, vocabulary_size=2000)
     keras.utils.set_random_seed(0)
     # The README demo's size (2 layers, width 128, 4 heads, d_ff 512), random weights.
-    model = translation_transformer(tokenizer.vocabulary_size, num_layers=2, hidden_dim=128,
-                                    num_heads=4, intermediate_dim=512, dropout=0.0,
-                                    normalize_first=True)
+    model = translation_transformer(
+        tokenizer.vocabulary_size,
+        num_layers=2,
+        hidden_dim=128,
+        num_heads=4,
+        intermediate_dim=512,
+        dropout=0.0,
+        normalize_first=True,
+    )
     generate = translation_function(model, tokenizer, TRANSLATION_LENGTH)
     tokens = encode_source(tokenizer, tf.constant([SENTENCE]), TRANSLATION_LENGTH)
     tokens = tokens.to_tensor(default_value=0, shape=[None, TRANSLATION_LENGTH])[0]
     return Generator(
         f"translation, beam 4, max_length {TRANSLATION_LENGTH} (the demo's size, random weights)",
-        TRANSLATION_LENGTH - 1, tf.function(generate, jit_compile=True),
+        TRANSLATION_LENGTH - 1,
+        tf.function(generate, jit_compile=True),
         lambda batch: (tf.tile(tokens[None], [batch, 1]),),
-        export_translator, lambda path, **kw: export_translator(model, tokenizer, path, max_length=TRANSLATION_LENGTH,
-                                             **kw),
+        export_translator,
+        lambda path, **kw: export_translator(
+            model, tokenizer, path, max_length=TRANSLATION_LENGTH, **kw
+        ),
         [(" text", "text", SENTENCE), (" tokens", "tokens", tokens.numpy().tolist())],
     )
 
@@ -180,9 +202,15 @@ def music_generator(tf):
 
     keras.utils.set_random_seed(0)
     # The JSB example's size (3 layers, width 128, 4 heads, d_ff 512, relative), random weights.
-    model = music_transformer(music.JSB_VOCABULARY_SIZE, num_layers=3, hidden_dim=128,
-                              num_heads=4, intermediate_dim=512, dropout=0.0,
-                              max_relative_position=MUSIC_LENGTH)
+    model = music_transformer(
+        music.JSB_VOCABULARY_SIZE,
+        num_layers=3,
+        hidden_dim=128,
+        num_heads=4,
+        intermediate_dim=512,
+        dropout=0.0,
+        max_relative_position=MUSIC_LENGTH,
+    )
     # END never sampled: every row runs all its steps, served and in Python.
     kernel, bias = model.get_layer("logits").get_weights()
     bias[music.JSB_END_ID] = -1e4
@@ -190,17 +218,28 @@ def music_generator(tf):
     generate = _generation_function(model, MUSIC_LENGTH, None, music.JSB_END_ID)
     steps = MUSIC_LENGTH - 1
     return Generator(
-        f"music, JSB, 1 -> {MUSIC_LENGTH} events (the example's size, random weights)", steps,
+        f"music, JSB, 1 -> {MUSIC_LENGTH} events (the example's size, random weights)",
+        steps,
         tf.function(generate, jit_compile=True),
-        lambda batch: (tf.ones((batch, 1), tf.int32), tf.constant(steps), tf.constant(1.0),
-                       tf.constant(0), tf.constant(1.0), tf.constant(0)),
-        export_music_generator, lambda path, **kw: export_music_generator(model, path, max_length=MUSIC_LENGTH, **kw),
+        lambda batch: (
+            tf.ones((batch, 1), tf.int32),
+            tf.constant(steps),
+            tf.constant(1.0),
+            tf.constant(0),
+            tf.constant(1.0),
+            tf.constant(0),
+        ),
+        export_music_generator,
+        lambda path, **kw: export_music_generator(model, path, max_length=MUSIC_LENGTH, **kw),
         [("", "music", steps)],
     )
 
 
-GENERATORS = {"super_resolver": super_resolver, "translator": translator,
-              "music_generator": music_generator}
+GENERATORS = {
+    "super_resolver": super_resolver,
+    "translator": translator,
+    "music_generator": music_generator,
+}
 
 
 def _time_batch(generator, workers, batch, repeats, budget):
@@ -229,12 +268,18 @@ def _time_batch(generator, workers, batch, repeats, budget):
     record = {}
     for name, values in times.items():
         median = statistics.median(values)
-        record[name] = {"samples_s": values, "median_s_per_call": median,
-                        "median_s_per_item": median / batch,
-                        "median_ms_per_step": 1000 * median / generator.steps}
-    print(f"{generator.title}, batch {batch}: " + ", ".join(
-        f"{name} {r['median_s_per_call']:.3f} s/call" for name, r in record.items()
-    ), file=sys.stderr, flush=True)
+        record[name] = {
+            "samples_s": values,
+            "median_s_per_call": median,
+            "median_s_per_item": median / batch,
+            "median_ms_per_step": 1000 * median / generator.steps,
+        }
+    print(
+        f"{generator.title}, batch {batch}: "
+        + ", ".join(f"{name} {r['median_s_per_call']:.3f} s/call" for name, r in record.items()),
+        file=sys.stderr,
+        flush=True,
+    )
     return record
 
 
@@ -247,7 +292,7 @@ def tf_nest_numpy(outputs):
 def _reply(worker):
     for line in worker.stdout:
         if line.startswith(_REPLY):
-            return line[len(_REPLY):].strip()
+            return line[len(_REPLY) :].strip()
     raise RuntimeError("the served worker stopped: " + worker.stderr.read()[-2000:])
 
 
@@ -262,7 +307,10 @@ def _measure(tf, generator, batch_sizes, repeats, budget_s, tmp):
         for suffix, kind, extra in generator.workers:
             workers[name + suffix] = subprocess.Popen(
                 [sys.executable, "-c", _WORKER, path, kind, json.dumps(extra)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
     results = {}
     try:
@@ -281,9 +329,13 @@ def _measure(tf, generator, batch_sizes, repeats, budget_s, tmp):
 def main():
     parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__), repeats=3)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--generators", nargs="+", choices=list(GENERATORS),
-                        default=list(GENERATORS),
-                        help="measure these; the others' results in the output file are kept")
+    parser.add_argument(
+        "--generators",
+        nargs="+",
+        choices=list(GENERATORS),
+        default=list(GENERATORS),
+        help="measure these; the others' results in the output file are kept",
+    )
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.repeats = [1], 1
@@ -296,8 +348,9 @@ def main():
         for name in args.generators:
             generator = GENERATORS[name](tf)
             titles[name] = generator.title
-            results[name] = _measure(tf, generator, args.batch_sizes, args.repeats, args.budget,
-                                     os.path.join(tmp, name))
+            results[name] = _measure(
+                tf, generator, args.batch_sizes, args.repeats, args.budget, os.path.join(tmp, name)
+            )
     env_end = harness.environment()
 
     rows = []
@@ -310,12 +363,16 @@ def main():
             for variant, served in record.items():
                 if variant == "python_xla":
                     continue
-                rows.append([
-                    titles[name], batch, variant,
-                    f"{python['median_s_per_call']:.3f} ({python['median_ms_per_step']:.2f} ms)",
-                    f"{served['median_s_per_call']:.3f} ({served['median_ms_per_step']:.2f} ms)",
-                    f"{served['median_s_per_call'] / python['median_s_per_call']:.1f}x",
-                ])
+                rows.append(
+                    [
+                        titles[name],
+                        batch,
+                        variant,
+                        f"{python['median_s_per_call']:.3f} ({python['median_ms_per_step']:.2f} ms)",
+                        f"{served['median_s_per_call']:.3f} ({served['median_ms_per_step']:.2f} ms)",
+                        f"{served['median_s_per_call'] / python['median_s_per_call']:.1f}x",
+                    ]
+                )
     print(
         "Exported generators in a fresh tensorflow(+tensorflow_text)-only process vs the same "
         "decoding in Python compiled with XLA; served = the default export (no XLA), "
@@ -324,9 +381,19 @@ def main():
         "step: super resolution 3,072 per image; translation 63 positions, the cap; "
         "music 255 events). Goal: served <= 2x Python.\n"
     )
-    print(harness.markdown_table(
-        ["generator", "batch", "served variant", "Python + XLA s/call (per step)",
-         "served s/call (per step)", "served / Python"], rows))
+    print(
+        harness.markdown_table(
+            [
+                "generator",
+                "batch",
+                "served variant",
+                "Python + XLA s/call (per step)",
+                "served s/call (per step)",
+                "served / Python",
+            ],
+            rows,
+        )
+    )
     print(f"\nTotal {total.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.")
     output = harness.output_path(args, "served_generation")
     if output is None:  # --quick: smoke run, nothing written
@@ -338,9 +405,13 @@ def main():
         # Files written before the translator and music were added hold the super resolver only.
         kept = data.get("generators") or ({"super_resolver": data} if "results" in data else {})
     for name, by_batch in results.items():
-        kept[name] = {"title": titles[name], "results": {str(k): v for k, v in by_batch.items()},
-                      "environment": env_start, "environment_end": env_end,
-                      "repeats": args.repeats}
+        kept[name] = {
+            "title": titles[name],
+            "results": {str(k): v for k, v in by_batch.items()},
+            "environment": env_start,
+            "environment_end": env_end,
+            "repeats": args.repeats,
+        }
     harness.write_results(output, {"generators": kept})
 
 

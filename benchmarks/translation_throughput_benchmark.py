@@ -38,8 +38,9 @@ EXAMPLE_DIR = os.path.join(harness.PROJECT_ROOT, "examples", "translation")
 
 
 def main():
-    parser = harness.add_common_arguments(argparse.ArgumentParser(description=__doc__.splitlines()[0]),
-                                          repeats=1)
+    parser = harness.add_common_arguments(
+        argparse.ArgumentParser(description=__doc__.splitlines()[0]), repeats=1
+    )
     parser.add_argument("--steps", type=int, default=40, help="timed training steps")
     parser.add_argument("--warmup-steps", type=int, default=8, help="untimed steps first (tracing)")
     parser.add_argument("--source", default="de")
@@ -61,19 +62,30 @@ def main():
     from keras_attn.preprocessing.text import make_translation_dataset
 
     with tempfile.TemporaryDirectory() as scratch:
-        example_args = recipe.parse_args(["--source", args.source, "--target", args.target,
-                                          "--output_dir", scratch])
+        example_args = recipe.parse_args(
+            ["--source", args.source, "--target", args.target, "--output_dir", scratch]
+        )
     train_source, train_target = recipe.load_pairs(example_args)[0]
     start = time.perf_counter()
-    tokenizer = SubwordTokenizer.train(list(train_source) + list(train_target),
-                                       vocabulary_size=example_args.vocabulary_size, seed=example_args.seed)
+    tokenizer = SubwordTokenizer.train(
+        list(train_source) + list(train_target),
+        vocabulary_size=example_args.vocabulary_size,
+        seed=example_args.seed,
+    )
     tokenizer_s = time.perf_counter() - start
-    print(f"vocabulary of {tokenizer.vocabulary_size} pieces in {tokenizer_s:.1f} s", file=sys.stderr)
+    print(
+        f"vocabulary of {tokenizer.vocabulary_size} pieces in {tokenizer_s:.1f} s", file=sys.stderr
+    )
 
     dataset = make_translation_dataset(
-        train_source, train_target, tokenizer, tokenizer,
-        tokens_per_batch=example_args.tokens_per_batch, max_length=example_args.max_length,
-        shuffle=True, seed=example_args.seed,
+        train_source,
+        train_target,
+        tokenizer,
+        tokenizer,
+        tokens_per_batch=example_args.tokens_per_batch,
+        max_length=example_args.max_length,
+        shuffle=True,
+        seed=example_args.seed,
     )
     batches = list(dataset.take(args.warmup_steps + args.steps))
     keras.utils.set_random_seed(example_args.seed)
@@ -108,15 +120,27 @@ def main():
         "mean_padded_target_positions_per_batch": statistics.mean(padded),
         "num_params": model.count_params(),
     }
-    headers = ["model", "params", "direction", "pairs / batch (mean)", "target tokens / batch (real, padded)",
-               "median step (ms)", "target tokens/s (overall)", "target tokens/s (median step)"]
-    row = [f"{example_args.num_layers}+{example_args.num_layers} blocks, d {example_args.hidden_dim}, "
-           f"d_ff {example_args.intermediate_dim}, {example_args.num_heads} heads",
-           f"{result['num_params']:,}", f"{args.source}->{args.target}",
-           f"{result['mean_pairs_per_batch']:.1f}",
-           f"{result['mean_target_tokens_per_batch']:.0f}, {result['mean_padded_target_positions_per_batch']:.0f}",
-           f"{1000 * result['median_step_s']:.0f}", f"{result['target_tokens_per_s']:.0f}",
-           f"{result['median_step_target_tokens_per_s']:.0f}"]
+    headers = [
+        "model",
+        "params",
+        "direction",
+        "pairs / batch (mean)",
+        "target tokens / batch (real, padded)",
+        "median step (ms)",
+        "target tokens/s (overall)",
+        "target tokens/s (median step)",
+    ]
+    row = [
+        f"{example_args.num_layers}+{example_args.num_layers} blocks, d {example_args.hidden_dim}, "
+        f"d_ff {example_args.intermediate_dim}, {example_args.num_heads} heads",
+        f"{result['num_params']:,}",
+        f"{args.source}->{args.target}",
+        f"{result['mean_pairs_per_batch']:.1f}",
+        f"{result['mean_target_tokens_per_batch']:.0f}, {result['mean_padded_target_positions_per_batch']:.0f}",
+        f"{1000 * result['median_step_s']:.0f}",
+        f"{result['target_tokens_per_s']:.0f}",
+        f"{result['median_step_target_tokens_per_s']:.0f}",
+    ]
     lines = [
         "Translation example, default model, training throughput on the shipped Multi30k training pairs "
         f"(tokens_per_batch {example_args.tokens_per_batch}, max_length {example_args.max_length}, graph mode "
@@ -128,19 +152,33 @@ def main():
         f"Total {budget.elapsed():.0f} s (vocabulary {tokenizer_s:.0f} s); {harness.load_note(env_start, env_end)}.",
     ]
     print("\n".join(lines))
-    harness.write_results(harness.output_path(args, "translation_throughput"), {
-        # Paths relative to the repository: results are shared between machines.
-        "config": {**{k: os.path.relpath(v, harness.PROJECT_ROOT) if k == "data_dir" else v
-                      for k, v in vars(example_args).items() if isinstance(v, (int, float, str, bool))},
-                   "timed_steps": args.steps, "warmup_steps": args.warmup_steps, "quick": args.quick},
-        "environment": {"start": env_start, "end": env_end},
-        "result": result,
-        "steps": {"seconds": step_s, "target_tokens": tokens, "padded_target_positions": padded,
-                  "pairs": pairs},
-        "tokenizer_s": tokenizer_s,
-        "table": "\n".join(lines),
-        "total_s": budget.elapsed(),
-    })
+    harness.write_results(
+        harness.output_path(args, "translation_throughput"),
+        {
+            # Paths relative to the repository: results are shared between machines.
+            "config": {
+                **{
+                    k: os.path.relpath(v, harness.PROJECT_ROOT) if k == "data_dir" else v
+                    for k, v in vars(example_args).items()
+                    if isinstance(v, (int, float, str, bool))
+                },
+                "timed_steps": args.steps,
+                "warmup_steps": args.warmup_steps,
+                "quick": args.quick,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "result": result,
+            "steps": {
+                "seconds": step_s,
+                "target_tokens": tokens,
+                "padded_target_positions": padded,
+                "pairs": pairs,
+            },
+            "tokenizer_s": tokenizer_s,
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
 
 
 if __name__ == "__main__":

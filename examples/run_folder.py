@@ -30,7 +30,6 @@ import json
 import os
 
 import keras
-
 import training_utils
 
 RECORD = "config.json"
@@ -41,17 +40,29 @@ def add_export_arguments(parser):
     """Adds the SavedModel flags every train.py shares: `--export_dir`,
     `--version`, `--export_xla` and `--skip_export` (see
     `check_run_folders` for the defaults)."""
-    parser.add_argument("--export_dir", default=None,
-                        help="SavedModel base folder (default <output_dir>/export); each export adds a "
-                             "numbered version folder, and TF Serving serves the newest")
-    parser.add_argument("--version", type=training_utils.positive(int), default=None,
-                        help="SavedModel version folder (default: one above the newest in --export_dir); "
-                             "an existing version is refused before training")
-    parser.add_argument("--export_xla", type=int, default=0, choices=(0, 1),
-                        help="1 = XLA-compile the decoding loop inside the SavedModel: served as fast as "
-                             "in-Python sampling with XLA, but TF Serving on CPU must run with "
-                             "--xla_cpu_compilation_enabled=true (examples/serving/README.md); 0 (default) = "
-                             "a plain graph that any server runs, 2-9x slower per call")
+    parser.add_argument(
+        "--export_dir",
+        default=None,
+        help="SavedModel base folder (default <output_dir>/export); each export adds a "
+        "numbered version folder, and TF Serving serves the newest",
+    )
+    parser.add_argument(
+        "--version",
+        type=training_utils.positive(int),
+        default=None,
+        help="SavedModel version folder (default: one above the newest in --export_dir); "
+        "an existing version is refused before training",
+    )
+    parser.add_argument(
+        "--export_xla",
+        type=int,
+        default=0,
+        choices=(0, 1),
+        help="1 = XLA-compile the decoding loop inside the SavedModel: served as fast as "
+        "in-Python sampling with XLA, but TF Serving on CPU must run with "
+        "--xla_cpu_compilation_enabled=true (examples/serving/README.md); 0 (default) = "
+        "a plain graph that any server runs, 2-9x slower per call",
+    )
     parser.add_argument("--skip_export", action="store_true", help="write no SavedModel")
 
 
@@ -94,8 +105,10 @@ def check_run_record(parser, args, flags, made_before_training=()):
     recorded = _read_record(parser, path)
     if recorded is not None and not _trained(args.output_dir):
         if any(flag in recorded and recorded[flag] != getattr(args, flag) for flag in flags):
-            print(f"{path} records a command that stopped before its first epoch ended: "
-                  "starting over with this command's flags.")
+            print(
+                f"{path} records a command that stopped before its first epoch ended: "
+                "starting over with this command's flags."
+            )
             for name in (RECORD, *made_before_training):
                 if os.path.exists(os.path.join(args.output_dir, name)):
                     os.remove(os.path.join(args.output_dir, name))
@@ -110,18 +123,30 @@ def check_run_record(parser, args, flags, made_before_training=()):
         else:
             conflicts.append(f"{flag}={getattr(args, flag)!r} (the run has {recorded[flag]!r})")
     if conflicts:
-        parser.error(f"{args.output_dir} holds a model trained with other settings: "
-                     + ", ".join(conflicts) + ". Leave those flags out to resume or evaluate "
-                     "it, or pass another --output_dir to train a new model.")
+        parser.error(
+            f"{args.output_dir} holds a model trained with other settings: "
+            + ", ".join(conflicts)
+            + ". Leave those flags out to resume or evaluate "
+            "it, or pass another --output_dir to train a new model."
+        )
     if adopted:
         print(f"As recorded in {path}: " + ", ".join(adopted))
     args.run_record = {flag: getattr(args, flag) for flag in flags}
-    if (training_finished(args.output_dir) and not args.skip_training
-            and not getattr(args, "continue_training", False)):
-        print(f"{args.output_dir} holds a finished training run: evaluating it (pass another "
-              "--output_dir to train a new model"
-              + (", or --continue_training to train it further" if hasattr(args, "continue_training")
-                 else "") + ").")
+    if (
+        training_finished(args.output_dir)
+        and not args.skip_training
+        and not getattr(args, "continue_training", False)
+    ):
+        print(
+            f"{args.output_dir} holds a finished training run: evaluating it (pass another "
+            "--output_dir to train a new model"
+            + (
+                ", or --continue_training to train it further"
+                if hasattr(args, "continue_training")
+                else ""
+            )
+            + ")."
+        )
         args.skip_training = True
 
 
@@ -136,9 +161,13 @@ def _read_record(parser, path):
     except ValueError as error:
         recorded = error
     if not isinstance(recorded, dict):
-        reason = recorded if isinstance(recorded, ValueError) else f"a JSON {type(recorded).__name__}"
-        parser.error(f"{path} is not a readable record of the run ({reason}, not an object of "
-                     "flags): restore it, or pass another --output_dir.")
+        reason = (
+            recorded if isinstance(recorded, ValueError) else f"a JSON {type(recorded).__name__}"
+        )
+        parser.error(
+            f"{path} is not a readable record of the run ({reason}, not an object of "
+            "flags): restore it, or pass another --output_dir."
+        )
     return recorded
 
 
@@ -164,8 +193,9 @@ def training_finished(output_dir):
     removes the backup when `fit` ends)."""
     if os.path.exists(os.path.join(output_dir, DONE_MARKER)):
         return True
-    return (os.path.exists(os.path.join(output_dir, "model.keras"))
-            and not os.path.exists(os.path.join(output_dir, "backup")))
+    return os.path.exists(os.path.join(output_dir, "model.keras")) and not os.path.exists(
+        os.path.join(output_dir, "backup")
+    )
 
 
 def mark_training_finished(output_dir):
@@ -192,8 +222,11 @@ def best_checkpoint(output_dir, monitor):
         A `keras.callbacks.ModelCheckpoint` for `fit`.
     """
     return _AtomicModelCheckpoint(
-        os.path.join(output_dir, "model.keras"), monitor=monitor, mode="min",
-        save_best_only=True, initial_value_threshold=best_logged(output_dir, monitor),
+        os.path.join(output_dir, "model.keras"),
+        monitor=monitor,
+        mode="min",
+        save_best_only=True,
+        initial_value_threshold=best_logged(output_dir, monitor),
     )
 
 
@@ -229,9 +262,11 @@ def best_logged(output_dir, monitor):
             try:
                 values.append(float(row[monitor]))
             except ValueError:
-                raise ValueError(f"{path}, line {number}: {monitor} is {row[monitor]!r}, not a "
-                                 "number: fix or remove that line (it is the run's log of "
-                                 "epochs, written by Keras' CSVLogger).") from None
+                raise ValueError(
+                    f"{path}, line {number}: {monitor} is {row[monitor]!r}, not a "
+                    "number: fix or remove that line (it is the run's log of "
+                    "epochs, written by Keras' CSVLogger)."
+                ) from None
     return min(values) if values else None
 
 
@@ -259,23 +294,34 @@ def check_run_folders(parser, args, loads_model=False, exports=True):
             a mode that has no exporter).
     """
     if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        parser.error(f"--output_dir {args.output_dir} is a file; pass a folder for the run's outputs.")
+        parser.error(
+            f"--output_dir {args.output_dir} is a file; pass a folder for the run's outputs."
+        )
     model_path = os.path.join(args.output_dir, "model.keras")
     if loads_model and not os.path.isfile(model_path):
-        parser.error(f"{model_path} does not exist: this starts from a trained model. Pass the "
-                     "--output_dir of a finished run, or train one first (train.py without "
-                     "--skip_training / --continue_training).")
+        parser.error(
+            f"{model_path} does not exist: this starts from a trained model. Pass the "
+            "--output_dir of a finished run, or train one first (train.py without "
+            "--skip_training / --continue_training)."
+        )
     args.export_dir = args.export_dir or os.path.join(args.output_dir, "export")
     if args.skip_export or not exports:
         return
     if os.path.exists(args.export_dir) and not os.path.isdir(args.export_dir):
-        parser.error(f"--export_dir {args.export_dir} is a file; pass the folder that holds (or "
-                     "will hold) the numbered version folders.")
-    existing = [int(d) for d in os.listdir(args.export_dir) if d.isdigit()] if os.path.isdir(
-        args.export_dir) else []
+        parser.error(
+            f"--export_dir {args.export_dir} is a file; pass the folder that holds (or "
+            "will hold) the numbered version folders."
+        )
+    existing = (
+        [int(d) for d in os.listdir(args.export_dir) if d.isdigit()]
+        if os.path.isdir(args.export_dir)
+        else []
+    )
     if args.version is None:
         args.version = max(existing + [0]) + 1
     elif os.path.lexists(os.path.join(args.export_dir, str(args.version))):
-        parser.error(f"{os.path.join(args.export_dir, str(args.version))} exists already: leave out "
-                     f"--version to export version {max(existing + [0]) + 1}, or remove that folder "
-                     "first (TF Serving may be serving it).")
+        parser.error(
+            f"{os.path.join(args.export_dir, str(args.version))} exists already: leave out "
+            f"--version to export version {max(existing + [0]) + 1}, or remove that folder "
+            "first (TF Serving may be serving it)."
+        )

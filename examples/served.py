@@ -26,10 +26,14 @@ def newest_version(export_dir, written_by):
     """
     if os.path.exists(os.path.join(export_dir, "saved_model.pb")):
         return export_dir
-    versions = [int(d) for d in os.listdir(export_dir) if d.isdigit()] if os.path.isdir(export_dir) else []
+    versions = (
+        [int(d) for d in os.listdir(export_dir) if d.isdigit()] if os.path.isdir(export_dir) else []
+    )
     if not versions:
-        raise ValueError(f"no SavedModel in {export_dir} (nor a numbered version folder holding one): "
-                         f"pass the export folder that {written_by} wrote (<output_dir>/export).")
+        raise ValueError(
+            f"no SavedModel in {export_dir} (nor a numbered version folder holding one): "
+            f"pass the export folder that {written_by} wrote (<output_dir>/export)."
+        )
     return os.path.join(export_dir, str(max(versions)))
 
 
@@ -58,11 +62,15 @@ def load_signature(export_dir, name, inputs, written_by):
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(f"cannot load the SavedModel in {path} ({reason}): {advice}") from None
     if name not in loaded.signatures:
-        raise ValueError(f"{path} has no {name!r} signature (it has {sorted(loaded.signatures)}), "
-                         f"so it is not the model this script calls: {advice}")
+        raise ValueError(
+            f"{path} has no {name!r} signature (it has {sorted(loaded.signatures)}), "
+            f"so it is not the model this script calls: {advice}"
+        )
     signature = loaded.signatures[name]
     received = sorted(signature.structured_input_signature[1])
     if not set(inputs) <= set(received):
-        raise ValueError(f"the {name!r} signature of {path} takes {received}, not {sorted(inputs)}, "
-                         f"so it is not the model this script calls: {advice}")
+        raise ValueError(
+            f"the {name!r} signature of {path} takes {received}, not {sorted(inputs)}, "
+            f"so it is not the model this script calls: {advice}"
+        )
     return path, signature

@@ -37,20 +37,25 @@ STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
 
 # What a train.py prints on Ctrl-C (`quiet.run(main, interrupted=INTERRUPTED)`):
 # the backup keeps every finished epoch, and a finished run is evaluated again.
-INTERRUPTED = ("Interrupted. Run the same command again: it resumes training from the last "
-               "finished epoch, or evaluates and exports a run whose training had finished.")
+INTERRUPTED = (
+    "Interrupted. Run the same command again: it resumes training from the last "
+    "finished epoch, or evaluates and exports a run whose training had finished."
+)
 
 
 def add_strategy_arguments(parser):
     """Adds `--strategy` and `--tpu` to an argparse parser."""
     parser.add_argument(
-        "--strategy", default="default", choices=STRATEGIES,
+        "--strategy",
+        default="default",
+        choices=STRATEGIES,
         help="default: one device; mirrored: every local GPU (or every logical CPU device); "
-             "multi_worker: the machines of $TF_CONFIG, each with its local GPUs; "
-             "tpu: the TPU named by --tpu. Batch sizes are global (split over the replicas).",
+        "multi_worker: the machines of $TF_CONFIG, each with its local GPUs; "
+        "tpu: the TPU named by --tpu. Batch sizes are global (split over the replicas).",
     )
     parser.add_argument(
-        "--tpu", default=None,
+        "--tpu",
+        default=None,
         help="TPU name or grpc:// address for --strategy tpu (default: the local TPU VM, '')",
     )
 
@@ -270,8 +275,10 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         if saved["iterations"] != iterations or len(saved["states"]) != len(variables):
             # Killed between writing the weights and the states: the
             # weights are right, only the dropout masks will differ.
-            print(f"{self._seeds_path} is from step {saved['iterations']}, the weights from "
-                  f"step {iterations}: dropout masks will not repeat the interrupted run's.")
+            print(
+                f"{self._seeds_path} is from step {saved['iterations']}, the weights from "
+                f"step {iterations}: dropout masks will not repeat the interrupted run's."
+            )
             return
         for variable, value in zip(variables, saved["states"]):
             variable.assign(np.asarray(value, variable.dtype))
@@ -282,13 +289,22 @@ class ExactBackupAndRestore(keras.callbacks.BackupAndRestore):
         writing = os.path.join(self.backup_dir, "writing.weights.h5")
         self.model.save_weights(writing, overwrite=True)
         os.replace(writing, self._weights_path)
-        write_whole(self._training_metadata_path,
-                    json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen}))
-        write_whole(self._seeds_path, json.dumps({
-            "iterations": int(self.model.optimizer.iterations.numpy()),
-            # In the order of `model.variables` (their paths are not unique).
-            "states": [np.asarray(v.numpy()).tolist() for v in seed_generator_states(self.model)],
-        }))
+        write_whole(
+            self._training_metadata_path,
+            json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen}),
+        )
+        write_whole(
+            self._seeds_path,
+            json.dumps(
+                {
+                    "iterations": int(self.model.optimizer.iterations.numpy()),
+                    # In the order of `model.variables` (their paths are not unique).
+                    "states": [
+                        np.asarray(v.numpy()).tolist() for v in seed_generator_states(self.model)
+                    ],
+                }
+            ),
+        )
 
 
 def write_whole(path, text):
@@ -337,13 +353,18 @@ def add_console_arguments(parser):
     when the output goes to a file or a pipe, where a bar that redraws itself
     with carriage returns would fill the file) and `--verbose` (TensorFlow's
     start-up logs too, which `quiet` hides)."""
-    parser.add_argument("--progress", type=int, default=1 if sys.stdout.isatty() else 2,
-                        choices=[0, 1, 2],
-                        help="0 = silent, 1 = progress bar (against the --minutes budget when given), "
-                             "2 = one line per epoch; default 1 on a terminal, 2 when the output goes "
-                             "to a file or pipe (the bar redraws itself with carriage returns)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show TensorFlow's start-up logs (hidden by default)")
+    parser.add_argument(
+        "--progress",
+        type=int,
+        default=1 if sys.stdout.isatty() else 2,
+        choices=[0, 1, 2],
+        help="0 = silent, 1 = progress bar (against the --minutes budget when given), "
+        "2 = one line per epoch; default 1 on a terminal, 2 when the output goes "
+        "to a file or pipe (the bar redraws itself with carriage returns)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show TensorFlow's start-up logs (hidden by default)"
+    )
 
 
 def time_budget(args, path=None):
@@ -417,17 +438,22 @@ class TimeBudget(keras.callbacks.Callback):
             try:
                 spent = float(text or 0)
             except ValueError:
-                raise ValueError(f"{self.path} should hold the seconds of training spent so far, "
-                                 f"not {text[:40]!r}: fix or delete it (deleted, the budget starts "
-                                 "anew).") from None
+                raise ValueError(
+                    f"{self.path} should hold the seconds of training spent so far, "
+                    f"not {text[:40]!r}: fix or delete it (deleted, the budget starts "
+                    "anew)."
+                ) from None
         self._process_start = time.time()
         self.start = self._process_start - spent
         if self.progress == 1:
             print(f"Training for {self.seconds / 60:g} min (the bar is the time budget):")
             self._bar = _BudgetBar(int(round(self.seconds)))
         elif self.progress:
-            print(f"Training for {self.seconds / 60:g} min at most (the budget ends the last "
-                  "epoch early):", flush=True)
+            print(
+                f"Training for {self.seconds / 60:g} min at most (the budget ends the last "
+                "epoch early):",
+                flush=True,
+            )
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start, self._epoch_steps = time.time(), 0
@@ -454,8 +480,11 @@ class TimeBudget(keras.callbacks.Callback):
             shown = " - ".join(
                 f"{k}: {float(v):.4g}" for k, v in logs.items() if k.startswith("val_")
             )
-            print(f"\n  epoch {epoch + 1} done at {(time.time() - self.start) / 60:.1f} min, "
-                  f"{self.steps} steps" + (f" - {shown}" if shown else ""), flush=True)
+            print(
+                f"\n  epoch {epoch + 1} done at {(time.time() - self.start) / 60:.1f} min, "
+                f"{self.steps} steps" + (f" - {shown}" if shown else ""),
+                flush=True,
+            )
         elif self.progress == 2:
             print(self._epoch_line(epoch, logs or {}), flush=True)
 
@@ -466,7 +495,8 @@ class TimeBudget(keras.callbacks.Callback):
         steps = f"{self._epoch_steps} steps"
         if planned and self._epoch_steps < planned:  # the budget, or data that ran out
             steps = f"{self._epoch_steps} of {planned} steps" + (
-                " (cut short by the time budget)" if self._stopped else "")
+                " (cut short by the time budget)" if self._stopped else ""
+            )
         seconds = time.time() - (self._epoch_start or self._process_start)
         metrics = []
         for key, value in logs.items():
@@ -475,8 +505,14 @@ class TimeBudget(keras.callbacks.Callback):
                     metrics.append(f"{key}: {float(value):.4g}")
             except (TypeError, ValueError):
                 pass
-        return " - ".join([f"epoch {epoch + 1}: {steps}", f"{seconds:.0f} s",
-                           f"{(time.time() - self.start) / 60:.1f} min in all"] + metrics)
+        return " - ".join(
+            [
+                f"epoch {epoch + 1}: {steps}",
+                f"{seconds:.0f} s",
+                f"{(time.time() - self.start) / 60:.1f} min in all",
+            ]
+            + metrics
+        )
 
     def _seconds_per_step(self):
         """Mean wall time of this process's steps so far."""

@@ -17,7 +17,9 @@ import numpy as np
 
 def is_int(value, low=-math.inf, high=math.inf):
     """Whether `value` is an integer (NumPy's too, not a bool) in [low, high]."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high
+    return (
+        isinstance(value, numbers.Integral) and not isinstance(value, bool) and low <= value <= high
+    )
 
 
 def is_number(value, low=-math.inf, high=math.inf):
@@ -57,8 +59,10 @@ def _prefix(owner):
 def _python_int_hint(name, value):
     """What to do about a positive NumPy integer (a config must hold Python ints)."""
     if is_int(value, 1) and not isinstance(value, int):
-        return (f" It is a {type(value).__module__}.{type(value).__name__}: pass a "
-                f"Python int, e.g. `{name}=int({name})`.")
+        return (
+            f" It is a {type(value).__module__}.{type(value).__name__}: pass a "
+            f"Python int, e.g. `{name}=int({name})`."
+        )
     return ""
 
 
@@ -69,8 +73,10 @@ def _is_python_int(value, low):
 def check_positive_int(owner, name, value):
     """Refuses a `name` of layer `owner` that is not a positive Python int."""
     if not _is_python_int(value, 1):
-        raise ValueError(f"{_prefix(owner)}`{name}` must be a positive integer. "
-                         f"Received: {name}={value!r}.{_python_int_hint(name, value)}")
+        raise ValueError(
+            f"{_prefix(owner)}`{name}` must be a positive integer. "
+            f"Received: {name}={value!r}.{_python_int_hint(name, value)}"
+        )
 
 
 def check_sizes(**sizes):
@@ -84,45 +90,55 @@ def check_heads_divide(hidden_dim, num_heads):
     if hidden_dim % num_heads:
         raise ValueError(
             f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-            f"({num_heads}): each head gets hidden_dim // num_heads features.")
+            f"({num_heads}): each head gets hidden_dim // num_heads features."
+        )
 
 
 def check_finite_positive_number(owner, name, value, meaning):
     """Refuses a `value` that is not a finite real number > 0 (`meaning`: what it is)."""
     if not is_number(value) or not 0 < value < math.inf:
-        raise ValueError(f"{_prefix(owner)}`{name}` must be a finite number > 0 ({meaning}). "
-                         f"Received: {name}={value!r}.")
+        raise ValueError(
+            f"{_prefix(owner)}`{name}` must be a finite number > 0 ({meaning}). "
+            f"Received: {name}={value!r}."
+        )
 
 
 def check_rate(owner, name, value):
     """Refuses a rate (a dropout) outside [0, 1)."""
     if not is_number(value, 0.0) or not float(value) < 1.0:
-        raise ValueError(f"{_prefix(owner)}`{name}` must be a number in [0, 1). "
-                         f"Received: {name}={value!r}.")
+        raise ValueError(
+            f"{_prefix(owner)}`{name}` must be a number in [0, 1). Received: {name}={value!r}."
+        )
 
 
 def check_bool(owner, name, value, meaning):
     """Refuses a flag that is not a Python bool (`meaning`: what True means)."""
     if not isinstance(value, bool):
         hint = f" Pass `{name}=bool({name})`." if isinstance(value, np.bool_) else ""
-        raise ValueError(f"{_prefix(owner)}`{name}` must be True or False ({meaning}). "
-                         f"Received: {name}={value!r}.{hint}")
+        raise ValueError(
+            f"{_prefix(owner)}`{name}` must be True or False ({meaning}). "
+            f"Received: {name}={value!r}.{hint}"
+        )
 
 
 def check_layer_seed(owner, seed):
     """Refuses a layer's dropout `seed` other than None or a Python int."""
     if not (seed is None or _is_python_int(seed, -math.inf)):
-        raise ValueError(f"{_prefix(owner)}`seed` must be None or an int (the seed of the "
-                         f"dropout, for reproducible runs). Received: seed={seed!r}."
-                         f"{_python_int_hint('seed', seed)}")
+        raise ValueError(
+            f"{_prefix(owner)}`seed` must be None or an int (the seed of the "
+            f"dropout, for reproducible runs). Received: seed={seed!r}."
+            f"{_python_int_hint('seed', seed)}"
+        )
 
 
 def check_image_size(image_size, name="image_size", owner=None):
     """`(height, width)` from a positive int (square) or a pair of positive ints."""
     pair = image_size if isinstance(image_size, (tuple, list)) else (image_size, image_size)
     if len(pair) != 2 or not all(is_int(v, 1) for v in pair):
-        raise ValueError(f"{_prefix(owner)}`{name}` must be a positive int or a pair of positive "
-                         f"ints (height, width). Received: {name}={image_size!r}.")
+        raise ValueError(
+            f"{_prefix(owner)}`{name}` must be a positive int or a pair of positive "
+            f"ints (height, width). Received: {name}={image_size!r}."
+        )
     return tuple(int(v) for v in pair)
 
 
@@ -131,11 +147,15 @@ def check_index(value, name):
     tensor = hasattr(value, "dtype") and hasattr(value, "shape")
     dtype = keras.backend.standardize_dtype(value.dtype) if tensor else None
     if not (is_int(value) or tensor and "int" in dtype and len(value.shape) == 0):
-        described = (f"{type(value).__name__} of dtype {dtype} and shape {tuple(value.shape)}"
-                     if tensor else type(value).__name__)
+        described = (
+            f"{type(value).__name__} of dtype {dtype} and shape {tuple(value.shape)}"
+            if tensor
+            else type(value).__name__
+        )
         raise ValueError(
             f"`{name}` must be an integer scalar (a Python int or a rank-0 int32 tensor): an "
-            f"absolute position. Received: {name}={value!r} ({described}).")
+            f"absolute position. Received: {name}={value!r} ({described})."
+        )
 
 
 def static_shape_mismatch(shape, expected):
@@ -146,7 +166,8 @@ def static_shape_mismatch(shape, expected):
     """
     return len(shape) != len(expected) or any(
         isinstance(want, int) and got is not None and got != want
-        for got, want in zip(shape, expected))
+        for got, want in zip(shape, expected)
+    )
 
 
 def check_cache(cache, expected_shape, origin):
@@ -155,8 +176,10 @@ def check_cache(cache, expected_shape, origin):
     if not shape or static_shape_mismatch(shape, expected_shape):
         raise ValueError(
             f"`cache` must have shape ({', '.join(map(str, expected_shape))}) {origin}. "
-            f"Received: cache.shape={shape or type(cache).__name__}.")
+            f"Received: cache.shape={shape or type(cache).__name__}."
+        )
     dtype = keras.backend.standardize_dtype(cache.dtype)
     if "float" not in dtype:
-        raise ValueError(f"`cache` must be a floating-point tensor {origin}. Received: "
-                         f"cache.dtype={dtype}.")
+        raise ValueError(
+            f"`cache` must be a floating-point tensor {origin}. Received: cache.dtype={dtype}."
+        )

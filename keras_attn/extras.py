@@ -42,8 +42,9 @@ def install_line(extra):
     pip install "keras_attn[music]"
     """
     if extra not in EXTRA_MODULES:
-        raise ValueError(f"`extra` must be one of {sorted(EXTRA_MODULES)}. "
-                         f"Received: extra={extra!r}.")
+        raise ValueError(
+            f"`extra` must be one of {sorted(EXTRA_MODULES)}. Received: extra={extra!r}."
+        )
     return f'pip install "keras_attn[{extra}]"'
 
 

@@ -11,11 +11,13 @@ import keras
 try:  # No public API gets or sets the implicit mask in Keras 3.15.
     from keras.src.backend.common.masking import get_keras_mask, set_keras_mask
 except ImportError:  # pragma: no cover - other Keras layouts
+
     def get_keras_mask(x):
         return getattr(x, "_keras_mask", None)
 
     def set_keras_mask(x, mask):
         x._keras_mask = mask
+
 
 KERAS_OPS_MODULE_PREFIX = "keras.src.ops"
 

@@ -63,8 +63,12 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        require(is_number(label_smoothing, 0.0) and label_smoothing < 1.0, "label_smoothing",
-                label_smoothing, "a number in [0, 1)")
+        require(
+            is_number(label_smoothing, 0.0) and label_smoothing < 1.0,
+            "label_smoothing",
+            label_smoothing,
+            "a number in [0, 1)",
+        )
         self.label_smoothing = label_smoothing
         self.ignore_class = ignore_class
         self.from_logits = from_logits
@@ -93,5 +97,9 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         return keras_internals.set_mask(ops.where(valid, loss, 0.0), valid)
 
     def get_config(self):
-        return {**super().get_config(), "label_smoothing": self.label_smoothing,
-                "ignore_class": self.ignore_class, "from_logits": self.from_logits}
+        return {
+            **super().get_config(),
+            "label_smoothing": self.label_smoothing,
+            "ignore_class": self.ignore_class,
+            "from_logits": self.from_logits,
+        }

@@ -127,9 +127,11 @@ def _check_shapes(owner, y_true, y_pred):
     """Raises a ValueError unless y_pred is (*y_true.shape, classes)."""
     true, pred = tuple(y_true.shape), tuple(y_pred.shape)
     if len(pred) != len(true) + 1 or any(a != b for a, b in zip(true, pred) if None not in (a, b)):
-        raise ValueError(f"{owner} expects y_true of shape (B, T) and y_pred of shape (B, T, "
-                         f"classes). Received: y_true.shape={true}, y_pred.shape={pred}. Pass "
-                         "class ids, not one-hot targets, and logits with the class axis last.")
+        raise ValueError(
+            f"{owner} expects y_true of shape (B, T) and y_pred of shape (B, T, "
+            f"classes). Received: y_true.shape={true}, y_pred.shape={pred}. Pass "
+            "class ids, not one-hot targets, and logits with the class axis last."
+        )
 
 
 def _token_weights(y_true, ignore_class, sample_weight):

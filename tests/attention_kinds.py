@@ -23,9 +23,7 @@ def self_attention(kind, num_heads=2, key_dim=4, **kwargs):
     """A self-attention layer of `kind` (one of SELF_ATTENTION_KINDS), by
     default with a non-zero output bias (so that "the output of an empty row
     is the bias" is not "the output is 0"); kwargs go to the layer."""
-    kwargs.setdefault(
-        "bias_initializer", keras.initializers.RandomNormal(stddev=0.5, seed=5)
-    )
+    kwargs.setdefault("bias_initializer", keras.initializers.RandomNormal(stddev=0.5, seed=5))
     if kind == "multi_head":
         return MultiHeadSelfAttention(num_heads=num_heads, key_dim=key_dim, **kwargs)
     if kind == "local":
@@ -110,8 +108,10 @@ def decoder_block(block, x, self_mask, memory=None, cross_mask=None):
     if memory is not None:
         cross = block._cross_attention_layer
         x = _sublayer(
-            block, block._cross_attention_norm,
-            lambda h: references.multi_head_cross_attention(cross, h, memory, cross_mask)[0], x,
+            block,
+            block._cross_attention_norm,
+            lambda h: references.multi_head_cross_attention(cross, h, memory, cross_mask)[0],
+            x,
         )
     return _sublayer(block, block._feedforward_norm, lambda h: _feedforward(block, h), x)
 

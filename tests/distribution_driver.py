@@ -42,9 +42,15 @@ def distribution(kind):
 
 
 def build_model():
-    return music_transformer(music.JSB_VOCABULARY_SIZE, num_layers=2, hidden_dim=32,
-                             num_heads=2, intermediate_dim=64, dropout=0.0,
-                             max_relative_position=LENGTH)
+    return music_transformer(
+        music.JSB_VOCABULARY_SIZE,
+        num_layers=2,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        dropout=0.0,
+        max_relative_position=LENGTH,
+    )
 
 
 def main(kind, out):
@@ -56,19 +62,35 @@ def main(kind, out):
     keras.distribution.set_distribution(distribution(kind))
     model = build_model()
     model.set_weights(initial)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0),
+    )
     losses = []
     record = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs: losses.append(float(logs["loss"]))
     )
-    model.fit(data[:, :-1], data[:, 1:], batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
-              callbacks=[record])
-    sharded = [v.path for v in model.weights if len(v.value.sharding.device_set) > 1
-               and not v.value.sharding.is_fully_replicated]
-    np.savez(out, losses=np.array(losses), sharded=np.array(sharded, dtype=object),
-             devices=len(keras.distribution.list_devices()),
-             **{f"w{i}": np.asarray(w) for i, w in enumerate(model.get_weights())})
+    model.fit(
+        data[:, :-1],
+        data[:, 1:],
+        batch_size=BATCH,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[record],
+    )
+    sharded = [
+        v.path
+        for v in model.weights
+        if len(v.value.sharding.device_set) > 1 and not v.value.sharding.is_fully_replicated
+    ]
+    np.savez(
+        out,
+        losses=np.array(losses),
+        sharded=np.array(sharded, dtype=object),
+        devices=len(keras.distribution.list_devices()),
+        **{f"w{i}": np.asarray(w) for i, w in enumerate(model.get_weights())},
+    )
 
 
 if __name__ == "__main__":

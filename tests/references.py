@@ -34,8 +34,16 @@ def softmax_attention(query, key, value, mask=None, extra_logits=None):
     return probs @ value, probs
 
 
-def dense_mask(batch, query_length, key_length, padding_mask=None,
-               attention_mask=None, causal=False, cache_index=0, num_heads=1):
+def dense_mask(
+    batch,
+    query_length,
+    key_length,
+    padding_mask=None,
+    attention_mask=None,
+    causal=False,
+    cache_index=0,
+    num_heads=1,
+):
     """The full (B, H, T, S) boolean mask, built element by element."""
     mask = np.ones((batch, num_heads, query_length, key_length), bool)
     for b in range(batch):
@@ -63,7 +71,7 @@ def self_attention_projections(layer, x):
         qkv = qkv + np.asarray(layer.query_key_value_dense.bias, np.float64)
     h, k = layer.num_heads, layer.key_dim
     qkv = qkv.reshape(x.shape[0], x.shape[1], h, -1)
-    return qkv[..., :k], qkv[..., k:2 * k], qkv[..., 2 * k:]
+    return qkv[..., :k], qkv[..., k : 2 * k], qkv[..., 2 * k :]
 
 
 def output_projection(layer, heads):
@@ -92,7 +100,9 @@ def multi_head_self_attention(layer, x, mask):
     probs = np.zeros((b, h, t, t))
     for i in range(b):
         for j in range(h):
-            heads[i, :, j], probs[i, j] = softmax_attention(q[i, :, j], k[i, :, j], v[i, :, j], mask[i, j])
+            heads[i, :, j], probs[i, j] = softmax_attention(
+                q[i, :, j], k[i, :, j], v[i, :, j], mask[i, j]
+            )
     return output_projection(layer, heads), probs
 
 
@@ -125,7 +135,9 @@ def multi_head_cross_attention(layer, query, value, mask):
     probs = np.zeros((b, h, t, s))
     for i in range(b):
         for j in range(h):
-            heads[i, :, j], probs[i, j] = softmax_attention(q[i, :, j], kk[i, :, j], v[i, :, j], mask[i, j])
+            heads[i, :, j], probs[i, j] = softmax_attention(
+                q[i, :, j], kk[i, :, j], v[i, :, j], mask[i, j]
+            )
     return dense(layer.output_dense, heads.reshape(b, t, -1)), probs
 
 
@@ -154,7 +166,10 @@ def transformer_encoder(block, x, mask):
         hidden = np.maximum(dense(block._feedforward_intermediate, h), 0.0)
         return dense(block._feedforward_output, hidden)
 
-    for sublayer, norm in ((attention, block._self_attention_norm), (feedforward, block._feedforward_norm)):
+    for sublayer, norm in (
+        (attention, block._self_attention_norm),
+        (feedforward, block._feedforward_norm),
+    ):
         if block.normalize_first:
             x = x + sublayer(layer_norm(norm, x))
         else:
@@ -162,7 +177,9 @@ def transformer_encoder(block, x, mask):
     return x
 
 
-def relative_position_embeddings(table, query_length, key_length, max_relative_position, cache_index=0):
+def relative_position_embeddings(
+    table, query_length, key_length, max_relative_position, cache_index=0
+):
     """The (T, S, K) tensor of Shaw et al. 2018, by explicit gather.
 
     Args:
@@ -205,9 +222,7 @@ def relative_global_attention(layer, x, mask):
     heads = np.zeros(q.shape[:3] + (v.shape[-1],))
     probs = np.zeros((b, h, t, t))
     for j in range(h):
-        relative = relative_position_embeddings(
-            embeddings[j], t, t, layer.max_relative_position
-        )
+        relative = relative_position_embeddings(embeddings[j], t, t, layer.max_relative_position)
         for i in range(b):
             extra = np.einsum("tk,tsk->ts", q[i, :, j], relative)
             heads[i, :, j], probs[i, j] = softmax_attention(

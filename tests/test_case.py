@@ -117,10 +117,14 @@ def decode_in_chunks(layer, x, chunks, cache, attention_mask=None, **call_kwargs
     outputs, score_rows, index = [], [], 0
     for size in chunks:
         if attention_mask is not None:
-            call_kwargs["attention_mask"] = attention_mask[..., index:index + size, :]
+            call_kwargs["attention_mask"] = attention_mask[..., index : index + size, :]
         y, scores, cache = layer(
-            x[:, index:index + size], cache=cache, cache_index=index, use_causal_mask=True,
-            return_attention_scores=True, **call_kwargs,
+            x[:, index : index + size],
+            cache=cache,
+            cache_index=index,
+            use_causal_mask=True,
+            return_attention_scores=True,
+            **call_kwargs,
         )
         outputs.append(np.asarray(y))
         score_rows.append(np.asarray(scores))
@@ -230,8 +234,10 @@ def run_layer_test(
         path = os.path.join(tmp, "model.keras")
         model.save(path)
         reloaded = keras.saving.load_model(path)
-        assert any(isinstance(l, layer_cls) for l in reloaded.layers)
-        np.testing.assert_allclose(np.asarray(reloaded(input_data)), model_out, rtol=1e-5, atol=1e-5)
+        assert any(isinstance(x, layer_cls) for x in reloaded.layers)
+        np.testing.assert_allclose(
+            np.asarray(reloaded(input_data)), model_out, rtol=1e-5, atol=1e-5
+        )
 
         # 6. Fresh instance from the config, weights set explicitly.
         fresh_model = functional(layer_cls.from_config(layer.get_config()))
@@ -244,7 +250,9 @@ def run_layer_test(
         # 7. Mixed precision, same weights.
         if run_mixed_precision:
             for policy, tolerance in (("mixed_float16", 2e-2), ("mixed_bfloat16", 1e-1)):
-                mixed_model = functional(layer_cls.from_config({**layer.get_config(), "dtype": policy}))
+                mixed_model = functional(
+                    layer_cls.from_config({**layer.get_config(), "dtype": policy})
+                )
                 mixed_model.set_weights(model.get_weights())
                 out = np.asarray(mixed_model(input_data)).astype("float32")
                 assert np.isfinite(out).all(), policy

@@ -7,13 +7,17 @@ from keras_attn.models import music_transformer, translation_transformer
 def test_check_sizes_names_the_first_bad_argument_and_refuses_bools():
     check_sizes(a=1, b=512)
     for value in (0, -3, 2.0, True, None):
-        with pytest.raises(ValueError, match=rf"`b` must be a positive integer. Received: b={value!r}\."):
+        with pytest.raises(
+            ValueError, match=rf"`b` must be a positive integer. Received: b={value!r}\."
+        ):
             check_sizes(a=1, b=value)
 
 
 def test_check_heads_divide():
     check_heads_divide(512, 8)
-    with pytest.raises(ValueError, match=r"`hidden_dim` \(30\) must be divisible by `num_heads` \(4\)"):
+    with pytest.raises(
+        ValueError, match=r"`hidden_dim` \(30\) must be divisible by `num_heads` \(4\)"
+    ):
         check_heads_divide(30, 4)
 
 
@@ -34,13 +38,22 @@ def test_check_positive_int_refuses_numpy_integers_and_says_to_pass_a_python_int
     layer = MultiHeadSelfAttention(num_heads=2, key_dim=4)
     check_positive_int(layer, "num_heads", 2)
     for value in (np.int64(2), np.int32(3), np.uint8(1)):
-        with pytest.raises(ValueError, match=r"`num_heads` must be a positive integer\. Received: "
-                                             r"num_heads=.*pass a Python int, e\.g\. `num_heads=int\(num_heads\)`"):
+        with pytest.raises(
+            ValueError,
+            match=r"`num_heads` must be a positive integer\. Received: "
+            r"num_heads=.*pass a Python int, e\.g\. `num_heads=int\(num_heads\)`",
+        ):
             check_positive_int(layer, "num_heads", value)
     # At construction, not at the first call with Dense's message about `units`.
-    with pytest.raises(ValueError, match=r"MultiHeadSelfAttention: `num_heads` must be a positive integer.*int\(num_heads\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"MultiHeadSelfAttention: `num_heads` must be a positive integer.*int\(num_heads\)",
+    ):
         MultiHeadSelfAttention(num_heads=np.int64(2), key_dim=4)
-    with pytest.raises(ValueError, match=r"TransformerEncoder: `intermediate_dim` must be a positive integer.*int\(intermediate_dim\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"TransformerEncoder: `intermediate_dim` must be a positive integer.*int\(intermediate_dim\)",
+    ):
         TransformerEncoder(intermediate_dim=np.int64(16), num_heads=2)
     # A Python int that is too small gets no such hint (it used to read "It
     # is a builtins.int: pass a Python int").
@@ -60,24 +73,45 @@ def test_generic_helpers_values_and_messages():
     from keras_attn import checks
 
     assert checks.is_int(np.int64(3), 1, 3) and not checks.is_int(True) and not checks.is_int(2.0)
-    assert checks.is_number(0.5, 0, 1) and not checks.is_number(float("nan")) and not checks.is_number(False)
+    assert (
+        checks.is_number(0.5, 0, 1)
+        and not checks.is_number(float("nan"))
+        and not checks.is_number(False)
+    )
     with pytest.raises(ValueError, match=r"^`k` must be an int >= 1\. Received: k=0\. Pass k=1\.$"):
         checks.require(False, "k", 0, "an int >= 1", "Pass k=1.")
     assert checks.static_int(np.int32(4)) == 4 and checks.static_int(None) is None
     assert checks.static_int(2.5) is None
     assert checks.known_value(keras.ops.convert_to_tensor([1, 2])).tolist() == [1, 2]
-    assert checks.check_image_size(4) == (4, 4) and checks.check_image_size([2, np.int64(3)]) == (2, 3)
+    assert checks.check_image_size(4) == (4, 4) and checks.check_image_size([2, np.int64(3)]) == (
+        2,
+        3,
+    )
     for bad in ((2, 0), (1, 2, 3), True, "4"):
-        with pytest.raises(ValueError, match=r"`image_size` must be a positive int or a pair of positive ints"):
+        with pytest.raises(
+            ValueError, match=r"`image_size` must be a positive int or a pair of positive ints"
+        ):
             checks.check_image_size(bad)
-    with pytest.raises(ValueError, match=r"`cache_index` must be an integer scalar .*Received: cache_index=1\.5 \(float\)\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`cache_index` must be an integer scalar .*Received: cache_index=1\.5 \(float\)\.",
+    ):
         checks.check_index(1.5, "cache_index")
     for bad in (1.0, -0.1, float("nan"), True):
-        with pytest.raises(ValueError, match=rf"^`dropout` must be a number in \[0, 1\)\. Received: dropout={bad!r}\.$"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^`dropout` must be a number in \[0, 1\)\. Received: dropout={bad!r}\.$",
+        ):
             checks.check_rate(None, "dropout", bad)
-    with pytest.raises(ValueError, match=r"must be True or False \(True = on\)\. .*Pass `flag=bool\(flag\)`\.$"):
+    with pytest.raises(
+        ValueError, match=r"must be True or False \(True = on\)\. .*Pass `flag=bool\(flag\)`\.$"
+    ):
         checks.check_bool(None, "flag", np.bool_(True), "True = on")
-    with pytest.raises(ValueError, match=r"shape \(batch, 2\) as made\. Received: cache\.shape=\(1, 3\)\."):
+    with pytest.raises(
+        ValueError, match=r"shape \(batch, 2\) as made\. Received: cache\.shape=\(1, 3\)\."
+    ):
         checks.check_cache(np.zeros((1, 3), "float32"), ("batch", 2), "as made")
-    with pytest.raises(ValueError, match=r"floating-point tensor as made\. Received: cache\.dtype=int32\."):
+    with pytest.raises(
+        ValueError, match=r"floating-point tensor as made\. Received: cache\.dtype=int32\."
+    ):
         checks.check_cache(np.zeros((1, 2), "int32"), ("batch", 2), "as made")

@@ -29,10 +29,20 @@ jax_only = pytest.mark.skipif(
 
 def train(kind, tmp_path):
     out = tmp_path / f"{kind}.npz"
-    env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT,
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    result = subprocess.run([sys.executable, DRIVER, kind, str(out)], env=env, cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        KERAS_BACKEND="jax",
+        PYTHONPATH=ROOT,
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    )
+    result = subprocess.run(
+        [sys.executable, DRIVER, kind, str(out)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run = np.load(out, allow_pickle=True)
     assert int(run["devices"]) == 2
@@ -67,9 +77,13 @@ def test_model_parallel_layout_shards_the_kernels_and_matches_one_device(one_dev
     distributed = train("model", tmp_path)
     # Four kernels per block split over the "model" axis, nothing else.
     assert sorted(distributed[2]) == sorted(
-        f"decoder_layer_{i}/{name}/kernel" for i in range(2) for name in (
-            "self_attention/query_key_value", "self_attention/attention_output",
-            "feedforward_intermediate", "feedforward_output",
+        f"decoder_layer_{i}/{name}/kernel"
+        for i in range(2)
+        for name in (
+            "self_attention/query_key_value",
+            "self_attention/attention_output",
+            "feedforward_intermediate",
+            "feedforward_output",
         )
     )
     assert_same_training(one_device, distributed)
@@ -84,10 +98,18 @@ def test_layout_map_patterns_and_errors():
     assert layouts["decoder_layer_0/cross_attention/key_value/kernel"].axes == (None, "tensor")
     assert layouts["decoder_layer_0/feedforward_output/kernel"].axes == ("tensor", None)
     assert layouts["decoder_layer_0/self_attention/attention_output/kernel"].axes == (
-        "tensor", None)
-    for replicated in ("token_embedding/embeddings", "logits/kernel",
-                       "decoder_layer_0/feedforward_output/bias",
-                       "decoder_layer_0/self_attention/relative_embeddings"):
+        "tensor",
+        None,
+    )
+    for replicated in (
+        "token_embedding/embeddings",
+        "logits/kernel",
+        "decoder_layer_0/feedforward_output/bias",
+        "decoder_layer_0/self_attention/relative_embeddings",
+    ):
         assert layouts[replicated] is None
-    with pytest.raises(ValueError, match=r"^`model_dim` must be an axis of the device mesh, one of \('data', 'tensor'\)\. Received: model_dim='model'\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`model_dim` must be an axis of the device mesh, one of \('data', 'tensor'\)\. Received: model_dim='model'\.$",
+    ):
         layout_map(mesh)

@@ -86,8 +86,7 @@ def test_inbound_nodes_lists_calls_in_order():
     ya, yb = layer(a), layer(b)
     nodes = ki.inbound_nodes(layer)
     assert len(nodes) == 2 and nodes[0].outputs[0] is ya and nodes[1].outputs[0] is yb, (
-        CHANGED + "`Layer._inbound_nodes` no longer lists one node per call, "
-        "in call order."
+        CHANGED + "`Layer._inbound_nodes` no longer lists one node per call, in call order."
     )
     assert ki.producing_node(yb) is nodes[1] and len(nodes[0].outputs[0].shape) == 3
 
@@ -126,7 +125,9 @@ def test_mask_set_on_a_tensor_is_read_back():
     assert ki.get_mask(x) is None
     mask = ops.convert_to_tensor(np.array([[True, False, True], [True, True, False]]))
     assert ki.set_mask(x, mask) is x
-    assert ki.get_mask(x) is not None and np.array_equal(np.asarray(ki.get_mask(x)), np.asarray(mask)), (
+    assert ki.get_mask(x) is not None and np.array_equal(
+        np.asarray(ki.get_mask(x)), np.asarray(mask)
+    ), (
         CHANGED + "`keras.src.backend.common.masking.get_keras_mask` no longer "
         "returns the mask given to `set_keras_mask`."
     )

@@ -39,5 +39,8 @@ def test_round_trip_and_errors():
     targets = np.array([[1, -1]])
     value = again(targets, np.zeros((1, 2, 4), "float32"))
     assert float(value) == pytest.approx(math.log(4), rel=1e-5)
-    with pytest.raises(ValueError, match=r"^`label_smoothing` must be a number in \[0, 1\)\. Received: label_smoothing=1\.0\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`label_smoothing` must be a number in \[0, 1\)\. Received: label_smoothing=1\.0\.$",
+    ):
         MaskedSparseCategoricalCrossentropy(label_smoothing=1.0)

@@ -27,7 +27,9 @@ def project_files():
     try:
         listing = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=ROOT, capture_output=True, check=True,
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError) as error:
         pytest.skip(f"not a git checkout or git is missing: {error}")
@@ -46,13 +48,15 @@ def absolute_paths(text):
 
 def test_the_pattern_finds_machine_paths_and_nothing_else():
     machine = ["/" + folder + "/x" for folder in MACHINE_FOLDERS]
-    text = "\n".join([
-        f"data = '{machine[0]}'",  # line 1
-        "see https://example.org" + machine[2],  # a URL: not a machine path
-        "../shared/data and shared" + machine[0],  # relative paths
-        f"cd {machine[1]} && ls {machine[3]}",  # line 4
-        f'"TF_CLI_CONFIG_FILE": "{machine[1]}.terraformrc"',  # line 5
-    ])
+    text = "\n".join(
+        [
+            f"data = '{machine[0]}'",  # line 1
+            "see https://example.org" + machine[2],  # a URL: not a machine path
+            "../shared/data and shared" + machine[0],  # relative paths
+            f"cd {machine[1]} && ls {machine[3]}",  # line 4
+            f'"TF_CLI_CONFIG_FILE": "{machine[1]}.terraformrc"',  # line 5
+        ]
+    )
     assert [number for number, _ in absolute_paths(text)] == [1, 4, 5]
 
 

@@ -65,7 +65,11 @@ _CHILD = textwrap.dedent(
 def test_layers_models_and_generation_do_not_import_tensorflow_on_jax():
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONPATH=ROOT)
     result = subprocess.run(
-        [sys.executable, "-c", _CHILD], cwd=ROOT, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", _CHILD],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -13,10 +13,12 @@ def test_values_match_the_formula_and_peak():
     assert np.isfinite(float(schedule(0))) and float(schedule(0)) > 0
     for step in (0, 99, 3999, 10000):
         n = step + 1
-        want = 512 ** -0.5 * min(n ** -0.5, n * 4000 ** -1.5)
+        want = 512**-0.5 * min(n**-0.5, n * 4000**-1.5)
         assert float(schedule(step)) == pytest.approx(want, rel=1e-5)
     assert float(schedule(3999)) == pytest.approx(1 / np.sqrt(512 * 4000), rel=1e-5)
-    assert float(schedule(3999)) > float(schedule(3000)) and float(schedule(3999)) > float(schedule(8000))
+    assert float(schedule(3999)) > float(schedule(3000)) and float(schedule(3999)) > float(
+        schedule(8000)
+    )
 
 
 def test_restored_with_the_optimizer_after_reload():
@@ -36,7 +38,11 @@ def test_restored_with_the_optimizer_after_reload():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"^`d_model` must be a positive finite number\. Received: d_model=0\.$"):
+    with pytest.raises(
+        ValueError, match=r"^`d_model` must be a positive finite number\. Received: d_model=0\.$"
+    ):
         WarmupInverseSqrtSchedule(d_model=0)
-    with pytest.raises(ValueError, match="`scale` must be a positive finite number. Received: scale=nan"):
+    with pytest.raises(
+        ValueError, match="`scale` must be a positive finite number. Received: scale=nan"
+    ):
         WarmupInverseSqrtSchedule(d_model=8, scale=float("nan"))

@@ -21,8 +21,10 @@ def load(parser, run_dir):
             with open(path) as f:
                 return json.load(f)
         except (OSError, ValueError) as error:
-            parser.error(f"{path} cannot be read ({error}): pass the --output_dir of finished "
-                         "examples/music/train.py runs (the same command there writes it again).")
+            parser.error(
+                f"{path} cannot be read ({error}): pass the --output_dir of finished "
+                "examples/music/train.py runs (the same command there writes it again)."
+            )
 
     result = read("nll.json")
     result["config"] = read("config.json")
@@ -39,23 +41,27 @@ def main(argv=None):
     parser.add_argument("run_dirs", nargs="+")
     parser.add_argument("--output", default=None, help="PNG path (default: next to the first run)")
     args = parser.parse_args(argv)
-    output = args.output or os.path.join(os.path.dirname(os.path.normpath(args.run_dirs[0])),
-                                         "comparison.png")
+    output = args.output or os.path.join(
+        os.path.dirname(os.path.normpath(args.run_dirs[0])), "comparison.png"
+    )
     if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
-        parser.error(f"--output {output}: the folder {os.path.dirname(os.path.abspath(output))} does "
-                     "not exist; create it or pass a path in an existing folder.")
+        parser.error(
+            f"--output {output}: the folder {os.path.dirname(os.path.abspath(output))} does "
+            "not exist; create it or pass a path in an existing folder."
+        )
     runs = [load(parser, d) for d in args.run_dirs]
     keys = []
     for run in runs:
         keys += [k for k in run["nll"] if k not in keys]
-    header = "| run | attention | parameters | L | " + " | ".join(
-        f"NLL @ {k}" for k in keys) + " |"
+    header = "| run | attention | parameters | L | " + " | ".join(f"NLL @ {k}" for k in keys) + " |"
     print(header)
     print("|" + "---|" * (4 + len(keys)))
     for run_dir, run in zip(args.run_dirs, runs):
         cells = [f"{run['nll'][k]['nll_per_token']:.4f}" if k in run["nll"] else "" for k in keys]
-        print(f"| {os.path.basename(os.path.normpath(run_dir))} | {run['attention']} | "
-              f"{run['parameters']:,} | {run['sequence_length']} | " + " | ".join(cells) + " |")
+        print(
+            f"| {os.path.basename(os.path.normpath(run_dir))} | {run['attention']} | "
+            f"{run['parameters']:,} | {run['sequence_length']} | " + " | ".join(cells) + " |"
+        )
 
     import matplotlib
 
@@ -67,9 +73,15 @@ def main(argv=None):
         label = f"{run['attention']} ({os.path.basename(os.path.normpath(run_dir))})"
         steps_per_epoch = run["config"]["steps_per_epoch"]
         rows = run["history"]
-        axes[0].plot([(int(r["epoch"]) + 1) * steps_per_epoch for r in rows],
-                     [float(r["val_loss"]) for r in rows], marker="o", label=label)
-        lengths = [(run["nll"][k]["window_length"], run["nll"][k]["nll_per_token"]) for k in run["nll"]]
+        axes[0].plot(
+            [(int(r["epoch"]) + 1) * steps_per_epoch for r in rows],
+            [float(r["val_loss"]) for r in rows],
+            marker="o",
+            label=label,
+        )
+        lengths = [
+            (run["nll"][k]["window_length"], run["nll"][k]["nll_per_token"]) for k in run["nll"]
+        ]
         lengths.sort()
         axes[1].plot([x for x, _ in lengths], [y for _, y in lengths], marker="o", label=label)
         axes[1].axvline(run["sequence_length"], color="grey", linestyle=":", linewidth=1)

@@ -36,10 +36,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+# isort: split
 
+import keras  # noqa: E402
 import music_data  # noqa: E402
+import numpy as np  # noqa: E402
 
 from keras_attn.generation import CachedDecoder, sample  # noqa: E402
 from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS  # noqa: E402
@@ -52,46 +53,96 @@ LONG_NOTE_SECONDS = 5.0
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--run_dir", required=True,
-                        help="a train.py output folder (config.json, model.keras)")
-    parser.add_argument("--primer", default="none",
-                        help="'none' (default: start token only), 'validation' (start of validation "
-                             "pieces) or a .mid file (performance task)")
-    parser.add_argument("--primer_length", type=int, default=None,
-                        help="events taken from the primer (default: half the training length; "
-                             "JSB: a multiple of 4, one 16th of the four voices)")
-    parser.add_argument("--length", type=int, default=None,
-                        help="total events per sample, primer included (default: 2 x training length)")
-    parser.add_argument("--num_samples", type=int, default=4, help="samples, sampled as one batch (default 4)")
-    parser.add_argument("--temperature", type=float, default=1.0,
-                        help="> 0; below 1 sharpens the model's distribution, above 1 flattens it "
-                             "(default 1)")
-    parser.add_argument("--top_k", type=int, default=None,
-                        help="sample among the k most likely events (default: all)")
-    parser.add_argument("--top_p", type=float, default=None,
-                        help="sample among the most likely events whose probabilities sum to p, in (0, 1] "
-                             "(default: all)")
-    parser.add_argument("--all_pitches", action="store_true",
-                        help="JSB: also sample the pitches no training chorale uses (left out by "
-                             "default: the model never learned them)")
+    parser.add_argument(
+        "--run_dir", required=True, help="a train.py output folder (config.json, model.keras)"
+    )
+    parser.add_argument(
+        "--primer",
+        default="none",
+        help="'none' (default: start token only), 'validation' (start of validation "
+        "pieces) or a .mid file (performance task)",
+    )
+    parser.add_argument(
+        "--primer_length",
+        type=int,
+        default=None,
+        help="events taken from the primer (default: half the training length; "
+        "JSB: a multiple of 4, one 16th of the four voices)",
+    )
+    parser.add_argument(
+        "--length",
+        type=int,
+        default=None,
+        help="total events per sample, primer included (default: 2 x training length)",
+    )
+    parser.add_argument(
+        "--num_samples", type=int, default=4, help="samples, sampled as one batch (default 4)"
+    )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="> 0; below 1 sharpens the model's distribution, above 1 flattens it (default 1)",
+    )
+    parser.add_argument(
+        "--top_k",
+        type=int,
+        default=None,
+        help="sample among the k most likely events (default: all)",
+    )
+    parser.add_argument(
+        "--top_p",
+        type=float,
+        default=None,
+        help="sample among the most likely events whose probabilities sum to p, in (0, 1] "
+        "(default: all)",
+    )
+    parser.add_argument(
+        "--all_pitches",
+        action="store_true",
+        help="JSB: also sample the pitches no training chorale uses (left out by "
+        "default: the model never learned them)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="same seed, same samples (default 1)")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show TensorFlow's start-up logs (hidden by default)")
-    parser.add_argument("--jit_compile", type=int, default=1, choices=(0, 1),
-                        help="1 = compile the sampling loop with XLA (default 1)")
-    parser.add_argument("--name", default=None,
-                        help="file name prefix (default: from --primer); files of the same name in "
-                             "<run_dir>/samples/ are replaced")
-    parser.add_argument("--max_note_duration", type=float, default=None,
-                        help=f"performance task: cut notes the model leaves sounding longer than this "
-                             f"many seconds in the written .mid files (default {LONG_NOTE_SECONDS:g}; "
-                             "0 = keep them)")
-    parser.add_argument("--speed", type=int, default=1, choices=(0, 1),
-                        help="1 = time the sampling loop (default): two more passes of the batch to "
-                             "--length without stopping at END, the first to compile; 0 = skip them")
-    parser.add_argument("--timing_steps", type=int, default=50,
-                        help="repetitions of one cached step per position for the flatness check "
-                             "(default 50; 0 = skip)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show TensorFlow's start-up logs (hidden by default)"
+    )
+    parser.add_argument(
+        "--jit_compile",
+        type=int,
+        default=1,
+        choices=(0, 1),
+        help="1 = compile the sampling loop with XLA (default 1)",
+    )
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="file name prefix (default: from --primer); files of the same name in "
+        "<run_dir>/samples/ are replaced",
+    )
+    parser.add_argument(
+        "--max_note_duration",
+        type=float,
+        default=None,
+        help=f"performance task: cut notes the model leaves sounding longer than this "
+        f"many seconds in the written .mid files (default {LONG_NOTE_SECONDS:g}; "
+        "0 = keep them)",
+    )
+    parser.add_argument(
+        "--speed",
+        type=int,
+        default=1,
+        choices=(0, 1),
+        help="1 = time the sampling loop (default): two more passes of the batch to "
+        "--length without stopping at END, the first to compile; 0 = skip them",
+    )
+    parser.add_argument(
+        "--timing_steps",
+        type=int,
+        default=50,
+        help="repetitions of one cached step per position for the flatness check "
+        "(default 50; 0 = skip)",
+    )
     args = parser.parse_args(argv)
     for flag in ("length", "primer_length", "num_samples"):
         value = getattr(args, flag)
@@ -112,43 +163,63 @@ def parse_args(argv=None):
             parser.error(f"--max_note_duration (0 keeps every note): {error}")
     config_path = os.path.join(args.run_dir, "config.json")
     if not os.path.isfile(config_path):
-        parser.error(f"--run_dir {args.run_dir!r} has no config.json: pass the --output_dir of a "
-                     "finished examples/music/train.py run")
+        parser.error(
+            f"--run_dir {args.run_dir!r} has no config.json: pass the --output_dir of a "
+            "finished examples/music/train.py run"
+        )
     try:
         with open(config_path) as f:
             args.config = json.load(f)
         args.task = args.config["task"]
         args.config["sequence_length"]  # read below
     except (ValueError, KeyError, TypeError) as error:  # JSONDecodeError is a ValueError
-        parser.error(f"{config_path} is not the config.json of a finished examples/music/train.py "
-                     f"run ({type(error).__name__}: {error}); train again into --run_dir")
+        parser.error(
+            f"{config_path} is not the config.json of a finished examples/music/train.py "
+            f"run ({type(error).__name__}: {error}); train again into --run_dir"
+        )
     if args.task not in music_data.TASKS:
-        parser.error(f"{config_path}: unknown task {args.task!r}, expected one of {music_data.TASKS}")
+        parser.error(
+            f"{config_path}: unknown task {args.task!r}, expected one of {music_data.TASKS}"
+        )
     if args.task == "jsb" and cut is not None:
-        parser.error("--max_note_duration applies to performance runs; chorales on a 16th-note grid "
-                     "have no notes left sounding: leave it out")
-    args.max_note_duration = None if args.task == "jsb" else (
-        LONG_NOTE_SECONDS if cut is None else cut or None)
+        parser.error(
+            "--max_note_duration applies to performance runs; chorales on a 16th-note grid "
+            "have no notes left sounding: leave it out"
+        )
+    args.max_note_duration = (
+        None if args.task == "jsb" else (LONG_NOTE_SECONDS if cut is None else cut or None)
+    )
     args.length = args.length if args.length is not None else 2 * args.config["sequence_length"]
     if args.primer == "none" and args.primer_length is not None:
-        parser.error("--primer_length takes events from a primer: pass --primer validation or a "
-                     ".mid file with it, or leave it out")
+        parser.error(
+            "--primer_length takes events from a primer: pass --primer validation or a "
+            ".mid file with it, or leave it out"
+        )
     if args.primer not in ("none", "validation"):
         if not args.primer.lower().endswith((".mid", ".midi")):
-            parser.error(f"--primer must be 'none', 'validation' or a .mid file, received "
-                         f"{args.primer!r}")
+            parser.error(
+                f"--primer must be 'none', 'validation' or a .mid file, received {args.primer!r}"
+            )
         if not os.path.isfile(args.primer):
             parser.error(f"--primer {args.primer!r}: no such MIDI file")
     step = music_data.step_size(args.task)
     if args.primer_length is not None and args.primer_length % step:
-        parser.error(f"--primer_length must be a multiple of {step} for a {args.task} run (whole "
-                     f"time steps of the {step} voices), received {args.primer_length}")
-    args.primer_length = (args.primer_length if args.primer_length is not None
-                         else args.config["sequence_length"] // 2)
+        parser.error(
+            f"--primer_length must be a multiple of {step} for a {args.task} run (whole "
+            f"time steps of the {step} voices), received {args.primer_length}"
+        )
+    args.primer_length = (
+        args.primer_length
+        if args.primer_length is not None
+        else args.config["sequence_length"] // 2
+    )
     args.primer_length -= args.primer_length % step
     if args.name is None:
-        args.name = os.path.splitext(os.path.basename(args.primer))[0] if args.primer.lower().endswith(
-            (".mid", ".midi")) else args.primer
+        args.name = (
+            os.path.splitext(os.path.basename(args.primer))[0]
+            if args.primer.lower().endswith((".mid", ".midi"))
+            else args.primer
+        )
     return args
 
 
@@ -159,7 +230,8 @@ def validation_pieces(args):
     return music_data.load_performances(
         # None in config.json: train.py's defaults; "pop909": the loader's folder (cached).
         music_data.resolve_midi_dir(args.config.get("midi_dir"), args.config.get("data_dir"))[0],
-        args.config.get("cache_dir") or music_data.DEFAULT_CACHE_DIR)["valid"]
+        args.config.get("cache_dir") or music_data.DEFAULT_CACHE_DIR,
+    )["valid"]
 
 
 def suppressed_ids(args):
@@ -169,11 +241,13 @@ def suppressed_ids(args):
     if args.task == "jsb" and not args.all_pitches:
         train = music_data.load_jsb(args.config.get("data_dir"), "train")
     ids = music_data.never_sampled_ids(args.task, train, args.all_pitches)
-    unused = np.array(ids[len(MUSIC_SUPPRESSED_TOKEN_IDS):], np.int64)
+    unused = np.array(ids[len(MUSIC_SUPPRESSED_TOKEN_IDS) :], np.int64)
     if len(unused):
         sung = np.setdiff1d(np.arange(music.NUM_PITCHES), unused - music.JSB_PITCH_OFFSET)
-        print(f"Never sampled: the {len(unused)} pitches no training chorale uses (the chorales "
-              f"span MIDI {sung.min()}..{sung.max()}; --all_pitches samples them too)")
+        print(
+            f"Never sampled: the {len(unused)} pitches no training chorale uses (the chorales "
+            f"span MIDI {sung.min()}..{sung.max()}; --all_pitches samples them too)"
+        )
     return ids
 
 
@@ -187,9 +261,11 @@ def make_primers(args, pieces):
         rows = [pieces[i % len(pieces)][: args.primer_length] for i in range(args.num_samples)]
     else:
         if args.task != "performance":
-            raise ValueError(f"--primer {args.primer}: a MIDI primer needs a model trained on "
-                             "performances (train.py --task performance); this run is a JSB "
-                             "model: pass --primer validation or none.")
+            raise ValueError(
+                f"--primer {args.primer}: a MIDI primer needs a model trained on "
+                "performances (train.py --task performance); this run is a JSB "
+                "model: pass --primer validation or none."
+            )
         events = music.midi_to_events(args.primer)
         rows = [events[: args.primer_length]] * args.num_samples
     width = 1 + max(len(r) for r in rows)
@@ -244,14 +320,18 @@ def primer_seconds(task, primer_row):
 # Note statistics that tell by number what a listener hears first: whether
 # the samples move like the training music. Each: (label, unit, scale).
 STATISTICS = {
-    "jsb": {"note_length": ("note length", "16th notes", 1),
-            "long_notes": ("notes held a bar or longer", "%", 100),
-            "moving_steps": ("steps where a voice moves", "%", 100),
-            "dissonant_steps": ("steps with a second, 7th or tritone", "%", 100)},
-    "performance": {"notes_per_second": ("notes per second", "", 1),
-                    "note_duration": ("note duration", "s", 1),
-                    "polyphony": ("notes sounding at once", "", 1),
-                    "long_notes": (f"notes longer than {LONG_NOTE_SECONDS:g} s", "%", 100)},
+    "jsb": {
+        "note_length": ("note length", "16th notes", 1),
+        "long_notes": ("notes held a bar or longer", "%", 100),
+        "moving_steps": ("steps where a voice moves", "%", 100),
+        "dissonant_steps": ("steps with a second, 7th or tritone", "%", 100),
+    },
+    "performance": {
+        "notes_per_second": ("notes per second", "", 1),
+        "note_duration": ("note duration", "s", 1),
+        "polyphony": ("notes sounding at once", "", 1),
+        "long_notes": (f"notes longer than {LONG_NOTE_SECONDS:g} s", "%", 100),
+    },
 }
 BAR = 16  # 16th notes in a 4/4 bar
 DISSONANT_INTERVAL_CLASSES = (1, 2, 6)  # seconds and sevenths (folded), the tritone
@@ -273,15 +353,21 @@ def _chorale_statistics(rows):
         dissonant += int(clash.any(axis=(1, 2)).sum())
         sounding += int(((grid >= 0).sum(axis=1) >= 2).sum())
         for voice in grid.T:
-            bounds = np.concatenate([[0], np.flatnonzero(voice[1:] != voice[:-1]) + 1, [len(voice)]])
+            bounds = np.concatenate(
+                [[0], np.flatnonzero(voice[1:] != voice[:-1]) + 1, [len(voice)]]
+            )
             runs = np.diff(bounds)
             lengths.extend(runs[voice[bounds[:-1]] >= 0].tolist())
     if not lengths:
         return None
     lengths = np.asarray(lengths)
-    return {"note_length": float(lengths.mean()), "long_notes": float(np.mean(lengths >= BAR)),
-            "moving_steps": moves / max(steps, 1), "dissonant_steps": dissonant / max(sounding, 1),
-            "notes": int(lengths.size)}
+    return {
+        "note_length": float(lengths.mean()),
+        "long_notes": float(np.mean(lengths >= BAR)),
+        "moving_steps": moves / max(steps, 1),
+        "dissonant_steps": dissonant / max(sounding, 1),
+        "notes": int(lengths.size),
+    }
 
 
 def _performance_statistics(rows, max_note_duration=None):
@@ -292,13 +378,19 @@ def _performance_statistics(rows, max_note_duration=None):
         # Both decodings stop at END; the long notes are counted as sampled.
         exact = np.array([n.end - n.start for n in music.events_to_notes(row)])
         long_notes += int(np.sum(np.round(exact * music.STEPS_PER_SECOND) > long_steps))
-        durations.extend(note.end - note.start
-                         for note in music.events_to_notes(row, max_note_duration=max_note_duration))
+        durations.extend(
+            note.end - note.start
+            for note in music.events_to_notes(row, max_note_duration=max_note_duration)
+        )
     if not durations or seconds <= 0:
         return None
-    return {"notes_per_second": len(durations) / seconds, "note_duration": float(np.mean(durations)),
-            "polyphony": float(np.sum(durations)) / seconds, "long_notes": long_notes / len(durations),
-            "notes": len(durations)}
+    return {
+        "notes_per_second": len(durations) / seconds,
+        "note_duration": float(np.mean(durations)),
+        "polyphony": float(np.sum(durations)) / seconds,
+        "long_notes": long_notes / len(durations),
+        "notes": len(durations),
+    }
 
 
 def music_statistics(task, rows, max_note_duration=None):
@@ -332,8 +424,11 @@ def validation_windows(pieces, length, step, limit=256):
     `step`) from the starts of the validation pieces: the reference the
     samples are held against."""
     length -= length % step
-    windows = [piece[begin:begin + length] for piece in pieces
-               for begin in range(0, len(piece) - length + 1, length)]
+    windows = [
+        piece[begin : begin + length]
+        for piece in pieces
+        for begin in range(0, len(piece) - length + 1, length)
+    ]
     return windows[:limit] if windows else list(pieces)
 
 
@@ -346,14 +441,20 @@ def compare_with_validation(args, tokens, lengths, pieces):
     step = music_data.step_size(args.task)
     windows = validation_windows(pieces, new_events, step)
     cut = args.max_note_duration  # None for chorales
-    both = {"samples": music_statistics(args.task, sampled, max_note_duration=cut),
-            "validation": music_statistics(args.task, windows)}
+    both = {
+        "samples": music_statistics(args.task, sampled, max_note_duration=cut),
+        "validation": music_statistics(args.task, windows),
+    }
     if both["samples"] is None or both["validation"] is None:
-        print(f"No note statistics: the {'samples' if both['samples'] is None else 'validation pieces'} "
-              "hold no note.")
+        print(
+            f"No note statistics: the {'samples' if both['samples'] is None else 'validation pieces'} "
+            "hold no note."
+        )
         return both
-    print(f"Sampled events against the validation data ({len(sampled)} samples, "
-          f"{len(windows)} validation windows of up to {new_events - new_events % step} events):")
+    print(
+        f"Sampled events against the validation data ({len(sampled)} samples, "
+        f"{len(windows)} validation windows of up to {new_events - new_events % step} events):"
+    )
     print(f"  {'':36s}{'samples':>10s}{'validation':>12s}")
     for key, (label, unit, scale) in STATISTICS[args.task].items():
         name = f"{label} ({unit})" if unit and unit != "%" else label
@@ -361,8 +462,10 @@ def compare_with_validation(args, tokens, lengths, pieces):
         values = [f"{both[side][key] * scale:.2f}{suffix}" for side in ("samples", "validation")]
         print(f"  {name:36s}{values[0]:>10s}{values[1]:>12s}")
     if cut:
-        print(f"  (the samples' note duration and notes sounding at once after cutting notes at "
-              f"{cut:g} s, as in the .mid files;\n   notes longer than {LONG_NOTE_SECONDS:g} s counted as sampled)")
+        print(
+            f"  (the samples' note duration and notes sounding at once after cutting notes at "
+            f"{cut:g} s, as in the .mid files;\n   notes longer than {LONG_NOTE_SECONDS:g} s counted as sampled)"
+        )
     return both
 
 
@@ -390,8 +493,14 @@ def plot_piano_roll(midi, path, title, primer_end=0.0, fs=50):
     pitches = np.flatnonzero(roll.sum(axis=1))
     low, high = (pitches.min(), pitches.max()) if pitches.size else (0, 127)
     fig, axis = plt.subplots(figsize=(12, 3.5))
-    axis.imshow(roll[low:high + 1] > 0, aspect="auto", origin="lower", cmap="Greys",
-                extent=(0, roll.shape[1] / fs, low - 0.5, high + 0.5), interpolation="nearest")
+    axis.imshow(
+        roll[low : high + 1] > 0,
+        aspect="auto",
+        origin="lower",
+        cmap="Greys",
+        extent=(0, roll.shape[1] / fs, low - 0.5, high + 0.5),
+        interpolation="nearest",
+    )
     if primer_end > 0:
         axis.axvspan(0, primer_end, color="tab:blue", alpha=0.15, label="primer")
         # Beside the roll, not over its top-right notes.
@@ -429,7 +538,9 @@ def step_timings(model, batch_size, max_length, positions, repeats):
             for _ in range(max(1, repeats // rounds)):
                 logits, _ = step(tokens, index, state)
             np.asarray(logits)
-            best[position] = min(best[position], (time.perf_counter() - start) / max(1, repeats // rounds))
+            best[position] = min(
+                best[position], (time.perf_counter() - start) / max(1, repeats // rounds)
+            )
     return best
 
 
@@ -442,17 +553,22 @@ def measure_speed(args, model, primers, lengths, kwargs):
     def run_to_length(prompt, seed):
         return sample(model, prompt, args.length, seed=seed, end_token_id=None, **kwargs)
 
-    print("Timing the loop: two more passes of the batch to --length, the first to compile "
-          "(--speed 0 skips them)...", flush=True)
+    print(
+        "Timing the loop: two more passes of the batch to --length, the first to compile "
+        "(--speed 0 skips them)...",
+        flush=True,
+    )
     timed = tf.function(run_to_length, jit_compile=bool(args.jit_compile))
     np.asarray(timed(tf.constant(primers), tf.constant(args.seed)))
     start = time.perf_counter()
     np.asarray(timed(tf.constant(primers), tf.constant(args.seed + 1)))
     seconds = time.perf_counter() - start
     new_events = int(sum(args.length - lengths))
-    print(f"Speed: {new_events} new events ({len(primers)} rows x up to {args.length}) in {seconds:.2f} s: "
-          f"{new_events / seconds:.0f} events/s for the batch, {seconds / (args.length - lengths.min()) * 1000:.2f} "
-          "ms per step")
+    print(
+        f"Speed: {new_events} new events ({len(primers)} rows x up to {args.length}) in {seconds:.2f} s: "
+        f"{new_events / seconds:.0f} events/s for the batch, {seconds / (args.length - lengths.min()) * 1000:.2f} "
+        "ms per step"
+    )
     return {"seconds": seconds, "events_per_second": new_events / seconds}
 
 
@@ -464,25 +580,39 @@ def main(argv=None):
     pieces = validation_pieces(args)  # primers, and the reference of the statistics
     primers = make_primers(args, pieces)
     if primers.shape[1] >= args.length:
-        raise ValueError(f"--length ({args.length}) must exceed the primer ({primers.shape[1] - 1} "
-                         "events and the start token): pass a larger --length or a shorter "
-                         "--primer_length.")
+        raise ValueError(
+            f"--length ({args.length}) must exceed the primer ({primers.shape[1] - 1} "
+            "events and the start token): pass a larger --length or a shorter "
+            "--primer_length."
+        )
     lengths = (primers != 0).sum(axis=1)
     suppressed = suppressed_ids(args)
-    kwargs = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                  suppressed_token_ids=suppressed)
+    kwargs = dict(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        suppressed_token_ids=suppressed,
+    )
 
     def generate(prompt, seed):
         return sample(model, prompt, args.length, seed=seed, end_token_id=music.END_ID, **kwargs)
 
-    print(f"Sampling {len(primers)} x {args.length} events: up to {args.length - lengths.min()} steps in "
-          "one compiled loop, which shows no progress until it ends (each step attends over all "
-          f"{args.length} cache positions)...", flush=True)
+    print(
+        f"Sampling {len(primers)} x {args.length} events: up to {args.length - lengths.min()} steps in "
+        "one compiled loop, which shows no progress until it ends (each step attends over all "
+        f"{args.length} cache positions)...",
+        flush=True,
+    )
     start = time.perf_counter()
-    tokens = np.asarray(tf.function(generate, jit_compile=bool(args.jit_compile))(
-        tf.constant(primers), tf.constant(args.seed)))
-    print(f"Sampled {len(primers)} x {args.length} events in {time.perf_counter() - start:.1f} s "
-          "(tracing and compilation included)")
+    tokens = np.asarray(
+        tf.function(generate, jit_compile=bool(args.jit_compile))(
+            tf.constant(primers), tf.constant(args.seed)
+        )
+    )
+    print(
+        f"Sampled {len(primers)} x {args.length} events in {time.perf_counter() - start:.1f} s "
+        "(tracing and compilation included)"
+    )
 
     speed = measure_speed(args, model, primers, lengths, kwargs) if args.speed else {}
 
@@ -493,23 +623,34 @@ def main(argv=None):
         midi = to_midi(args.task, row, args.max_note_duration)
         base = os.path.join(out_dir, f"{args.name}_{i}")
         midi.dump_midi(base + ".mid")
-        ended = bool((row[lengths[i]:] == music.END_ID).any())
-        title = (f"{args.task}, {args.config['attention']} attention, {args.name} sample {i}: "
-                 f"{lengths[i] - 1} primer + {len(row) - lengths[i]} sampled events"
-                 + (" (ended with END)" if ended else ""))
+        ended = bool((row[lengths[i] :] == music.END_ID).any())
+        title = (
+            f"{args.task}, {args.config['attention']} attention, {args.name} sample {i}: "
+            f"{lengths[i] - 1} primer + {len(row) - lengths[i]} sampled events"
+            + (" (ended with END)" if ended else "")
+        )
         plot_piano_roll(midi, base + ".png", title, primer_seconds(args.task, primers[i]))
         written.append(base)
     print(f"Wrote {len(written)} .mid and .png files to {out_dir}")
 
-    report = {"primer": args.primer, "num_samples": len(primers), "length": args.length,
-              "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
-              "max_note_duration": args.max_note_duration,
-              "suppressed_token_ids": list(suppressed), **speed}
+    report = {
+        "primer": args.primer,
+        "num_samples": len(primers),
+        "length": args.length,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "max_note_duration": args.max_note_duration,
+        "suppressed_token_ids": list(suppressed),
+        **speed,
+    }
     if args.timing_steps:
         positions = sorted({1, args.length // 4, args.length // 2, args.length - 1})
         timings = step_timings(model, len(primers), args.length, positions, args.timing_steps)
-        print("One cached step for the batch at position: " + ", ".join(
-            f"{p}: {t * 1000:.2f} ms" for p, t in timings.items()))
+        print(
+            "One cached step for the batch at position: "
+            + ", ".join(f"{p}: {t * 1000:.2f} ms" for p, t in timings.items())
+        )
         report["step_ms_by_position"] = {str(p): t * 1000 for p, t in timings.items()}
     report["statistics"] = compare_with_validation(args, tokens, lengths, pieces)
     with open(os.path.join(out_dir, f"{args.name}_report.json"), "w") as f:

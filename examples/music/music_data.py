@@ -59,7 +59,9 @@ SHIPPED_DATA_DIR = os.path.join(HERE, "data")
 SHIPPED_MIDI_DIR = os.path.join(SHIPPED_DATA_DIR, "pop909")
 DATA_ENV_VAR = "KERAS_ATTN_DATA"
 POP909 = "pop909"  # --midi_dir pop909: the full POP909 through keras_attn.datasets.pop909
-DEFAULT_CACHE_DIR = os.path.join("runs", "music_cache")  # encoded MIDI events (train.py --cache_dir)
+DEFAULT_CACHE_DIR = os.path.join(
+    "runs", "music_cache"
+)  # encoded MIDI events (train.py --cache_dir)
 TASKS = ("jsb", "performance")
 VALIDATION_BUCKETS = 10  # 1 file in 10 goes to validation
 
@@ -139,8 +141,7 @@ def load_jsb(data_dir=None, split="train"):
         data_dir = jsb_chorales.fetch(data_dir=data_dir)
     chorales = music.load_jsb_chorales(data_dir or SHIPPED_DATA_DIR, split)
     return [
-        np.append(music.chorale_to_tokens(c), music.JSB_END_ID).astype(np.int32)
-        for c in chorales
+        np.append(music.chorale_to_tokens(c), music.JSB_END_ID).astype(np.int32) for c in chorales
     ]
 
 
@@ -190,7 +191,11 @@ def resolve_midi_dir(midi_dir=None, data_dir=None):
 
         offline = next((d for d in (data_dir, shared_data_dir()) if _holds_pop909(d)), None)
         folder = pop909.fetch(data_dir=offline)
-        where = f"the offline folder {offline}" if offline else "the cache, downloaded if it lacked songs"
+        where = (
+            f"the offline folder {offline}"
+            if offline
+            else "the cache, downloaded if it lacked songs"
+        )
         return folder, f"POP909 through keras_attn.datasets.pop909, from {where}"
     if midi_dir:
         return midi_dir, "--midi_dir" if midi_dir != os.environ.get("MIDI_DIR") else "$MIDI_DIR"
@@ -198,8 +203,10 @@ def resolve_midi_dir(midi_dir=None, data_dir=None):
         return os.path.join(data_dir, "pop909", "POP909"), "POP909, found in --data_dir"
     folder = default_midi_dir()
     if folder == SHIPPED_MIDI_DIR:
-        return folder, ("the songs shipped with the example: no pop909/POP909 in the shared data "
-                        f"folder {shared_data_dir()} (--midi_dir pop909 downloads all of POP909)")
+        return folder, (
+            "the songs shipped with the example: no pop909/POP909 in the shared data "
+            f"folder {shared_data_dir()} (--midi_dir pop909 downloads all of POP909)"
+        )
     return folder, "POP909, found in the shared data folder"
 
 
@@ -211,13 +218,12 @@ def find_midi_files(midi_dir):
             "which is not a folder."
         )
     files = [
-        path for path in glob.glob(os.path.join(midi_dir, "**", "*"), recursive=True)
+        path
+        for path in glob.glob(os.path.join(midi_dir, "**", "*"), recursive=True)
         if path.lower().endswith((".mid", ".midi")) and os.path.isfile(path)
     ]
     if not files:
-        raise ValueError(
-            f"Expected .mid or .midi files under {midi_dir!r}. Received: none."
-        )
+        raise ValueError(f"Expected .mid or .midi files under {midi_dir!r}. Received: none.")
     return sorted(files)
 
 
@@ -230,7 +236,9 @@ def split_files(files):
     Returns:
         (train_files, validation_files).
     """
-    validation = [f for f in files if zlib.crc32(os.path.basename(f).encode()) % VALIDATION_BUCKETS == 0]
+    validation = [
+        f for f in files if zlib.crc32(os.path.basename(f).encode()) % VALIDATION_BUCKETS == 0
+    ]
     if not validation:
         validation = files[-1:]
     train = [f for f in files if f not in set(validation)]
@@ -268,8 +276,13 @@ def load_performances(midi_dir, cache_dir=None, stretches=music.AUGMENTATION_STR
     files = find_midi_files(midi_dir)
     train_files, valid_files = split_files(files)
     key = hashlib.sha1(
-        repr((sorted(os.path.relpath(f, midi_dir) for f in files), tuple(stretches),
-              [os.path.getsize(f) for f in files])).encode()
+        repr(
+            (
+                sorted(os.path.relpath(f, midi_dir) for f in files),
+                tuple(stretches),
+                [os.path.getsize(f) for f in files],
+            )
+        ).encode()
     ).hexdigest()[:12]
     cache = os.path.join(cache_dir, f"events_{key}.npz") if cache_dir else None
     if cache and os.path.exists(cache):
@@ -288,7 +301,9 @@ def load_performances(midi_dir, cache_dir=None, stretches=music.AUGMENTATION_STR
             if path in valid_files:
                 variants = [events]
             else:
-                variants = [events if s == 1.0 else music.time_stretch(events, s) for s in stretches]
+                variants = [
+                    events if s == 1.0 else music.time_stretch(events, s) for s in stretches
+                ]
             arrays.extend(np.append(v, music.END_ID).astype(np.int32) for v in variants)
             counts.append(len(variants))
             if (index + 1) % 100 == 0:
@@ -296,12 +311,22 @@ def load_performances(midi_dir, cache_dir=None, stretches=music.AUGMENTATION_STR
         print(f"Encoded {len(files)} MIDI files in {time.time() - start:.1f} s")
         if cache:
             os.makedirs(cache_dir, exist_ok=True)
-            np.savez(cache, events=np.concatenate(arrays).astype(np.int16),
-                     lengths=np.array([len(a) for a in arrays]), counts=np.array(counts))
-    result = {"train": [], "valid": [], "train_files": [], "valid_files": [], "stretches": tuple(stretches)}
+            np.savez(
+                cache,
+                events=np.concatenate(arrays).astype(np.int16),
+                lengths=np.array([len(a) for a in arrays]),
+                counts=np.array(counts),
+            )
+    result = {
+        "train": [],
+        "valid": [],
+        "train_files": [],
+        "valid_files": [],
+        "stretches": tuple(stretches),
+    }
     position = 0
     for path, count in zip(files, counts):
-        group = [np.asarray(a, np.int32) for a in arrays[position:position + count]]
+        group = [np.asarray(a, np.int32) for a in arrays[position : position + count]]
         position += count
         if not count:
             continue
@@ -319,8 +344,9 @@ def load_performances(midi_dir, cache_dir=None, stretches=music.AUGMENTATION_STR
 
 
 # -------------------------------------------------------------- pipelines
-def training_dataset(pieces, sequence_length, batch_size, seed, step=1, transpose=False,
-                     skip_batches=0):
+def training_dataset(
+    pieces, sequence_length, batch_size, seed, step=1, transpose=False, skip_batches=0
+):
     """Endless batches of random windows, as (inputs, targets) int32 (B, L).
 
     Args:
@@ -361,9 +387,11 @@ def training_dataset(pieces, sequence_length, batch_size, seed, step=1, transpos
         last_start = tf.maximum(length - sequence_length, 0) // step
         offset = (random[2] % (last_start + 1)) * step
         size = tf.minimum(tf.cast(sequence_length, tf.int64), length - offset)
-        window = values[starts[row] + offset:starts[row] + offset + size]
+        window = values[starts[row] + offset : starts[row] + offset + size]
         if transpose:
-            window = transpose_events(window, semitones[random[3] % len(music.AUGMENTATION_SEMITONES)])
+            window = transpose_events(
+                window, semitones[random[3] % len(music.AUGMENTATION_SEMITONES)]
+            )
         window = tf.pad(window, [[0, sequence_length - tf.shape(window)[0]]])
         window = tf.ensure_shape(window, (sequence_length,))
         inputs = tf.concat([[music.START_ID], window[:-1]], axis=0)
@@ -411,11 +439,11 @@ def evaluation_windows(pieces, window_length, step=1):
     for piece in pieces:
         for begin in range(0, len(piece), window_length):
             window = np.zeros(window_length, np.int32)
-            chunk = piece[begin:begin + window_length]
-            window[:len(chunk)] = chunk
+            chunk = piece[begin : begin + window_length]
+            window[: len(chunk)] = chunk
             shifted = np.zeros(window_length, np.int32)
             shifted[0] = music.START_ID
-            shifted[1:len(chunk)] = chunk[:-1]
+            shifted[1 : len(chunk)] = chunk[:-1]
             inputs.append(shifted)
             targets.append(window)
     return np.stack(inputs), np.stack(targets)

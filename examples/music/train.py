@@ -51,10 +51,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
+# isort: split
 
+import keras  # noqa: E402
 import music_data  # noqa: E402
+import numpy as np  # noqa: E402
 import run_folder  # noqa: E402  (config.json, a finished run, export versions)
 import training_utils  # noqa: E402  (--strategy, exact resume)
 
@@ -66,9 +67,24 @@ from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
 # What config.json records: the flags that build, feed, train and validate the model
 # (run_folder.check_run_record; generate.py reads the task and data ones).
 RECORDED_FLAGS = (
-    "task", "attention", "data_dir", "midi_dir", "cache_dir", "sequence_length", "batch_size",
-    "steps_per_epoch", "num_layers", "hidden_dim", "num_heads", "intermediate_dim", "dropout",
-    "max_relative_position", "warmup_steps", "learning_rate_scale", "seed", "max_eval_windows",
+    "task",
+    "attention",
+    "data_dir",
+    "midi_dir",
+    "cache_dir",
+    "sequence_length",
+    "batch_size",
+    "steps_per_epoch",
+    "num_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+    "dropout",
+    "max_relative_position",
+    "warmup_steps",
+    "learning_rate_scale",
+    "seed",
+    "max_eval_windows",
 )
 
 
@@ -76,45 +92,80 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--task", default="jsb", choices=music_data.TASKS)
     parser.add_argument("--attention", default="relative", choices=["relative", "absolute"])
-    parser.add_argument("--data_dir", default=os.environ.get("JSB_CHORALES_DIR"),
-                        help="JSB Chorales folder, or an offline data folder laid out as the shared "
-                             "one (jsb_chorales/, pop909/POP909/) (default: $JSB_CHORALES_DIR or the "
-                             "shipped copy, which is the whole data set)")
-    parser.add_argument("--midi_dir", default=os.environ.get("MIDI_DIR"),
-                        help="folder of .mid files for --task performance, or 'pop909': all of "
-                             "POP909 through keras_attn.datasets.pop909 (from --data_dir or the "
-                             "shared data folder, else the cache ~/.keras/datasets/keras_attn, else "
-                             "downloaded once, 25 MB, sha256-checked). Default: $MIDI_DIR, else "
-                             "pop909/POP909 in --data_dir or the shared data folder ($KERAS_ATTN_DATA "
-                             "or ../shared/data beside the repository) if present, else the 6 "
-                             "shipped songs")
+    parser.add_argument(
+        "--data_dir",
+        default=os.environ.get("JSB_CHORALES_DIR"),
+        help="JSB Chorales folder, or an offline data folder laid out as the shared "
+        "one (jsb_chorales/, pop909/POP909/) (default: $JSB_CHORALES_DIR or the "
+        "shipped copy, which is the whole data set)",
+    )
+    parser.add_argument(
+        "--midi_dir",
+        default=os.environ.get("MIDI_DIR"),
+        help="folder of .mid files for --task performance, or 'pop909': all of "
+        "POP909 through keras_attn.datasets.pop909 (from --data_dir or the "
+        "shared data folder, else the cache ~/.keras/datasets/keras_attn, else "
+        "downloaded once, 25 MB, sha256-checked). Default: $MIDI_DIR, else "
+        "pop909/POP909 in --data_dir or the shared data folder ($KERAS_ATTN_DATA "
+        "or ../shared/data beside the repository) if present, else the 6 "
+        "shipped songs",
+    )
     parser.add_argument("--output_dir", default=None)
-    parser.add_argument("--cache_dir", default=None,
-                        help="where encoded MIDI events are cached (default runs/music_cache)")
-    parser.add_argument("--minutes", type=training_utils.positive(float), default=None,
-                        help="stop training after this many minutes (checked after each batch)")
+    parser.add_argument(
+        "--cache_dir",
+        default=None,
+        help="where encoded MIDI events are cached (default runs/music_cache)",
+    )
+    parser.add_argument(
+        "--minutes",
+        type=training_utils.positive(float),
+        default=None,
+        help="stop training after this many minutes (checked after each batch)",
+    )
     parser.add_argument("--epochs", type=training_utils.positive(int), default=1000)
     parser.add_argument("--steps_per_epoch", type=training_utils.positive(int), default=100)
-    parser.add_argument("--sequence_length", type=training_utils.positive(int), default=256, help="L, training window")
+    parser.add_argument(
+        "--sequence_length",
+        type=training_utils.positive(int),
+        default=256,
+        help="L, training window",
+    )
     parser.add_argument("--batch_size", type=training_utils.positive(int), default=16)
     parser.add_argument("--num_layers", type=int, default=3)
     parser.add_argument("--hidden_dim", type=int, default=128)
     parser.add_argument("--num_heads", type=int, default=4)
     parser.add_argument("--intermediate_dim", type=int, default=512)
     parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--max_relative_position", type=int, default=None,
-                        help="default: --sequence_length (every distance seen in training)")
+    parser.add_argument(
+        "--max_relative_position",
+        type=int,
+        default=None,
+        help="default: --sequence_length (every distance seen in training)",
+    )
     parser.add_argument("--warmup_steps", type=int, default=500)
     parser.add_argument("--learning_rate_scale", type=float, default=1.0)
-    parser.add_argument("--eval_lengths", default="1,2",
-                        help="validation window lengths as multiples of L, comma separated; 'full' = whole pieces")
+    parser.add_argument(
+        "--eval_lengths",
+        default="1,2",
+        help="validation window lengths as multiples of L, comma separated; 'full' = whole pieces",
+    )
     parser.add_argument("--eval_batch_size", type=training_utils.positive(int), default=8)
-    parser.add_argument("--max_eval_windows", type=training_utils.positive(int), default=None,
-                        help="validate during training on the first N windows only (faster epochs)")
+    parser.add_argument(
+        "--max_eval_windows",
+        type=training_utils.positive(int),
+        default=None,
+        help="validate during training on the first N windows only (faster epochs)",
+    )
     parser.add_argument("--jit_compile", type=int, default=1, help="1 = XLA for training steps")
-    parser.add_argument("--export_max_length", type=training_utils.positive(int), default=None,
-                        help="longest sequence the SavedModel generates (default 2 L)")
-    parser.add_argument("--skip_training", action="store_true", help="evaluate <output_dir>/model.keras")
+    parser.add_argument(
+        "--export_max_length",
+        type=training_utils.positive(int),
+        default=None,
+        help="longest sequence the SavedModel generates (default 2 L)",
+    )
+    parser.add_argument(
+        "--skip_training", action="store_true", help="evaluate <output_dir>/model.keras"
+    )
     training_utils.add_console_arguments(parser)
     parser.add_argument("--seed", type=int, default=1)
     run_folder.add_export_arguments(parser)
@@ -129,8 +180,10 @@ def parse_args(argv=None):
         except ValueError:
             valid = False
         if not valid:
-            parser.error(f"--eval_lengths: expected positive multiples of L or 'full', comma separated "
-                         f"(e.g. 1,2,full), received {args.eval_lengths!r}")
+            parser.error(
+                f"--eval_lengths: expected positive multiples of L or 'full', comma separated "
+                f"(e.g. 1,2,full), received {args.eval_lengths!r}"
+            )
     args.output_dir = args.output_dir or os.path.join("runs", f"music_{args.task}_{args.attention}")
     run_folder.check_run_record(parser, args, RECORDED_FLAGS)
     run_folder.check_run_folders(parser, args, loads_model=args.skip_training)
@@ -143,13 +196,17 @@ def parse_args(argv=None):
 def load_data(args):
     """Training pieces (with variants) and validation pieces of the task."""
     if args.task == "jsb":
-        return music_data.load_jsb(args.data_dir, "train"), music_data.load_jsb(args.data_dir, "valid")
+        return music_data.load_jsb(args.data_dir, "train"), music_data.load_jsb(
+            args.data_dir, "valid"
+        )
     # --midi_dir pop909 may download here (once): after the run folder checks, before any work.
     midi_dir, source = music_data.resolve_midi_dir(args.midi_dir, args.data_dir)
     print(f"Performances from {midi_dir} ({source})", flush=True)
     data = music_data.load_performances(midi_dir, args.cache_dir)
-    print(f"{midi_dir}: {len(data['train'])} training and {len(data['valid'])} validation files "
-          f"(validation: crc32(file name) % 10 == 0)")
+    print(
+        f"{midi_dir}: {len(data['train'])} training and {len(data['valid'])} validation files "
+        f"(validation: crc32(file name) % 10 == 0)"
+    )
     return data["train"], data["valid"]
 
 
@@ -192,19 +249,28 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
     start_step = backup.restore(model)
     step = music_data.step_size(args.task)
     train_data = music_data.training_dataset(
-        train_pieces, args.sequence_length, args.batch_size, seed=args.seed, step=step,
-        transpose=args.task == "performance", skip_batches=start_step,
+        train_pieces,
+        args.sequence_length,
+        args.batch_size,
+        seed=args.seed,
+        step=step,
+        transpose=args.task == "performance",
+        skip_batches=start_step,
     )
     inputs, targets = music_data.evaluation_windows(valid_pieces, args.sequence_length, step)
     if args.max_eval_windows:
         inputs, targets = inputs[: args.max_eval_windows], targets[: args.max_eval_windows]
     val_data = tf.data.Dataset.from_tensor_slices((inputs, targets)).batch(args.eval_batch_size)
-    print(f"Model ({args.attention}): {model.count_params():,} parameters, {args.num_layers} layers, "
-          f"D={args.hidden_dim}, H={args.num_heads}, d_ff={args.intermediate_dim}; "
-          f"windows of L={args.sequence_length}, batches of {args.batch_size}")
+    print(
+        f"Model ({args.attention}): {model.count_params():,} parameters, {args.num_layers} layers, "
+        f"D={args.hidden_dim}, H={args.num_heads}, d_ff={args.intermediate_dim}; "
+        f"windows of L={args.sequence_length}, batches of {args.batch_size}"
+    )
     if args.max_eval_windows:
-        print(f"val_loss each epoch: the first {len(inputs)} validation windows (--max_eval_windows); "
-              "the final figures: all of them")
+        print(
+            f"val_loss each epoch: the first {len(inputs)} validation windows (--max_eval_windows); "
+            "the final figures: all of them"
+        )
     callbacks = [
         backup,
         *callbacks,
@@ -213,15 +279,25 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
         training_utils.ExamplesSeen(1, key="training_steps"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         training_utils.HistoryLogger(os.path.join(args.output_dir, "history.csv")),
-        run_folder.best_checkpoint(args.output_dir, "val_loss"),  # model.keras: the best epoch so far
+        run_folder.best_checkpoint(
+            args.output_dir, "val_loss"
+        ),  # model.keras: the best epoch so far
     ]
     budget, verbose = training_utils.time_budget(
         args, os.path.join(args.output_dir, "train_seconds.txt")
     )
     callbacks += budget
     start = time.time()
-    training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
-                       steps_per_epoch=args.steps_per_epoch, callbacks=callbacks, verbose=verbose)
+    training_utils.fit(
+        model,
+        strategy,
+        train_data,
+        validation_data=val_data,
+        epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch,
+        callbacks=callbacks,
+        verbose=verbose,
+    )
     print(f"Training took {(time.time() - start) / 60:.1f} min (this run)")
     if not os.path.exists(os.path.join(args.output_dir, "model.keras")):
         model.save(os.path.join(args.output_dir, "model.keras"))  # stopped before any epoch ended
@@ -248,7 +324,7 @@ def negative_log_likelihood(model, inputs, targets, batch_size):
 
     total, count = 0.0, 0
     for begin in range(0, len(inputs), batch_size):
-        x, y = inputs[begin:begin + batch_size], targets[begin:begin + batch_size]
+        x, y = inputs[begin : begin + batch_size], targets[begin : begin + batch_size]
         if len(x) < batch_size:  # one static shape per length for XLA
             pad = batch_size - len(x)
             x = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
@@ -269,24 +345,40 @@ def evaluate(args, model, valid_pieces):
         start = time.time()
         nll, count = negative_log_likelihood(model, inputs, targets, args.eval_batch_size)
         key = "full" if length is None else f"{item}L"
-        results[key] = {"window_length": int(inputs.shape[1]), "windows": int(len(inputs)),
-                        "tokens": count, "nll_per_token": nll, "bits_per_token": nll / math.log(2)}
-        print(f"Validation NLL per token, windows of {inputs.shape[1]} ({key}): {nll:.4f} nats "
-              f"({len(inputs)} windows, {count} tokens, {time.time() - start:.0f} s)")
+        results[key] = {
+            "window_length": int(inputs.shape[1]),
+            "windows": int(len(inputs)),
+            "tokens": count,
+            "nll_per_token": nll,
+            "bits_per_token": nll / math.log(2),
+        }
+        print(
+            f"Validation NLL per token, windows of {inputs.shape[1]} ({key}): {nll:.4f} nats "
+            f"({len(inputs)} windows, {count} tokens, {time.time() - start:.0f} s)"
+        )
     return results
 
 
 def plot_training_curves(args):
     def draw(plt, rows):
         # Runs from before `training_steps` was logged: whole epochs.
-        steps = [int(r.get("training_steps") or (int(r["epoch"]) + 1) * args.steps_per_epoch)
-                 for r in rows]
+        steps = [
+            int(r.get("training_steps") or (int(r["epoch"]) + 1) * args.steps_per_epoch)
+            for r in rows
+        ]
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-        for key, axis, label in (("loss", axes[0], "NLL per token (nats)"), ("accuracy", axes[1], "accuracy")):
+        for key, axis, label in (
+            ("loss", axes[0], "NLL per token (nats)"),
+            ("accuracy", axes[1], "accuracy"),
+        ):
             axis.plot(steps, [float(r[key]) for r in rows], marker="o", label="train")
             if f"val_{key}" in rows[0]:
-                axis.plot(steps, [float(r[f"val_{key}"]) for r in rows],
-                          marker="o", label=f"validation (L={args.sequence_length})")
+                axis.plot(
+                    steps,
+                    [float(r[f"val_{key}"]) for r in rows],
+                    marker="o",
+                    label=f"validation (L={args.sequence_length})",
+                )
             axis.set_xlabel("training step")
             axis.set_ylabel(label)
             axis.set_title(f"{args.task}, {args.attention} attention")
@@ -327,8 +419,12 @@ def main(argv=None):
         json.dump(results, f, indent=2)
     if not args.skip_export:
         from keras_attn.export import export_music_generator
+
         path = export_music_generator(
-            model, args.export_dir, version=args.version, max_length=args.export_max_length,
+            model,
+            args.export_dir,
+            version=args.version,
+            max_length=args.export_max_length,
             suppressed_token_ids=music_data.never_sampled_ids(args.task, train_pieces),
             jit_compile=bool(args.export_xla),
         )

@@ -88,8 +88,13 @@ SIGNATURES = {
     "super_resolver": {
         "serving_default": Signature(inputs={"image": _IMAGE}, outputs={"image": _IMAGE}),
         "sample_with_options": Signature(
-            inputs={"image": _IMAGE, "temperature": Spec("float32", ()), "seed": Spec("int64", ()),
-                    "top_k": Spec("int32", ()), "top_p": Spec("float32", ())},
+            inputs={
+                "image": _IMAGE,
+                "temperature": Spec("float32", ()),
+                "seed": Spec("int64", ()),
+                "top_k": Spec("int32", ()),
+                "top_p": Spec("float32", ()),
+            },
             outputs={"image": _IMAGE},
         ),
     },
@@ -129,7 +134,9 @@ def _as_array(name, value, spec):
     else:
         array = np.asarray(value)
         if array.dtype == object or array.dtype.kind not in "biuf":
-            raise ValueError(f"`{name}` must be numeric ({spec.dtype}). Received dtype {array.dtype}.")
+            raise ValueError(
+                f"`{name}` must be numeric ({spec.dtype}). Received dtype {array.dtype}."
+            )
         if np.dtype(spec.dtype).kind in "iu" and array.dtype.kind == "f":
             if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
                 raise ValueError(f"`{name}` must hold integers ({spec.dtype}). Received {value!r}.")
@@ -211,9 +218,15 @@ def super_resolver_inputs(images, temperature=None, seed=None, top_k=None, top_p
     top_p = 1.0 if top_p is None else top_p
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"`top_p` must be in (0, 1] (1 = no filter). Received: top_p={top_p!r}.")
-    inputs = make_inputs("super_resolver", "sample_with_options", image=images,
-                         temperature=temperature, seed=0 if seed is None else seed,
-                         top_k=top_k, top_p=top_p)
+    inputs = make_inputs(
+        "super_resolver",
+        "sample_with_options",
+        image=images,
+        temperature=temperature,
+        seed=0 if seed is None else seed,
+        top_k=top_k,
+        top_p=top_p,
+    )
     return "sample_with_options", inputs
 
 
@@ -240,8 +253,15 @@ def music_generator_inputs(primer, num_steps, temperature=1.0, top_k=0, top_p=1.
         )
     width = max(len(row) for row in rows)
     padded = [row + [MUSIC_PAD_ID] * (width - len(row)) for row in rows]
-    return make_inputs("music_generator", primer=padded, num_steps=num_steps,
-                       temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    return make_inputs(
+        "music_generator",
+        primer=padded,
+        num_steps=num_steps,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+    )
 
 
 # ---------------------------------------------------------------- REST
@@ -273,7 +293,9 @@ def _to_json(array, binary=False):
     return nested(array)
 
 
-def rest_request_body(inputs, signature_name=DEFAULT_SIGNATURE, request_format="auto", binary=False):
+def rest_request_body(
+    inputs, signature_name=DEFAULT_SIGNATURE, request_format="auto", binary=False
+):
     """The JSON body of a TF Serving REST predict request.
 
     Two formats (TF Serving's REST API): the row format `{"instances":
@@ -375,14 +397,18 @@ def parse_rest_response(body, model, signature_name=DEFAULT_SIGNATURE):
             columns = {name: [row[name] for row in rows] for name in names}
     elif "outputs" in body:
         value = body["outputs"]
-        if isinstance(value, dict) and set(value) == set(names) and not (
-            len(names) == 1 and set(value) == {"b64"}
+        if (
+            isinstance(value, dict)
+            and set(value) == set(names)
+            and not (len(names) == 1 and set(value) == {"b64"})
         ):
             columns = value
         elif len(names) == 1:
             columns = {names[0]: value}
         else:
-            raise ValueError(f"Expected outputs {names} in the response. Received keys {sorted(value)}.")
+            raise ValueError(
+                f"Expected outputs {names} in the response. Received keys {sorted(value)}."
+            )
     else:
         raise ValueError(
             "A TF Serving predict response holds 'predictions' or 'outputs'. Received keys "
@@ -403,8 +429,17 @@ def rest_endpoint(base_url, model_name, version=None, label=None, verb="predict"
     return f"{path}:{verb}"
 
 
-def rest_predict(base_url, model_name, model, inputs, signature_name=DEFAULT_SIGNATURE,
-                 version=None, label=None, request_format="auto", timeout=120.0):
+def rest_predict(
+    base_url,
+    model_name,
+    model,
+    inputs,
+    signature_name=DEFAULT_SIGNATURE,
+    version=None,
+    label=None,
+    request_format="auto",
+    timeout=120.0,
+):
     """POSTs a predict request to TF Serving's REST API and parses the answer.
 
     Args:
@@ -427,8 +462,10 @@ def rest_predict(base_url, model_name, model, inputs, signature_name=DEFAULT_SIG
     """
     body = json.dumps(rest_request_body(inputs, signature_name, request_format)).encode("utf-8")
     request = urllib.request.Request(
-        rest_endpoint(base_url, model_name, version, label), data=body,
-        headers={"Content-Type": "application/json"}, method="POST",
+        rest_endpoint(base_url, model_name, version, label),
+        data=body,
+        headers={"Content-Type": "application/json"},
+        method="POST",
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -439,7 +476,9 @@ def rest_predict(base_url, model_name, model, inputs, signature_name=DEFAULT_SIG
             text = json.loads(text).get("error", text)
         except ValueError:
             pass
-        raise ServingError(f"TF Serving returned HTTP {error.code} for {request.full_url}: {text}") from None
+        raise ServingError(
+            f"TF Serving returned HTTP {error.code} for {request.full_url}: {text}"
+        ) from None
     except urllib.error.URLError as error:
         raise ServingError(f"Cannot reach TF Serving at {base_url}: {error.reason}") from None
     return parse_rest_response(answer, model, signature_name)
@@ -498,12 +537,23 @@ def parse_grpc_response(response, model, signature_name=DEFAULT_SIGNATURE):
     outputs = signature(model, signature_name).outputs
     missing = sorted(set(outputs) - set(response.outputs))
     if missing:
-        raise ValueError(f"The response lacks outputs {missing}. Received {sorted(response.outputs)}.")
+        raise ValueError(
+            f"The response lacks outputs {missing}. Received {sorted(response.outputs)}."
+        )
     return {name: tf.make_ndarray(response.outputs[name]) for name in outputs}
 
 
-def grpc_predict(target, model_name, model, inputs, signature_name=DEFAULT_SIGNATURE,
-                 version=None, label=None, timeout=120.0, max_message_bytes=64 << 20):
+def grpc_predict(
+    target,
+    model_name,
+    model,
+    inputs,
+    signature_name=DEFAULT_SIGNATURE,
+    version=None,
+    label=None,
+    timeout=120.0,
+    max_message_bytes=64 << 20,
+):
     """Sends a `PredictRequest` over gRPC (`PredictionService/Predict`) and parses the answer.
 
     Args:
@@ -527,12 +577,23 @@ def grpc_predict(target, model_name, model, inputs, signature_name=DEFAULT_SIGNA
         try:
             response = service.PredictionServiceStub(channel).Predict(request, timeout=timeout)
         except grpc.RpcError as error:
-            raise ServingError(f"TF Serving gRPC {error.code().name} at {target}: {error.details()}") from None
+            raise ServingError(
+                f"TF Serving gRPC {error.code().name} at {target}: {error.details()}"
+            ) from None
     return parse_grpc_response(response, model, signature_name)
 
 
-def predict(model, inputs, signature_name=DEFAULT_SIGNATURE, model_name=None, rest_url=None,
-            grpc_target=None, version=None, label=None, timeout=120.0):
+def predict(
+    model,
+    inputs,
+    signature_name=DEFAULT_SIGNATURE,
+    model_name=None,
+    rest_url=None,
+    grpc_target=None,
+    version=None,
+    label=None,
+    timeout=120.0,
+):
     """Runs a prediction over gRPC when `grpc_target` is given, else over REST.
 
     `model_name` defaults to the model kind (the names of README.md's
@@ -540,10 +601,19 @@ def predict(model, inputs, signature_name=DEFAULT_SIGNATURE, model_name=None, re
     """
     model_name = model_name or model
     if grpc_target:
-        return grpc_predict(grpc_target, model_name, model, inputs, signature_name, version,
-                            label, timeout)
-    return rest_predict(rest_url or DEFAULT_REST_URL, model_name, model, inputs, signature_name,
-                        version, label, timeout=timeout)
+        return grpc_predict(
+            grpc_target, model_name, model, inputs, signature_name, version, label, timeout
+        )
+    return rest_predict(
+        rest_url or DEFAULT_REST_URL,
+        model_name,
+        model,
+        inputs,
+        signature_name,
+        version,
+        label,
+        timeout=timeout,
+    )
 
 
 # ---------------------------------------------------------------- per model
@@ -608,8 +678,9 @@ class SentencePieceCodec:
         return texts
 
 
-def translate_tokens(sentences, codec, model="translator_tokens", signature_name=DEFAULT_SIGNATURE,
-                     **connection):
+def translate_tokens(
+    sentences, codec, model="translator_tokens", signature_name=DEFAULT_SIGNATURE, **connection
+):
     """Translations through a token-id signature, tokenizing on the client.
 
     For `translator_tokens` (exported with `include_text_signature=False`)
@@ -622,7 +693,10 @@ def translate_tokens(sentences, codec, model="translator_tokens", signature_name
     inputs = make_inputs(model, signature_name, encoder_tokens=codec.encode(sentences))
     outputs = predict(model, inputs, signature_name, **connection)
     texts = codec.decode(outputs["tokens"])
-    blank = [(s.decode("utf-8", "replace") if isinstance(s, bytes) else s).strip() == "" for s in sentences]
+    blank = [
+        (s.decode("utf-8", "replace") if isinstance(s, bytes) else s).strip() == ""
+        for s in sentences
+    ]
     return ["" if b else t for b, t in zip(blank, texts)]
 
 
@@ -657,7 +731,9 @@ def _load_images(paths, size):
             image = ImageOps.exif_transpose(image)
             if image.mode.startswith("I") or image.mode == "F":  # 16/32-bit or float levels
                 levels = np.nan_to_num(np.asarray(image, np.float64))
-                scale = 1 / 257 if image.mode != "F" else 255.0 if levels.max(initial=0) <= 1 else 1.0
+                scale = (
+                    1 / 257 if image.mode != "F" else 255.0 if levels.max(initial=0) <= 1 else 1.0
+                )
                 image = Image.fromarray(np.clip(np.rint(levels * scale), 0, 255).astype(np.uint8))
             image = image.convert("RGB")
             image = ImageOps.fit(image, (size, size), method=Image.Resampling.BOX)
@@ -668,6 +744,7 @@ def _load_images(paths, size):
 def _bounded(kind, requirement, low=None, high=None, low_open=False):
     """An argparse type: `kind(text)` within [low, high] ((low, high] with
     `low_open`), else a one-line usage error naming the requirement."""
+
     def parse(text):
         try:
             value = kind(text)
@@ -677,6 +754,7 @@ def _bounded(kind, requirement, low=None, high=None, low_open=False):
         if value != value or below or (high is not None and value > high):  # NaN too
             raise argparse.ArgumentTypeError(f"expected {requirement}, received {text!r}")
         return value
+
     return parse
 
 
@@ -705,13 +783,24 @@ def main(argv=None):
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--rest", default=None, help=f"REST base URL (default {DEFAULT_REST_URL})")
     where.add_argument("--grpc", default=None, help=f"gRPC host:port, e.g. {DEFAULT_GRPC_TARGET}")
-    parser.add_argument("--model-name", help="served model name (default: the command's model kind)")
-    parser.add_argument("--version", type=positive_int, help="model version (default: newest served)")
+    parser.add_argument(
+        "--model-name", help="served model name (default: the command's model kind)"
+    )
+    parser.add_argument(
+        "--version", type=positive_int, help="model version (default: newest served)"
+    )
     parser.add_argument("--label", help="version label from models.config, e.g. stable")
-    parser.add_argument("--timeout", type=_bounded(float, "a number of seconds > 0", low=0, low_open=True),
-                        default=300.0, help="seconds")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show TensorFlow's start-up logs (--grpc imports it; hidden by default)")
+    parser.add_argument(
+        "--timeout",
+        type=_bounded(float, "a number of seconds > 0", low=0, low_open=True),
+        default=300.0,
+        help="seconds",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's start-up logs (--grpc imports it; hidden by default)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     text = commands.add_parser("translate", help="strings in, strings out (server needs TF Text)")
@@ -719,27 +808,49 @@ def main(argv=None):
 
     tokens = commands.add_parser("translate-tokens", help="token-id model; tokenizes here")
     tokens.add_argument("sentences", nargs="+")
-    tokens.add_argument("--sentencepiece-model", required=True, type=_existing_file,
-                        help="tokenizer.model of the run")
-    tokens.add_argument("--max-length", type=_bounded(int, "an int >= 3", low=3), default=64,
-                        help="max_length used at export")
-    tokens.add_argument("--model", default="translator_tokens", choices=["translator_tokens", "translator"],
-                        help="'translator' uses the text model's translate_tokens signature")
+    tokens.add_argument(
+        "--sentencepiece-model",
+        required=True,
+        type=_existing_file,
+        help="tokenizer.model of the run",
+    )
+    tokens.add_argument(
+        "--max-length",
+        type=_bounded(int, "an int >= 3", low=3),
+        default=64,
+        help="max_length used at export",
+    )
+    tokens.add_argument(
+        "--model",
+        default="translator_tokens",
+        choices=["translator_tokens", "translator"],
+        help="'translator' uses the text model's translate_tokens signature",
+    )
 
-    images = commands.add_parser("super-resolve", help="low-resolution images -> sampled high-resolution")
-    images.add_argument("images", nargs="+",
-                        help="image files (centre square, area-averaged to --low-resolution)")
-    images.add_argument("--output", nargs="+", required=True,
-                        help="one PNG path per image, in the same order")
-    images.add_argument("--low-resolution", type=positive_int, default=8, help="the model's input size")
+    images = commands.add_parser(
+        "super-resolve", help="low-resolution images -> sampled high-resolution"
+    )
+    images.add_argument(
+        "images", nargs="+", help="image files (centre square, area-averaged to --low-resolution)"
+    )
+    images.add_argument(
+        "--output", nargs="+", required=True, help="one PNG path per image, in the same order"
+    )
+    images.add_argument(
+        "--low-resolution", type=positive_int, default=8, help="the model's input size"
+    )
     images.add_argument("--temperature", type=temperature)
     images.add_argument("--seed", type=int)
     images.add_argument("--top-k", type=top_k, help="sample among the k most likely intensities")
     images.add_argument("--top-p", type=top_p, help="nucleus mass in (0, 1]")
 
     music = commands.add_parser("generate-music", help="continue a primer of event ids")
-    music.add_argument("--primer", type=_primer, default=[[MUSIC_START_ID]],
-                       help="comma-separated event ids starting with 1; ';' between rows")
+    music.add_argument(
+        "--primer",
+        type=_primer,
+        default=[[MUSIC_START_ID]],
+        help="comma-separated event ids starting with 1; ';' between rows",
+    )
     music.add_argument("--num-steps", type=_bounded(int, "an int >= 0", low=0), default=128)
     music.add_argument("--temperature", type=temperature, default=1.0)
     music.add_argument("--top-k", type=top_k, default=0)
@@ -748,8 +859,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.grpc and not args.verbose:
         _import_tensorflow_quietly()
-    connection = dict(model_name=args.model_name, rest_url=args.rest, grpc_target=args.grpc,
-                      version=args.version, label=args.label, timeout=args.timeout)
+    connection = dict(
+        model_name=args.model_name,
+        rest_url=args.rest,
+        grpc_target=args.grpc,
+        version=args.version,
+        label=args.label,
+        timeout=args.timeout,
+    )
     try:
         if args.command == "translate":
             for source, target in zip(args.sentences, translate(args.sentences, **connection)):
@@ -758,7 +875,9 @@ def main(argv=None):
             codec = SentencePieceCodec(args.sentencepiece_model, args.max_length)
             signature_name = "translate_tokens" if args.model == "translator" else DEFAULT_SIGNATURE
             connection["model_name"] = connection["model_name"] or args.model
-            results = translate_tokens(args.sentences, codec, args.model, signature_name, **connection)
+            results = translate_tokens(
+                args.sentences, codec, args.model, signature_name, **connection
+            )
             for source, target in zip(args.sentences, results):
                 print(f"{source}\n  -> {target}")
         elif args.command == "super-resolve":
@@ -766,14 +885,27 @@ def main(argv=None):
                 parser.error("give one --output path per image")
             from PIL import Image
 
-            result = super_resolve(_load_images(args.images, args.low_resolution),
-                                   args.temperature, args.seed, args.top_k, args.top_p, **connection)
+            result = super_resolve(
+                _load_images(args.images, args.low_resolution),
+                args.temperature,
+                args.seed,
+                args.top_k,
+                args.top_p,
+                **connection,
+            )
             for image, path in zip(result, args.output):
                 Image.fromarray(image).save(path)
                 print(f"wrote {path} {image.shape}")
         else:
-            rows = generate_music(args.primer, args.num_steps, args.temperature, args.top_k, args.top_p,
-                                  args.seed, **connection)
+            rows = generate_music(
+                args.primer,
+                args.num_steps,
+                args.temperature,
+                args.top_k,
+                args.top_p,
+                args.seed,
+                **connection,
+            )
             for row in rows:
                 print(json.dumps(row))
     except (ServingError, ValueError, OSError) as error:  # OSError: a local file or folder

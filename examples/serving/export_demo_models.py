@@ -46,8 +46,9 @@ def demo_tokenizer(num_sentences=1000, vocabulary_size=1000):
     )
 
 
-def export_translators(output, tokenizer, max_length=32, num_beams=4, hidden_dim=32, version=1,
-                       overwrite=False):
+def export_translators(
+    output, tokenizer, max_length=32, num_beams=4, hidden_dim=32, version=1, overwrite=False
+):
     """Exports one untrained translation model twice: `translator` (text) and `translator_tokens`.
 
     Returns:
@@ -57,45 +58,72 @@ def export_translators(output, tokenizer, max_length=32, num_beams=4, hidden_dim
     from keras_attn.models import translation_transformer
 
     model = translation_transformer(
-        tokenizer.vocabulary_size, num_layers=1, hidden_dim=hidden_dim, num_heads=2,
-        intermediate_dim=2 * hidden_dim, dropout=0.0,
+        tokenizer.vocabulary_size,
+        num_layers=1,
+        hidden_dim=hidden_dim,
+        num_heads=2,
+        intermediate_dim=2 * hidden_dim,
+        dropout=0.0,
     )
     common = dict(version=version, max_length=max_length, num_beams=num_beams, overwrite=overwrite)
     text_path = export_translator(model, tokenizer, os.path.join(output, "translator"), **common)
-    tokens_path = export_translator(model, tokenizer, os.path.join(output, "translator_tokens"),
-                                    include_text_signature=False, **common)
+    tokens_path = export_translator(
+        model,
+        tokenizer,
+        os.path.join(output, "translator_tokens"),
+        include_text_signature=False,
+        **common,
+    )
     return model, text_path, tokens_path
 
 
-def export_demo_super_resolver(output, low_resolution_size=8, image_size=32, hidden_dim=32, version=1,
-                               overwrite=False):
+def export_demo_super_resolver(
+    output, low_resolution_size=8, image_size=32, hidden_dim=32, version=1, overwrite=False
+):
     """An untrained `super_resolution_transformer` exported to `output/super_resolver/<version>`."""
     from keras_attn.export import export_super_resolver
     from keras_attn.models import super_resolution_transformer
 
     model = super_resolution_transformer(
-        low_resolution_size=low_resolution_size, image_size=image_size, num_encoder_layers=1,
-        num_layers=1, hidden_dim=hidden_dim, num_heads=2, intermediate_dim=2 * hidden_dim,
+        low_resolution_size=low_resolution_size,
+        image_size=image_size,
+        num_encoder_layers=1,
+        num_layers=1,
+        hidden_dim=hidden_dim,
+        num_heads=2,
+        intermediate_dim=2 * hidden_dim,
         dropout=0.0,
     )
-    path = export_super_resolver(model, os.path.join(output, "super_resolver"), version=version,
-                                 overwrite=overwrite)
+    path = export_super_resolver(
+        model, os.path.join(output, "super_resolver"), version=version, overwrite=overwrite
+    )
     return model, path
 
 
-def export_demo_music_generator(output, vocabulary_size=391, max_length=256, hidden_dim=32, version=1,
-                                overwrite=False):
+def export_demo_music_generator(
+    output, vocabulary_size=391, max_length=256, hidden_dim=32, version=1, overwrite=False
+):
     """An untrained `music_transformer` (performance-event vocabulary) exported to
     `output/music_generator/<version>`."""
     from keras_attn.export import export_music_generator
     from keras_attn.models import music_transformer
 
     model = music_transformer(
-        vocabulary_size, num_layers=1, hidden_dim=hidden_dim, num_heads=2,
-        intermediate_dim=2 * hidden_dim, dropout=0.0, max_relative_position=64,
+        vocabulary_size,
+        num_layers=1,
+        hidden_dim=hidden_dim,
+        num_heads=2,
+        intermediate_dim=2 * hidden_dim,
+        dropout=0.0,
+        max_relative_position=64,
     )
-    path = export_music_generator(model, os.path.join(output, "music_generator"), version=version,
-                                  max_length=max_length, overwrite=overwrite)
+    path = export_music_generator(
+        model,
+        os.path.join(output, "music_generator"),
+        version=version,
+        max_length=max_length,
+        overwrite=overwrite,
+    )
     return model, path
 
 
@@ -116,6 +144,7 @@ def served_models(output):
     """The names of MODEL_NAMES that have a numbered version folder under
     `output`: what models.config serves, whether this run exported them or
     an earlier one did (`--skip`)."""
+
     def has_version(name):
         folder = os.path.join(output, name)
         return os.path.isdir(folder) and any(d.isdigit() for d in os.listdir(folder))
@@ -127,41 +156,55 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--output", default="/tmp/tf_serving_models")
     parser.add_argument("--version", type=int, default=1)
-    parser.add_argument("--verbose", action="store_true",
-                        help="show TensorFlow's start-up logs (hidden by default)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show TensorFlow's start-up logs (hidden by default)"
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace existing version folders")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["translator", "super_resolver",
-                                                                 "music_generator"])
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["translator", "super_resolver", "music_generator"]
+    )
     args = parser.parse_args(argv)
     if args.version < 1:
         parser.error(f"argument --version: expected a number > 0, received {args.version}")
     kinds = [k for k in ("translator", "super_resolver", "music_generator") if k not in args.skip]
     folders = {"translator": ("translator", "translator_tokens")}
-    existing = [os.path.join(args.output, folder, str(args.version))
-                for kind in kinds for folder in folders.get(kind, (kind,))
-                if os.path.lexists(os.path.join(args.output, folder, str(args.version)))]
+    existing = [
+        os.path.join(args.output, folder, str(args.version))
+        for kind in kinds
+        for folder in folders.get(kind, (kind,))
+        if os.path.lexists(os.path.join(args.output, folder, str(args.version)))
+    ]
     if existing and not args.overwrite:  # before a minute of tokenizer training and tracing
-        parser.error(f"version {args.version} is exported already ({', '.join(existing)}): pass "
-                     f"--overwrite to replace it, or --version {args.version + 1} to add a version.")
+        parser.error(
+            f"version {args.version} is exported already ({', '.join(existing)}): pass "
+            f"--overwrite to replace it, or --version {args.version + 1} to add a version."
+        )
     os.makedirs(args.output, exist_ok=True)
     if "translator" not in args.skip:
         tokenizer = demo_tokenizer()
         tokenizer.save(os.path.join(args.output, "tokenizer.model"))
         _, text_path, tokens_path = export_translators(
-            args.output, tokenizer, version=args.version, overwrite=args.overwrite)
+            args.output, tokenizer, version=args.version, overwrite=args.overwrite
+        )
         print(f"translator -> {text_path}\ntranslator_tokens -> {tokens_path}")
     if "super_resolver" not in args.skip:
-        _, path = export_demo_super_resolver(args.output, version=args.version, overwrite=args.overwrite)
+        _, path = export_demo_super_resolver(
+            args.output, version=args.version, overwrite=args.overwrite
+        )
         print(f"super_resolver -> {path}")
     if "music_generator" not in args.skip:
-        _, path = export_demo_music_generator(args.output, version=args.version, overwrite=args.overwrite)
+        _, path = export_demo_music_generator(
+            args.output, version=args.version, overwrite=args.overwrite
+        )
         print(f"music_generator -> {path}")
     # Every model there, so that a run with --skip keeps serving the others.
     with open(os.path.join(args.output, "models.config"), "w") as f:
         f.write(models_config(served_models(args.output)))
-    print(f"wrote {os.path.join(args.output, 'models.config')}; serve with:\n"
-          f"  docker run --rm -p 8500:8500 -p 8501:8501 --mount type=bind,source={os.path.abspath(args.output)},"
-          "target=/models tensorflow/serving --model_config_file=/models/models.config")
+    print(
+        f"wrote {os.path.join(args.output, 'models.config')}; serve with:\n"
+        f"  docker run --rm -p 8500:8500 -p 8501:8501 --mount type=bind,source={os.path.abspath(args.output)},"
+        "target=/models tensorflow/serving --model_config_file=/models/models.config"
+    )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import zipfile
 
-_CHILD = r'''
+_CHILD = r"""
 import ctypes, glob, os, sys
 tf_dir, text_dir, out_dir = sys.argv[1:4]
 ctypes.CDLL(os.path.join(tf_dir, "libtensorflow_framework.so.2"), mode=ctypes.RTLD_GLOBAL)
@@ -56,7 +56,7 @@ for path in sorted(glob.glob(os.path.join(text_dir, "tensorflow_text", "python",
     op_list = c_api.TF_GetOpList(library)
     with open(os.path.join(out_dir, os.path.basename(path) + ".oplist"), "wb") as f:
         f.write(ctypes.string_at(op_list.data, op_list.length))
-'''
+"""
 
 
 def _attr_value(value):
@@ -105,13 +105,17 @@ def registered_ops(tensorflow_wheel, tensorflow_text_wheel):
         tf_dir, text_dir, out_dir = (os.path.join(tmp, d) for d in ("tf", "text", "out"))
         os.makedirs(out_dir)
         with zipfile.ZipFile(tensorflow_wheel) as wheel:
-            for name in ("tensorflow/libtensorflow_framework.so.2", "tensorflow/libtensorflow_cc.so.2"):
+            for name in (
+                "tensorflow/libtensorflow_framework.so.2",
+                "tensorflow/libtensorflow_cc.so.2",
+            ):
                 wheel.extract(name, tf_dir)
         with zipfile.ZipFile(tensorflow_text_wheel) as wheel:
             wheel.extractall(text_dir)
         subprocess.run(
             [sys.executable, "-c", _CHILD, os.path.join(tf_dir, "tensorflow"), text_dir, out_dir],
-            check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+            check=True,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
         )
         libraries = {}
         for path in sorted(glob.glob(os.path.join(out_dir, "*.oplist"))):
@@ -150,10 +154,14 @@ def render(libraries, version, tensorflow_wheel, tensorflow_text_wheel):
 
     with open(tensorflow_text_wheel, "rb") as f:
         text_sha = hashlib.sha256(f.read()).hexdigest()
-    lines = [HEADER.format(
-        version=version, text_wheel=os.path.basename(tensorflow_text_wheel), text_sha=text_sha,
-        tf_wheel=os.path.basename(tensorflow_wheel),
-    )]
+    lines = [
+        HEADER.format(
+            version=version,
+            text_wheel=os.path.basename(tensorflow_text_wheel),
+            text_sha=text_sha,
+            tf_wheel=os.path.basename(tensorflow_wheel),
+        )
+    ]
     for library, ops in libraries.items():
         lines.append(f"# {library}")
         for op in ops:
@@ -164,8 +172,11 @@ def render(libraries, version, tensorflow_wheel, tensorflow_text_wheel):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tensorflow-wheel", required=True,
-                        help="tensorflow(-cpu) wheel of the release tensorflow-text was built for")
+    parser.add_argument(
+        "--tensorflow-wheel",
+        required=True,
+        help="tensorflow(-cpu) wheel of the release tensorflow-text was built for",
+    )
     parser.add_argument("--tensorflow-text-wheel", required=True)
     parser.add_argument("--output", required=True)
     args = parser.parse_args(argv)
@@ -173,7 +184,9 @@ def main(argv=None):
     libraries = registered_ops(args.tensorflow_wheel, args.tensorflow_text_wheel)
     with open(args.output, "w") as f:
         f.write(render(libraries, version, args.tensorflow_wheel, args.tensorflow_text_wheel))
-    print(f"{sum(len(ops) for ops in libraries.values())} ops of tensorflow-text {version} -> {args.output}")
+    print(
+        f"{sum(len(ops) for ops in libraries.values())} ops of tensorflow-text {version} -> {args.output}"
+    )
 
 
 if __name__ == "__main__":

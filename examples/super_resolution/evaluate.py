@@ -6,9 +6,11 @@ if __name__ == "__main__":  # first, before TensorFlow's start-up lines
     # A module of train.py, not a command: say so rather than exit silently.
     import sys
 
-    sys.exit("evaluate.py holds train.py's measurements and has no command of its own. To "
-             "evaluate a trained run: python examples/super_resolution/train.py --output_dir "
-             "<run> --skip_training")
+    sys.exit(
+        "evaluate.py holds train.py's measurements and has no command of its own. To "
+        "evaluate a trained run: python examples/super_resolution/train.py --output_dir "
+        "<run> --skip_training"
+    )
 
 import os  # noqa: E402
 import time  # noqa: E402
@@ -42,8 +44,10 @@ def report(args, model, data, make_dataset):
         "validation_bits_per_dim_images": int(min(count, len(validation_images))),
         "evaluation_seconds": round(time.time() - start, 1),
     }
-    print(f"Validation bits/dim: {figures['validation_bits_per_dim']:.3f} "
-          f"({figures['validation_bits_per_dim_images']} images)")
+    print(
+        f"Validation bits/dim: {figures['validation_bits_per_dim']:.3f} "
+        f"({figures['validation_bits_per_dim_images']} images)"
+    )
     if args.mode == "super_resolution":
         set_sampling_max_correction(model, args.sampling_max_correction)
         # Spread over the validation set (CIFAR-10 files are sorted by class).
@@ -72,13 +76,23 @@ def _timed_sampler(model, inputs_name, jit_compile=True):
     top_k) as tensors, so every decoding shares one XLA compilation."""
     decoder = CachedDecoder(model)
     if inputs_name == "low_resolution":
+
         def run(condition, seed, temperature, top_k):
             return super_resolve(model, condition, seed, temperature, decoder, top_k=top_k)
     else:
+
         def run(condition, seed, temperature, top_k):
             inputs = {"class_label": condition} if inputs_name == "class_label" else None
-            return sample_images(decoder, tf.shape(condition)[0], (32, 32, 3), seed=seed,
-                                 temperature=temperature, top_k=top_k, inputs=inputs)
+            return sample_images(
+                decoder,
+                tf.shape(condition)[0],
+                (32, 32, 3),
+                seed=seed,
+                temperature=temperature,
+                top_k=top_k,
+                inputs=inputs,
+            )
+
     return tf.function(run, jit_compile=jit_compile, autograph=False)
 
 
@@ -92,8 +106,10 @@ def _sample_all(sampler, condition, seed, decodings, batch_size):
         for begin in range(0, len(condition), batch_size):
             start = time.time()
             out = sampler(
-                tf.constant(condition[begin:begin + batch_size]), tf.constant(seed, tf.int64),
-                tf.constant(temperature, tf.float32), tf.constant(top_k, tf.int32),
+                tf.constant(condition[begin : begin + batch_size]),
+                tf.constant(seed, tf.int64),
+                tf.constant(temperature, tf.float32),
+                tf.constant(top_k, tf.int32),
             )
             parts.append(np.asarray(out))
             seconds.append(time.time() - start)
@@ -104,15 +120,17 @@ def _sample_all(sampler, condition, seed, decodings, batch_size):
 def psnr(candidates, references):
     """Mean over the images of `tf.image.psnr` (dB, intensities 0..255); an
     exact match counts as MAX_PSNR instead of infinity."""
-    values = tf.image.psnr(tf.convert_to_tensor(candidates), tf.convert_to_tensor(references),
-                           max_val=255)
+    values = tf.image.psnr(
+        tf.convert_to_tensor(candidates), tf.convert_to_tensor(references), max_val=255
+    )
     return round(float(tf.reduce_mean(tf.minimum(values, MAX_PSNR))), 2)
 
 
 def ssim(candidates, references):
     """Mean over the images of `tf.image.ssim` (intensities 0..255)."""
-    values = tf.image.ssim(tf.convert_to_tensor(candidates), tf.convert_to_tensor(references),
-                           max_val=255)
+    values = tf.image.ssim(
+        tf.convert_to_tensor(candidates), tf.convert_to_tensor(references), max_val=255
+    )
     return round(float(tf.reduce_mean(values)), 4)
 
 
@@ -138,26 +156,36 @@ def super_resolution_samples(args, model, originals):
         "sampling_seconds_per_batch": round(float(np.mean(timed)), 2),
         "sampling_seconds_per_image": round(float(np.mean(timed)) / batch_size, 3),
     }
-    print(f"{'':>14}  {'PSNR':>8}  {'SSIM':>6}  {'consistency (8x8 PSNR)':>22}   "
-          f"({len(originals)} validation images)")
+    print(
+        f"{'':>14}  {'PSNR':>8}  {'SSIM':>6}  {'consistency (8x8 PSNR)':>22}   "
+        f"({len(originals)} validation images)"
+    )
     for name, candidate in [("bicubic", bicubic)] + [(n, samples[n]) for n, _, _ in DECODINGS]:
         figures[f"psnr_{name}"] = psnr(candidate, originals)
         figures[f"ssim_{name}"] = ssim(candidate, originals)
         figures[f"consistency_psnr_{name}"] = consistency_psnr(candidate, low)
-        print(f"{name:>14}  {figures[f'psnr_{name}']:6.2f} dB  {figures[f'ssim_{name}']:.3f}  "
-              f"{figures[f'consistency_psnr_{name}']:19.2f} dB")
-    print(f"Sampling: {figures['sampling_seconds_per_image']:.2f} s per 32x32 image "
-          f"(batch of {batch_size}, cached, XLA; first call with compilation "
-          f"{figures['sampling_seconds_first_call_with_compilation']:.0f} s)")
+        print(
+            f"{name:>14}  {figures[f'psnr_{name}']:6.2f} dB  {figures[f'ssim_{name}']:.3f}  "
+            f"{figures[f'consistency_psnr_{name}']:19.2f} dB"
+        )
+    print(
+        f"Sampling: {figures['sampling_seconds_per_image']:.2f} s per 32x32 image "
+        f"(batch of {batch_size}, cached, XLA; first call with compilation "
+        f"{figures['sampling_seconds_first_call_with_compilation']:.0f} s)"
+    )
     # Eight rows spread over the samples (the file is sorted by class).
     rows = np.linspace(0, len(originals) - 1, min(8, len(originals))).round().astype(int)
-    columns = [
-        ("low resolution 8x8", np.repeat(np.repeat(low[rows], 4, axis=1), 4, axis=2)),
-        ("bicubic", bicubic[rows]),
-        ("mode (argmax)", samples["mode"][rows]),  # the model's most faithful output
-    ] + [(f"sample T={t}", samples[f"sample_T{t}"][rows]) for t in TEMPERATURES] + [
-        ("original", originals[rows]),
-    ]
+    columns = (
+        [
+            ("low resolution 8x8", np.repeat(np.repeat(low[rows], 4, axis=1), 4, axis=2)),
+            ("bicubic", bicubic[rows]),
+            ("mode (argmax)", samples["mode"][rows]),  # the model's most faithful output
+        ]
+        + [(f"sample T={t}", samples[f"sample_T{t}"][rows]) for t in TEMPERATURES]
+        + [
+            ("original", originals[rows]),
+        ]
+    )
     path = os.path.join(args.output_dir, "samples.png")
     _grid(columns, path)
     print(f"Saved {path}")
@@ -175,8 +203,9 @@ def generated_samples(args, model):
         sampler = _timed_sampler(model, None)
         condition = tf.zeros([args.num_samples], tf.int32)  # only its batch size is read
     decodings = [(t, t, 0) for t in TEMPERATURES[:2]]
-    samples, seconds = _sample_all(sampler, np.asarray(condition), args.seed, decodings,
-                                   len(condition))
+    samples, seconds = _sample_all(
+        sampler, np.asarray(condition), args.seed, decodings, len(condition)
+    )
     batch = int(condition.shape[0])
     figures = {
         "samples": batch,
@@ -184,15 +213,22 @@ def generated_samples(args, model):
         "sampling_seconds_per_batch": round(seconds[1], 2),
         "sampling_seconds_per_image": round(seconds[1] / batch, 3),
     }
-    print(f"Sampling: {figures['sampling_seconds_per_image']:.2f} s per 32x32 image (batch of {batch})")
+    print(
+        f"Sampling: {figures['sampling_seconds_per_image']:.2f} s per 32x32 image (batch of {batch})"
+    )
     for temperature, _, _ in decodings:
         pictures = samples[temperature]
         rows = len(names) if labels is not None else int(np.ceil(batch / 8))
         per_row = args.num_samples if labels is not None else 8
         path = os.path.join(args.output_dir, f"samples_T{temperature}.png")
-        _mosaic(pictures, rows, per_row, path,
-                row_names=names if labels is not None else None,
-                title=f"{args.mode.replace('_', ' ')}, temperature {temperature}")
+        _mosaic(
+            pictures,
+            rows,
+            per_row,
+            path,
+            row_names=names if labels is not None else None,
+            title=f"{args.mode.replace('_', ' ')}, temperature {temperature}",
+        )
         print(f"Saved {path}")
     return figures
 
@@ -204,8 +240,9 @@ def _grid(columns, path):
     import matplotlib.pyplot as plt
 
     rows = len(columns[0][1])
-    fig, axes = plt.subplots(rows, len(columns), figsize=(1.6 * len(columns), 1.6 * rows),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        rows, len(columns), figsize=(1.6 * len(columns), 1.6 * rows), squeeze=False
+    )
     for j, (title, pictures) in enumerate(columns):
         for i in range(rows):
             axes[i, j].imshow(pictures[i], interpolation="nearest")
@@ -222,7 +259,9 @@ def _mosaic(pictures, rows, per_row, path, row_names=None, title=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(rows, per_row, figsize=(1.2 * per_row + 0.8, 1.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, per_row, figsize=(1.2 * per_row + 0.8, 1.2 * rows), squeeze=False
+    )
     for i in range(rows):
         for j in range(per_row):
             k = i * per_row + j
@@ -236,4 +275,3 @@ def _mosaic(pictures, rows, per_row, path, row_names=None, title=None):
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-

@@ -53,9 +53,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
-import keras  # noqa: E402
+# isort: split
 
 import evaluate  # noqa: E402  (the example's sampling, PSNR/SSIM and grids)
+import keras  # noqa: E402
 import run_folder  # noqa: E402  (config.json, a finished run, export versions)
 import training_utils  # noqa: E402  (--strategy, exact resume)
 
@@ -76,121 +77,234 @@ MODES = ("super_resolution", "class_conditional", "unconditional")
 # What config.json records: the flags that build, feed, train and validate the model
 # (run_folder.check_run_record); sampling and evaluation flags may change.
 RECORDED_FLAGS = (
-    "mode", "data", "image_dir", "validation_fraction", "split_seed", "batch_size",
-    "steps_per_epoch", "num_layers", "num_encoder_layers", "hidden_dim", "num_heads",
-    "intermediate_dim", "block_size", "memory_flange", "dropout", "position", "align_positions",
-    "low_resolution_embedding", "low_resolution_logit_bias", "low_resolution_prior_scale",
-    "consistency", "channel_residual", "left_residual", "channel_consistency", "max_correction",
-    "warmup_steps", "learning_rate_scale", "seed", "monitor_images",
+    "mode",
+    "data",
+    "image_dir",
+    "validation_fraction",
+    "split_seed",
+    "batch_size",
+    "steps_per_epoch",
+    "num_layers",
+    "num_encoder_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+    "block_size",
+    "memory_flange",
+    "dropout",
+    "position",
+    "align_positions",
+    "low_resolution_embedding",
+    "low_resolution_logit_bias",
+    "low_resolution_prior_scale",
+    "consistency",
+    "channel_residual",
+    "left_residual",
+    "channel_consistency",
+    "max_correction",
+    "warmup_steps",
+    "learning_rate_scale",
+    "seed",
+    "monitor_images",
 )
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mode", default="super_resolution", choices=MODES)
-    parser.add_argument("--data", default=DEFAULT_DATA,
-                        help="a CIFAR-10 JPEG .npz (default: the 1,000-image sample shipped in "
-                             "data/), or 'cifar10': the full 50,000 training images through "
-                             "keras_attn.datasets.cifar10, from the offline folder (--data_dir) "
-                             "if there is one, else the cache (~/.keras/datasets/keras_attn), "
-                             "else downloaded once (the official archive, 163 MB, sha256-checked)")
-    parser.add_argument("--data_dir", default=None,
-                        help="offline data folder for --data cifar10, laid out as "
-                             "<data_dir>/cifar10/cifar-10-python.tar.gz or cifar10_train_jpeg.npz "
-                             "(default: $KERAS_ATTN_DATA, else ../shared/data beside the "
-                             "repository where it exists, else none: cache or download)")
-    parser.add_argument("--image_dir", default=None,
-                        help="train on the pictures of this folder instead of --data "
-                             "(RGB, centre crop, resized to 32x32; no labels)")
+    parser.add_argument(
+        "--data",
+        default=DEFAULT_DATA,
+        help="a CIFAR-10 JPEG .npz (default: the 1,000-image sample shipped in "
+        "data/), or 'cifar10': the full 50,000 training images through "
+        "keras_attn.datasets.cifar10, from the offline folder (--data_dir) "
+        "if there is one, else the cache (~/.keras/datasets/keras_attn), "
+        "else downloaded once (the official archive, 163 MB, sha256-checked)",
+    )
+    parser.add_argument(
+        "--data_dir",
+        default=None,
+        help="offline data folder for --data cifar10, laid out as "
+        "<data_dir>/cifar10/cifar-10-python.tar.gz or cifar10_train_jpeg.npz "
+        "(default: $KERAS_ATTN_DATA, else ../shared/data beside the "
+        "repository where it exists, else none: cache or download)",
+    )
+    parser.add_argument(
+        "--image_dir",
+        default=None,
+        help="train on the pictures of this folder instead of --data "
+        "(RGB, centre crop, resized to 32x32; no labels)",
+    )
     parser.add_argument("--validation_fraction", type=float, default=0.1)
     parser.add_argument("--split_seed", type=int, default=0)
     parser.add_argument("--output_dir", default=None)
-    parser.add_argument("--minutes", type=training_utils.positive(float), default=None,
-                        help="stop training after this many minutes (checked after each batch)")
-    parser.add_argument("--epochs", type=training_utils.positive(int), default=None,
-                        help="epochs of --steps_per_epoch batches (default: 1000 with --minutes, else 10)")
+    parser.add_argument(
+        "--minutes",
+        type=training_utils.positive(float),
+        default=None,
+        help="stop training after this many minutes (checked after each batch)",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=training_utils.positive(int),
+        default=None,
+        help="epochs of --steps_per_epoch batches (default: 1000 with --minutes, else 10)",
+    )
     parser.add_argument("--steps_per_epoch", type=training_utils.positive(int), default=100)
     parser.add_argument("--batch_size", type=training_utils.positive(int), default=4)
     # A CPU-sized model (see the README for the measured run).
     parser.add_argument("--num_layers", type=int, default=3, help="decoder blocks")
-    parser.add_argument("--num_encoder_layers", type=int, default=2,
-                        help="encoder blocks over the 8x8 image (super resolution)")
+    parser.add_argument(
+        "--num_encoder_layers",
+        type=int,
+        default=2,
+        help="encoder blocks over the 8x8 image (super resolution)",
+    )
     parser.add_argument("--hidden_dim", type=int, default=64)
     parser.add_argument("--num_heads", type=int, default=4)
     parser.add_argument("--intermediate_dim", type=int, default=256)
-    parser.add_argument("--block_size", type=int, default=96,
-                        help="query block of the 1D local attention, in channel intensities "
-                             "(96 = one 32-pixel row)")
+    parser.add_argument(
+        "--block_size",
+        type=int,
+        default=96,
+        help="query block of the 1D local attention, in channel intensities "
+        "(96 = one 32-pixel row)",
+    )
     parser.add_argument("--memory_flange", type=int, default=96)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--position", default="sinusoidal", choices=["sinusoidal", "learned"])
-    parser.add_argument("--no_align_positions", dest="align_positions", action="store_false",
-                        help="encode the 8x8 input at its own pixel coordinates instead of on "
-                             "the 32x32 grid (super resolution)")
-    parser.add_argument("--low_resolution_embedding", default="bicubic",
-                        choices=["nearest", "bicubic", "none"],
-                        help="add the embedding of the low-resolution intensity at each decoder "
-                             "position (the covering pixel, or bicubic upsampling) beside "
-                             "cross-attention; none = cross-attention only (super resolution)")
-    parser.add_argument("--low_resolution_logit_bias", default="bicubic",
-                        choices=["bicubic", "nearest", "none"],
-                        help="add to the logits a learned prior over each intensity's offset "
-                             "from the low-resolution value there (super resolution)")
-    parser.add_argument("--low_resolution_prior_scale", type=float, default=16.0,
-                        help="the Laplace scale (intensity levels) that prior starts from; "
-                             "0 = start from zeros")
-    parser.add_argument("--no_consistency", dest="consistency", action="store_false",
-                        help="count the prior's offsets from the interpolated value alone, not "
-                             "from the value that keeps each 4x4 block consistent with the "
-                             "input given the pixels generated so far (super resolution)")
-    parser.add_argument("--no_channel_residual", dest="channel_residual", action="store_false",
-                        help="count the prior's offsets of green and blue from the "
-                             "interpolated value alone, not shifted by the pixel's previous "
-                             "channel's residual (super resolution)")
-    parser.add_argument("--left_residual", action="store_true",
-                        help="count the prior's offsets of red from the consistent value plus "
-                             "0.75 x the left pixel's residual (super resolution)")
-    parser.add_argument("--no_channel_consistency", dest="channel_consistency",
-                        action="store_false",
-                        help="green and blue count from the interpolated value plus the "
-                             "previous channel's residual from its interpolated value, not "
-                             "from their own block-consistent value (super resolution)")
-    parser.add_argument("--sampling_max_correction", type=float, default=24,
-                        help="when sampling and exporting (not in training or bits/dim): "
-                             "bound, in intensity levels, on the prior's per-pixel consistency "
-                             "correction; 0 = as trained (super resolution)")
-    parser.add_argument("--max_correction", type=float, default=0,
-                        help="bound (intensity levels) on the prior's per-pixel consistency "
-                             "correction; 0 = none (super resolution)")
+    parser.add_argument(
+        "--no_align_positions",
+        dest="align_positions",
+        action="store_false",
+        help="encode the 8x8 input at its own pixel coordinates instead of on "
+        "the 32x32 grid (super resolution)",
+    )
+    parser.add_argument(
+        "--low_resolution_embedding",
+        default="bicubic",
+        choices=["nearest", "bicubic", "none"],
+        help="add the embedding of the low-resolution intensity at each decoder "
+        "position (the covering pixel, or bicubic upsampling) beside "
+        "cross-attention; none = cross-attention only (super resolution)",
+    )
+    parser.add_argument(
+        "--low_resolution_logit_bias",
+        default="bicubic",
+        choices=["bicubic", "nearest", "none"],
+        help="add to the logits a learned prior over each intensity's offset "
+        "from the low-resolution value there (super resolution)",
+    )
+    parser.add_argument(
+        "--low_resolution_prior_scale",
+        type=float,
+        default=16.0,
+        help="the Laplace scale (intensity levels) that prior starts from; 0 = start from zeros",
+    )
+    parser.add_argument(
+        "--no_consistency",
+        dest="consistency",
+        action="store_false",
+        help="count the prior's offsets from the interpolated value alone, not "
+        "from the value that keeps each 4x4 block consistent with the "
+        "input given the pixels generated so far (super resolution)",
+    )
+    parser.add_argument(
+        "--no_channel_residual",
+        dest="channel_residual",
+        action="store_false",
+        help="count the prior's offsets of green and blue from the "
+        "interpolated value alone, not shifted by the pixel's previous "
+        "channel's residual (super resolution)",
+    )
+    parser.add_argument(
+        "--left_residual",
+        action="store_true",
+        help="count the prior's offsets of red from the consistent value plus "
+        "0.75 x the left pixel's residual (super resolution)",
+    )
+    parser.add_argument(
+        "--no_channel_consistency",
+        dest="channel_consistency",
+        action="store_false",
+        help="green and blue count from the interpolated value plus the "
+        "previous channel's residual from its interpolated value, not "
+        "from their own block-consistent value (super resolution)",
+    )
+    parser.add_argument(
+        "--sampling_max_correction",
+        type=float,
+        default=24,
+        help="when sampling and exporting (not in training or bits/dim): "
+        "bound, in intensity levels, on the prior's per-pixel consistency "
+        "correction; 0 = as trained (super resolution)",
+    )
+    parser.add_argument(
+        "--max_correction",
+        type=float,
+        default=0,
+        help="bound (intensity levels) on the prior's per-pixel consistency "
+        "correction; 0 = none (super resolution)",
+    )
     parser.add_argument("--warmup_steps", type=int, default=50)
-    parser.add_argument("--learning_rate_scale", type=float, default=0.4,
-                        help="multiplier of the warmup / inverse-sqrt schedule "
-                             "(peak = scale / sqrt(hidden_dim * warmup_steps))")
-    parser.add_argument("--monitor_images", type=training_utils.positive(int), default=64,
-                        help="validation images scored at the end of each epoch")
-    parser.add_argument("--eval_images", type=training_utils.positive(int, zero=True), default=500,
-                        help="validation images for the final bits/dim (0 = all)")
-    parser.add_argument("--num_samples", type=training_utils.positive(int), default=32,
-                        help="validation images to super-resolve and score (the grid shows 8 "
-                             "spread over them), or images per class / in total to generate")
-    parser.add_argument("--sample_batch_size", type=training_utils.positive(int), default=8,
-                        help="images sampled per batch (super resolution)")
+    parser.add_argument(
+        "--learning_rate_scale",
+        type=float,
+        default=0.4,
+        help="multiplier of the warmup / inverse-sqrt schedule "
+        "(peak = scale / sqrt(hidden_dim * warmup_steps))",
+    )
+    parser.add_argument(
+        "--monitor_images",
+        type=training_utils.positive(int),
+        default=64,
+        help="validation images scored at the end of each epoch",
+    )
+    parser.add_argument(
+        "--eval_images",
+        type=training_utils.positive(int, zero=True),
+        default=500,
+        help="validation images for the final bits/dim (0 = all)",
+    )
+    parser.add_argument(
+        "--num_samples",
+        type=training_utils.positive(int),
+        default=32,
+        help="validation images to super-resolve and score (the grid shows 8 "
+        "spread over them), or images per class / in total to generate",
+    )
+    parser.add_argument(
+        "--sample_batch_size",
+        type=training_utils.positive(int),
+        default=8,
+        help="images sampled per batch (super resolution)",
+    )
     training_utils.add_console_arguments(parser)
-    parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
-    parser.add_argument("--continue_training", action="store_true",
-                        help="train <output_dir>/model.keras (with its optimizer state) for more "
-                             "epochs, counting on from those in history.csv")
+    parser.add_argument(
+        "--skip_training", action="store_true", help="load <output_dir>/model.keras"
+    )
+    parser.add_argument(
+        "--continue_training",
+        action="store_true",
+        help="train <output_dir>/model.keras (with its optimizer state) for more "
+        "epochs, counting on from those in history.csv",
+    )
     parser.add_argument("--seed", type=int, default=1)
     run_folder.add_export_arguments(parser)
     training_utils.add_strategy_arguments(parser)
     args = parser.parse_args(argv)
     if args.image_dir and args.mode == "class_conditional":
-        parser.error("--image_dir gives unlabelled pictures: use --mode super_resolution or unconditional")
+        parser.error(
+            "--image_dir gives unlabelled pictures: use --mode super_resolution or unconditional"
+        )
     args.output_dir = args.output_dir or os.path.join("runs", args.mode)
     run_folder.check_run_record(parser, args, RECORDED_FLAGS)
-    run_folder.check_run_folders(parser, args,
-                                 loads_model=args.skip_training or args.continue_training,
-                                 exports=args.mode == "super_resolution")
+    run_folder.check_run_folders(
+        parser,
+        args,
+        loads_model=args.skip_training or args.continue_training,
+        exports=args.mode == "super_resolution",
+    )
     if args.epochs is None:
         args.epochs = 1000 if args.minutes else 10
     return args
@@ -211,7 +325,9 @@ def load_data(args):
     """(train_images, train_labels, validation_images, validation_labels)."""
     if args.image_dir:
         pictures, _ = images.load_image_directory(args.image_dir, size=32)
-        train, validation = images.split_indices(len(pictures), args.validation_fraction, args.split_seed)
+        train, validation = images.split_indices(
+            len(pictures), args.validation_fraction, args.split_seed
+        )
         return pictures[train], None, pictures[validation], None
     path = args.data
     if args.data == FULL_DATA:
@@ -223,8 +339,9 @@ def load_data(args):
         if not path.endswith(".npz"):  # the official archive: lossless uint8 arrays
             pictures, labels = cifar10.load_data("train", data_dir=data_dir)
             labels = labels.astype("int32")
-            train, validation = images.split_indices(len(pictures), args.validation_fraction,
-                                                     args.split_seed)
+            train, validation = images.split_indices(
+                len(pictures), args.validation_fraction, args.split_seed
+            )
             return pictures[train], labels[train], pictures[validation], labels[validation]
         # The project's JPEG copy (an offline folder): read as any --data .npz.
     train_images, train_labels = images.load_cifar10(
@@ -242,8 +359,12 @@ def dataset(args, pictures, labels, shuffle=False, repeat=False):
             pictures, args.batch_size, shuffle=shuffle, seed=args.seed, repeat=repeat
         )
     return images.generation_dataset(
-        pictures, args.batch_size, labels=labels if args.mode == "class_conditional" else None,
-        shuffle=shuffle, seed=args.seed, repeat=repeat,
+        pictures,
+        args.batch_size,
+        labels=labels if args.mode == "class_conditional" else None,
+        shuffle=shuffle,
+        seed=args.seed,
+        repeat=repeat,
     )
 
 
@@ -256,24 +377,34 @@ def training_stream(args, pictures, labels, start_step=0):
     first_pass, offset = divmod(start_step * args.batch_size, count)
     stream = training_utils.shuffled_passes(
         lambda seed: elements.shuffle(count, seed=seed, reshuffle_each_iteration=False),
-        args.seed, first_pass=first_pass,
+        args.seed,
+        first_pass=first_pass,
     )
     return stream.skip(offset).batch(args.batch_size).prefetch(4)
 
 
 def build_model(args):
     sizes = dict(
-        num_layers=args.num_layers, hidden_dim=args.hidden_dim, num_heads=args.num_heads,
-        intermediate_dim=args.intermediate_dim, block_size=args.block_size,
-        memory_flange=args.memory_flange, dropout=args.dropout, position=args.position,
+        num_layers=args.num_layers,
+        hidden_dim=args.hidden_dim,
+        num_heads=args.num_heads,
+        intermediate_dim=args.intermediate_dim,
+        block_size=args.block_size,
+        memory_flange=args.memory_flange,
+        dropout=args.dropout,
+        position=args.position,
     )
     if args.mode == "super_resolution":
         model = super_resolution_transformer(
-            low_resolution_size=8, image_size=32, num_encoder_layers=args.num_encoder_layers,
+            low_resolution_size=8,
+            image_size=32,
+            num_encoder_layers=args.num_encoder_layers,
             align_positions=args.align_positions,
-            low_resolution_embedding=None if args.low_resolution_embedding == "none"
+            low_resolution_embedding=None
+            if args.low_resolution_embedding == "none"
             else args.low_resolution_embedding,
-            low_resolution_logit_bias=None if args.low_resolution_logit_bias == "none"
+            low_resolution_logit_bias=None
+            if args.low_resolution_logit_bias == "none"
             else args.low_resolution_logit_bias,
             low_resolution_prior_scale=args.low_resolution_prior_scale or None,
             low_resolution_consistency=args.consistency,
@@ -281,7 +412,7 @@ def build_model(args):
             low_resolution_max_correction=args.max_correction or None,
             low_resolution_left_residual=args.left_residual,
             low_resolution_channel_consistency=args.channel_consistency,
-            **sizes
+            **sizes,
         )
     else:
         num_classes = len(images.CIFAR10_CLASS_NAMES) if args.mode == "class_conditional" else None
@@ -290,7 +421,9 @@ def build_model(args):
         args.hidden_dim, warmup_steps=args.warmup_steps, scale=args.learning_rate_scale
     )
     model.compile(
-        optimizer=keras.optimizers.Adam(schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
+        optimizer=keras.optimizers.Adam(
+            schedule, beta_1=0.9, beta_2=0.98, epsilon=1e-9, clipnorm=1.0
+        ),
         # Intensity 0 is a real value: nothing is ignored, no smoothing, so
         # loss / ln 2 is the bits/dim.
         loss=MaskedSparseCategoricalCrossentropy(label_smoothing=0.0, ignore_class=None),
@@ -349,8 +482,10 @@ def train(args, data, strategy=None, callbacks=()):
                     f.write(str(last_epoch))
                 if os.path.exists(seconds_path):
                     os.remove(seconds_path)  # continuing a finished run: a new budget
-            print(f"Continuing {os.path.join(args.output_dir, 'model.keras')} from epoch "
-                  f"{initial_epoch} to epoch {last_epoch}")
+            print(
+                f"Continuing {os.path.join(args.output_dir, 'model.keras')} from epoch "
+                f"{initial_epoch} to epoch {last_epoch}"
+            )
         else:
             model = build_model(args)
     backup = training_utils.ExactBackupAndRestore(os.path.join(args.output_dir, "backup"))
@@ -361,30 +496,41 @@ def train(args, data, strategy=None, callbacks=()):
     monitor = slice(0, args.monitor_images)
     train_data = training_stream(args, train_images, train_labels, start_step)
     monitor_data = dataset(
-        args, validation_images[monitor],
+        args,
+        validation_images[monitor],
         None if validation_labels is None else validation_labels[monitor],
     )
-    print(f"Model: {model.count_params():,} parameters; {len(train_images):,} training and "
-          f"{len(validation_images):,} validation images; {args.steps_per_epoch} batches of "
-          f"{args.batch_size} per epoch; val_bits_per_dim each epoch on the first "
-          f"{len(validation_images[monitor]):,} validation images, the final figure on "
-          f"{min(args.eval_images or len(validation_images), len(validation_images)):,}")
+    print(
+        f"Model: {model.count_params():,} parameters; {len(train_images):,} training and "
+        f"{len(validation_images):,} validation images; {args.steps_per_epoch} batches of "
+        f"{args.batch_size} per epoch; val_bits_per_dim each epoch on the first "
+        f"{len(validation_images[monitor]):,} validation images, the final figure on "
+        f"{min(args.eval_images or len(validation_images), len(validation_images)):,}"
+    )
     callbacks = [
         backup,
         *callbacks,
         training_utils.ExamplesSeen(args.batch_size, key="images_seen"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         training_utils.HistoryLogger(os.path.join(args.output_dir, "history.csv")),
-        run_folder.best_checkpoint(args.output_dir, "val_bits_per_dim"),  # model.keras: the best epoch so far
+        run_folder.best_checkpoint(
+            args.output_dir, "val_bits_per_dim"
+        ),  # model.keras: the best epoch so far
     ]
     # The budget counts the time of interrupted runs too (a continued run's anew).
     budget, verbose = training_utils.time_budget(args, seconds_path)
     callbacks += budget
     start = time.time()
     training_utils.fit(
-        model, strategy, train_data, validation_data=monitor_data,
-        epochs=last_epoch, initial_epoch=initial_epoch, steps_per_epoch=args.steps_per_epoch,
-        callbacks=callbacks, verbose=verbose,
+        model,
+        strategy,
+        train_data,
+        validation_data=monitor_data,
+        epochs=last_epoch,
+        initial_epoch=initial_epoch,
+        steps_per_epoch=args.steps_per_epoch,
+        callbacks=callbacks,
+        verbose=verbose,
     )
     minutes = (time.time() - start) / 60
     print(f"Training took {minutes:.1f} min")
@@ -400,8 +546,12 @@ def plot_training_curves(args):
         fig, axis = plt.subplots(figsize=(6, 3.5))
         axis.plot(images_seen, [float(r["bits_per_dim"]) for r in rows], marker="o", label="train")
         if "val_bits_per_dim" in rows[0]:
-            axis.plot(images_seen, [float(r["val_bits_per_dim"]) for r in rows],
-                      marker="o", label=f"validation ({args.monitor_images} images)")
+            axis.plot(
+                images_seen,
+                [float(r["val_bits_per_dim"]) for r in rows],
+                marker="o",
+                label=f"validation ({args.monitor_images} images)",
+            )
         axis.set_xlabel("training images seen")
         axis.set_ylabel("bits / dim")
         axis.set_title(f"Image Transformer, {args.mode.replace('_', ' ')}")
@@ -434,12 +584,30 @@ def main(argv=None):
         "train_images": int(len(data[0])),
         "validation_images": int(len(data[2])),
         "parameters": int(model.count_params()),
-        "model": {k: getattr(args, k) for k in (
-            "num_layers", "num_encoder_layers", "hidden_dim", "num_heads", "intermediate_dim",
-            "block_size", "memory_flange", "dropout", "position", "align_positions",
-            "low_resolution_embedding", "low_resolution_logit_bias",
-            "low_resolution_prior_scale", "consistency", "channel_residual",
-            "left_residual", "channel_consistency", "max_correction", "sampling_max_correction")},
+        "model": {
+            k: getattr(args, k)
+            for k in (
+                "num_layers",
+                "num_encoder_layers",
+                "hidden_dim",
+                "num_heads",
+                "intermediate_dim",
+                "block_size",
+                "memory_flange",
+                "dropout",
+                "position",
+                "align_positions",
+                "low_resolution_embedding",
+                "low_resolution_logit_bias",
+                "low_resolution_prior_scale",
+                "consistency",
+                "channel_residual",
+                "left_residual",
+                "channel_consistency",
+                "max_correction",
+                "sampling_max_correction",
+            )
+        },
         "batch_size": args.batch_size,
         "training_minutes_this_run": minutes,
     }
@@ -450,8 +618,9 @@ def main(argv=None):
     if args.mode == "super_resolution" and not args.skip_export:
         from keras_attn.export import export_super_resolver
 
-        path = export_super_resolver(model, args.export_dir, version=args.version,
-                                     jit_compile=bool(args.export_xla))
+        path = export_super_resolver(
+            model, args.export_dir, version=args.version, jit_compile=bool(args.export_xla)
+        )
         print(f"Exported the super resolver to {path}")
         metrics["export_path"] = path
     with open(os.path.join(args.output_dir, "metrics.json"), "w") as f:

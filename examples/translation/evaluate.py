@@ -17,10 +17,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
+# isort: split
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
-
 from multi30k import load_multi30k  # noqa: E402
 
 from keras_attn.generation import CachedDecoder, beam_search, greedy_search  # noqa: E402
@@ -37,9 +38,7 @@ def make_translate_fn(model, tokenizer, max_length, num_beams=4, length_penalty_
     """
     decoder = CachedDecoder(model)
 
-    @tf.function(
-        input_signature=[tf.TensorSpec((None,), tf.string)], reduce_retracing=True
-    )
+    @tf.function(input_signature=[tf.TensorSpec((None,), tf.string)], reduce_retracing=True)
     def translate(text):
         tokens = encode_source(tokenizer, text, max_length)
         tokens = tokens.to_tensor(default_value=0, shape=[None, max_length])
@@ -48,11 +47,23 @@ def make_translate_fn(model, tokenizer, max_length, num_beams=4, length_penalty_
         # Padding and the start id are never generated.
         suppressed = (tokenizer.pad_id, tokenizer.start_id)
         if num_beams == 1:
-            return greedy_search(decoder, start, max_length, end_token_id=tokenizer.end_id,
-                                 inputs=inputs, suppressed_token_ids=suppressed)
+            return greedy_search(
+                decoder,
+                start,
+                max_length,
+                end_token_id=tokenizer.end_id,
+                inputs=inputs,
+                suppressed_token_ids=suppressed,
+            )
         return beam_search(
-            decoder, start, max_length, num_beams=num_beams, length_penalty_alpha=length_penalty_alpha,
-            end_token_id=tokenizer.end_id, inputs=inputs, suppressed_token_ids=suppressed,
+            decoder,
+            start,
+            max_length,
+            num_beams=num_beams,
+            length_penalty_alpha=length_penalty_alpha,
+            end_token_id=tokenizer.end_id,
+            inputs=inputs,
+            suppressed_token_ids=suppressed,
         )
 
     return translate
@@ -64,7 +75,7 @@ def translate_sentences(translate, tokenizer, sentences, batch_size=64, progress
     outputs = []
     bar = keras.utils.Progbar(len(sentences), unit_name="sentence", verbose=progress)
     for start in range(0, len(sentences), batch_size):
-        batch = sentences[start:start + batch_size]
+        batch = sentences[start : start + batch_size]
         ids = translate(tf.constant(batch))
         outputs.extend(t.decode("utf-8") for t in tokenizer.detokenize(ids).numpy())
         bar.add(len(batch))
@@ -84,7 +95,8 @@ def cross_attention_maps(model, encoder_tokens, decoder_tokens, layer_index=-1):
     inputs = {"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens}
     x, memory = feed(inputs)
     _, scores = block(
-        x, memory,
+        x,
+        memory,
         decoder_padding_mask=np.not_equal(decoder_tokens, 0),
         encoder_padding_mask=np.not_equal(encoder_tokens, 0),
         return_attention_scores=True,
@@ -143,22 +155,38 @@ def report(args, model, tokenizer):
     strategies = [("beam", args.num_beams)] if args.num_beams > 1 else []
     strategies.append(("greedy", 1))
     for name, beams in strategies:
-        translate = make_translate_fn(model, tokenizer, args.max_length, beams, args.length_penalty_alpha)
+        translate = make_translate_fn(
+            model, tokenizer, args.max_length, beams, args.length_penalty_alpha
+        )
         start = time.time()
-        hypotheses = translate_sentences(translate, tokenizer, sources, args.eval_batch_size,
-                                         args.progress)
+        hypotheses = translate_sentences(
+            translate, tokenizer, sources, args.eval_batch_size, args.progress
+        )
         seconds = time.time() - start
         bleu = sacrebleu.corpus_bleu(hypotheses, [references])
-        results[name] = {"bleu": round(bleu.score, 2), "signature": str(bleu), "seconds": round(seconds, 1),
-                         "num_beams": beams, "sentences": len(sources)}
-        print(f"{name} (beams={beams}), {len(sources)} sentences of {args.eval_split}: {bleu}  [{seconds:.0f} s]")
+        results[name] = {
+            "bleu": round(bleu.score, 2),
+            "signature": str(bleu),
+            "seconds": round(seconds, 1),
+            "num_beams": beams,
+            "sentences": len(sources),
+        }
+        print(
+            f"{name} (beams={beams}), {len(sources)} sentences of {args.eval_split}: {bleu}  [{seconds:.0f} s]"
+        )
         if name == strategies[0][0]:
             with open(os.path.join(args.output_dir, "translations.txt"), "w") as f:
                 for src, hyp, ref in zip(sources, hypotheses, references):
                     f.write(f"SRC {src}\nHYP {hyp}\nREF {ref}\n\n")
             ids = translate(tf.constant(sources[:1])).numpy()[0]
-            plot_attention(model, tokenizer, sources[0], ids, os.path.join(args.output_dir, "attention.png"),
-                           args.max_length)
+            plot_attention(
+                model,
+                tokenizer,
+                sources[0],
+                ids,
+                os.path.join(args.output_dir, "attention.png"),
+                args.max_length,
+            )
     results["split"] = args.eval_split
     results["direction"] = f"{args.source}->{args.target}"
     results["parameters"] = int(model.count_params())
@@ -172,7 +200,9 @@ def main(argv=None):
 
     # train.py's flags, for a run that is trained and not exported again.
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = train.parse_args(argv + ["--skip_training", "--skip_export"], description=__doc__.split("\n")[0])
+    args = train.parse_args(
+        argv + ["--skip_training", "--skip_export"], description=__doc__.split("\n")[0]
+    )
     tokenizer = SubwordTokenizer.from_file(os.path.join(args.output_dir, "tokenizer.model"))
     model = keras.saving.load_model(os.path.join(args.output_dir, "model.keras"))
     report(args, model, tokenizer)

@@ -23,9 +23,7 @@ import os
 
 from keras_attn.datasets.multi30k import read_lines
 
-DEFAULT_DATA_DIR = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "data", "multi30k"
-)
+DEFAULT_DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "multi30k")
 SPLITS = ("train", "val", "test_2016_flickr")
 LANGUAGES = ("de", "en")
 OFFICIAL = "multi30k"  # --data_dir multi30k: keras_attn.datasets.multi30k
@@ -102,8 +100,7 @@ def load_multi30k(
         data_dir = DEFAULT_DATA_DIR
     if split not in SPLITS:
         raise ValueError(
-            f"Unknown Multi30k split. Received: split={split!r}. "
-            f"Expected one of {SPLITS}."
+            f"Unknown Multi30k split. Received: split={split!r}. Expected one of {SPLITS}."
         )
     for name, language in (
         ("source_language", source_language),

@@ -37,9 +37,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
+# isort: split
+
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
-
 import run_folder  # noqa: E402  (config.json, a finished run, export versions)
 import training_utils  # noqa: E402  (--strategy, exact resume)
 from multi30k import DEFAULT_DATA_DIR, SPLITS, load_multi30k, resolve_data_dir  # noqa: E402
@@ -49,13 +50,27 @@ from keras_attn.metrics import MaskedSparseCategoricalAccuracy  # noqa: E402
 from keras_attn.models import translation_transformer  # noqa: E402
 from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
 
-
 # What config.json records: the flags that build, feed, train and validate the
 # model and its vocabulary (run_folder.check_run_record).
 RECORDED_FLAGS = (
-    "source", "target", "data_dir", "train_size", "vocabulary_size", "num_layers", "hidden_dim",
-    "num_heads", "intermediate_dim", "dropout", "normalize_first", "tokens_per_batch", "max_length",
-    "warmup_steps", "learning_rate_scale", "label_smoothing", "seed", "val_size",
+    "source",
+    "target",
+    "data_dir",
+    "train_size",
+    "vocabulary_size",
+    "num_layers",
+    "hidden_dim",
+    "num_heads",
+    "intermediate_dim",
+    "dropout",
+    "normalize_first",
+    "tokens_per_batch",
+    "max_length",
+    "warmup_steps",
+    "learning_rate_scale",
+    "label_smoothing",
+    "seed",
+    "val_size",
 )
 
 # The README's first command: a configuration made for five minutes of two
@@ -75,39 +90,64 @@ DEMO = dict(
 )
 
 
-def parse_args(argv=None, description=__doc__.split("\n")[0]):
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--demo", action="store_true",
-                        help="the five-minute configuration of the README's first command: "
-                             + ", ".join(f"--{k} {v}" for k, v in DEMO.items() if v is not True)
-                             + ", --normalize_first; output in runs/translation_demo")
+def parse_args(argv=None, description=None):
+    parser = argparse.ArgumentParser(description=description or __doc__.split("\n")[0])
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="the five-minute configuration of the README's first command: "
+        + ", ".join(f"--{k} {v}" for k, v in DEMO.items() if v is not True)
+        + ", --normalize_first; output in runs/translation_demo",
+    )
     parser.add_argument("--source", default="de", choices=["de", "en"], help="source language")
     parser.add_argument("--target", default="en", choices=["de", "en"], help="target language")
-    parser.add_argument("--data_dir", default=DEFAULT_DATA_DIR,
-                        help="folder of <split>.<lang>.gz files (default: the copy shipped here, "
-                             "the whole corpus); an offline data folder holding multi30k/; or "
-                             "'multi30k': the official files through keras_attn.datasets.multi30k "
-                             "($KERAS_ATTN_DATA, else the cache ~/.keras/datasets/keras_attn, else "
-                             "downloaded once, sha256-checked)")
+    parser.add_argument(
+        "--data_dir",
+        default=DEFAULT_DATA_DIR,
+        help="folder of <split>.<lang>.gz files (default: the copy shipped here, "
+        "the whole corpus); an offline data folder holding multi30k/; or "
+        "'multi30k': the official files through keras_attn.datasets.multi30k "
+        "($KERAS_ATTN_DATA, else the cache ~/.keras/datasets/keras_attn, else "
+        "downloaded once, sha256-checked)",
+    )
     parser.add_argument("--output_dir", default=None)
-    parser.add_argument("--minutes", type=training_utils.positive(float), default=None,
-                        help="stop training after this many minutes (checked after each batch)")
+    parser.add_argument(
+        "--minutes",
+        type=training_utils.positive(float),
+        default=None,
+        help="stop training after this many minutes (checked after each batch)",
+    )
     parser.add_argument("--epochs", type=training_utils.positive(int), default=30)
-    parser.add_argument("--steps_per_epoch", type=training_utils.positive(int), default=None,
-                        help="batches per epoch (default: one pass over the training pairs)")
-    parser.add_argument("--train_size", type=training_utils.positive(int), default=None,
-                        help="use only the first N training pairs (quick runs)")
-    parser.add_argument("--val_size", type=training_utils.positive(int), default=None,
-                        help="use only the first N validation pairs (quick runs)")
+    parser.add_argument(
+        "--steps_per_epoch",
+        type=training_utils.positive(int),
+        default=None,
+        help="batches per epoch (default: one pass over the training pairs)",
+    )
+    parser.add_argument(
+        "--train_size",
+        type=training_utils.positive(int),
+        default=None,
+        help="use only the first N training pairs (quick runs)",
+    )
+    parser.add_argument(
+        "--val_size",
+        type=training_utils.positive(int),
+        default=None,
+        help="use only the first N validation pairs (quick runs)",
+    )
     parser.add_argument("--vocabulary_size", type=int, default=8000)
     parser.add_argument("--num_layers", type=int, default=3)
     parser.add_argument("--hidden_dim", type=int, default=256)
     parser.add_argument("--num_heads", type=int, default=8)
     parser.add_argument("--intermediate_dim", type=int, default=512)
     parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--normalize_first", action="store_true",
-                        help="pre-norm blocks (layer norm before attention / feed-forward); "
-                             "default post-norm as in the paper")
+    parser.add_argument(
+        "--normalize_first",
+        action="store_true",
+        help="pre-norm blocks (layer norm before attention / feed-forward); "
+        "default post-norm as in the paper",
+    )
     parser.add_argument("--tokens_per_batch", type=training_utils.positive(int), default=2048)
     parser.add_argument("--max_length", type=int, default=64)
     # Multi30k is small (~220 updates per epoch at 2048 tokens): a short
@@ -115,13 +155,27 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
     parser.add_argument("--warmup_steps", type=int, default=500)
     parser.add_argument("--learning_rate_scale", type=float, default=0.25)
     parser.add_argument("--label_smoothing", type=float, default=0.1)
-    parser.add_argument("--num_beams", type=training_utils.positive(int), default=4, help="1 = greedy decoding")
-    parser.add_argument("--length_penalty_alpha", "--length_penalty", type=float, default=0.6,
-                        help="alpha of the GNMT length penalty of beam search")
+    parser.add_argument(
+        "--num_beams", type=training_utils.positive(int), default=4, help="1 = greedy decoding"
+    )
+    parser.add_argument(
+        "--length_penalty_alpha",
+        "--length_penalty",
+        type=float,
+        default=0.6,
+        help="alpha of the GNMT length penalty of beam search",
+    )
     parser.add_argument("--eval_split", default="test_2016_flickr", choices=SPLITS)
-    parser.add_argument("--eval_size", type=training_utils.positive(int), default=None, help="score only the first N test sentences")
+    parser.add_argument(
+        "--eval_size",
+        type=training_utils.positive(int),
+        default=None,
+        help="score only the first N test sentences",
+    )
     parser.add_argument("--eval_batch_size", type=training_utils.positive(int), default=64)
-    parser.add_argument("--skip_training", action="store_true", help="load <output_dir>/model.keras")
+    parser.add_argument(
+        "--skip_training", action="store_true", help="load <output_dir>/model.keras"
+    )
     training_utils.add_console_arguments(parser)
     parser.add_argument("--seed", type=int, default=1)
     run_folder.add_export_arguments(parser)
@@ -134,7 +188,9 @@ def parse_args(argv=None, description=__doc__.split("\n")[0]):
         parser.error("--source and --target must differ")
     run_name = "translation_demo" if args.demo else f"translation_{args.source}_{args.target}"
     args.output_dir = args.output_dir or os.path.join("runs", run_name)
-    run_folder.check_run_record(parser, args, RECORDED_FLAGS, made_before_training=("tokenizer.model",))
+    run_folder.check_run_record(
+        parser, args, RECORDED_FLAGS, made_before_training=("tokenizer.model",)
+    )
     run_folder.check_run_folders(parser, args, loads_model=args.skip_training)
     try:  # after the run folder checks: config.json records --data_dir as given
         args.data_dir = resolve_data_dir(args.data_dir)
@@ -153,10 +209,14 @@ def load_or_train_tokenizer(args, train_source, train_target):
     run_folder.record_flags(args)  # the vocabulary is the run's first output
     start = time.time()
     tokenizer = SubwordTokenizer.train(
-        list(train_source) + list(train_target), vocabulary_size=args.vocabulary_size, seed=args.seed
+        list(train_source) + list(train_target),
+        vocabulary_size=args.vocabulary_size,
+        seed=args.seed,
     )
     tokenizer.save(path)
-    print(f"Learned a joint vocabulary of {tokenizer.vocabulary_size} pieces in {time.time() - start:.1f} s")
+    print(
+        f"Learned a joint vocabulary of {tokenizer.vocabulary_size} pieces in {time.time() - start:.1f} s"
+    )
     return tokenizer
 
 
@@ -206,9 +266,14 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
 
     def dataset(pairs, shuffle, seed=args.seed):
         return make_translation_dataset(
-            pairs[0], pairs[1], tokenizer, tokenizer,
-            tokens_per_batch=args.tokens_per_batch, max_length=args.max_length,
-            shuffle=shuffle, seed=seed,
+            pairs[0],
+            pairs[1],
+            tokenizer,
+            tokenizer,
+            tokens_per_batch=args.tokens_per_batch,
+            max_length=args.max_length,
+            shuffle=shuffle,
+            seed=seed,
         )
 
     run_folder.record_flags(args)
@@ -230,12 +295,12 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
     val_data = dataset(val_pairs, False)
     # Bucketing hides the number of batches from Keras, which would then warn
     # that the input "ran out of data" at the end of every validation pass.
-    val_data = val_data.apply(
-        tf.data.experimental.assert_cardinality(sum(1 for _ in val_data))
-    )
+    val_data = val_data.apply(tf.data.experimental.assert_cardinality(sum(1 for _ in val_data)))
     steps_per_epoch = args.steps_per_epoch or len(counts)
-    print(f"Model: {model.count_params():,} parameters; {len(train_pairs[0]):,} training pairs, "
-          f"{target_tokens:,} target tokens per epoch")
+    print(
+        f"Model: {model.count_params():,} parameters; {len(train_pairs[0]):,} training pairs, "
+        f"{target_tokens:,} target tokens per epoch"
+    )
     callbacks = [
         backup,
         *callbacks,
@@ -244,15 +309,25 @@ def train(args, tokenizer, train_pairs, val_pairs, strategy=None, callbacks=()):
         training_utils.ExamplesSeen(1, key="training_steps"),
         keras.callbacks.TensorBoard(os.path.join(args.output_dir, "logs")),
         training_utils.HistoryLogger(os.path.join(args.output_dir, "history.csv")),
-        run_folder.best_checkpoint(args.output_dir, "val_loss"),  # model.keras: the best epoch so far
+        run_folder.best_checkpoint(
+            args.output_dir, "val_loss"
+        ),  # model.keras: the best epoch so far
     ]
     budget, verbose = training_utils.time_budget(  # counts the time of interrupted runs too
         args, os.path.join(args.output_dir, "train_seconds.txt")
     )
     callbacks += budget
     start = time.time()
-    training_utils.fit(model, strategy, train_data, validation_data=val_data, epochs=args.epochs,
-                       steps_per_epoch=steps_per_epoch, callbacks=callbacks, verbose=verbose)
+    training_utils.fit(
+        model,
+        strategy,
+        train_data,
+        validation_data=val_data,
+        epochs=args.epochs,
+        steps_per_epoch=steps_per_epoch,
+        callbacks=callbacks,
+        verbose=verbose,
+    )
     print(f"Training took {(time.time() - start) / 60:.1f} min")
     if not os.path.exists(os.path.join(args.output_dir, "model.keras")):
         model.save(os.path.join(args.output_dir, "model.keras"))  # stopped before any epoch ended
@@ -273,8 +348,7 @@ def plot_training_curves(args):
         for key, axis in (("loss", axes[0]), ("accuracy", axes[1])):
             axis.plot(x, [float(r[key]) for r in rows], marker="o", label="train")
             if f"val_{key}" in rows[0]:
-                axis.plot(x, [float(r[f"val_{key}"]) for r in rows], marker="o",
-                          label="validation")
+                axis.plot(x, [float(r[f"val_{key}"]) for r in rows], marker="o", label="validation")
             axis.set_xlabel(label)
             axis.xaxis.get_major_locator().set_params(integer=True)
             axis.set_title(f"{key} ({args.source}→{args.target})")
@@ -309,9 +383,14 @@ def main(argv=None):
         from keras_attn.export import export_translator
 
         path = export_translator(
-            model, tokenizer, args.export_dir, version=args.version,
-            max_length=args.max_length, num_beams=args.num_beams,
-            length_penalty_alpha=args.length_penalty_alpha, jit_compile=bool(args.export_xla),
+            model,
+            tokenizer,
+            args.export_dir,
+            version=args.version,
+            max_length=args.max_length,
+            num_beams=args.num_beams,
+            length_penalty_alpha=args.length_penalty_alpha,
+            jit_compile=bool(args.export_xla),
         )
         print(f"Exported the translator to {path}")
         with open(os.path.join(args.output_dir, "export_path.txt"), "w") as f:

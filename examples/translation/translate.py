@@ -15,10 +15,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --verbose)
 
-import tensorflow as tf  # noqa: E402
-import tensorflow_text  # noqa: E402,F401  (registers the SentencePiece ops)
+# isort: split
 
 import served  # noqa: E402  (the newest version, as TF Serving loads it)
+import tensorflow as tf  # noqa: E402
+import tensorflow_text  # noqa: E402,F401  (registers the SentencePiece ops)
 
 DEFAULT_SENTENCES = {
     "de": [
@@ -38,13 +39,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("export_dir", help="base folder holding <version>/ SavedModels")
     parser.add_argument("sentences", nargs="*")
-    parser.add_argument("--source", default="de", choices=["de", "en"],
-                        help="language of the default sentences")
-    parser.add_argument("--verbose", action="store_true",
-                        help="show TensorFlow's start-up logs (hidden by default)")
+    parser.add_argument(
+        "--source", default="de", choices=["de", "en"], help="language of the default sentences"
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show TensorFlow's start-up logs (hidden by default)"
+    )
     args = parser.parse_args(argv)
-    path, serve = served.load_signature(args.export_dir, "serving_default", inputs=("text",),
-                                        written_by="examples/translation/train.py")
+    path, serve = served.load_signature(
+        args.export_dir,
+        "serving_default",
+        inputs=("text",),
+        written_by="examples/translation/train.py",
+    )
     sentences = args.sentences or DEFAULT_SENTENCES[args.source]
     translations = serve(text=tf.constant(sentences))["translation"].numpy()
     print(f"Translations by {path} (this process imported tensorflow and tensorflow_text only):")

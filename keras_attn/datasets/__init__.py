@@ -35,8 +35,10 @@ These modules import NumPy and Keras only (Pillow, lazily, to decode this
 project's JPEG copy of CIFAR-10).
 """
 
-from keras_attn.datasets import cifar10  # noqa: F401
-from keras_attn.datasets import jsb_chorales  # noqa: F401
-from keras_attn.datasets import multi30k  # noqa: F401
-from keras_attn.datasets import pop909  # noqa: F401
+from keras_attn.datasets import (
+    cifar10,  # noqa: F401
+    jsb_chorales,  # noqa: F401
+    multi30k,  # noqa: F401
+    pop909,  # noqa: F401
+)
 from keras_attn.datasets._files import DATA_ENV_VAR  # noqa: F401

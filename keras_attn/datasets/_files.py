@@ -79,9 +79,11 @@ def check_file(path, expected, what="file"):
     names the file's origin."""
     received, accepted = sha256(path), _accepted(expected)
     if received not in accepted:
-        raise ValueError(f"The {what} {path!r} is not the expected file: its sha256 is {received}, "
-                         f"expected {' or '.join(accepted)}. It may be corrupted, truncated or "
-                         "another version.")
+        raise ValueError(
+            f"The {what} {path!r} is not the expected file: its sha256 is {received}, "
+            f"expected {' or '.join(accepted)}. It may be corrupted, truncated or "
+            "another version."
+        )
 
 
 def _download(relative_path, expected, url, cache_dir):
@@ -98,8 +100,12 @@ def _download(relative_path, expected, url, cache_dir):
         # downloads again one whose hash does not (an earlier partial
         # download), and removes what it wrote when the transfer fails.
         path = keras.utils.get_file(
-            fname=name, origin=url, file_hash=expected, hash_algorithm="sha256",
-            cache_dir=folder, cache_subdir=folder,
+            fname=name,
+            origin=url,
+            file_hash=expected,
+            hash_algorithm="sha256",
+            cache_dir=folder,
+            cache_subdir=folder,
         )
     except ValueError:
         # Downloaded whole but with other bytes: a truncated transfer the
@@ -107,12 +113,16 @@ def _download(relative_path, expected, url, cache_dir):
         received = sha256(target) if os.path.isfile(target) else "(no file)"
         if os.path.isfile(target):
             os.remove(target)
-        raise ValueError(f"The file downloaded from {url} to {target!r} is not the expected file: "
-                         f"its sha256 is {received}, expected {expected}. It was removed; call "
-                         "again to download it again, or report the changed file.") from None
+        raise ValueError(
+            f"The file downloaded from {url} to {target!r} is not the expected file: "
+            f"its sha256 is {received}, expected {expected}. It was removed; call "
+            "again to download it again, or report the changed file."
+        ) from None
     except Exception as error:  # keras.utils.get_file's "URL fetch failure ..."
-        raise OSError(f"Could not download {url} to {target!r}: {error}. Offline, pass `data_dir` "
-                      f"(or set ${DATA_ENV_VAR}) to a folder holding the data set.") from error
+        raise OSError(
+            f"Could not download {url} to {target!r}: {error}. Offline, pass `data_dir` "
+            f"(or set ${DATA_ENV_VAR}) to a folder holding the data set."
+        ) from error
     return path
 
 
@@ -143,8 +153,10 @@ def fetch_file(relative_path, expected, url, data_dir=None, cache_dir=None, what
         path = os.path.join(folder, *relative_path.split("/"))
         if not os.path.isfile(path):
             hint = f"unset ${DATA_ENV_VAR}" if source != "data_dir" else "pass data_dir=None"
-            raise FileNotFoundError(f"No {what} at {path!r}, in the offline data folder (from "
-                                    f"{source}). Copy the data set there, or {hint} to download.")
+            raise FileNotFoundError(
+                f"No {what} at {path!r}, in the offline data folder (from "
+                f"{source}). Copy the data set there, or {hint} to download."
+            )
         check_file(path, expected, what=f"{what} in the offline folder")
         return path
     return _download(relative_path, _accepted(expected)[0], url, cache_dir)

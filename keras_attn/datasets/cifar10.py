@@ -48,7 +48,16 @@ JPEG_COPY_SHA256 = "bf155f4357181f12dd4ab2ec82c22d0e2db613985536c5623852be178a07
 
 SPLITS = ("train", "test")
 CLASS_NAMES = (
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
 )
 _BATCHES = {
     "train": tuple(f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)),
@@ -92,12 +101,18 @@ def fetch(data_dir=None, cache_dir=None, base_url=None):
             if os.path.isfile(path):
                 _files.check_file(path, expected, f"CIFAR-10 file {name} in the offline folder")
                 return path
-        raise FileNotFoundError(f"No cifar10/{ARCHIVE} (nor this project's cifar10/{JPEG_COPY}) in "
-                                f"the offline data folder {folder!r} (from {source}). Copy one "
-                                f"there, or unset data_dir and ${_files.DATA_ENV_VAR} to download.")
+        raise FileNotFoundError(
+            f"No cifar10/{ARCHIVE} (nor this project's cifar10/{JPEG_COPY}) in "
+            f"the offline data folder {folder!r} (from {source}). Copy one "
+            f"there, or unset data_dir and ${_files.DATA_ENV_VAR} to download."
+        )
     return _files.fetch_file(
-        f"cifar10/{ARCHIVE}", ARCHIVE_SHA256, (base_url or BASE_URL) + ARCHIVE, data_dir=data_dir,
-        cache_dir=cache_dir, what="CIFAR-10 archive",
+        f"cifar10/{ARCHIVE}",
+        ARCHIVE_SHA256,
+        (base_url or BASE_URL) + ARCHIVE,
+        data_dir=data_dir,
+        cache_dir=cache_dir,
+        what="CIFAR-10 archive",
     )
 
 
@@ -107,25 +122,31 @@ class _ArraysOnly(pickle.Unpickler):
     other global should a file still be tampered with (the globals
     `keras.datasets` allows for the same files)."""
 
-    _ALLOWED = frozenset({
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-    })
+    _ALLOWED = frozenset(
+        {
+            ("numpy", "ndarray"),
+            ("numpy", "dtype"),
+            ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "_reconstruct"),
+        }
+    )
 
     def find_class(self, module, name):
         if (module, name) in self._ALLOWED:
             return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"CIFAR-10 batch: refusing to load {module}.{name}; the file "
-                                     "may be corrupted or malicious.")
+        raise pickle.UnpicklingError(
+            f"CIFAR-10 batch: refusing to load {module}.{name}; the file "
+            "may be corrupted or malicious."
+        )
 
 
 def _read_archive(path, split):
     images, labels = [], []
     with tarfile.open(path, "r:gz") as archive:
         for member in _BATCHES[split]:
-            batch = _ArraysOnly(io.BytesIO(archive.extractfile(member).read()), encoding="bytes").load()
+            batch = _ArraysOnly(
+                io.BytesIO(archive.extractfile(member).read()), encoding="bytes"
+            ).load()
             data = np.asarray(batch[b"data"], np.uint8)
             images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
             labels.append(np.asarray(batch[b"labels"], np.uint8))
@@ -142,7 +163,7 @@ def _read_jpeg_copy(path):
         jpeg, offsets, labels = data["jpeg"], data["offsets"], data["labels"]
     images = np.empty((len(offsets) - 1, 32, 32, 3), np.uint8)
     for i in range(len(images)):
-        with Image.open(io.BytesIO(jpeg[offsets[i]:offsets[i + 1]].tobytes())) as picture:
+        with Image.open(io.BytesIO(jpeg[offsets[i] : offsets[i + 1]].tobytes())) as picture:
             images[i] = np.asarray(picture.convert("RGB"))
     return images, np.asarray(labels, np.uint8)
 
@@ -175,8 +196,13 @@ def load_data(split="train", data_dir=None, cache_dir=None, base_url=None):
     require(split in SPLITS, "split", split, f"a CIFAR-10 split, one of {SPLITS}")
     path = fetch(data_dir, cache_dir, base_url)
     if path.endswith(".npz"):
-        require(split == "train", "split", split, f"'train' for {path!r}, this project's JPEG "
-                "copy of the training images (no 'test' split)",
-                f"Put the official {ARCHIVE} beside it.")
+        require(
+            split == "train",
+            "split",
+            split,
+            f"'train' for {path!r}, this project's JPEG "
+            "copy of the training images (no 'test' split)",
+            f"Put the official {ARCHIVE} beside it.",
+        )
         return _read_jpeg_copy(path)
     return _read_archive(path, split)

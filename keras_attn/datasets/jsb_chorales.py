@@ -103,8 +103,12 @@ def fetch(name=SEPARATED, data_dir=None, cache_dir=None, base_url=None):
     """
     require(name in SHA256, "name", name, f"a JSB Chorales file, one of {tuple(SHA256)}")
     return _files.fetch_file(
-        f"jsb_chorales/{name}", SHA256[name], (base_url or BASE_URL) + name, data_dir=data_dir,
-        cache_dir=cache_dir, what=f"JSB Chorales file {name}",
+        f"jsb_chorales/{name}",
+        SHA256[name],
+        (base_url or BASE_URL) + name,
+        data_dir=data_dir,
+        cache_dir=cache_dir,
+        what=f"JSB Chorales file {name}",
     )
 
 
@@ -134,6 +138,11 @@ def load_data(split="train", data_dir=None, cache_dir=None, base_url=None):
     path = fetch(SEPARATED, data_dir, cache_dir, base_url)
     with open(path, encoding="utf-8") as handle:
         data = json.load(handle)
-    require(split in data, "split", split, f"one of the splits {sorted(data)} of {path!r} (this "
-            "project's offline copy leaves out the test split; the official file has it)")
+    require(
+        split in data,
+        "split",
+        split,
+        f"one of the splits {sorted(data)} of {path!r} (this "
+        "project's offline copy leaves out the test split; the official file has it)",
+    )
     return [np.asarray(chorale, np.int32).reshape(-1, 4) for chorale in data[split]]

@@ -84,8 +84,14 @@ def fetch(splits=SPLITS, languages=LANGUAGES, data_dir=None, cache_dir=None, bas
         for value in values:
             require(value in allowed, name, value, f"a Multi30k {name}, one of {allowed}")
     for name in (f"{split}.{language}.gz" for split in splits for language in languages):
-        path = _files.fetch_file(f"multi30k/{name}", SHA256[name], (base_url or BASE_URL) + name,
-                                 data_dir, cache_dir, what=f"Multi30k file {name}")
+        path = _files.fetch_file(
+            f"multi30k/{name}",
+            SHA256[name],
+            (base_url or BASE_URL) + name,
+            data_dir,
+            cache_dir,
+            what=f"Multi30k file {name}",
+        )
     return os.path.dirname(path)
 
 
@@ -100,8 +106,14 @@ def read_lines(path):
     return lines
 
 
-def load_data(split="train", source_language="de", target_language="en", data_dir=None,
-              cache_dir=None, base_url=None):
+def load_data(
+    split="train",
+    source_language="de",
+    target_language="en",
+    data_dir=None,
+    cache_dir=None,
+    base_url=None,
+):
     """One split of Multi30k task 1 as two aligned lists of sentences.
 
     Args:
@@ -127,12 +139,20 @@ def load_data(split="train", source_language="de", target_language="en", data_di
     (1014, 1014)
     """
     # fetch refuses an unknown split or language.
-    require(source_language != target_language, "target_language", target_language,
-            f"another language than source_language={source_language!r}")
+    require(
+        source_language != target_language,
+        "target_language",
+        target_language,
+        f"another language than source_language={source_language!r}",
+    )
     folder = fetch(split, (source_language, target_language), data_dir, cache_dir, base_url)
-    source, target = (read_lines(os.path.join(folder, f"{split}.{language}.gz"))
-                      for language in (source_language, target_language))
+    source, target = (
+        read_lines(os.path.join(folder, f"{split}.{language}.gz"))
+        for language in (source_language, target_language)
+    )
     if len(source) != len(target):
-        raise ValueError(f"Multi30k split {split!r} in {folder!r} is not aligned: {len(source)} "
-                         f"{source_language} lines, {len(target)} {target_language} lines.")
+        raise ValueError(
+            f"Multi30k split {split!r} in {folder!r} is not aligned: {len(source)} "
+            f"{source_language} lines, {len(target)} {target_language} lines."
+        )
     return source, target

@@ -57,8 +57,12 @@ def _song_names(songs):
     names = []
     for song in songs:
         name = f"{song:03d}" if isinstance(song, int) and not isinstance(song, bool) else str(song)
-        require(name in SHA256, "song", song, f"a POP909 song number from 1 to {NUM_SONGS} (or its "
-                "three digits, e.g. '007')")
+        require(
+            name in SHA256,
+            "song",
+            song,
+            f"a POP909 song number from 1 to {NUM_SONGS} (or its three digits, e.g. '007')",
+        )
         names.append(name)
     return sorted(set(names))
 
@@ -112,18 +116,30 @@ def fetch(songs=None, data_dir=None, cache_dir=None, base_url=None):
     missing = set()
     if offline is None:
         cache = os.path.join(_files.cache_root(cache_dir), "pop909")
-        missing = {n for n in names if not os.path.isfile(os.path.join(cache, "POP909", n, f"{n}.mid"))}
+        missing = {
+            n for n in names if not os.path.isfile(os.path.join(cache, "POP909", n, f"{n}.mid"))
+        }
         if len(missing) > 1:
-            print(f"POP909: downloading {len(missing)} songs from {base_url} into {cache}", flush=True)
-        _files.fetch_file("pop909/LICENSE", LICENSE_SHA256, base_url + "LICENSE",
-                          cache_dir=cache_dir, what="POP909 license")
+            print(
+                f"POP909: downloading {len(missing)} songs from {base_url} into {cache}", flush=True
+            )
+        _files.fetch_file(
+            "pop909/LICENSE",
+            LICENSE_SHA256,
+            base_url + "LICENSE",
+            cache_dir=cache_dir,
+            what="POP909 license",
+        )
     quiet = offline is None and len(names) > 1  # a line per 100 songs, not a progress bar per song
     start, done, path = time.time(), 0, None
     with _files.quiet_downloads() if quiet else contextlib.nullcontext():
         for name in names:
             path = _files.fetch_file(
-                f"pop909/POP909/{name}/{name}.mid", SHA256[name],
-                f"{base_url}POP909/{name}/{name}.mid", data_dir=data_dir, cache_dir=cache_dir,
+                f"pop909/POP909/{name}/{name}.mid",
+                SHA256[name],
+                f"{base_url}POP909/{name}/{name}.mid",
+                data_dir=data_dir,
+                cache_dir=cache_dir,
                 what=f"POP909 song {name}",
             )
             done += name in missing

@@ -51,11 +51,20 @@ def versioned_export_path(export_dir, version, overwrite=False):
     ValueError: `version` must be a positive integer ... Received: version=0.
     >>> folder.cleanup()
     """
-    require(is_int(version, 1), "version", version, "a positive integer (TF Serving serves the "
-            "numbered folders under the model's base path)")
-    require(isinstance(export_dir, (str, os.PathLike)) and (os.path.isdir(export_dir) or not
-            os.path.exists(export_dir)), "export_dir", export_dir, "a folder path (str or "
-            "os.PathLike), not a file: the model's base path, holding the version folders")
+    require(
+        is_int(version, 1),
+        "version",
+        version,
+        "a positive integer (TF Serving serves the numbered folders under the model's base path)",
+    )
+    require(
+        isinstance(export_dir, (str, os.PathLike))
+        and (os.path.isdir(export_dir) or not os.path.exists(export_dir)),
+        "export_dir",
+        export_dir,
+        "a folder path (str or "
+        "os.PathLike), not a file: the model's base path, holding the version folders",
+    )
     path = os.path.join(os.fspath(export_dir), str(int(version)))
     if os.path.lexists(path) and not overwrite:
         raise _exists_error(path)
@@ -63,8 +72,10 @@ def versioned_export_path(export_dir, version, overwrite=False):
 
 
 def _exists_error(path):
-    return ValueError(f"{path} already exists. Pass a new `version` (TF Serving then switches to "
-                      "it) or `overwrite=True`.")
+    return ValueError(
+        f"{path} already exists. Pass a new `version` (TF Serving then switches to "
+        "it) or `overwrite=True`."
+    )
 
 
 def xla_function(function, jit_compile, input_signature=None):
@@ -102,8 +113,9 @@ def xla_function(function, jit_compile, input_signature=None):
     """
     import tensorflow as tf
 
-    return tf.function(function, input_signature=input_signature, jit_compile=bool(jit_compile),
-                       autograph=False)
+    return tf.function(
+        function, input_signature=input_signature, jit_compile=bool(jit_compile), autograph=False
+    )
 
 
 def write_archive(path, trackables, endpoints, overwrite=False):

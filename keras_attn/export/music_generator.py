@@ -5,12 +5,18 @@ import tensorflow as tf
 from keras_attn.checks import is_int, require
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
 from keras_attn.export.request_checks import (
-    checked, primer_checks, row_seeds, sampling_checks, seed_check,
+    checked,
+    primer_checks,
+    row_seeds,
+    sampling_checks,
+    seed_check,
 )
 from keras_attn.generation import CachedDecoder, arguments, sample
 from keras_attn.models.music_transformer import MUSIC_SUPPRESSED_TOKEN_IDS
+
 # The pad and end ids of both music vocabularies (performance events, JSB Chorales).
-from keras_attn.preprocessing.music import END_ID as _END_ID, PAD_ID as _PAD_ID
+from keras_attn.preprocessing.music import END_ID as _END_ID
+from keras_attn.preprocessing.music import PAD_ID as _PAD_ID
 
 
 def export_music_generator(
@@ -156,27 +162,46 @@ def export_music_generator(
     )
 
 
-def _generation_function(model, max_length, max_primer_length, end_token_id,
-                         suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS, jit_compile=False):
+def _generation_function(
+    model,
+    max_length,
+    max_primer_length,
+    end_token_id,
+    suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS,
+    jit_compile=False,
+):
     """The Python function behind the signature (trace it with tf.function):
     the export arguments are checked here, the request in `generate`."""
     decoder = CachedDecoder(model)  # validates the model
     vocabulary_size = decoder.vocabulary_size
-    require(is_int(max_length, 2, 2**31 - 1), "max_length", max_length,
-            "an int from 2 to 2147483647 (int32 positions)")
+    require(
+        is_int(max_length, 2, 2**31 - 1),
+        "max_length",
+        max_length,
+        "an int from 2 to 2147483647 (int32 positions)",
+    )
     max_primer_length = max_length // 2 if max_primer_length is None else max_primer_length
-    require(is_int(max_primer_length, 1, max_length - 1), "max_primer_length", max_primer_length,
-            f"an int from 1 to {max_length - 1} (below `max_length`, leaving room for new events)")
-    require(is_int(end_token_id, 1, vocabulary_size - 1), "end_token_id", end_token_id,
-            f"an int from 1 to {vocabulary_size - 1} (an event of the vocabulary)")
+    require(
+        is_int(max_primer_length, 1, max_length - 1),
+        "max_primer_length",
+        max_primer_length,
+        f"an int from 1 to {max_length - 1} (below `max_length`, leaving room for new events)",
+    )
+    require(
+        is_int(end_token_id, 1, vocabulary_size - 1),
+        "end_token_id",
+        end_token_id,
+        f"an int from 1 to {vocabulary_size - 1} (an event of the vocabulary)",
+    )
     # Padding inside a row would break the output's layout: always suppressed.
     suppressed = arguments.check_suppressed_token_ids(
         tuple(suppressed_token_ids or ()) + (_PAD_ID,), end_token_id, vocabulary_size
     )
 
     def generate(primer, num_steps, temperature, top_k, top_p, seed):
-        conditions = primer_checks(primer, num_steps, vocabulary_size, max_length,
-                                   max_primer_length) + sampling_checks(temperature, top_k, top_p)
+        conditions = primer_checks(
+            primer, num_steps, vocabulary_size, max_length, max_primer_length
+        ) + sampling_checks(temperature, top_k, top_p)
         conditions.append(seed_check(seed, tf.shape(primer)[0]))
         *request, seed = checked((primer, num_steps, temperature, top_k, top_p, seed), conditions)
         return decode(*request, row_seeds(seed))
@@ -190,9 +215,17 @@ def _generation_function(model, max_length, max_primer_length, end_token_id,
         limits = lengths + num_steps
         stepper = _StepLimitedDecoder(decoder, limits, end_token_id)
         events = sample(
-            stepper, padded, max_length, seed=seed, temperature=temperature,
-            top_k=top_k, top_p=top_p, end_token_id=end_token_id, pad_token_id=_PAD_ID,
-            prompt_lengths=lengths, suppressed_token_ids=suppressed,
+            stepper,
+            padded,
+            max_length,
+            seed=seed,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            end_token_id=end_token_id,
+            pad_token_id=_PAD_ID,
+            prompt_lengths=lengths,
+            suppressed_token_ids=suppressed,
         )
         events = events[:, : width + num_steps]
         # The end token forced at each row's limit only stops the loop.

@@ -30,9 +30,13 @@ def batch_check(name, value):
 def seed_check(seed, rows):
     """A served `seed`: a scalar (one seed for the batch) or (B,), one per row."""
     rank, size = tf.rank(seed), tf.size(seed)
-    return ((rank == 0) | (rank == 1) & (size == rows), "`seed` must be a scalar (one seed for the "
-            "batch) or of shape (batch,), one seed per row. Received shape, rows:", tf.shape(seed),
-            rows)
+    return (
+        (rank == 0) | (rank == 1) & (size == rows),
+        "`seed` must be a scalar (one seed for the "
+        "batch) or of shape (batch,), one seed per row. Received shape, rows:",
+        tf.shape(seed),
+        rows,
+    )
 
 
 def row_seeds(seed):
@@ -51,11 +55,17 @@ def id_range_check(name, ids, vocabulary_size, what):
 def sampling_checks(temperature, top_k, top_p):
     """A request's sampling controls (top_k 0 and top_p 1 switch a filter off); NaN fails."""
     return [
-        ((temperature > 0.0) & (temperature < float("inf")),
-         "`temperature` must be a finite number > 0 (1 = as predicted). Received:", temperature),
+        (
+            (temperature > 0.0) & (temperature < float("inf")),
+            "`temperature` must be a finite number > 0 (1 = as predicted). Received:",
+            temperature,
+        ),
         (top_k >= 0, "`top_k` must be >= 0 (0 = no top-k filter). Received:", top_k),
-        ((top_p > 0.0) & (top_p <= 1.0),
-         "`top_p` must be in (0, 1] (1 = no nucleus filter). Received:", top_p),
+        (
+            (top_p > 0.0) & (top_p <= 1.0),
+            "`top_p` must be in (0, 1] (1 = no nucleus filter). Received:",
+            top_p,
+        ),
     ]
 
 
@@ -64,15 +74,30 @@ def primer_checks(primer, num_steps, vocabulary_size, max_length, max_primer_len
     width, real = tf.shape(primer)[1], tf.cast(tf.not_equal(primer, 0), tf.int32)
     lengths = tf.reduce_sum(real, axis=1)
     return [
-        ((tf.shape(primer)[0] > 0) & (tf.reduce_min(lengths) > 0), "`primer` must hold at least "
-         "one row, each of at least one event (start token 1). Received events per row:", lengths),
-        (width <= max_primer_length, f"`primer` is too wide: at most {max_primer_length} events "
-         "(the exported max_primer_length). Received width:", width),
+        (
+            (tf.shape(primer)[0] > 0) & (tf.reduce_min(lengths) > 0),
+            "`primer` must hold at least "
+            "one row, each of at least one event (start token 1). Received events per row:",
+            lengths,
+        ),
+        (
+            width <= max_primer_length,
+            f"`primer` is too wide: at most {max_primer_length} events "
+            "(the exported max_primer_length). Received width:",
+            width,
+        ),
         id_range_check("primer", primer, vocabulary_size, "events of the vocabulary"),
-        (tf.reduce_all(real[:, :-1] >= real[:, 1:]), "`primer` rows must be right-padded: events, "
-         "then 0s. Received events per row:", lengths),
+        (
+            tf.reduce_all(real[:, :-1] >= real[:, 1:]),
+            "`primer` rows must be right-padded: events, then 0s. Received events per row:",
+            lengths,
+        ),
         # Not width + num_steps <= max_length: a huge num_steps would wrap the int32 sum around.
-        ((num_steps >= 0) & (num_steps <= max_length - width), f"`num_steps` must be >= 0 and <= "
-         f"{max_length} (the exported max_length) - the primer width. Received num_steps, width:",
-         num_steps, width),
+        (
+            (num_steps >= 0) & (num_steps <= max_length - width),
+            f"`num_steps` must be >= 0 and <= "
+            f"{max_length} (the exported max_length) - the primer width. Received num_steps, width:",
+            num_steps,
+            width,
+        ),
     ]

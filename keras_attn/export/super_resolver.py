@@ -7,7 +7,11 @@ import tensorflow as tf
 from keras_attn.checks import is_int, is_number, require
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
 from keras_attn.export.request_checks import (
-    batch_check, checked, row_seeds, sampling_checks, seed_check,
+    batch_check,
+    checked,
+    row_seeds,
+    sampling_checks,
+    seed_check,
 )
 
 DEFAULT_TEMPERATURE = 1.0
@@ -41,14 +45,25 @@ def image_sizes(model):
         low, high = model.get_layer("encoder_embedding"), model.get_layer("decoder_embedding")
     except (ValueError, AttributeError):  # no such layer; not a model (None, a path)
         low = high = None
-    require(hasattr(low, "image_size") and hasattr(high, "image_size"), "model",
-            getattr(model, "name", model), "a `keras_attn.models.super_resolution_transformer` "
-            "model (PixelEmbedding layers `encoder_embedding` and `decoder_embedding`)")
+    require(
+        hasattr(low, "image_size") and hasattr(high, "image_size"),
+        "model",
+        getattr(model, "name", model),
+        "a `keras_attn.models.super_resolution_transformer` "
+        "model (PixelEmbedding layers `encoder_embedding` and `decoder_embedding`)",
+    )
     return low.image_size + (low.channels,), high.image_size + (high.channels,)
 
 
-def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_TEMPERATURE,
-                  decoder=None, top_k=None, top_p=None):
+def super_resolve(
+    model,
+    low_resolution,
+    seed=DEFAULT_SEED,
+    temperature=DEFAULT_TEMPERATURE,
+    decoder=None,
+    top_k=None,
+    top_p=None,
+):
     """Samples high-resolution images given low-resolution ones, with the cache.
 
     Raster sequence of the low-resolution image -> encoder (run once) ->
@@ -115,23 +130,45 @@ def super_resolve(model, low_resolution, seed=DEFAULT_SEED, temperature=DEFAULT_
     if not hasattr(low_resolution, "dtype"):
         low_resolution = tf.convert_to_tensor(low_resolution)  # nested lists
     dtype = tf.as_dtype(low_resolution.dtype)
-    require(dtype.is_integer, "low_resolution.dtype", dtype.name, "an integer dtype "
-            "(intensities 0..255: a cast would make floats in [0, 1] black)",
-            "For floats in [0, 1], pass `np.round(images * 255).astype(np.uint8)`.")
+    require(
+        dtype.is_integer,
+        "low_resolution.dtype",
+        dtype.name,
+        "an integer dtype (intensities 0..255: a cast would make floats in [0, 1] black)",
+        "For floats in [0, 1], pass `np.round(images * 255).astype(np.uint8)`.",
+    )
     shape = tuple(low_resolution.shape)
-    require(shape[1:] == (h, w, c), "low_resolution.shape", shape,
-            f"(batch, {h}, {w}, {c})", "Resize or convert the images (e.g. with "
-            "`keras_attn.preprocessing.images.downsample`).")
+    require(
+        shape[1:] == (h, w, c),
+        "low_resolution.shape",
+        shape,
+        f"(batch, {h}, {w}, {c})",
+        "Resize or convert the images (e.g. with `keras_attn.preprocessing.images.downsample`).",
+    )
     batch = tf.shape(low_resolution)[0]
     tokens = tf.reshape(tf.cast(low_resolution, tf.int32), [batch, h * w * c])
     return sample_images(
-        decoder or CachedDecoder(model), batch, (height, width, channels), seed=seed,
-        temperature=temperature, top_k=top_k, top_p=top_p, inputs={"low_resolution": tokens},
+        decoder or CachedDecoder(model),
+        batch,
+        (height, width, channels),
+        seed=seed,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        inputs={"low_resolution": tokens},
     )
 
 
-def sample_images(decoder, batch_size, image_shape, seed=DEFAULT_SEED,
-                  temperature=DEFAULT_TEMPERATURE, top_k=None, top_p=None, inputs=None):
+def sample_images(
+    decoder,
+    batch_size,
+    image_shape,
+    seed=DEFAULT_SEED,
+    temperature=DEFAULT_TEMPERATURE,
+    top_k=None,
+    top_p=None,
+    inputs=None,
+):
     """Samples images from an Image Transformer, one channel intensity per
     step from the start token: the one image-sampling loop of the library
     (`super_resolve` and the example's generators use it).
@@ -280,10 +317,18 @@ def export_super_resolver(
     # The graph holds both as float32 and int64 constants: values those
     # cannot hold would become 0 or inf (every request refused) or wrap.
     low, high = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
-    require(is_number(default_temperature, low, high), "default_temperature", default_temperature,
-            f"a number from {low} to {high} (a finite temperature > 0 that float32 holds)")
-    require(is_int(default_seed, -(2**63), 2**63 - 1), "default_seed", default_seed,
-            f"an int from {-(2**63)} to {2**63 - 1} (an int that int64 holds)")
+    require(
+        is_number(default_temperature, low, high),
+        "default_temperature",
+        default_temperature,
+        f"a number from {low} to {high} (a finite temperature > 0 that float32 holds)",
+    )
+    require(
+        is_int(default_seed, -(2**63), 2**63 - 1),
+        "default_seed",
+        default_seed,
+        f"an int from {-(2**63)} to {2**63 - 1} (an int that int64 holds)",
+    )
     path = versioned_export_path(export_dir, version, overwrite)
     decoder = CachedDecoder(model)
     sampler = xla_function(
@@ -313,19 +358,24 @@ def export_super_resolver(
         temperature = tf.constant(default_temperature, tf.float32)
         return {"image": sampler(image, seed, temperature)}
 
-    @tf.function(input_signature=[
-        image_spec,
-        tf.TensorSpec((), tf.float32, name="temperature"),
-        tf.TensorSpec(None, tf.int64, name="seed"),  # () or (B,)
-        tf.TensorSpec((), tf.int32, name="top_k"),
-        tf.TensorSpec((), tf.float32, name="top_p"),
-    ])
+    @tf.function(
+        input_signature=[
+            image_spec,
+            tf.TensorSpec((), tf.float32, name="temperature"),
+            tf.TensorSpec(None, tf.int64, name="seed"),  # () or (B,)
+            tf.TensorSpec((), tf.int32, name="top_k"),
+            tf.TensorSpec((), tf.float32, name="top_p"),
+        ]
+    )
     def serve_with_options(image, temperature, seed, top_k, top_p):
         image, seed, temperature, top_k, top_p = checked_image(
-            image, seed, temperature, top_k, top_p)
+            image, seed, temperature, top_k, top_p
+        )
         return {"image": sampler(image, row_seeds(seed), temperature, top_k, top_p)}
 
     return write_archive(
-        path, [model], {"serving_default": serve, "sample_with_options": serve_with_options},
+        path,
+        [model],
+        {"serving_default": serve, "sample_with_options": serve_with_options},
         overwrite=overwrite,
     )

@@ -124,13 +124,22 @@ def export_translator(
     """
     from keras_attn.preprocessing.text import encode_source
 
-    require(is_int(max_length, 3, 2**31 - 1), "max_length", max_length, "an int from 3 to "
-            "2147483647 (start, one token and end; the static length of sources and translations)")
+    require(
+        is_int(max_length, 3, 2**31 - 1),
+        "max_length",
+        max_length,
+        "an int from 3 to "
+        "2147483647 (start, one token and end; the static length of sources and translations)",
+    )
     arguments.check_beam_arguments(num_beams, length_penalty_alpha)  # not first while tracing
     source_tokenizer = source_tokenizer or tokenizer
     for name, value in (("tokenizer", tokenizer), ("source_tokenizer", source_tokenizer)):
-        require(all(hasattr(value, a) for a in ("tokenize", "detokenize", "pad_id")), name, value,
-                "the `SubwordTokenizer` the model was trained with (keras_attn.preprocessing)")
+        require(
+            all(hasattr(value, a) for a in ("tokenize", "detokenize", "pad_id")),
+            name,
+            value,
+            "the `SubwordTokenizer` the model was trained with (keras_attn.preprocessing)",
+        )
     path = versioned_export_path(export_dir, version, overwrite)
     # One trace of the decoding loop serves both endpoints (the text endpoint's
     # (B, max_length) tokens fit the (B, S) signature).
@@ -153,9 +162,15 @@ def export_translator(
             what = "source tokens of the vocabulary"
             conditions.append(id_range_check("encoder_tokens", tokens, vocabulary_size, what))
         if max_positions is not None:
-            conditions.append((tf.shape(tokens)[1] <= max_positions, "`encoder_tokens` is longer "
-                               "than the learned position table: truncate sources to "
-                               f"{max_positions} tokens. Received length:", tf.shape(tokens)[1]))
+            conditions.append(
+                (
+                    tf.shape(tokens)[1] <= max_positions,
+                    "`encoder_tokens` is longer "
+                    "than the learned position table: truncate sources to "
+                    f"{max_positions} tokens. Received length:",
+                    tf.shape(tokens)[1],
+                )
+            )
         return decoding_loop(checked(tokens, conditions))
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])
@@ -174,9 +189,13 @@ def export_translator(
 
     if not include_text_signature:
         return write_archive(path, [model], {"serving_default": serve_tokens}, overwrite=overwrite)
-    trackables = [model, tokenizer] + ([source_tokenizer] if source_tokenizer is not tokenizer else [])
+    trackables = [model, tokenizer] + (
+        [source_tokenizer] if source_tokenizer is not tokenizer else []
+    )
     return write_archive(
-        path, trackables, {"serving_default": serve_text, "translate_tokens": serve_tokens},
+        path,
+        trackables,
+        {"serving_default": serve_text, "translate_tokens": serve_tokens},
         overwrite=overwrite,
     )
 
@@ -233,12 +252,21 @@ def translation_function(model, tokenizer, max_length, num_beams=4, length_penal
         inputs = {"encoder_tokens": encoder_tokens}
         if num_beams == 1:
             return greedy_search(
-                decoder, start, max_length, end_token_id=tokenizer.end_id, inputs=inputs,
+                decoder,
+                start,
+                max_length,
+                end_token_id=tokenizer.end_id,
+                inputs=inputs,
                 suppressed_token_ids=suppressed,
             )
         return beam_search(
-            decoder, start, max_length, num_beams=num_beams,
-            length_penalty_alpha=length_penalty_alpha, end_token_id=tokenizer.end_id, inputs=inputs,
+            decoder,
+            start,
+            max_length,
+            num_beams=num_beams,
+            length_penalty_alpha=length_penalty_alpha,
+            end_token_id=tokenizer.end_id,
+            inputs=inputs,
             suppressed_token_ids=suppressed,
         )
 

@@ -20,12 +20,15 @@ _MAX_LOG_PENALTY = math.log(1e30)
 
 TEMPERATURE_REQUIREMENT = (
     "`temperature` must be a finite number > 0 (1 = sample the predicted distribution as is, "
-    "< 1 sharpens it, > 1 flattens it).")
+    "< 1 sharpens it, > 1 flattens it)."
+)
 TOP_K_REQUIREMENT = (
     "`top_k` must be a positive int (the number of most likely tokens kept), or None for no "
-    "top-k filter.")
+    "top-k filter."
+)
 TENSOR_TOP_K_REQUIREMENT = (
-    "`top_k` must be >= 0 when given as a tensor (k most likely tokens kept; 0 = no top-k filter).")
+    "`top_k` must be >= 0 when given as a tensor (k most likely tokens kept; 0 = no top-k filter)."
+)
 TOP_P_REQUIREMENT = "`top_p` must be in (0, 1] (the nucleus mass kept; 1 = no nucleus filter)."
 _CONTROLS = {  # name: (requirement, dtype, is_valid written with operators a tensor takes too)
     "temperature": (TEMPERATURE_REQUIREMENT, "float32", lambda t: (t > 0.0) & (t < math.inf)),
@@ -49,8 +52,12 @@ def check_in_graph(condition, message, value):
         def fail_unless(ok, *received):
             if not np.all(ok):
                 received = iter(received)
-                raise ValueError("".join(p if isinstance(p, str) else
-                                         repr(np.asarray(next(received)).tolist()) for p in pieces))
+                raise ValueError(
+                    "".join(
+                        p if isinstance(p, str) else repr(np.asarray(next(received)).tolist())
+                        for p in pieces
+                    )
+                )
 
         jax.debug.callback(fail_unless, condition, *(p for p in pieces if not isinstance(p, str)))
     return value
@@ -69,22 +76,29 @@ def check_control(name, value, in_graph=True):
     kind, integer = keras.backend.standardize_dtype(value.dtype), dtype == "int32"
     if len(value.shape) or "int" not in kind and (integer or "float" not in kind):
         wanted = "an integer" if integer else "a number"
-        raise ValueError(f"A tensor `{name}` must be {wanted} scalar (rank 0). Received dtype "
-                         f"{kind}, shape {tuple(value.shape)}.")
+        raise ValueError(
+            f"A tensor `{name}` must be {wanted} scalar (rank 0). Received dtype "
+            f"{kind}, shape {tuple(value.shape)}."
+        )
     known = checks.known_value(value)
     if known is not None and not is_valid(known.astype(dtype)):
         raise ValueError(f"{requirement} Received: {name}={known.item()!r}.")
     if known is not None or not in_graph:
         return value
-    return check_in_graph(is_valid(ops.cast(value, dtype)),
-                          [f"{requirement} Received: {name}=", value, "."], value)
+    return check_in_graph(
+        is_valid(ops.cast(value, dtype)), [f"{requirement} Received: {name}=", value, "."], value
+    )
 
 
 def check_max_length(max_length):
     """Refuses a `max_length` that is not a positive Python int."""
-    checks.require(isinstance(max_length, int) and checks.is_int(max_length, 1), "max_length",
-                   max_length, "a positive Python int: the length of the sequences generated "
-                   "(prompt included), a static shape")
+    checks.require(
+        isinstance(max_length, int) and checks.is_int(max_length, 1),
+        "max_length",
+        max_length,
+        "a positive Python int: the length of the sequences generated "
+        "(prompt included), a static shape",
+    )
 
 
 def check_vocabulary_ids(vocabulary_size, end_token_id, pad_token_id, suppressed_token_ids):
@@ -93,10 +107,16 @@ def check_vocabulary_ids(vocabulary_size, end_token_id, pad_token_id, suppressed
     for name, value in (("end_token_id", end_token_id), ("pad_token_id", pad_token_id)):
         known = checks.static_int(value)
         checks.require(
-            value is None and name == "end_token_id" or not isinstance(value, bool)
-            and known is not None and 0 <= known < (vocabulary_size or math.inf), name, value,
+            value is None
+            and name == "end_token_id"
+            or not isinstance(value, bool)
+            and known is not None
+            and 0 <= known < (vocabulary_size or math.inf),
+            name,
+            value,
             f"a token id, an int in [0, {vocabulary_size or 'V'}) (V: the width of the model's "
-            f"logits){', or None' if name == 'end_token_id' else ''}")
+            f"logits){', or None' if name == 'end_token_id' else ''}",
+        )
     return check_suppressed_token_ids(suppressed_token_ids, end_token_id, vocabulary_size)
 
 
@@ -111,28 +131,39 @@ def check_suppressed_token_ids(suppressed_token_ids, end_token_id=None, vocabula
     except TypeError:  # not iterable, or unhashable items
         ids = {None}
     size = vocabulary_size or math.inf
-    checks.require(all(checks.is_int(i, 0, size - 1) for i in ids) and len(ids) < size,
-                   "suppressed_token_ids", suppressed_token_ids,
-                   f"ids of the model's vocabulary [0, {vocabulary_size or 'V'}) that leave one "
-                   "to generate (e.g. padding and start: ids the model never generates), a list "
-                   "of ints, or None")
+    checks.require(
+        all(checks.is_int(i, 0, size - 1) for i in ids) and len(ids) < size,
+        "suppressed_token_ids",
+        suppressed_token_ids,
+        f"ids of the model's vocabulary [0, {vocabulary_size or 'V'}) that leave one "
+        "to generate (e.g. padding and start: ids the model never generates), a list "
+        "of ints, or None",
+    )
     if checks.static_int(end_token_id) in ids:
         raise ValueError(
             "`end_token_id` cannot be suppressed: rows could never end. Remove it from "
             f"`suppressed_token_ids`. Received: end_token_id={end_token_id}, "
-            f"suppressed_token_ids={suppressed_token_ids!r}.")
+            f"suppressed_token_ids={suppressed_token_ids!r}."
+        )
     return tuple(sorted(int(i) for i in ids))
 
 
 def check_beam_arguments(num_beams, length_penalty_alpha, max_length=None):
     """Refuses a `num_beams` that is not a positive int, and a `length_penalty_alpha` that
     is not a finite number >= 0 or whose penalty at `max_length` leaves float32."""
-    checks.require(isinstance(num_beams, int) and checks.is_int(num_beams, 1), "num_beams",
-                   num_beams, "a positive int")
+    checks.require(
+        isinstance(num_beams, int) and checks.is_int(num_beams, 1),
+        "num_beams",
+        num_beams,
+        "a positive int",
+    )
     alpha = length_penalty_alpha
-    checks.require(checks.is_number(alpha, 0) and math.isfinite(alpha), "length_penalty_alpha",
-                   alpha, "a number >= 0 and finite (0.6 in Vaswani et al. 2017; 0 = rank by "
-                   "log-probability alone)")
+    checks.require(
+        checks.is_number(alpha, 0) and math.isfinite(alpha),
+        "length_penalty_alpha",
+        alpha,
+        "a number >= 0 and finite (0.6 in Vaswani et al. 2017; 0 = rank by log-probability alone)",
+    )
     if not checks.is_int(max_length, 1):
         return  # at export, or refused by `check_max_length`
     largest = alpha * math.log((5.0 + max_length) / 6.0)
@@ -142,13 +173,15 @@ def check_beam_arguments(num_beams, length_penalty_alpha, max_length=None):
             f"((5 + |Y|) / 6) ** alpha reaches e^{largest:.3g} at max_length={max_length}, and "
             "log P / lp then loses every difference between beams. Use at most "
             f"{_MAX_LOG_PENALTY / math.log((5.0 + max_length) / 6.0):.3g} here (0.6 in "
-            f"Vaswani et al. 2017). Received: length_penalty_alpha={alpha!r}.")
+            f"Vaswani et al. 2017). Received: length_penalty_alpha={alpha!r}."
+        )
 
 
 SEED_REQUIREMENT = (
     "`seed` must be an int that fits 64 bits (-2**63 to 2**64 - 1), or an int tensor of shape () "
     "or (2,): the same seed draws the same tokens; or one seed per row, an int tensor of shape "
-    "(B, 1) or (B, 2) for a prompt of B rows.")
+    "(B, 1) or (B, 2) for a prompt of B rows."
+)
 
 
 def check_seed(seed):
@@ -168,8 +201,9 @@ def check_seed(seed):
             dtype, shape, received = "", None, type(seed).__name__
         if "int" in dtype and (shape in ((), (1,), (2,)) or len(shape) == 2 and shape[1] in (1, 2)):
             return
-    raise ValueError(f"{SEED_REQUIREMENT} Pass e.g. seed=42. Received: seed={seed!r:.80} "
-                     f"({received}).")
+    raise ValueError(
+        f"{SEED_REQUIREMENT} Pass e.g. seed=42. Received: seed={seed!r:.80} ({received})."
+    )
 
 
 def check_seed_rows(key, prompt):
@@ -182,14 +216,17 @@ def check_seed_rows(key, prompt):
         batch = prompt.shape[0] if hasattr(prompt, "shape") else np.shape(prompt)[0]
     except (ValueError, TypeError, IndexError):  # ragged, None, a scalar: refused later
         return key
-    requirement = (f"{SEED_REQUIREMENT} Received: a seed of shape (R, 1) or (R, 2) with R = ")
+    requirement = f"{SEED_REQUIREMENT} Received: a seed of shape (R, 1) or (R, 2) with R = "
     if rows == 1 or rows is not None and rows == batch:
         return key
     if None not in (rows, batch):
         raise ValueError(f"{requirement}{rows}, for a prompt of {batch} rows.")
     rows, batch = ops.shape(key)[0], ops.shape(prompt)[0]
-    return check_in_graph(ops.logical_or(ops.equal(rows, 1), ops.equal(rows, batch)),
-                          [requirement, rows, ", for a prompt of ", batch, " rows."], key)
+    return check_in_graph(
+        ops.logical_or(ops.equal(rows, 1), ops.equal(rows, batch)),
+        [requirement, rows, ", for a prompt of ", batch, " rows."],
+        key,
+    )
 
 
 def check_prompt(prompt, max_length):
@@ -205,11 +242,19 @@ def check_prompt(prompt, max_length):
             "`prompt` must be integer token ids of shape (batch, prompt_length), right-padded "
             "with pad_token_id to a static width in [1, max_length] (pass `prompt_lengths` for "
             f"rows of other lengths). Received: {prompt!r:.80} (dtype {dtype}, shape {shape}), "
-            f"max_length={max_length}.")
-    prompt = check_ids(prompt, -(2**31), 2**31, "`prompt` must hold ids that fit int32, the "
-                       "dtype the model reads them in (a cast would wrap larger ones).")
-    empty = ("`prompt` must hold at least one row (batch size >= 1): there is nothing to "
-             "generate for an empty batch. Received: prompt.shape=")
+            f"max_length={max_length}."
+        )
+    prompt = check_ids(
+        prompt,
+        -(2**31),
+        2**31,
+        "`prompt` must hold ids that fit int32, the "
+        "dtype the model reads them in (a cast would wrap larger ones).",
+    )
+    empty = (
+        "`prompt` must hold at least one row (batch size >= 1): there is nothing to "
+        "generate for an empty batch. Received: prompt.shape="
+    )
     if shape[0] == 0:
         raise ValueError(f"{empty}{shape}.")
     prompt = ops.cast(prompt, "int32")
@@ -226,14 +271,19 @@ def check_prompt_lengths(prompt_lengths, prompt):
     dtype, shape = keras.backend.standardize_dtype(lengths.dtype), tuple(lengths.shape)
     known, (batch, width) = checks.known_value(lengths), prompt.shape
     if (
-        "int" not in dtype or len(shape) != 1 or None not in (batch, shape[0]) and shape[0] != batch
-        or known is not None and ((known < 0) | (known > width)).any()
+        "int" not in dtype
+        or len(shape) != 1
+        or None not in (batch, shape[0])
+        and shape[0] != batch
+        or known is not None
+        and ((known < 0) | (known > width)).any()
     ):
         raise ValueError(
             f"`prompt_lengths` must be integers in [0, {width}] (the prompt's width) of shape "
             f"(batch,), one per prompt row. Received: prompt_lengths="
             f"{prompt_lengths if known is None else known.tolist()!r:.80} "
-            f"(dtype {dtype}, shape {shape}) for a prompt of shape {tuple(prompt.shape)}.")
+            f"(dtype {dtype}, shape {shape}) for a prompt of shape {tuple(prompt.shape)}."
+        )
 
 
 def check_ids(ids, low, high, requirement):
@@ -251,21 +301,27 @@ def check_ids(ids, low, high, requirement):
             raise ValueError(f"{requirement} Received: ids from {known.min()} to {known.max()}.")
         return ids
     lowest, highest = ops.min(ids), ops.max(ids)
-    return check_in_graph(ops.logical_and(lowest >= int(low), highest <= int(top)),
-                          [f"{requirement} Received: ids from ", lowest, " to ", highest, "."], ids)
+    return check_in_graph(
+        ops.logical_and(lowest >= int(low), highest <= int(top)),
+        [f"{requirement} Received: ids from ", lowest, " to ", highest, "."],
+        ids,
+    )
 
 
 def check_batch_size(name, value, batch_size):
     """A model input, refused unless it has `batch_size` rows (an int or scalar tensor;
     None: a symbolic trace, not checked): now when both are known, else in the graph."""
-    requirement = (f"The model input {name} must have one row per sequence decoded (the prompt's "
-                   "rows, or `initial_state`'s batch_size): pass it for the same rows. "
-                   f"Received: {name} with batch size ")
+    requirement = (
+        f"The model input {name} must have one row per sequence decoded (the prompt's "
+        "rows, or `initial_state`'s batch_size): pass it for the same rows. "
+        f"Received: {name} with batch size "
+    )
     rows, expected = value.shape[0], checks.static_int(batch_size)
     if None not in (rows, expected) and rows != expected:
         raise ValueError(f"{requirement}{rows}, expected {expected}.")
     if batch_size is None or None not in (rows, expected) or ops.shape(value)[0] is None:
         return value
     rows = ops.shape(value)[0]
-    return check_in_graph(ops.equal(rows, batch_size),
-                          [requirement, rows, ", expected ", batch_size, "."], value)
+    return check_in_graph(
+        ops.equal(rows, batch_size), [requirement, rows, ", expected ", batch_size, "."], value
+    )

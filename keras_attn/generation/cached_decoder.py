@@ -4,8 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn import checks
-from keras_attn import keras_internals
+from keras_attn import checks, keras_internals
 from keras_attn.generation import arguments
 from keras_attn.generation.decoder import Decoder
 from keras_attn.layers import attention_ops
@@ -17,8 +16,11 @@ CACHE_ARGUMENTS = ("cache", "self_attention_cache")
 PADDING_MASK_ARGUMENTS = ("padding_mask", "decoder_padding_mask")
 # Call arguments of a cached layer that the engine replays or supplies itself.
 _REPLAYED_ARGUMENTS = {
-    "use_causal_mask", "training", "return_attention_scores",
-    "encoder_sequence", "encoder_padding_mask",
+    "use_causal_mask",
+    "training",
+    "return_attention_scores",
+    "encoder_sequence",
+    "encoder_padding_mask",
 }
 
 # Layers that act on each position on its own (given their weights), so they
@@ -53,11 +55,36 @@ _LAST_AXIS_LAYERS = (
 )
 # Element-wise `keras.ops` recorded in a functional graph (e.g. `x + y`).
 _ELEMENTWISE_OPS = {
-    "Add", "Subtract", "Multiply", "Divide", "TrueDivide", "Negative", "Cast",
-    "Maximum", "Minimum", "Power", "Sqrt", "Square", "Exp", "Log", "Abs",
-    "Tanh", "Sigmoid", "Relu", "Gelu", "Silu", "Softplus",
-    "Equal", "NotEqual", "Greater", "GreaterEqual", "Less", "LessEqual",
-    "LogicalAnd", "LogicalOr", "LogicalNot",
+    "Add",
+    "Subtract",
+    "Multiply",
+    "Divide",
+    "TrueDivide",
+    "Negative",
+    "Cast",
+    "Maximum",
+    "Minimum",
+    "Power",
+    "Sqrt",
+    "Square",
+    "Exp",
+    "Log",
+    "Abs",
+    "Tanh",
+    "Sigmoid",
+    "Relu",
+    "Gelu",
+    "Silu",
+    "Softplus",
+    "Equal",
+    "NotEqual",
+    "Greater",
+    "GreaterEqual",
+    "Less",
+    "LessEqual",
+    "LogicalAnd",
+    "LogicalOr",
+    "LogicalNot",
 }
 
 
@@ -178,7 +205,8 @@ class CachedDecoder(Decoder):
             raise ValueError(
                 "CachedDecoder needs a functional `keras.Model` (it reads the graph; for a "
                 "subclassed model, use `RecomputingDecoder`) with a single output, the logits "
-                f"(batch, length, vocabulary). Received: {model!r:.80}, output shapes {shapes}.")
+                f"(batch, length, vocabulary). Received: {model!r:.80}, output shapes {shapes}."
+            )
         self._logits_tensor = model.outputs[0]
         self.vocabulary_size = shapes[0][-1]
         super().__init__(model, token_input)
@@ -243,7 +271,8 @@ class CachedDecoder(Decoder):
                 raise ValueError(
                     f"CachedDecoder: a second output of '{node.operation.name}' (e.g. attention "
                     "scores) leads to the logits; only hidden states are replayed with caches. "
-                    "Build the generation model without `return_attention_scores=True` there.")
+                    "Build the generation model without `return_attention_scores=True` there."
+                )
             if id(node) in planned:
                 return
             planned.add(id(node))
@@ -282,7 +311,8 @@ class CachedDecoder(Decoder):
             f"CachedDecoder: layer {name}, between `{self.token_input}` and the logits, is not "
             "known to act on each position on its own. Supported: cached layers (`init_cache`, "
             "`cache`, `cache_index`; an encoder block is not causal), position-aware layers "
-            "(`start_index`) and position-wise ones (Dense...). Else, use `RecomputingDecoder`.")
+            "(`start_index`) and position-wise ones (Dense...). Else, use `RecomputingDecoder`."
+        )
 
     def _plan_cached_step(self, step, name, call, plan_static):
         """A cached layer (see the protocol): its cache, its padding mask and,
@@ -293,23 +323,29 @@ class CachedDecoder(Decoder):
             raise ValueError(
                 f"CachedDecoder: {name} takes Keras' `mask` call argument, which Keras fills with "
                 "its input's implicit mask (B, T), not the cache's (B, max_length). Rename it "
-                "`padding_mask`, falling back to the implicit mask when it is None.")
+                "`padding_mask`, falling back to the implicit mask when it is None."
+            )
         replayed = _REPLAYED_ARGUMENTS | {call["sequence"], call["padding_mask"], "start_index"}
         for arg, value in given.items():
             if arg not in replayed and value is not None:
                 raise ValueError(
                     f"CachedDecoder: {name} is called with `{arg}` in the model graph, but only "
                     "the sequence, its padding mask and the encoder inputs are replayed. Build the "
-                    f"generation model without `{arg}`.")
+                    f"generation model without `{arg}`."
+                )
         if "use_causal_mask" in parameters:
             causal = given.get("use_causal_mask", parameters["use_causal_mask"].default)
             if causal is not True:
-                raise ValueError(f"CachedDecoder: {name} is called with use_causal_mask="
-                                 f"{causal!r}; decoding token by token needs causal attention.")
+                raise ValueError(
+                    f"CachedDecoder: {name} is called with use_causal_mask="
+                    f"{causal!r}; decoding token by token needs causal attention."
+                )
         sequence = given[call["sequence"]]
         if not self._is_dynamic(sequence):
-            raise ValueError(f"CachedDecoder: the `{call['sequence']}` of {name} does not depend "
-                             f"on `{self.token_input}`; the decoder path must run through it.")
+            raise ValueError(
+                f"CachedDecoder: the `{call['sequence']}` of {name} does not depend "
+                f"on `{self.token_input}`; the decoder path must run through it."
+            )
         step.update(kind="cached", call=call, sequence=sequence, reads=[sequence])
         if "start_index" in parameters:
             step["start_index"] = self._recorded_start(name, given, parameters)
@@ -325,13 +361,17 @@ class CachedDecoder(Decoder):
         if "cross_attention_cache" not in step["call"]["parameters"] or not callable(
             getattr(op, "compute_cross_attention_cache", None)
         ):
-            raise ValueError(f"CachedDecoder: {name} is given an `encoder_sequence` but has no "
-                             "`compute_cross_attention_cache` and `cross_attention_cache`.")
+            raise ValueError(
+                f"CachedDecoder: {name} is given an `encoder_sequence` but has no "
+                "`compute_cross_attention_cache` and `cross_attention_cache`."
+            )
         encoder_sequence, mask = given["encoder_sequence"], given.get("encoder_padding_mask")
         for arg, value in (("encoder_sequence", encoder_sequence), ("encoder_padding_mask", mask)):
             if value is not None and self._is_dynamic(value):
-                raise ValueError(f"CachedDecoder: the `{arg}` of {name} depends on "
-                                 f"`{self.token_input}`; it must depend on the other inputs only.")
+                raise ValueError(
+                    f"CachedDecoder: the `{arg}` of {name} depends on "
+                    f"`{self.token_input}`; it must depend on the other inputs only."
+                )
         step["memory"] = len(self._memory_specs)
         self._memory_specs.append(("cross_cache", op, encoder_sequence, mask))
         plan_static(encoder_sequence)
@@ -354,8 +394,10 @@ class CachedDecoder(Decoder):
         """The Python int `start_index` a layer was called with in the graph."""
         start = checks.static_int(given.get("start_index", parameters["start_index"].default))
         if start is None:
-            raise ValueError(f"CachedDecoder: {name} is called with a tensor `start_index`; "
-                             "expected a Python int (the engine adds the cache index to it).")
+            raise ValueError(
+                f"CachedDecoder: {name} is called with a tensor `start_index`; "
+                "expected a Python int (the engine adds the cache index to it)."
+            )
         return start
 
     def _plan_padding_mask(self, step, name, explicit, arg):
@@ -366,8 +408,10 @@ class CachedDecoder(Decoder):
             return
         if explicit is not None:
             if not self._is_dynamic(explicit):
-                raise ValueError(f"CachedDecoder: the `{arg}` of {name} does not depend on "
-                                 f"`{self.token_input}`; expected a mask of the decoder tokens.")
+                raise ValueError(
+                    f"CachedDecoder: the `{arg}` of {name} does not depend on "
+                    f"`{self.token_input}`; expected a mask of the decoder tokens."
+                )
             step["mask"], step["mask_tensor"] = True, explicit
             step["reads"].append(explicit)
         elif attention_ops.get_implicit_mask(step["sequence"]) is not None:
@@ -386,9 +430,7 @@ class CachedDecoder(Decoder):
             for t in step["node"].outputs:
                 produced_by[id(t)] = step
         for step in reversed(self._steps):
-            downstream = [
-                c for t in step["node"].outputs for c in consumers.get(id(t), [])
-            ]
+            downstream = [c for t in step["node"].outputs for c in consumers.get(id(t), [])]
             step["tail"] = step["kind"] == "positionwise" and all(c["tail"] for c in downstream)
         self._produced_by = produced_by
 
@@ -410,7 +452,8 @@ class CachedDecoder(Decoder):
                 raise ValueError(
                     f"max_length={max_length} does not fit layer '{step['op'].name}', which "
                     f"encodes {limit} positions (`max_positions`): generate at most "
-                    f"{limit - step['start_index']}.")
+                    f"{limit - step['start_index']}."
+                )
 
     def initial_state(self, batch_size, max_length, inputs=None):
         """Runs the encoder path once and allocates the empty caches.
@@ -454,9 +497,7 @@ class CachedDecoder(Decoder):
         for step in self._steps:
             if step["kind"] == "cached":
                 caches.append(step["op"].init_cache(batch_size, max_length))
-        masks = tuple(
-            ops.zeros((batch_size, max_length), "bool") for _ in range(self._num_masks)
-        )
+        masks = tuple(ops.zeros((batch_size, max_length), "bool") for _ in range(self._num_masks))
         return {"caches": tuple(caches), "padding_masks": masks, "memory": tuple(memory)}
 
     def _encoder_values(self, inputs, batch_size=None):
@@ -508,8 +549,10 @@ class CachedDecoder(Decoder):
                 return gathered[id(tensor)]
             value = values[id(tensor)]
             producer = self._produced_by.get(id(tensor))
-            if logits_index is not None and self._is_dynamic(tensor) and not (
-                producer is not None and producer["tail"]
+            if (
+                logits_index is not None
+                and self._is_dynamic(tensor)
+                and not (producer is not None and producer["tail"])
             ):
                 value = _take_position(value, logits_index)
             gathered[id(tensor)] = value
@@ -541,8 +584,10 @@ class CachedDecoder(Decoder):
                 if step.get("tail") and logits_index is not None:
                     gathered[id(t)] = y
                 values[id(t)] = y
-        logits = tail_value(self._logits_tensor) if logits_index is not None else (
-            values[id(self._logits_tensor)]
+        logits = (
+            tail_value(self._logits_tensor)
+            if logits_index is not None
+            else (values[id(self._logits_tensor)])
         )
         return logits, {"caches": tuple(caches), "padding_masks": tuple(masks), "memory": memory}
 
@@ -552,7 +597,8 @@ class CachedDecoder(Decoder):
         (`rolling_cache = True`): see `Decoder.keeps_every_position`."""
         return not any(
             getattr(step["op"], "rolling_cache", False)
-            for step in self._steps if step["kind"] == "cached"
+            for step in self._steps
+            if step["kind"] == "cached"
         )
 
     def _check_step(self, token_ids, cache_index, state):
@@ -560,11 +606,17 @@ class CachedDecoder(Decoder):
         tokens = token_ids if hasattr(token_ids, "shape") else np.asarray(token_ids)
         dtype, shape = keras.backend.standardize_dtype(tokens.dtype), tuple(tokens.shape)
         held = {x.shape[0] for x in keras.tree.flatten((state["caches"], state["padding_masks"]))}
-        if len(shape) != 2 or "int" not in dtype or None not in (shape[0], *held) and {shape[0]} != held:
+        if (
+            len(shape) != 2
+            or "int" not in dtype
+            or None not in (shape[0], *held)
+            and {shape[0]} != held
+        ):
             raise ValueError(
                 "CachedDecoder: `token_ids` must be integer token ids of shape (batch, length), for "
                 f"the batch of the state: {sorted(held, key=str)} (make it with `initial_state("
-                f"batch_size, ...)`). Received dtype {dtype} and shape {shape}.")
+                f"batch_size, ...)`). Received dtype {dtype} and shape {shape}."
+            )
 
     def _cached_step(self, step, values, masks, cache, cache_index, memory):
         """Calls a cached layer on the new positions; returns (outputs, cache)."""
@@ -584,7 +636,8 @@ class CachedDecoder(Decoder):
             raise ValueError(
                 f"CachedDecoder: layer '{step['op'].name}' ({type(step['op']).__name__}) has "
                 f"`init_cache`, but called with a cache it returned {type(results).__name__} "
-                "instead of `(outputs, new_cache, ...)`.")
+                "instead of `(outputs, new_cache, ...)`."
+            )
         return results[0], results[1]
 
     @staticmethod
@@ -623,7 +676,8 @@ def _cached_call(op):
         raise ValueError(
             f"CachedDecoder: layer '{op.name}' ({type(op).__name__}) has `init_cache` but its "
             f"`call` does not take a cache (one of {list(CACHE_ARGUMENTS)}) and `cache_index`. "
-            f"Received call arguments {list(parameters)}.")
+            f"Received call arguments {list(parameters)}."
+        )
     return {
         "parameters": parameters,
         "sequence": next(iter(parameters)),

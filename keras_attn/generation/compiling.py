@@ -99,7 +99,8 @@ def _variables(models):
         raise ValueError(
             "`models` must be the built Keras models (or layers, or decoders with a `model`) "
             "whose weights the generation function reads, at least one, so that it sees their "
-            f"current values; build a model by calling it once. Received: models={models!r}.")
+            f"current values; build a model by calling it once. Received: models={models!r}."
+        )
     variables, seen = [], set()
     for layer in layers:
         # `variables` includes non-trainable ones and seed-generator states.

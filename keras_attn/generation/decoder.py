@@ -96,7 +96,8 @@ class Decoder:
             The reordered state.
         """
         return {
-            key: value if key in self.shared_state_keys
+            key: value
+            if key in self.shared_state_keys
             else keras.tree.map_structure(lambda x: ops.take(x, indices, axis=0), value)
             for key, value in state.items()
         }
@@ -129,12 +130,16 @@ class Decoder:
         accepted = [name for name in self._input_names if name != self.token_input]
         given = {} if inputs is None else inputs
         if not isinstance(given, dict) or not set(needed) <= set(given) <= set(accepted):
-            received = (f"inputs with names {sorted(given, key=str)}" if isinstance(inputs, dict)
-                        else f"inputs of type {type(inputs).__name__}")
+            received = (
+                f"inputs with names {sorted(given, key=str)}"
+                if isinstance(inputs, dict)
+                else f"inputs of type {type(inputs).__name__}"
+            )
             raise ValueError(
                 f"`inputs` must map the model's inputs besides its tokens `{self.token_input}` "
                 f"(which the prompt fills) to tensors: {sorted(needed)} needed, of {accepted} "
-                f"accepted (inputs=None when there are none). Received: {received}.")
+                f"accepted (inputs=None when there are none). Received: {received}."
+            )
         values = {}
         for name in needed:
             value, dtype = inputs[name], self._input_names[name].dtype
@@ -144,9 +149,15 @@ class Decoder:
             if bound is not None and "int" in keras.backend.standardize_dtype(dtype):
                 if "int" not in keras.backend.standardize_dtype(value.dtype):
                     value = ops.convert_to_tensor(value, dtype)
-                value = arguments.check_ids(value, 0, bound[0], (
-                    f"The model input {name} must hold ids in [0, {bound[0]}), the ids its layer "
-                    f"{bound[1]} takes."))
+                value = arguments.check_ids(
+                    value,
+                    0,
+                    bound[0],
+                    (
+                        f"The model input {name} must hold ids in [0, {bound[0]}), the ids its layer "
+                        f"{bound[1]} takes."
+                    ),
+                )
             value = ops.convert_to_tensor(value, dtype=dtype)
             values[name] = arguments.check_batch_size(name, value, batch_size)
         return values
@@ -232,7 +243,8 @@ def _find_token_input(input_names, token_input, owner):
         raise ValueError(
             f"{owner}: `token_input` must name the model input that holds the tokens to "
             f"generate, one of {names} (default: the only input, else `decoder_tokens`). "
-            f"Received: token_input={token_input!r}.")
+            f"Received: token_input={token_input!r}."
+        )
     return found
 
 
@@ -248,7 +260,8 @@ def _check_input_value(name, value, spec):
         raise ValueError(
             f"The model input {name} must be a tensor of shape ({expected}) and dtype "
             f"{spec.dtype}, as its `keras.Input`. Received: shape {tuple(value.shape)}, "
-            f"dtype {dtype}.")
+            f"dtype {dtype}."
+        )
 
 
 def _input_names(model):

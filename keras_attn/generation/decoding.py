@@ -40,7 +40,8 @@ def as_decoder(model):
     raise ValueError(
         "Expected a functional `keras.Model` or a decoder object (`CachedDecoder`, "
         "`RecomputingDecoder`, or one with `initial_state`, `__call__`, `repeat_state`, "
-        f"`reorder_state`). Received: {model!r}.")
+        f"`reorder_state`). Received: {model!r}."
+    )
 
 
 def vocabulary_size(decoder):
@@ -109,9 +110,12 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
     prompt_mask = ops.less(ops.arange(max_length, dtype="int32")[None, :], lengths[:, None])
     prompt = ops.where(prompt_mask[:, :width], prompt, ops.cast(pad_token_id, "int32"))
     size = input_vocabulary_size  # No quote marks: TensorFlow escapes them in an assertion.
-    requirement = (f"`prompt` must hold token ids in [0, {size}), the ids the token embedding of "
-                   "the model takes: map unknown tokens to an id of the vocabulary." if size else
-                   "`prompt` must hold token ids >= 0 (ids of the vocabulary of the model).")
+    requirement = (
+        f"`prompt` must hold token ids in [0, {size}), the ids the token embedding of "
+        "the model takes: map unknown tokens to an id of the vocabulary."
+        if size
+        else "`prompt` must hold token ids >= 0 (ids of the vocabulary of the model)."
+    )
     prompt = arguments.check_ids(prompt, 0, size, requirement)
     tokens = ops.pad(prompt, [[0, 0], [0, max_length - width]], constant_values=pad_token_id)
     return tokens, lengths, prompt_mask, ops.min(lengths), width
@@ -148,8 +152,10 @@ def prefill(decoder, tokens, width, start, max_length, inputs):
             return index + 1, logits, state
 
         _, logits, last = ops.while_loop(
-            lambda index, logits, state: ops.less(index, start), body,
-            (ops.ones((), "int32"), logits, first), maximum_iterations=width - 1,
+            lambda index, logits, state: ops.less(index, start),
+            body,
+            (ops.ones((), "int32"), logits, first),
+            maximum_iterations=width - 1,
         )
         return logits, last
 
@@ -160,8 +166,16 @@ def prefill(decoder, tokens, width, start, max_length, inputs):
     return ops.cast(logits[:, 0], "float32"), state
 
 
-def start_search(model, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs,
-                 suppressed_token_ids):
+def start_search(
+    model,
+    prompt,
+    max_length,
+    end_token_id,
+    pad_token_id,
+    prompt_lengths,
+    inputs,
+    suppressed_token_ids,
+):
     """The start of every search, where its arguments are checked, once: the
     decoder (`as_decoder`); the end, padding and suppressed ids against the
     vocabulary (before the prefill when the decoder tells its size, else
@@ -176,8 +190,9 @@ def start_search(model, prompt, max_length, end_token_id, pad_token_id, prompt_l
     """
     decoder = as_decoder(model)
     size = vocabulary_size(decoder)
-    suppressed = arguments.check_vocabulary_ids(size, end_token_id, pad_token_id,
-                                                suppressed_token_ids)
+    suppressed = arguments.check_vocabulary_ids(
+        size, end_token_id, pad_token_id, suppressed_token_ids
+    )
     getattr(decoder, "check_max_length", arguments.check_max_length)(max_length)
     prepared = prepare_prompt(
         prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size(decoder)
@@ -185,13 +200,23 @@ def start_search(model, prompt, max_length, end_token_id, pad_token_id, prompt_l
     tokens, _, _, first, width = prepared
     logits, state = prefill(decoder, tokens, width, first, max_length, inputs)
     if size is None:  # a decoder object of unknown vocabulary: its logits tell
-        arguments.check_vocabulary_ids(logits.shape[-1], end_token_id, pad_token_id,
-                                       suppressed_token_ids)
+        arguments.check_vocabulary_ids(
+            logits.shape[-1], end_token_id, pad_token_id, suppressed_token_ids
+        )
     return decoder, suppressed, prepared, logits, state
 
 
-def token_loop(model, prompt, max_length, choose, end_token_id, pad_token_id,
-               prompt_lengths, inputs, suppressed_token_ids=None):
+def token_loop(
+    model,
+    prompt,
+    max_length,
+    choose,
+    end_token_id,
+    pad_token_id,
+    prompt_lengths,
+    inputs,
+    suppressed_token_ids=None,
+):
     """The loop of greedy search and sampling.
 
     Args:
@@ -204,7 +229,13 @@ def token_loop(model, prompt, max_length, choose, end_token_id, pad_token_id,
         (B, max_length) int32 tokens.
     """
     decoder, suppressed, (tokens, _, prompt_mask, first, _), logits, state = start_search(
-        model, prompt, max_length, end_token_id, pad_token_id, prompt_lengths, inputs,
+        model,
+        prompt,
+        max_length,
+        end_token_id,
+        pad_token_id,
+        prompt_lengths,
+        inputs,
         suppressed_token_ids,
     )
     suppress = suppressor(suppressed, logits.shape[-1])
@@ -212,9 +243,7 @@ def token_loop(model, prompt, max_length, choose, end_token_id, pad_token_id,
     finished = ops.zeros_like(prompt_mask[:, 0])
 
     def cond(index, tokens, finished, logits, state):
-        return ops.logical_and(
-            ops.less(index, max_length), ops.logical_not(ops.all(finished))
-        )
+        return ops.logical_and(ops.less(index, max_length), ops.logical_not(ops.all(finished)))
 
     def body(index, tokens, finished, logits, state):
         chosen = ops.cast(choose(suppress(logits), index), "int32")

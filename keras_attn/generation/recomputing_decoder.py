@@ -96,9 +96,7 @@ class RecomputingDecoder(Decoder):
             `(logits, state)`: (B, T, V) logits of the new positions (or
             (B, 1, V) at `logits_index`), and the state with the tokens.
         """
-        tokens = ops.slice_update(
-            state["tokens"], (0, cache_index), ops.cast(token_ids, "int32")
-        )
+        tokens = ops.slice_update(state["tokens"], (0, cache_index), ops.cast(token_ids, "int32"))
         length = ops.shape(token_ids)[1]
         feed = dict(state["inputs"], **{self.token_input: tokens})
         structure = None if self._subclassed else self.model.input
@@ -114,9 +112,7 @@ class RecomputingDecoder(Decoder):
         _check_logits_shape(logits.shape)
         first = cache_index if logits_index is None else cache_index + logits_index
         size = length if logits_index is None else 1
-        logits = ops.slice(
-            logits, (0, first, 0), (ops.shape(logits)[0], size, logits.shape[-1])
-        )
+        logits = ops.slice(logits, (0, first, 0), (ops.shape(logits)[0], size, logits.shape[-1]))
         return logits, {"tokens": tokens, "inputs": state["inputs"]}
 
 
@@ -126,4 +122,5 @@ def _check_logits_shape(shape):
     if len(shape) != 3 or shape[-1] is None:
         raise ValueError(
             "RecomputingDecoder needs a model whose output is the next-token logits of "
-            f"shape (batch, length, vocabulary). Received an output of shape {tuple(shape)}.")
+            f"shape (batch, length, vocabulary). Received an output of shape {tuple(shape)}."
+        )

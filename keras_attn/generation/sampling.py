@@ -127,7 +127,14 @@ def sample(
         return ops.argmax(logits + noise, axis=-1)
 
     return decoding.token_loop(
-        model, prompt, max_length, choose, end_token_id, pad_token_id, prompt_lengths, inputs,
+        model,
+        prompt,
+        max_length,
+        choose,
+        end_token_id,
+        pad_token_id,
+        prompt_lengths,
+        inputs,
         suppressed_token_ids,
     )
 
@@ -336,7 +343,7 @@ def gumbel_noise(key, position, shape):
         counter = columns + offsets
     bits = _mix(ops.bitwise_xor(_mix(ops.bitwise_xor(counter, k3)), k2))
     # 23 bits -> (0, 1): (2k + 1) / 2**24 is exact in float32 and < 1.
-    uniform = (ops.cast(_shift_right(bits, 9), "float32") + 0.5) * (2.0 ** -23)
+    uniform = (ops.cast(_shift_right(bits, 9), "float32") + 0.5) * (2.0**-23)
     return -ops.log(-ops.log(uniform))
 
 

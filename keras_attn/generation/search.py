@@ -97,7 +97,14 @@ def greedy_search(
         return ops.argmax(logits, axis=-1)
 
     return decoding.token_loop(
-        model, prompt, max_length, choose, end_token_id, pad_token_id, prompt_lengths, inputs,
+        model,
+        prompt,
+        max_length,
+        choose,
+        end_token_id,
+        pad_token_id,
+        prompt_lengths,
+        inputs,
         suppressed_token_ids,
     )
 
@@ -219,11 +226,20 @@ def beam_search(
         (beam size 4, alpha = 0.6).
     """
     arguments.check_beam_arguments(num_beams, length_penalty_alpha, max_length)
-    checks.check_bool(None, "return_all_beams", return_all_beams,
-                      "True = also return every beam and its score")
+    checks.check_bool(
+        None, "return_all_beams", return_all_beams, "True = also return every beam and its score"
+    )
     decoder, suppressed, (tokens, lengths, prompt_mask, start, _), logits, state = (
-        decoding.start_search(model, prompt, max_length, end_token_id, pad_token_id,
-                              prompt_lengths, inputs, suppressed_token_ids)
+        decoding.start_search(
+            model,
+            prompt,
+            max_length,
+            end_token_id,
+            pad_token_id,
+            prompt_lengths,
+            inputs,
+            suppressed_token_ids,
+        )
     )
     vocabulary_size = logits.shape[-1]
     suppress = decoding.suppressor(suppressed, vocabulary_size)
@@ -273,9 +289,7 @@ def beam_search(
         (start, sequences, log_probs, generated, finished, logits, state),
         maximum_iterations=max_length,
     )
-    best, sequences, scores = _rank_beams(
-        sequences, log_probs, generated, length_penalty_alpha
-    )
+    best, sequences, scores = _rank_beams(sequences, log_probs, generated, length_penalty_alpha)
     if return_all_beams:
         return best, sequences, scores
     return best
@@ -288,9 +302,7 @@ def _first_beams(tokens, beams):
     # Only beam 0 is live at first: the K copies of the prompt are one
     # hypothesis, not K.
     first_beam = ops.arange(beams, dtype="int32")[None, :] == 0
-    log_probs = ops.where(
-        ops.broadcast_to(first_beam, (batch_size, beams)), 0.0, _NEG_INF
-    )
+    log_probs = ops.where(ops.broadcast_to(first_beam, (batch_size, beams)), 0.0, _NEG_INF)
     generated = ops.zeros((batch_size, beams), "int32")
     finished = ops.zeros((batch_size, beams), "bool")
     return sequences, log_probs, generated, finished
@@ -305,9 +317,7 @@ def _certain_token_log_probs(vocabulary_size, token):
 def _extension_log_probs(step_log_probs, finished, forced, forced_token, frozen_extension):
     """Log-probs (B, K, V) of extending each beam: padding if finished, prompt if forced."""
     vocabulary_size = step_log_probs.shape[-1]
-    extension = ops.where(
-        finished[..., None], frozen_extension[None, None, :], step_log_probs
-    )
+    extension = ops.where(finished[..., None], frozen_extension[None, None, :], step_log_probs)
     forced_extension = _certain_token_log_probs(vocabulary_size, forced_token[:, None])  # (B, V)
     return ops.where(forced[:, None, None], forced_extension[:, None, :], extension)
 
@@ -336,13 +346,12 @@ def _best_candidates(candidate_log_probs, candidate_length, length_penalty_alpha
     batch_size, beams, vocabulary_size = ops.shape(candidate_log_probs)
     penalty = length_penalty(candidate_length, length_penalty_alpha)
     keys = candidate_log_probs / penalty[..., None]
-    _, flat_index = ops.top_k(
-        ops.reshape(keys, (batch_size, beams * vocabulary_size)), beams
-    )
+    _, flat_index = ops.top_k(ops.reshape(keys, (batch_size, beams * vocabulary_size)), beams)
     flat_index = ops.cast(flat_index, "int32")
     log_probs = ops.take_along_axis(
         ops.reshape(candidate_log_probs, (batch_size, beams * vocabulary_size)),
-        flat_index, axis=1,
+        flat_index,
+        axis=1,
     )
     return flat_index // vocabulary_size, flat_index % vocabulary_size, log_probs
 

@@ -45,8 +45,10 @@ class ArgumentsConfig:
         config = super().get_config()
         for name in _argument_names(type(self)):
             if not hasattr(self, name):
-                raise AttributeError(f"{type(self).__name__} has no attribute `{name}` for its "
-                                     f"`__init__` argument `{name}`: the config reads it there.")
+                raise AttributeError(
+                    f"{type(self).__name__} has no attribute `{name}` for its "
+                    f"`__init__` argument `{name}`: the config reads it there."
+                )
             config[name] = _serialize(getattr(self, name))
         return config
 

@@ -106,10 +106,11 @@ class AttentionBase(ArgumentsConfig, keras.layers.Layer):
         heads first, (B, H, K + V, L) (`MultiHeadSelfAttention.init_cache`,
         `MultiHeadAttention.compute_cache`), read in place."""
         cache = ops.cast(cache, dtype)  # slices, not split: any axis may be unknown here
-        return cache[:, :, : self.key_dim], cache[:, :, self.key_dim:]
+        return cache[:, :, : self.key_dim], cache[:, :, self.key_dim :]
 
     def _make_dropout(self):
         if not self.dropout:
             return None
-        return keras.layers.Dropout(self.dropout, seed=self.seed, dtype=self.dtype_policy,
-                                    name="attention_dropout")
+        return keras.layers.Dropout(
+            self.dropout, seed=self.seed, dtype=self.dtype_policy, name="attention_dropout"
+        )

@@ -72,7 +72,9 @@ class AttentionMasks:
         """All masks as one (B, 1 or H, T, S) bool tensor (see
         `attention_ops.merge_masks`), or None when nothing is masked."""
         return attention_ops.merge_masks(
-            batch_size, query_length, key_length,
+            batch_size,
+            query_length,
+            key_length,
             key_padding_mask=self.padding_mask,
             attention_mask=self.attention_mask,
             use_causal_mask=self.use_causal_mask,

@@ -59,27 +59,41 @@ def check_mask(mask, name, ranks, shape, batch_size=None, num_heads=None):
         mask = ops.convert_to_tensor(mask)
     dtype, got = keras.backend.standardize_dtype(mask.dtype), tuple(mask.shape)
     if dtype != "bool" and "int" not in dtype:
-        fix = (" Additive (0 = visible): pass `mask == 0`; 0/1 floats: `mask > 0.5`."
-               if "float" in dtype else "")
-        raise ValueError(f"`{name}` must be boolean (True = may attend / real token) or integer "
-                         f"(0 = blocked / padding). Received a mask of dtype {dtype}.{fix}")
-    wanted = [(batch_size, num_heads)[:rank - len(shape)] + tuple(shape) for rank in ranks]
+        fix = (
+            " Additive (0 = visible): pass `mask == 0`; 0/1 floats: `mask > 0.5`."
+            if "float" in dtype
+            else ""
+        )
+        raise ValueError(
+            f"`{name}` must be boolean (True = may attend / real token) or integer "
+            f"(0 = blocked / padding). Received a mask of dtype {dtype}.{fix}"
+        )
+    wanted = [(batch_size, num_heads)[: rank - len(shape)] + tuple(shape) for rank in ranks]
     shared = len(got) - len(shape)  # leading (batch, heads) axes: their size or 1
 
     def fits(want):
         return len(got) == len(want) and all(
             None in (g, w) or g == w or (g == 1 and axis < shared)
-            for axis, (g, w) in enumerate(zip(got, want)))
+            for axis, (g, w) in enumerate(zip(got, want))
+        )
 
     def show(want):
         lead = len(want) - len(shape)
-        return "(" + ", ".join("?" if d is None else f"{d} or 1" if i < lead else str(d)
-                               for i, d in enumerate(want)) + ")"
+        return (
+            "("
+            + ", ".join(
+                "?" if d is None else f"{d} or 1" if i < lead else str(d)
+                for i, d in enumerate(want)
+            )
+            + ")"
+        )
 
     if not any(map(fits, wanted)):
         layouts = " or ".join(map(show, wanted))
-        raise ValueError(f"`{name}` must have shape {layouts} for these inputs. Received: "
-                         f"{name}.shape={got}. Build the mask from the inputs it is used with.")
+        raise ValueError(
+            f"`{name}` must have shape {layouts} for these inputs. Received: "
+            f"{name}.shape={got}. Build the mask from the inputs it is used with."
+        )
     return mask if dtype == "bool" else ops.not_equal(mask, 0)
 
 
@@ -205,8 +219,15 @@ def _softmax(logits, axis):
 
 
 def scaled_dot_product_attention(
-    query, key, value, mask=None, dropout_layer=None, training=None,
-    may_have_empty_rows=True, extra_logits=None, cache_layout=False,
+    query,
+    key,
+    value,
+    mask=None,
+    dropout_layer=None,
+    training=None,
+    may_have_empty_rows=True,
+    extra_logits=None,
+    cache_layout=False,
 ):
     """Dense attention core: softmax(Q·Kᵀ/√K [+ extra]) · V.
 

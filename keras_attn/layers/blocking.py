@@ -85,7 +85,7 @@ def blockify(x, block_shape, constant_values=0):
     for i, b in enumerate(block_shape):
         x = pad_to_multiple(x, b, 1 + i, constant_values)
     shape = dims(x)
-    rest = shape[1 + n:]
+    rest = shape[1 + n :]
     split = [shape[0]]
     for i, b in enumerate(block_shape):
         split += [shape[1 + i] // b, b]
@@ -132,7 +132,7 @@ def _overlap_axis(x, axis, block, before, after, constant_values):
         widths[axis] = [blocks_before * block, blocks_after * block]
         x = ops.pad(x, widths, constant_values=constant_values)
     shape = dims(x)
-    x = ops.reshape(x, shape[:axis] + [shape[axis] // block, block] + shape[axis + 1:])
+    x = ops.reshape(x, shape[:axis] + [shape[axis] // block, block] + shape[axis + 1 :])
     span = blocks_before + blocks_after + 1
     # The window, in the coordinates of `span` consecutive blocks laid end
     # to end.
@@ -184,7 +184,7 @@ def _merge_grid(x, n):
     blocks in raster order of their grid, positions in raster order inside
     each block. The w's must be static."""
     shape = dims(x)
-    rest = shape[1 + 2 * n:]
+    rest = shape[1 + 2 * n :]
     if n > 1:  # (B, N1, w1, N2, w2, ...) -> (B, N1, N2, w1, w2, ...)
         grid = [1 + 2 * i for i in range(n)]
         inner = [2 + 2 * i for i in range(n)]

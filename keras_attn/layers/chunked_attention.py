@@ -70,9 +70,11 @@ def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_em
     """
     cached = masks is not None and masks.cached
     if cached or type(chunk_size) is not int or chunk_size < 1:
-        raise ValueError("chunked_attention takes no cached call (use the dense core) and a "
-                         f"`chunk_size` int >= 1. Received: chunk_size={chunk_size!r}, a cached "
-                         f"call: {cached}.")
+        raise ValueError(
+            "chunked_attention takes no cached call (use the dense core) and a "
+            f"`chunk_size` int >= 1. Received: chunk_size={chunk_size!r}, a cached "
+            f"call: {cached}."
+        )
     output_dtype = value.dtype
     scale = 1.0 / float(query.shape[-1]) ** 0.5
     # (B, H, n, C, K): heads in front and the sequences cut into chunks.
@@ -123,11 +125,20 @@ class _ChunkMask:
             attention = ops.cast(masks.attention_mask, "bool")
             if len(attention.shape) == 3:
                 attention = attention[:, None]
-            attention = ops.pad(attention, ((0, 0), (0, 0), (0, (-query_length) % chunk_size),
-                                            (0, (-key_length) % chunk_size)))
+            attention = ops.pad(
+                attention,
+                (
+                    (0, 0),
+                    (0, 0),
+                    (0, (-query_length) % chunk_size),
+                    (0, (-key_length) % chunk_size),
+                ),
+            )
             batch, heads, rows, columns = ops.shape(attention)
-            self.attention = ops.reshape(attention, (batch, heads, rows // chunk_size, chunk_size,
-                                                     columns // chunk_size, chunk_size))
+            self.attention = ops.reshape(
+                attention,
+                (batch, heads, rows // chunk_size, chunk_size, columns // chunk_size, chunk_size),
+            )
 
     def key_chunk_end(self, i, num_key_chunks):
         """1 + the last key chunk query chunk i can see: with a causal mask
@@ -141,8 +152,9 @@ class _ChunkMask:
         """The first query chunk that can see key chunk j."""
         if not self.causal:
             return 0
-        return ops.maximum(0, (j * self.chunk_size - ops.cast(self.cache_index, "int32"))
-                           // self.chunk_size)
+        return ops.maximum(
+            0, (j * self.chunk_size - ops.cast(self.cache_index, "int32")) // self.chunk_size
+        )
 
     def __call__(self, i, j):
         size = self.chunk_size
@@ -151,7 +163,8 @@ class _ChunkMask:
         mask = ops.less(key_positions, ops.cast(self.key_length, "int32"))[None, None, None, :]
         if self.causal:
             query_positions = (
-                ops.arange(size, dtype="int32") + i * size + ops.cast(self.cache_index, "int32"))
+                ops.arange(size, dtype="int32") + i * size + ops.cast(self.cache_index, "int32")
+            )
             causal = ops.greater_equal(query_positions[:, None], key_positions[None, :])
             mask = ops.logical_and(mask, causal[None, None])
         if self.padding is not None:
@@ -230,7 +243,7 @@ def _skew(x, size):
         return x
     lead = tuple(ops.shape(x)[:-2])
     x = ops.reshape(x, lead + (size * (2 * size - 1),))
-    x = x[..., size - 1:size - 1 + size * (2 * size - 2)]
+    x = x[..., size - 1 : size - 1 + size * (2 * size - 2)]
     return ops.reshape(x, lead + (size, 2 * size - 2))[..., :size]
 
 
@@ -253,8 +266,7 @@ def _attention(q, k, v, relative_embeddings, chunk_mask):
 
     def forward(*tensors):
         q, k, v = tensors[:3]
-        logits = _ChunkLogits(q, k, tensors[3] if len(tensors) > 3 else None,
-                              chunk_mask.chunk_size)
+        logits = _ChunkLogits(q, k, tensors[3] if len(tensors) > 3 else None, chunk_mask.chunk_size)
         outputs, logsumexp = _forward(logits, v, chunk_mask)
 
         def gradient(*args, upstream=None):
@@ -301,12 +313,14 @@ def _forward(logits, v, chunk_mask):
             probabilities = ops.where(mask, ops.exp(scores - new_maximum[..., None]), 0.0)
             total = total * correction + ops.sum(probabilities, axis=-1)
             accumulated = accumulated * correction[..., None] + ops.einsum(
-                "bhqs,bhsv->bhqv", probabilities, ops.take(v, j, axis=2))
+                "bhqs,bhsv->bhqv", probabilities, ops.take(v, j, axis=2)
+            )
             return new_maximum, total, accumulated
 
         init = (ops.full(shape, MASKED_LOGIT, "float32"), zero_sums, zero_outputs)
-        maximum, total, accumulated = ops.fori_loop(0, chunk_mask.key_chunk_end(i, num_key_chunks),
-                                                    key_chunk, init)
+        maximum, total, accumulated = ops.fori_loop(
+            0, chunk_mask.key_chunk_end(i, num_key_chunks), key_chunk, init
+        )
         seen = ops.greater(total, 0.0)
         safe_total = ops.where(seen, total, 1.0)
         outputs = ops.where(seen[..., None], accumulated / safe_total[..., None], 0.0)
@@ -343,23 +357,33 @@ def _backward(logits, v, outputs, logsumexp, upstream, chunk_mask):
         def key_chunk(j, dq):
             return dq + logits.query_gradient(i, j, score_gradient(i, j)[2])
 
-        return ops.fori_loop(0, chunk_mask.key_chunk_end(i, num_key_chunks), key_chunk,
-                             ops.zeros_like(ops.take(q, 0, axis=2)))
+        return ops.fori_loop(
+            0,
+            chunk_mask.key_chunk_end(i, num_key_chunks),
+            key_chunk,
+            ops.zeros_like(ops.take(q, 0, axis=2)),
+        )
 
     def key_value_gradient(j):
         def query_chunk(i, carry):
             do_i, probabilities, ds = score_gradient(i, j)
             q_i = ops.take(q, i, axis=2)
-            updated = (carry[0] + ops.einsum("bhqs,bhqk->bhsk", ds, q_i),
-                       carry[1] + ops.einsum("bhqs,bhqv->bhsv", probabilities, do_i))
+            updated = (
+                carry[0] + ops.einsum("bhqs,bhqk->bhsk", ds, q_i),
+                carry[1] + ops.einsum("bhqs,bhqv->bhsv", probabilities, do_i),
+            )
             if table is not None:
                 updated += (carry[2] + logits.table_gradient(i, j, ds),)
             return updated
 
-        return ops.fori_loop(chunk_mask.first_query_chunk(j), num_query_chunks, query_chunk,
-                             key_value_zeros)
+        return ops.fori_loop(
+            chunk_mask.first_query_chunk(j), num_query_chunks, query_chunk, key_value_zeros
+        )
 
-    key_value_zeros = (ops.zeros_like(ops.take(k, 0, axis=2)), ops.zeros_like(ops.take(v, 0, axis=2)))
+    key_value_zeros = (
+        ops.zeros_like(ops.take(k, 0, axis=2)),
+        ops.zeros_like(ops.take(v, 0, axis=2)),
+    )
     if table is not None:
         key_value_zeros += (ops.zeros_like(table),)
     dq = _serial_map(query_gradient, num_query_chunks, ops.zeros_like(ops.take(q, 0, axis=2)))

@@ -81,7 +81,7 @@ class LocalCacheMixin:
         # The queries read [old W positions | new T]; the cache keeps the
         # last W of them, oldest first.
         attended = ops.concatenate([cache, key_value], axis=1)
-        return attended, attended[:, -self._rolling_length:]
+        return attended, attended[:, -self._rolling_length :]
 
     def _cached_keys_values(self, cache, dtype):
         # A step reads only its window: hand the core the cache itself
@@ -121,8 +121,7 @@ class LocalCacheMixin:
         (b,), (f,) = self._block, self._flange
         return (query_positions // b) * b - f
 
-    def _attend_cached_step(self, query, key, masks, key_offset, return_attention_scores,
-                            training):
+    def _attend_cached_step(self, query, key, masks, key_offset, return_attention_scores, training):
         """Decoding step (T <= block): attends over one dynamic slice of the
         cache `key` (B, L, H, K + V), whose slot j holds position
         `key_offset + j`."""
@@ -142,14 +141,17 @@ class LocalCacheMixin:
         query_positions = cache_index + ops.arange(length, dtype="int32")
         key_positions = key_offset + start + ops.arange(window, dtype="int32")
         visible = ops.logical_and(
-            ops.greater_equal(key_positions[None, :],
-                              ops.maximum(self._cached_window_start(query_positions), 0)[:, None]),
+            ops.greater_equal(
+                key_positions[None, :],
+                ops.maximum(self._cached_window_start(query_positions), 0)[:, None],
+            ),
             ops.less_equal(key_positions[None, :], query_positions[:, None]),
         )
         mask = visible[None, None, None]  # (1, 1, 1, T, W)
         if padding_mask is not None:
             mask = ops.logical_and(
-                mask, take_positions(padding_mask, key_positions, 1)[:, None, None, None, :])
+                mask, take_positions(padding_mask, key_positions, 1)[:, None, None, None, :]
+            )
         if attention_mask is not None:
             columns = take_positions(attention_mask, key_positions, 3)
             mask = ops.logical_and(mask, columns[:, :, None])
@@ -159,8 +161,13 @@ class LocalCacheMixin:
 
         window_keys, window_values = self._split_keys_values(window_cache, query.dtype)
         outputs, probs = local_attention(
-            one_block(query), one_block(window_keys), one_block(window_values), mask,
-            self.dropout_layer, training, masks.may_have_empty_rows,
+            one_block(query),
+            one_block(window_keys),
+            one_block(window_values),
+            mask,
+            self.dropout_layer,
+            training,
+            masks.may_have_empty_rows,
         )
         outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
         scores = None
@@ -169,8 +176,9 @@ class LocalCacheMixin:
             scores = scatter_cache_rows(probs[:, :, 0], window_start, cache_length)
         return outputs, scores
 
-    def _attend_cached_prefill(self, query, key, masks, key_offset, return_attention_scores,
-                               training):
+    def _attend_cached_prefill(
+        self, query, key, masks, key_offset, return_attention_scores, training
+    ):
         """Prefill of a long chunk: blocked attention over the cache blocks it
         touches (slot j of the cache `key` holds position `key_offset + j`)."""
         cache_index = masks.cache_index
@@ -185,23 +193,35 @@ class LocalCacheMixin:
         def blocks_heads_first(x):  # (B, N, Q, H, ·) -> (B, H, N, Q, ·)
             return ops.transpose(x, (0, 3, 1, 2, 4))
 
-        query_blocks = ops.reshape(ops.take(query, query_index, axis=1),
-                                   [batch, count, b] + blocking.dims(query)[2:])
+        query_blocks = ops.reshape(
+            ops.take(query, query_index, axis=1), [batch, count, b] + blocking.dims(query)[2:]
+        )
         memory_positions = (
-            first_block_start - f
+            first_block_start
+            - f
             + ops.arange(count, dtype="int32")[:, None] * b
             + ops.arange(f + b, dtype="int32")[None, :]
         )
         memory_index = ops.clip(memory_positions - key_offset, 0, cache_length - 1)
-        mask = self._cached_prefill_mask(memory_positions, key_offset, cache_length,
-                                         masks.padding_mask, masks.attention_mask, query_index)
-        memory_keys, memory_values = self._split_keys_values(ops.take(key, memory_index, axis=1),
-                                                             query.dtype)
+        mask = self._cached_prefill_mask(
+            memory_positions,
+            key_offset,
+            cache_length,
+            masks.padding_mask,
+            masks.attention_mask,
+            query_index,
+        )
+        memory_keys, memory_values = self._split_keys_values(
+            ops.take(key, memory_index, axis=1), query.dtype
+        )
         outputs, probs = local_attention(
             blocks_heads_first(query_blocks),
             blocks_heads_first(memory_keys),
             blocks_heads_first(memory_values),
-            mask, self.dropout_layer, training, masks.may_have_empty_rows,
+            mask,
+            self.dropout_layer,
+            training,
+            masks.may_have_empty_rows,
         )
         kept = lead + ops.arange(length, dtype="int32")
         outputs = ops.transpose(outputs, (0, 2, 3, 1, 4))  # (B, N, Q, H, V)
@@ -217,20 +237,29 @@ class LocalCacheMixin:
         return outputs, scores
 
     def _cached_prefill_mask(
-        self, memory_positions, key_offset, cache_length, padding_mask,
-        attention_mask, query_index,
+        self,
+        memory_positions,
+        key_offset,
+        cache_length,
+        padding_mask,
+        attention_mask,
+        query_index,
     ):
         """(B|1, H|1, N, Q, M) mask of a prefill's query blocks over their
         memory (absolute positions; the cache holds `key_offset ..
         key_offset + cache_length - 1`)."""
         count = blocking.dims(memory_positions)[0]
-        key_ok = ops.logical_and(ops.greater_equal(memory_positions, ops.maximum(key_offset, 0)),
-                                 ops.less(memory_positions, key_offset + cache_length))
-        mask = ops.logical_and(key_ok[None, None, :, None, :],
-                               self._structure_mask(True)[None, None, None])
+        key_ok = ops.logical_and(
+            ops.greater_equal(memory_positions, ops.maximum(key_offset, 0)),
+            ops.less(memory_positions, key_offset + cache_length),
+        )
+        mask = ops.logical_and(
+            key_ok[None, None, :, None, :], self._structure_mask(True)[None, None, None]
+        )
         if padding_mask is not None:
             mask = ops.logical_and(
-                mask, take_positions(padding_mask, memory_positions, 1)[:, None, :, None, :])
+                mask, take_positions(padding_mask, memory_positions, 1)[:, None, :, None, :]
+            )
         if attention_mask is not None:
             rows = ops.take(attention_mask, query_index, axis=2)
             mask_dims = blocking.dims(rows)
@@ -239,5 +268,6 @@ class LocalCacheMixin:
             )  # (B, H, N, Q, S)
             columns = ops.clip(memory_positions, 0, mask_dims[3] - 1)
             mask = ops.logical_and(
-                mask, ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1))
+                mask, ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1)
+            )
         return mask

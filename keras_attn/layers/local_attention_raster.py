@@ -83,21 +83,27 @@ class BlockRasterMixin:
             return ops.transpose(x, (0, 3, 1, 2, 4))
 
         query_groups, block_ids, query_rows, structure, kept = self._raster_query_groups(
-            query, start, masks)
+            query, start, masks
+        )
         memory = self._raster_memory(block_ids, masks.use_causal_mask)  # (G, M)
         mask = self._raster_mask(memory, start + length, structure, query_rows, masks)
         memory_index = ops.clip(memory, 0, key_length - 1)
         if value is None:
             memory_keys, memory_values = self._split_keys_values(
-                ops.take(key, memory_index, axis=1), query.dtype)
+                ops.take(key, memory_index, axis=1), query.dtype
+            )
         else:
             memory_keys = ops.take(key, memory_index, axis=1)
             memory_values = ops.take(value, memory_index, axis=1)
         # A query past the image (position height * width) sees no key.
         inside_image = isinstance(key_length, int) and key_length < self._max_positions
         outputs, probs = local_attention(
-            heads_first(query_groups), heads_first(memory_keys), heads_first(memory_values),
-            mask, self.dropout_layer, training,
+            heads_first(query_groups),
+            heads_first(memory_keys),
+            heads_first(memory_values),
+            mask,
+            self.dropout_layer,
+            training,
             masks.may_have_empty_rows or not inside_image,
         )
 
@@ -113,7 +119,8 @@ class BlockRasterMixin:
         if return_attention_scores:
             query_positions = start + ops.arange(length, dtype="int32")
             slot, inside = self._raster_window_slots(
-                query_positions, ops.arange(key_length, dtype="int32"), masks.use_causal_mask)
+                query_positions, ops.arange(key_length, dtype="int32"), masks.use_causal_mask
+            )
             scores = scatter_rows(ungroup(probs), slot, inside)
         return outputs, scores
 
@@ -139,11 +146,17 @@ class BlockRasterMixin:
         if masks.cached and isinstance(length, int) and length <= block_length:
             positions = start + ops.arange(length, dtype="int32")
             structure = self._structure_rows(positions % block_length)[:, None]
-            return (query[:, :, None], positions // block_length,
-                    ops.arange(length, dtype="int32")[:, None], structure, None)
+            return (
+                query[:, :, None],
+                positions // block_length,
+                ops.arange(length, dtype="int32")[:, None],
+                structure,
+                None,
+            )
         lead = start % block_length if masks.cached else 0
-        count = blocking.num_blocks(length + (block_length - 1 if masks.cached else 0),
-                                    block_length)
+        count = blocking.num_blocks(
+            length + (block_length - 1 if masks.cached else 0), block_length
+        )
         if masks.cached:
             rows = ops.arange(count * block_length, dtype="int32") - lead
             query_index = ops.clip(rows, 0, length - 1)
@@ -166,14 +179,15 @@ class BlockRasterMixin:
         the image and before `end` (keys past the input, or not yet written
         to the cache, are masked), AND the causal `structure`, the padding
         mask and the attention mask gathered at those slots."""
-        mask = ops.logical_and(
-            ops.greater_equal(memory, 0), ops.less(memory, end)
-        )[None, None, :, None, :]
+        mask = ops.logical_and(ops.greater_equal(memory, 0), ops.less(memory, end))[
+            None, None, :, None, :
+        ]
         if structure is not None:
             mask = ops.logical_and(mask, structure[None, None])
         if masks.padding_mask is not None:
             mask = ops.logical_and(
-                mask, take_positions(masks.padding_mask, memory, 1)[:, None, :, None, :])
+                mask, take_positions(masks.padding_mask, memory, 1)[:, None, :, None, :]
+            )
         attention_mask = masks.attention_mask
         if attention_mask is not None:
             if len(attention_mask.shape) == 3:
@@ -191,8 +205,12 @@ class BlockRasterMixin:
         height, window width) of block-raster mode."""
         (bh, bw) = self._block
         before, after = self._window(causal)
-        return (self.image_size[1] // bw, before, before[0] + bh + after[0],
-                before[1] + bw + after[1])
+        return (
+            self.image_size[1] // bw,
+            before,
+            before[0] + bh + after[0],
+            before[1] + bw + after[1],
+        )
 
     def _raster_memory(self, block_ids, causal):
         """(G, M) int32: the block-raster position of every slot of the
@@ -206,8 +224,10 @@ class BlockRasterMixin:
         block_ids = block_ids[:, None]
         row = (block_ids // grid_width) * bh - before[0] + slots // window_w
         col = (block_ids % grid_width) * bw - before[1] + slots % window_w
-        inside = ops.logical_and(ops.logical_and(ops.greater_equal(row, 0), ops.less(row, height)),
-                                 ops.logical_and(ops.greater_equal(col, 0), ops.less(col, width)))
+        inside = ops.logical_and(
+            ops.logical_and(ops.greater_equal(row, 0), ops.less(row, height)),
+            ops.logical_and(ops.greater_equal(col, 0), ops.less(col, width)),
+        )
         # A block past the image (the position after its last pixel) has
         # no memory, though the window above it would reach into the image.
         inside = ops.logical_and(inside, ops.less(block_ids, (height // bh) * grid_width))
@@ -240,8 +260,7 @@ class BlockRasterMixin:
         (bh, bw) = self._block
         grid_width = self.image_size[1] // bw
         block, inner = position // (bh * bw), position % (bh * bw)
-        return ((block // grid_width) * bh + inner // bw,
-                (block % grid_width) * bw + inner % bw)
+        return ((block // grid_width) * bh + inner // bw, (block % grid_width) * bw + inner % bw)
 
     def _raster_step_runs(self, first_block, length, cache_length):
         """The contiguous ranges of the cache that a cached step of `length`
@@ -297,7 +316,8 @@ class BlockRasterMixin:
         mask = mask[None, None, None]
         if masks.padding_mask is not None:
             mask = ops.logical_and(
-                mask, take_positions(masks.padding_mask, positions, 1)[:, None, None, None, :])
+                mask, take_positions(masks.padding_mask, positions, 1)[:, None, None, None, :]
+            )
         attention_mask = masks.attention_mask
         if attention_mask is not None:
             if len(attention_mask.shape) == 3:
@@ -318,8 +338,9 @@ class BlockRasterMixin:
         cache_length = cache_dims[1]
         start = ops.cast(masks.cache_index, "int32")
         query_positions = start + ops.arange(length, dtype="int32")
-        starts, sizes = self._raster_step_runs(start // (self._block[0] * self._block[1]), length,
-                                               cache_length)
+        starts, sizes = self._raster_step_runs(
+            start // (self._block[0] * self._block[1]), length, cache_length
+        )
         runs, positions, fresh = [], [], []
         read_end = ops.convert_to_tensor(0, "int32")
         for run_start, size in zip(starts, sizes):
@@ -330,8 +351,12 @@ class BlockRasterMixin:
             fresh.append(ops.greater_equal(run_positions, read_end))
             read_end = ops.maximum(read_end, run_start + size)
         read = runs[0] if len(runs) == 1 else ops.concatenate(runs, axis=1)
-        mask = self._raster_step_mask(ops.concatenate(positions, axis=0),
-                                      ops.concatenate(fresh, axis=0), query_positions, masks)
+        mask = self._raster_step_mask(
+            ops.concatenate(positions, axis=0),
+            ops.concatenate(fresh, axis=0),
+            query_positions,
+            masks,
+        )
         keys, values = self._split_keys_values(read, query.dtype)
         # Masked slots get zero weight; zero their values too, so that what
         # the runs read outside the window (even inf or NaN) cannot leak.
@@ -343,8 +368,13 @@ class BlockRasterMixin:
 
         inside_image = cache_length < self._max_positions
         outputs, probs = local_attention(
-            one_block(query), one_block(keys), one_block(values), mask, self.dropout_layer,
-            training, masks.may_have_empty_rows or not inside_image,
+            one_block(query),
+            one_block(keys),
+            one_block(values),
+            mask,
+            self.dropout_layer,
+            training,
+            masks.may_have_empty_rows or not inside_image,
         )
         outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
         scores = None
@@ -362,13 +392,17 @@ class BlockRasterMixin:
         offset = 0
         for run_start, size in zip(starts, sizes):
             here = ops.logical_and(
-                ops.logical_and(ops.greater_equal(position, run_start),
-                                ops.less(position, run_start + size)),
+                ops.logical_and(
+                    ops.greater_equal(position, run_start), ops.less(position, run_start + size)
+                ),
                 ops.logical_not(found),
             )
             slot = ops.where(here, offset + position - run_start, slot)
             found = ops.logical_or(found, here)
             offset += size
         length = blocking.dims(probs)[2]
-        return scatter_rows(probs, ops.broadcast_to(slot, (length, cache_length)),
-                            ops.broadcast_to(found, (length, cache_length)))
+        return scatter_rows(
+            probs,
+            ops.broadcast_to(slot, (length, cache_length)),
+            ops.broadcast_to(found, (length, cache_length)),
+        )

@@ -71,8 +71,9 @@ class LocalWindowsMixin:
         earlier = ops.less_equal(row * bw + col, query)
         return ops.logical_or(above, ops.logical_or(left, ops.logical_and(inside, earlier)))
 
-    def _attend_blocks(self, query, key, value, masks, spatial_shape, return_attention_scores,
-                       training):
+    def _attend_blocks(
+        self, query, key, value, masks, spatial_shape, return_attention_scores, training
+    ):
         """The uncached pass: query blocks (B, H, N, Q, K) against their
         memory windows (B, H, N, M, ·), masks laid out as the logits."""
         block = self._block
@@ -93,12 +94,21 @@ class LocalWindowsMixin:
 
         query_blocks = split_heads(blocking.blockify(heads_first(query), block))
         key_memory = split_heads(
-            blocking.overlapping_blocks(heads_first(key), block, before, after))
+            blocking.overlapping_blocks(heads_first(key), block, before, after)
+        )
         value_memory = split_heads(
-            blocking.overlapping_blocks(heads_first(value), block, before, after))
+            blocking.overlapping_blocks(heads_first(value), block, before, after)
+        )
         mask = self._blocks_mask(masks, batch, spatial, length, before, after)
-        outputs, probs = local_attention(query_blocks, key_memory, value_memory, mask,
-                                         self.dropout_layer, training, masks.may_have_empty_rows)
+        outputs, probs = local_attention(
+            query_blocks,
+            key_memory,
+            value_memory,
+            mask,
+            self.dropout_layer,
+            training,
+            masks.may_have_empty_rows,
+        )
 
         def merge_heads(x):  # (B, H, N, Q, ·) -> (B, H, T, ·)
             x = ops.reshape(x, [batch * heads] + blocking.dims(x)[2:])
@@ -124,7 +134,10 @@ class LocalWindowsMixin:
         )[0]
         if masks.padding_mask is not None:
             mask = blocking.overlapping_blocks(
-                ops.reshape(masks.padding_mask, [batch] + spatial), block, before, after,
+                ops.reshape(masks.padding_mask, [batch] + spatial),
+                block,
+                before,
+                after,
                 constant_values=False,
             )[:, None, :, None, :]
         else:
@@ -135,8 +148,9 @@ class LocalWindowsMixin:
         if masks.attention_mask is not None:
             mask = ops.logical_and(
                 mask,
-                self._gather_attention_mask(masks.attention_mask, spatial, memory_positions,
-                                            length),
+                self._gather_attention_mask(
+                    masks.attention_mask, spatial, memory_positions, length
+                ),
             )
         return mask
 
@@ -161,8 +175,9 @@ class LocalWindowsMixin:
             positions = ops.arange(spatial[0], dtype="int32")
             origin = (positions // b) * b - f_before
             slot = positions[None, :] - origin[:, None]
-            inside = ops.logical_and(ops.greater_equal(slot, 0),
-                                     ops.less(slot, f_before + b + f_after))
+            inside = ops.logical_and(
+                ops.greater_equal(slot, 0), ops.less(slot, f_before + b + f_after)
+            )
             return slot, inside
         height, width = spatial
         (bh, bw) = self._block

@@ -24,8 +24,9 @@ from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
-class LocalBlockAttention(LocalWindowsMixin, LocalCacheMixin, BlockRasterMixin,
-                          MultiHeadSelfAttention):
+class LocalBlockAttention(
+    LocalWindowsMixin, LocalCacheMixin, BlockRasterMixin, MultiHeadSelfAttention
+):
     """Local self-attention over query blocks and their memory flange (1D/2D).
 
     Positions are cut into query blocks; a query attends only to its block
@@ -86,35 +87,57 @@ class LocalBlockAttention(LocalWindowsMixin, LocalCacheMixin, BlockRasterMixin,
         order as tensor2tensor's `common_attention.masked_local_attention_2d`.
     """
 
-    def __init__(self, num_heads, key_dim, block_size, memory_flange=None, rolling_cache=False,
-                 image_size=None, **kwargs):
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        block_size,
+        memory_flange=None,
+        rolling_cache=False,
+        image_size=None,
+        **kwargs,
+    ):
         chunk_size = kwargs.setdefault("chunk_size", None)
-        checks.require(chunk_size in (None, "auto"), "chunk_size", chunk_size,
-                       'None or "auto" (this core is already linear in the length)')
+        checks.require(
+            chunk_size in (None, "auto"),
+            "chunk_size",
+            chunk_size,
+            'None or "auto" (this core is already linear in the length)',
+        )
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         checks.check_bool(self, "rolling_cache", rolling_cache, "True = keep the last W only")
         self.rolling_cache = rolling_cache
         block = self._as_sizes("block_size", block_size, lowest=1)
-        flange = block if memory_flange is None else self._as_sizes(
-            "memory_flange", memory_flange, lowest=0)
+        flange = (
+            block
+            if memory_flange is None
+            else self._as_sizes("memory_flange", memory_flange, lowest=0)
+        )
         self.block_size = block[0] if len(block) == 1 else block
         self.memory_flange = (
-            None if memory_flange is None else (flange[0] if len(flange) == 1 else flange))
+            None if memory_flange is None else (flange[0] if len(flange) == 1 else flange)
+        )
         self._block = block
         self._flange = flange
         if len(flange) != len(block) or (rolling_cache and len(block) == 2):
             raise ValueError(
                 f"{type(self).__name__}: `memory_flange` must have the rank of `block_size` (int: "
                 "1D, pair: 2D), and `rolling_cache` is 1D only. Received: block_size="
-                f"{block_size!r}, memory_flange={memory_flange!r}, rolling_cache={rolling_cache}.")
+                f"{block_size!r}, memory_flange={memory_flange!r}, rolling_cache={rolling_cache}."
+            )
         self.image_size = self._check_image_size(image_size)
         self._input_ranks = (3,) if self.image_size else (2 + len(block),)
         self._inputs_layout = (
             "(batch, length, features) of pixels in block-raster order (drop `image_size` for "
             "images)"
-            if self.image_size else
-            ("(batch, length, features)" if len(block) == 1 else "(batch, height, width, features)")
-            + f" for block_size={self.block_size!r} (an int: 1D, sequences; a pair: 2D, images)")
+            if self.image_size
+            else (
+                "(batch, length, features)"
+                if len(block) == 1
+                else "(batch, height, width, features)"
+            )
+            + f" for block_size={self.block_size!r} (an int: 1D, sequences; a pair: 2D, images)"
+        )
 
     def _check_image_size(self, image_size):
         """None, or (height, width) for block-raster sequences: 2D blocks
@@ -123,10 +146,12 @@ class LocalBlockAttention(LocalWindowsMixin, LocalCacheMixin, BlockRasterMixin,
             return None
         height, width = checks.check_image_size(image_size, owner=self)
         if len(self._block) != 2 or height % self._block[0] or width % self._block[1]:
-            raise ValueError(f"{type(self).__name__}: `image_size` needs a pair `block_size` that "
-                             f"divides its sides. Received: image_size={(height, width)}, "
-                             f"block_size={self.block_size!r}. Pad the image, or pick another "
-                             "block.")
+            raise ValueError(
+                f"{type(self).__name__}: `image_size` needs a pair `block_size` that "
+                f"divides its sides. Received: image_size={(height, width)}, "
+                f"block_size={self.block_size!r}. Pad the image, or pick another "
+                "block."
+            )
         return (height, width)
 
     @property
@@ -140,15 +165,21 @@ class LocalBlockAttention(LocalWindowsMixin, LocalCacheMixin, BlockRasterMixin,
     def _as_sizes(self, name, value, lowest):
         """int -> (int,); a pair of ints -> tuple; each >= `lowest`."""
         sizes = tuple(value) if isinstance(value, (tuple, list)) and len(value) == 2 else (value,)
-        checks.require(all(checks.is_int(v, lowest) for v in sizes), name, value,
-                       f"an int (1D) or a pair of ints (2D), each >= {lowest}")
+        checks.require(
+            all(checks.is_int(v, lowest) for v in sizes),
+            name,
+            value,
+            f"an int (1D) or a pair of ints (2D), each >= {lowest}",
+        )
         return tuple(int(v) for v in sizes)
 
     def _check_inputs_shape(self, shape):
         if self.image_size and (shape[1] or 0) > self._max_positions:
-            raise ValueError(f"{type(self).__name__} with image_size={self.image_size} takes at "
-                             f"most {self._max_positions} positions. Received inputs of shape "
-                             f"{shape}.")
+            raise ValueError(
+                f"{type(self).__name__} with image_size={self.image_size} takes at "
+                f"most {self._max_positions} positions. Received inputs of shape "
+                f"{shape}."
+            )
         super()._check_inputs_shape(shape)
 
     def init_cache(self, batch_size, max_length, dtype=None):
@@ -167,8 +198,12 @@ class LocalBlockAttention(LocalWindowsMixin, LocalCacheMixin, BlockRasterMixin,
         self._check_cache_supported(True)
         if self.image_size:
             most = self._max_positions
-            checks.require((checks.static_int(max_length) or 0) <= most, "max_length", max_length,
-                           f"<= {most} (image_size={self.image_size}: pixels + 1)")
+            checks.require(
+                (checks.static_int(max_length) or 0) <= most,
+                "max_length",
+                max_length,
+                f"<= {most} (image_size={self.image_size}: pixels + 1)",
+            )
         if not self.rolling_cache:
             return super().init_cache(batch_size, max_length, dtype)
         self._check_cache_sizes(batch_size, max_length)
@@ -179,7 +214,8 @@ class LocalBlockAttention(LocalWindowsMixin, LocalCacheMixin, BlockRasterMixin,
             raise ValueError(
                 f"{type(self).__name__} has a `cache` only with use_causal_mask=True, and in 2D "
                 f"only with `image_size`. Received: use_causal_mask={use_causal_mask}, block_size="
-                f"{self.block_size!r}, image_size={self.image_size}.")
+                f"{self.block_size!r}, image_size={self.image_size}."
+            )
 
     def _check_cache(self, cache, cache_index, inputs, use_causal_mask, padding_mask):
         self._check_cache_supported(use_causal_mask)
@@ -190,7 +226,8 @@ class LocalBlockAttention(LocalWindowsMixin, LocalCacheMixin, BlockRasterMixin,
         if positions and most and (positions > most or rolling and positions < most):
             raise ValueError(
                 f"{type(self).__name__}: `cache` must have {'exactly' if rolling else 'at most'} "
-                f"{most} positions, as `init_cache` makes. Received: cache.shape={cache.shape}.")
+                f"{most} positions, as `init_cache` makes. Received: cache.shape={cache.shape}."
+            )
 
     def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
         """The core of each mode: block-raster sequences
@@ -198,9 +235,11 @@ class LocalBlockAttention(LocalWindowsMixin, LocalCacheMixin, BlockRasterMixin,
         or the uncached pass over blocks of 1D sequences and 2D images
         (`local_attention_windows`)."""
         if self.image_size is not None:
-            return self._attend_block_raster(query, key, value, masks, return_attention_scores,
-                                             training)
+            return self._attend_block_raster(
+                query, key, value, masks, return_attention_scores, training
+            )
         if masks.cached:
             return self._attend_cached(query, key, value, masks, return_attention_scores, training)
-        return self._attend_blocks(query, key, value, masks, spatial_shape,
-                                   return_attention_scores, training)
+        return self._attend_blocks(
+            query, key, value, masks, spatial_shape, return_attention_scores, training
+        )

@@ -78,8 +78,7 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         super resolver (Parmar et al. 2018, section 5.2).
     """
 
-    def __init__(self, image_size, low_resolution_size, channels=3, num_intensities=256,
-                 **kwargs):
+    def __init__(self, image_size, low_resolution_size, channels=3, num_intensities=256, **kwargs):
         super().__init__(**kwargs)
         self.raster = LowResolutionRaster(
             image_size, low_resolution_size, channels, num_intensities, "nearest"

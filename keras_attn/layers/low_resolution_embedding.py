@@ -133,4 +133,3 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
 
     def compute_output_shape(self, inputs_shape, low_resolution_shape=None):
         return (inputs_shape[0], inputs_shape[1], self.embedding_dim)
-

@@ -148,13 +148,21 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         )
         # Every call gathers a (C * N, N) float32 table from an (N, N) int32
         # offset matrix: N = 65536 would ask for tens of GiB.
-        checks.require(4 * num_intensities**2 * (channels + 1) <= 2**31, "num_intensities",
-                       num_intensities, f"small enough for a bias table of at most 2 GiB "
-                       f"(4 * N^2 * (channels + 1) bytes, channels={channels})",
-                       "Use 8-bit intensities (num_intensities=256).")
+        checks.require(
+            4 * num_intensities**2 * (channels + 1) <= 2**31,
+            "num_intensities",
+            num_intensities,
+            f"small enough for a bias table of at most 2 GiB "
+            f"(4 * N^2 * (channels + 1) bytes, channels={channels})",
+            "Use 8-bit intensities (num_intensities=256).",
+        )
         for name, value in (("prior_scale", prior_scale), ("max_correction", max_correction)):
-            checks.require(value is None or checks.is_number(value) and value > 0, name, value,
-                           "a number > 0 (in intensity levels) or None")
+            checks.require(
+                value is None or checks.is_number(value) and value > 0,
+                name,
+                value,
+                "a number > 0 (in intensity levels) or None",
+            )
         self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: num_intensities})
         self.prior_scale = prior_scale
         self.max_correction = max_correction
@@ -167,7 +175,8 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         self.offset_bias = self.add_weight(
             name="offset_bias",
             shape=(self.channels, 2 * self.num_intensities - 1),
-            initializer=self.bias_initializer if self.prior_scale is None
+            initializer=self.bias_initializer
+            if self.prior_scale is None
             else self._laplace_log_prior,
         )
         self.built = True
@@ -177,16 +186,30 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         prior = np.broadcast_to(-np.abs(offsets) / self.prior_scale, shape)
         return ops.convert_to_tensor(prior, dtype=dtype or "float32")
 
-    def call(self, logits, low_resolution, start_index=0, block_sums=None,
-             previous_intensities=None, left_intensities=None, previous_block_sums=None):
+    def call(
+        self,
+        logits,
+        low_resolution,
+        start_index=0,
+        block_sums=None,
+        previous_intensities=None,
+        left_intensities=None,
+        previous_block_sums=None,
+    ):
         self.raster.check_batch(low_resolution, logits, "logits")
         # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
         # one row gather per position (its gradient is a row scatter-add).
         table = ops.take(self.offset_bias, self._offsets, axis=1)
         table = ops.reshape(table, (self.channels * self.num_intensities, self.num_intensities))
         ids = self.raster.channel_value_ids(
-            low_resolution, ops.shape(logits)[1], start_index, block_sums,
-            previous_intensities, self.max_correction, left_intensities, previous_block_sums,
+            low_resolution,
+            ops.shape(logits)[1],
+            start_index,
+            block_sums,
+            previous_intensities,
+            self.max_correction,
+            left_intensities,
+            previous_block_sums,
         )
         return logits + ops.cast(ops.take(table, ids, axis=0), logits.dtype)
 

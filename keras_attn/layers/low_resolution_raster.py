@@ -39,10 +39,18 @@ class LowResolutionRaster:
         self.image_size = check_image_size(image_size)
         self.low_resolution_size = check_image_size(low_resolution_size, "low_resolution_size")
         sides = zip(self.image_size, self.low_resolution_size)
-        require(not any(big % small for big, small in sides), "image_size", self.image_size,
-                f"a multiple of `low_resolution_size`={self.low_resolution_size} on each side")
-        require(interpolation in INTERPOLATIONS, "interpolation", interpolation,
-                f"one of {INTERPOLATIONS}")
+        require(
+            not any(big % small for big, small in sides),
+            "image_size",
+            self.image_size,
+            f"a multiple of `low_resolution_size`={self.low_resolution_size} on each side",
+        )
+        require(
+            interpolation in INTERPOLATIONS,
+            "interpolation",
+            interpolation,
+            f"one of {INTERPOLATIONS}",
+        )
         self.channels = channels
         self.num_intensities = num_intensities
         self.interpolation = interpolation
@@ -71,9 +79,13 @@ class LowResolutionRaster:
         `Add`)."""
         (low_height, low_width), shape = self.low_resolution_size, tuple(low_resolution.shape)
         wanted = (reference.shape[0], low_height * low_width * self.channels)
-        require(not static_shape_mismatch(shape, wanted), "low_resolution.shape", shape,
-                f"{wanted}: one {low_height}x{low_width}x{self.channels} image in raster order "
-                f"per row of `{reference_name}`")
+        require(
+            not static_shape_mismatch(shape, wanted),
+            "low_resolution.shape",
+            shape,
+            f"{wanted}: one {low_height}x{low_width}x{self.channels} image in raster order "
+            f"per row of `{reference_name}`",
+        )
 
     def values(self, low_resolution, positions):
         """(B, h*w*C) low-resolution raster, (T,) positions -> (B, T) int32
@@ -81,12 +93,22 @@ class LowResolutionRaster:
         if self.interpolation == "nearest":
             # Gather straight from the low-resolution raster: a decoding step
             # then reads one value instead of upsampling the whole image.
-            return ops.take(ops.cast(low_resolution, "int32"), self.covering_index(positions), axis=1)
+            return ops.take(
+                ops.cast(low_resolution, "int32"), self.covering_index(positions), axis=1
+            )
         return ops.take(self._upsampled(low_resolution), positions, axis=1)
 
-    def channel_value_ids(self, low_resolution, length, start_index=0, block_sums=None,
-                          previous_intensities=None, max_correction=None,
-                          left_intensities=None, previous_block_sums=None):
+    def channel_value_ids(
+        self,
+        low_resolution,
+        length,
+        start_index=0,
+        block_sums=None,
+        previous_intensities=None,
+        max_correction=None,
+        left_intensities=None,
+        previous_block_sums=None,
+    ):
         """(B, h*w*C) low-resolution raster -> (B, length) int32 ids
         `channel * num_intensities + value` of positions `start_index ..
         start_index + length - 1`: the row of a per-channel table (C * N
@@ -113,14 +135,23 @@ class LowResolutionRaster:
             )
         else:
             values = self.left_residual_values(
-                low_resolution, positions, block_sums, left_intensities, max_correction,
+                low_resolution,
+                positions,
+                block_sums,
+                left_intensities,
+                max_correction,
                 upsampled=upsampled,
             )
         if previous_intensities is not None and self.channels > 1:
             if block_sums is not None and previous_block_sums is not None:
                 following = self.previous_channel_consistent_values(
-                    low_resolution, positions, block_sums, previous_intensities,
-                    previous_block_sums, max_correction, upsampled=upsampled,
+                    low_resolution,
+                    positions,
+                    block_sums,
+                    previous_intensities,
+                    previous_block_sums,
+                    max_correction,
+                    upsampled=upsampled,
                 )
             else:
                 following = self.previous_channel_values(
@@ -145,8 +176,9 @@ class LowResolutionRaster:
         block_width = width // low_width
         return (row % (height // low_height)) * block_width + column % block_width
 
-    def consistent_values(self, low_resolution, positions, block_sums, max_correction=None,
-                          upsampled=None):
+    def consistent_values(
+        self, low_resolution, positions, block_sums, max_correction=None, upsampled=None
+    ):
         """The interpolated value at each position, corrected so that its
         block averages to the low-resolution value given what was generated.
 
@@ -198,8 +230,9 @@ class LowResolutionRaster:
         """(B, T) float interpolated values at `positions` (the covering
         value for nearest)."""
         if self.interpolation == "nearest":
-            return ops.take(ops.cast(low_resolution, "float32"), self.covering_index(positions),
-                            axis=1)
+            return ops.take(
+                ops.cast(low_resolution, "float32"), self.covering_index(positions), axis=1
+            )
         return ops.take(upsampled, positions, axis=1)
 
     def _consistent(self, low_resolution, positions, block_sums, max_correction, upsampled):
@@ -218,8 +251,15 @@ class LowResolutionRaster:
             correction = ops.clip(correction, -max_correction, max_correction)
         return interpolated + correction
 
-    def left_residual_values(self, low_resolution, positions, block_sums, left_intensities,
-                             max_correction=None, upsampled=None):
+    def left_residual_values(
+        self,
+        low_resolution,
+        positions,
+        block_sums,
+        left_intensities,
+        max_correction=None,
+        upsampled=None,
+    ):
         """The consistent value plus `LEFT_RESIDUAL_WEIGHT` times the
         residual of the same channel of the pixel to the left:
 
@@ -258,8 +298,11 @@ class LowResolutionRaster:
         left_positions = ops.maximum(positions - self.channels, 0)
         left = ops.cast(ops.clip(left_intensities, 0, self.num_intensities - 1), "float32")
         left_consistent = self._consistent(
-            low_resolution, left_positions, ops.cast(block_sums, "float32") - left,
-            max_correction, upsampled,
+            low_resolution,
+            left_positions,
+            ops.cast(block_sums, "float32") - left,
+            max_correction,
+            upsampled,
         )
         left_interpolated = self._interpolated(low_resolution, left_positions, upsampled)
         same_block = (column % block_width > 0)[None, :]
@@ -267,8 +310,9 @@ class LowResolutionRaster:
         residual = ops.where((column > 0)[None, :], residual, 0.0)
         return self._intensities(here + LEFT_RESIDUAL_WEIGHT * residual)
 
-    def previous_channel_values(self, low_resolution, positions, previous_intensities,
-                                upsampled=None):
+    def previous_channel_values(
+        self, low_resolution, positions, previous_intensities, upsampled=None
+    ):
         """The interpolated value at each position plus the residual of the
         position before it (generated minus interpolated there):
 
@@ -299,9 +343,16 @@ class LowResolutionRaster:
         previous = ops.cast(ops.clip(previous_intensities, 0, self.num_intensities - 1), "float32")
         return self._intensities(here + previous - there)
 
-    def previous_channel_consistent_values(self, low_resolution, positions, block_sums,
-                                           previous_intensities, previous_block_sums,
-                                           max_correction=None, upsampled=None):
+    def previous_channel_consistent_values(
+        self,
+        low_resolution,
+        positions,
+        block_sums,
+        previous_intensities,
+        previous_block_sums,
+        max_correction=None,
+        upsampled=None,
+    ):
         """The consistent value at each position plus the residual of the
         position before it from *its* consistent value:
 
@@ -332,8 +383,9 @@ class LowResolutionRaster:
         upsampled = self._float_image(low_resolution, upsampled)
         here = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
         before = ops.maximum(positions - 1, 0)
-        there = self._consistent(low_resolution, before, previous_block_sums, max_correction,
-                                 upsampled)
+        there = self._consistent(
+            low_resolution, before, previous_block_sums, max_correction, upsampled
+        )
         previous = ops.cast(ops.clip(previous_intensities, 0, self.num_intensities - 1), "float32")
         return self._intensities(here + previous - there)
 
@@ -345,8 +397,10 @@ class LowResolutionRaster:
         low_height, low_width = self.low_resolution_size
         fy, fx = height // low_height, width // low_width
         x = ops.reshape(raster, (-1, low_height, fy, low_width, fx, self.channels))
-        x = ops.reshape(ops.transpose(x, (0, 1, 3, 5, 2, 4)),
-                        (-1, low_height, low_width, self.channels, fy * fx))
+        x = ops.reshape(
+            ops.transpose(x, (0, 1, 3, 5, 2, 4)),
+            (-1, low_height, low_width, self.channels, fy * fx),
+        )
         x = ops.flip(ops.cumsum(ops.flip(x, axis=-1), axis=-1), axis=-1)
         x = ops.reshape(x, (-1, low_height, low_width, self.channels, fy, fx))
         return ops.reshape(ops.transpose(x, (0, 1, 4, 2, 5, 3)), (-1, self.num_positions))
@@ -392,17 +446,22 @@ class RasterGeometry:
     reads the config from these attributes like any other.
     """
 
-    image_size = property(lambda self: self.raster.image_size,
-                          doc="(height, width) of the high-resolution image.")
-    low_resolution_size = property(lambda self: self.raster.low_resolution_size,
-                                   doc="(height, width) of the low-resolution image.")
+    image_size = property(
+        lambda self: self.raster.image_size, doc="(height, width) of the high-resolution image."
+    )
+    low_resolution_size = property(
+        lambda self: self.raster.low_resolution_size,
+        doc="(height, width) of the low-resolution image.",
+    )
     channels = property(lambda self: self.raster.channels, doc="Colour channels per pixel.")
-    num_intensities = property(lambda self: self.raster.num_intensities,
-                               doc="Intensity values per channel.")
-    interpolation = property(lambda self: self.raster.interpolation,
-                             doc='"nearest" or "bicubic".')
-    num_positions = property(lambda self: self.raster.num_positions,
-                             doc="Intensities of the high-resolution image (H * W * C).")
+    num_intensities = property(
+        lambda self: self.raster.num_intensities, doc="Intensity values per channel."
+    )
+    interpolation = property(lambda self: self.raster.interpolation, doc='"nearest" or "bicubic".')
+    num_positions = property(
+        lambda self: self.raster.num_positions,
+        doc="Intensities of the high-resolution image (H * W * C).",
+    )
 
 
 def _bicubic_weights(size_in, size_out):

@@ -68,8 +68,10 @@ class MultiHeadAttention(AttentionBase):
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         if value_shape is None:
-            raise ValueError("MultiHeadAttention builds on its first call, which needs `value` "
-                             "(what it attends to): call `layer(query, value)` before a cache.")
+            raise ValueError(
+                "MultiHeadAttention builds on its first call, which needs `value` "
+                "(what it attends to): call `layer(query, value)` before a cache."
+            )
         query_shape, value_shape = tuple(query_shape), tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
         self.query_dense = self._make_dense(self.num_heads * self.key_dim, "query")
@@ -107,8 +109,9 @@ class MultiHeadAttention(AttentionBase):
         key = value if key is None else key
         batch_size, length = ops.shape(value)[0], ops.shape(value)[1]
         key = ops.reshape(self.key_dense(key), (batch_size, length, self.num_heads, self.key_dim))
-        value = ops.reshape(self.value_dense(value),
-                            (batch_size, length, self.num_heads, self._value_dim))
+        value = ops.reshape(
+            self.value_dense(value), (batch_size, length, self.num_heads, self._value_dim)
+        )
         return key, value
 
     def call(
@@ -123,11 +126,13 @@ class MultiHeadAttention(AttentionBase):
         training=None,
     ):
         self._check_call(query, value, key, cache)
-        value_padding_mask, attention_mask = self._masks(query, value, cache, value_padding_mask,
-                                                         attention_mask)
+        value_padding_mask, attention_mask = self._masks(
+            query, value, cache, value_padding_mask, attention_mask
+        )
         batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
-        projected_query = ops.reshape(self.query_dense(query),
-                                      (batch_size, query_length, self.num_heads, self.key_dim))
+        projected_query = ops.reshape(
+            self.query_dense(query), (batch_size, query_length, self.num_heads, self.key_dim)
+        )
         if cache is None:
             # Without a cache the memory is projected in the sequence layout:
             # no concatenation or transpose into a cache's layout.
@@ -137,17 +142,24 @@ class MultiHeadAttention(AttentionBase):
             key, value = self._cached_keys_values(cache, projected_query.dtype)
             key_length = ops.shape(key)[-1]
         mask = attention_ops.merge_masks(
-            batch_size, query_length, key_length,
+            batch_size,
+            query_length,
+            key_length,
             key_padding_mask=value_padding_mask,
             attention_mask=attention_mask,
         )
         outputs, scores = attention_ops.scaled_dot_product_attention(
-            projected_query, key, value, mask,
-            dropout_layer=self.dropout_layer, training=training,
+            projected_query,
+            key,
+            value,
+            mask,
+            dropout_layer=self.dropout_layer,
+            training=training,
             cache_layout=cache is not None,
         )
         outputs = self.output_dense(
-            ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim)))
+            ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim))
+        )
         if return_attention_scores:
             return outputs, ops.cast(scores, self.compute_dtype)
         return outputs
@@ -155,14 +167,19 @@ class MultiHeadAttention(AttentionBase):
     def _check_call(self, query, value, key, cache):
         """The static checks of a call's tensors (`query` None: `compute_cache`'s)."""
         if value is None and cache is None:
-            raise ValueError("MultiHeadAttention needs `value` (the sequence to attend to) or a "
-                             "`cache` from `compute_cache`. Received neither.")
+            raise ValueError(
+                "MultiHeadAttention needs `value` (the sequence to attend to) or a "
+                "`cache` from `compute_cache`. Received neither."
+            )
         tensors = {"query": query, "value": value, "key": value if key is None else key}
         shapes = {name: tuple(t.shape) for name, t in tensors.items() if t is not None}
         for name, shape in shapes.items():
-            checks.require(len(shape) == 3 and shape[-1] is not None and 0 not in shape[:2],
-                           f"{name}.shape", shape,
-                           "(batch, length, features), none empty, features known")
+            checks.require(
+                len(shape) == 3 and shape[-1] is not None and 0 not in shape[:2],
+                f"{name}.shape",
+                shape,
+                "(batch, length, features), none empty, features known",
+            )
         if cache is not None:
             layout = ("batch", self.num_heads, self.key_dim + self._value_dim, "length")
             checks.check_cache(cache, layout, "as returned by `compute_cache`")
@@ -171,7 +188,8 @@ class MultiHeadAttention(AttentionBase):
         if len({shape[0] for shape in shapes.values() if shape} - {None}) > 1 or len(lengths) > 1:
             raise ValueError(
                 f"MultiHeadAttention needs one batch size for {' and '.join(shapes)}, and one "
-                f"length for key and value. Received shapes {shapes}. Pass one memory per query.")
+                f"length for key and value. Received shapes {shapes}. Pass one memory per query."
+            )
 
     def _masks(self, query, value, cache, value_padding_mask, attention_mask):
         """The call's masks as booleans, checked (`attention_ops.check_mask`);
@@ -179,11 +197,16 @@ class MultiHeadAttention(AttentionBase):
         keys = value.shape[1] if cache is None else cache.shape[-1]
         if value_padding_mask is None and value is not None:
             value_padding_mask = attention_ops.get_implicit_mask(value)
-        value_padding_mask = attention_ops.check_mask(value_padding_mask, "value_padding_mask",
-                                                      (2,), (query.shape[0], keys))
+        value_padding_mask = attention_ops.check_mask(
+            value_padding_mask, "value_padding_mask", (2,), (query.shape[0], keys)
+        )
         attention_mask = attention_ops.check_mask(
-            attention_mask, "attention_mask", (3, 4), (query.shape[1], keys),
-            query.shape[0], self.num_heads,
+            attention_mask,
+            "attention_mask",
+            (3, 4),
+            (query.shape[1], keys),
+            query.shape[0],
+            self.num_heads,
         )
         return value_padding_mask, attention_mask
 
@@ -195,14 +218,18 @@ class MultiHeadAttention(AttentionBase):
         query, cache = arguments["query"], arguments["cache"]
         value, return_attention_scores = arguments["value"], arguments["return_attention_scores"]
         self._check_call(query, value, arguments["key"], cache)
-        self._masks(query, value, cache, arguments["value_padding_mask"], arguments["attention_mask"])
-        outputs = keras.KerasTensor(self.compute_output_shape(tuple(query.shape)),
-                                    self.compute_dtype)
+        self._masks(
+            query, value, cache, arguments["value_padding_mask"], arguments["attention_mask"]
+        )
+        outputs = keras.KerasTensor(
+            self.compute_output_shape(tuple(query.shape)), self.compute_dtype
+        )
         if not return_attention_scores:
             return outputs
         key_length = cache.shape[-1] if cache is not None else value.shape[1]
-        scores = keras.KerasTensor((query.shape[0], self.num_heads, query.shape[1], key_length),
-                                   self.compute_dtype)
+        scores = keras.KerasTensor(
+            (query.shape[0], self.num_heads, query.shape[1], key_length), self.compute_dtype
+        )
         return outputs, scores
 
     def compute_mask(self, query, previous_mask=None):

@@ -147,8 +147,13 @@ class MultiHeadSelfAttention(AttentionBase):
     def __init__(self, num_heads, key_dim, chunk_size="auto", **kwargs):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         ok = chunk_size in (None, "auto") or (type(chunk_size) is int and chunk_size >= 1)
-        checks.require(ok, "chunk_size", chunk_size, 'an int >= 1, None or "auto"',
-                       "(A NumPy integer: int(chunk_size).)")
+        checks.require(
+            ok,
+            "chunk_size",
+            chunk_size,
+            'an int >= 1, None or "auto"',
+            "(A NumPy integer: int(chunk_size).)",
+        )
         self.chunk_size = chunk_size
 
     def build(self, inputs_shape):
@@ -171,11 +176,16 @@ class MultiHeadSelfAttention(AttentionBase):
         position embeddings). Called at the end of `build`."""
 
     def _check_inputs_shape(self, shape):
-        if (len(shape) not in self._input_ranks or shape[-1] is None or 0 in shape[:-1]
-                or (len(shape) > 3 and None in shape[1:-1])):
+        if (
+            len(shape) not in self._input_ranks
+            or shape[-1] is None
+            or 0 in shape[:-1]
+            or (len(shape) > 3 and None in shape[1:-1])
+        ):
             raise ValueError(
                 f"{type(self).__name__} expects inputs of shape {self._inputs_layout}, none empty, "
-                f"features (and an image's sides) known. Received inputs of shape {shape}.")
+                f"features (and an image's sides) known. Received inputs of shape {shape}."
+            )
 
     # ------------------------------------------------------------------ cache
     def init_cache(self, batch_size, max_length, dtype=None):
@@ -202,9 +212,13 @@ class MultiHeadSelfAttention(AttentionBase):
         """
         self._check_cache_sizes(batch_size, max_length)
         dtype = keras.backend.standardize_dtype(dtype or self.compute_dtype)
-        checks.require(dtype == self.compute_dtype, "dtype", dtype,
-                       f"the layer's compute dtype {self.compute_dtype}",
-                       "For float16, make the layer with dtype='mixed_float16'.")
+        checks.require(
+            dtype == self.compute_dtype,
+            "dtype",
+            dtype,
+            f"the layer's compute dtype {self.compute_dtype}",
+            "For float16, make the layer with dtype='mixed_float16'.",
+        )
         return ops.zeros(self._cache_shape(batch_size, max_length), dtype=dtype)
 
     def _cache_shape(self, batch_size, max_length):
@@ -227,8 +241,12 @@ class MultiHeadSelfAttention(AttentionBase):
         for arg, value in (("batch_size", batch_size), ("max_length", max_length)):
             known = checks.static_int(value)
             ok = "int" in str(getattr(value, "dtype", "")) if known is None else known > 0
-            checks.require(ok and not isinstance(value, bool), arg, value,
-                           "a positive int (or int scalar tensor)")
+            checks.require(
+                ok and not isinstance(value, bool),
+                arg,
+                value,
+                "a positive int (or int scalar tensor)",
+            )
 
     # ------------------------------------------------------------------- call
     def call(
@@ -258,8 +276,9 @@ class MultiHeadSelfAttention(AttentionBase):
             cache_index=0 if cache is None else cache_index,
             valid_key_length=None if cache is None else cache_index + query_length,
         )
-        outputs, scores = self._attend(query, key, value, masks, spatial_shape,
-                                       return_attention_scores, training)
+        outputs, scores = self._attend(
+            query, key, value, masks, spatial_shape, return_attention_scores, training
+        )
         outputs = ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim))
         outputs = self.output_dense(outputs)
         if len(spatial_shape) > 1:
@@ -278,9 +297,13 @@ class MultiHeadSelfAttention(AttentionBase):
         (the generation functions, the exporters)."""
         self._check_inputs_shape(tuple(inputs.shape))
         if cache is None:
-            checks.require(cache_index is None, "cache_index", cache_index,
-                           "None without a `cache` (it is the inputs' position in the cache)",
-                           "Pass a cache, or drop `cache_index`.")
+            checks.require(
+                cache_index is None,
+                "cache_index",
+                cache_index,
+                "None without a `cache` (it is the inputs' position in the cache)",
+                "Pass a cache, or drop `cache_index`.",
+            )
         else:
             self._check_cache(cache, cache_index, inputs, use_causal_mask, padding_mask)
 
@@ -289,8 +312,11 @@ class MultiHeadSelfAttention(AttentionBase):
         integer `cache_index` from which the inputs fit in it (subclasses may
         refuse a cache for the call, e.g. without `use_causal_mask`)."""
         batch, length = tuple(inputs.shape)[:2]
-        checks.check_cache(cache, self._cache_shape(batch or "batch", "max_length"),
-                           f"as returned by `init_cache(batch_size={batch or 'B'}, max_length)`")
+        checks.check_cache(
+            cache,
+            self._cache_shape(batch or "batch", "max_length"),
+            f"as returned by `init_cache(batch_size={batch or 'B'}, max_length)`",
+        )
         checks.check_index(0 if cache_index is None else cache_index, "cache_index")
         index = checks.static_int(cache_index) or 0  # unknown while traced: 0, the least
         checks.require(index >= 0, "cache_index", index, ">= 0 (the position of the first input)")
@@ -302,7 +328,8 @@ class MultiHeadSelfAttention(AttentionBase):
                 "`cache_index` + input length must fit in the cache (a rolling cache: in "
                 f"`padding_mask`). Received: cache_index={index}, input length {length}, cache "
                 f"length {capacity}. Pass a longer one (`init_cache(batch_size, "
-                f"{index + length})`).")
+                f"{index + length})`)."
+            )
 
     def _masks(self, inputs, padding_mask, attention_mask, cache):
         """The call's masks as booleans, checked (`attention_ops.check_mask`):
@@ -314,12 +341,14 @@ class MultiHeadSelfAttention(AttentionBase):
         if padding_mask is None and cache is None:
             padding_mask = attention_ops.get_implicit_mask(inputs)
         padding_shape = shape[:-1] if cache is None else (shape[0], keys)
-        padding_mask = attention_ops.check_mask(padding_mask, "padding_mask", (len(padding_shape),),
-                                                padding_shape)
+        padding_mask = attention_ops.check_mask(
+            padding_mask, "padding_mask", (len(padding_shape),), padding_shape
+        )
         if padding_mask is not None and len(padding_shape) > 2:
             padding_mask = ops.reshape(padding_mask, (ops.shape(inputs)[0], -1))
-        attention_mask = attention_ops.check_mask(attention_mask, "attention_mask", (3, 4),
-                                                  (queries, keys), shape[0], self.num_heads)
+        attention_mask = attention_ops.check_mask(
+            attention_mask, "attention_mask", (3, 4), (queries, keys), shape[0], self.num_heads
+        )
         return padding_mask, attention_mask
 
     def _project_query_key_value(self, inputs, cache, cache_index):
@@ -384,11 +413,16 @@ class MultiHeadSelfAttention(AttentionBase):
             # The key length is known only at run time (a function traced
             # for any length): the chunked core from the crossover, so an
             # unknown length never means a (B, H, T, S) buffer.
-            long_enough = ops.greater_equal(self._key_length(key, masks), self._auto_chunk_min_length)
+            long_enough = ops.greater_equal(
+                self._key_length(key, masks), self._auto_chunk_min_length
+            )
             outputs = ops.cond(
-                long_enough, lambda: self._attend_chunked(query, key, value, masks, size),
-                lambda: ops.cast(self._attend_dense(query, key, value, masks, training)[0],
-                                 value.dtype))
+                long_enough,
+                lambda: self._attend_chunked(query, key, value, masks, size),
+                lambda: ops.cast(
+                    self._attend_dense(query, key, value, masks, training)[0], value.dtype
+                ),
+            )
             return outputs, None
         if core == "query_blocks":
             return self._attend_query_blocks(query, key, value, masks, size, training), None
@@ -399,8 +433,12 @@ class MultiHeadSelfAttention(AttentionBase):
         key_length = self._key_length(key, masks)
         mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], key_length)
         return attention_ops.scaled_dot_product_attention(
-            query, key, value, mask,
-            dropout_layer=self.dropout_layer, training=training,
+            query,
+            key,
+            value,
+            mask,
+            dropout_layer=self.dropout_layer,
+            training=training,
             may_have_empty_rows=masks.may_have_empty_rows,
             extra_logits=self._extra_logits(query, key_length, masks),
             cache_layout=masks.cached,
@@ -426,8 +464,13 @@ class MultiHeadSelfAttention(AttentionBase):
         outputs = []
         for start in range(0, length, block_size):
             stop = min(length, start + block_size)
-            block, _ = self._attend_dense(query[:, start:stop], key[:, :stop], value[:, :stop],
-                                          masks.query_rows(start, stop), training)
+            block, _ = self._attend_dense(
+                query[:, start:stop],
+                key[:, :stop],
+                value[:, :stop],
+                masks.query_rows(start, stop),
+                training,
+            )
             outputs.append(block)
         return ops.concatenate(outputs, axis=1)
 
@@ -459,8 +502,11 @@ class MultiHeadSelfAttention(AttentionBase):
         chunkable = key_length >= self._auto_chunk_min_length and not dropout_active
         if chunkable and training is not False:
             return "chunked", self._auto_chunk_size
-        if (masks.use_causal_mask and key_length >= self._auto_query_block_min_length
-                and checks.static_int(masks.cache_index) == 0):
+        if (
+            masks.use_causal_mask
+            and key_length >= self._auto_query_block_min_length
+            and checks.static_int(masks.cache_index) == 0
+        ):
             return "query_blocks", self._auto_chunk_size
         if chunkable:
             return "chunked", self._auto_chunk_size
@@ -476,8 +522,9 @@ class MultiHeadSelfAttention(AttentionBase):
         return_attention_scores = arguments["return_attention_scores"]
         shape = tuple(inputs.shape)
         padding_mask = arguments["padding_mask"]
-        self._check_call(inputs, padding_mask, cache, arguments["cache_index"],
-                         arguments["use_causal_mask"])
+        self._check_call(
+            inputs, padding_mask, cache, arguments["cache_index"], arguments["use_causal_mask"]
+        )
         self._masks(inputs, padding_mask, arguments["attention_mask"], cache)
         outputs = keras.KerasTensor(self.compute_output_shape(shape), self.compute_dtype)
         results = (outputs,)
@@ -485,8 +532,9 @@ class MultiHeadSelfAttention(AttentionBase):
             length = None if None in shape[1:-1] else math.prod(shape[1:-1])
             key_length = self._cache_length(cache) if cache is not None else length
             results += (
-                keras.KerasTensor((shape[0], self.num_heads, length, key_length),
-                                  self.compute_dtype),
+                keras.KerasTensor(
+                    (shape[0], self.num_heads, length, key_length), self.compute_dtype
+                ),
             )
         if cache is not None:
             results += (keras.KerasTensor(cache.shape, cache.dtype),)

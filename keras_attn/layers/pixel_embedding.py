@@ -92,10 +92,15 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        checks.check_sizes(vocabulary_size=vocabulary_size, embedding_dim=embedding_dim,
-                           channels=channels)
-        checks.check_bool(self, "scale_token_embeddings", scale_token_embeddings,
-                          "True = intensity embeddings times √D")
+        checks.check_sizes(
+            vocabulary_size=vocabulary_size, embedding_dim=embedding_dim, channels=channels
+        )
+        checks.check_bool(
+            self,
+            "scale_token_embeddings",
+            scale_token_embeddings,
+            "True = intensity embeddings times √D",
+        )
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim
         self.channels = channels
@@ -147,8 +152,14 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
 
     def call(self, inputs, start_index=0):
         # Checked before the channel offset makes them ids of another channel's table.
-        check_ids(self, "intensity ids", inputs, self.vocabulary_size, "Pass intensities (and "
-                  "a start token) below vocabulary_size, as images.decoder_inputs makes them.")
+        check_ids(
+            self,
+            "intensity ids",
+            inputs,
+            self.vocabulary_size,
+            "Pass intensities (and "
+            "a start token) below vocabulary_size, as images.decoder_inputs makes them.",
+        )
         positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start_index, "int32")
         table = positions % self.channels
         ids = ops.cast(inputs, "int32") + (table * self.vocabulary_size)[None, :]

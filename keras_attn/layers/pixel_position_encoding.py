@@ -5,7 +5,9 @@ from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.sinusoidal_position_encoding import (
-    check_max_wavelength, check_positions, sinusoids_at,
+    check_max_wavelength,
+    check_positions,
+    sinusoids_at,
 )
 
 
@@ -102,23 +104,29 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         self.image_size = checks.check_image_size(image_size, owner=self)
         checks.check_positive_int(self, "channels", channels)
         check_max_wavelength(max_wavelength)
-        checks.require(position in ("sinusoidal", "learned"), "position", position,
-                       '"sinusoidal" or "learned"')
+        checks.require(
+            position in ("sinusoidal", "learned"), "position", position, '"sinusoidal" or "learned"'
+        )
         # Float32 tells neighbouring positions apart only below 2**24.
         extent = max(self.image_size[0], self.image_size[1] * channels)
         checks.require(
-            checks.is_number(coordinate_scale) and 0 < coordinate_scale * extent < 2**24
+            checks.is_number(coordinate_scale)
+            and 0 < coordinate_scale * extent < 2**24
             and (position == "sinusoidal" or coordinate_scale == 1),
-            "coordinate_scale", coordinate_scale, "a finite number > 0 that keeps the scaled pixel "
+            "coordinate_scale",
+            coordinate_scale,
+            "a finite number > 0 that keeps the scaled pixel "
             "coordinates below 2**24, and 1 with learned positions",
             f"Use the upscaling factor (4 for 8x8 -> 32x32); image_size={self.image_size}, "
-            f"channels={channels}, position={position!r}.")
+            f"channels={channels}, position={position!r}.",
+        )
         self.channels = channels
         self.position = position
         self._table = (  # for the message of a position outside the image
             f"the {self.num_positions} positions of a {self.image_size[0]}x{self.image_size[1]} "
             f"image with {channels} channels plus its start token (build the layer with the "
-            "right `image_size` and `channels`)")
+            "right `image_size` and `channels`)"
+        )
         self.max_wavelength = max_wavelength
         self.coordinate_scale = coordinate_scale
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
@@ -141,9 +149,14 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def _check_width(self, width, name="inputs.shape[-1]"):
         multiple = 4 if self.position == "sinusoidal" else 2
-        checks.require(width is not None and width % multiple == 0, name, width, f"divisible by "
-                       f"{multiple} for {self.position} positions (half encodes the row, half the "
-                       "column and channel)")
+        checks.require(
+            width is not None and width % multiple == 0,
+            name,
+            width,
+            f"divisible by "
+            f"{multiple} for {self.position} positions (half encodes the row, half the "
+            "column and channel)",
+        )
 
     def build(self, inputs_shape):
         self._check_width(inputs_shape[-1])
@@ -151,14 +164,19 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
             half = inputs_shape[-1] // 2
             height, width = self.image_size
             self._row_embedding = keras.layers.Embedding(
-                height, half, embeddings_initializer=clone_initializer(self.embeddings_initializer),
-                dtype=self.dtype_policy, name="row_embedding",
+                height,
+                half,
+                embeddings_initializer=clone_initializer(self.embeddings_initializer),
+                dtype=self.dtype_policy,
+                name="row_embedding",
             )
             self._row_embedding.build()
             self._column_channel_embedding = keras.layers.Embedding(
-                width * self.channels, half,
+                width * self.channels,
+                half,
                 embeddings_initializer=clone_initializer(self.embeddings_initializer),
-                dtype=self.dtype_policy, name="column_channel_embedding",
+                dtype=self.dtype_policy,
+                name="column_channel_embedding",
             )
             self._column_channel_embedding.build()
         self.built = True
@@ -191,8 +209,10 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
             row = (row + 0.5) * scale - 0.5
             column_channel = ((column + 0.5) * scale - 0.5) * self.channels + channel
         return ops.concatenate(
-            [sinusoids_at(row, half, self.max_wavelength),
-             sinusoids_at(column_channel, half, self.max_wavelength)],
+            [
+                sinusoids_at(row, half, self.max_wavelength),
+                sinusoids_at(column_channel, half, self.max_wavelength),
+            ],
             axis=-1,
         )
 

@@ -117,8 +117,12 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
     ):
         super().__init__(num_heads=num_heads, key_dim=key_dim, **kwargs)
         checks.check_positive_int(self, "max_relative_position", max_relative_position)
-        checks.check_bool(self, "heads_share_relative_embedding", heads_share_relative_embedding,
-                          "True = one table for all heads")
+        checks.check_bool(
+            self,
+            "heads_share_relative_embedding",
+            heads_share_relative_embedding,
+            "True = one table for all heads",
+        )
         self.max_relative_position = max_relative_position
         self.heads_share_relative_embedding = heads_share_relative_embedding
 
@@ -136,7 +140,7 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         self.relative_embeddings = self.add_weight(
             name="relative_embeddings",
             shape=shape,
-            initializer=keras.initializers.RandomNormal(stddev=self.key_dim ** -0.5),
+            initializer=keras.initializers.RandomNormal(stddev=self.key_dim**-0.5),
             autocast=False,
         )
 
@@ -176,12 +180,14 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         return skew_padded(padded, key_length)
 
     def _extra_logits(self, query, key_length, masks):
-        return self._relative_logits(query, key_length, masks.cache_index,
-                                     causal=bool(masks.use_causal_mask))
+        return self._relative_logits(
+            query, key_length, masks.cache_index, causal=bool(masks.use_causal_mask)
+        )
 
     def _attend_chunked(self, query, key, value, masks, chunk_size):
-        return chunked_attention(query, key, value, masks, chunk_size,
-                                 relative_embeddings=self.relative_embeddings)
+        return chunked_attention(
+            query, key, value, masks, chunk_size, relative_embeddings=self.relative_embeddings
+        )
 
 
 def skew(relative_logits, key_length=None):
@@ -227,8 +233,12 @@ def skew(relative_logits, key_length=None):
     shape = tuple(relative_logits.shape)
     rank, keys = len(shape), checks.static_int(key_length)
     fits = rank >= 2 and (None in (keys, shape[-1]) or keys <= shape[-1])
-    checks.require(fits, "relative_logits.shape", shape,
-                   f"(..., queries, W) of rank >= 2, W >= key_length={key_length}")
+    checks.require(
+        fits,
+        "relative_logits.shape",
+        shape,
+        f"(..., queries, W) of rank >= 2, W >= key_length={key_length}",
+    )
     padded = ops.pad(relative_logits, [[0, 0]] * (rank - 1) + [[1, 0]])
     return skew_padded(padded, key_length)
 
@@ -266,6 +276,8 @@ def skew_padded(padded_logits, key_length=None):
     # Dropping the first T entries shifts row t left by t places.
     flat = ops.slice(flat, (0,) * len(lead) + (length,), lead + (length * width,))
     out = ops.reshape(flat, lead + (length, width))
-    if checks.static_int(key_length) is None or checks.static_int(key_length) != checks.static_int(width):
+    if checks.static_int(key_length) is None or checks.static_int(key_length) != checks.static_int(
+        width
+    ):
         out = ops.slice(out, (0,) * rank, lead + (length, key_length))
     return out

@@ -75,9 +75,15 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         number = checks.is_number(fill_value)
         with np.errstate(all="ignore"):  # an overflowing cast is what is refused
             held = np.asarray(float(fill_value) if number else np.nan).astype(dtype)
-        checks.require(number and np.isfinite(held.astype("float64")) and (
-            "int" not in dtype or held == fill_value), "fill_value", fill_value, "a finite real "
-            f"number that the layer's dtype {dtype} holds (whole and in range for integers)")
+        checks.require(
+            number
+            and np.isfinite(held.astype("float64"))
+            and ("int" not in dtype or held == fill_value),
+            "fill_value",
+            fill_value,
+            "a finite real "
+            f"number that the layer's dtype {dtype} holds (whole and in range for integers)",
+        )
         self.delay = delay
         self.fill_value = fill_value
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
@@ -100,8 +106,12 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
             history = ops.concatenate([ops.full(shape, self.fill_value, inputs.dtype), inputs], 1)
             return history[:, :length]
         shape, wanted = tuple(cache.shape), (inputs.shape[0], self.delay) + tuple(inputs.shape[2:])
-        checks.require(not checks.static_shape_mismatch(shape, wanted), "cache.shape", shape,
-                       f"(batch, delay={self.delay}, ...) as `init_cache` returns")
+        checks.require(
+            not checks.static_shape_mismatch(shape, wanted),
+            "cache.shape",
+            shape,
+            f"(batch, delay={self.delay}, ...) as `init_cache` returns",
+        )
         history = ops.concatenate([ops.cast(cache, inputs.dtype), inputs], axis=1)
         return history[:, :length], history[:, length:]
 
@@ -110,4 +120,3 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         if cache is None:
             return outputs
         return outputs, keras.KerasTensor(tuple(cache.shape), dtype=inputs.dtype)
-

@@ -59,8 +59,12 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def build(self, inputs_shape):
         features = inputs_shape[-1]
-        checks.require(features is not None and features % 2 == 0, "inputs.shape[-1]", features,
-                       "a known, even number of features (sine/cosine pairs)")
+        checks.require(
+            features is not None and features % 2 == 0,
+            "inputs.shape[-1]",
+            features,
+            "a known, even number of features (sine/cosine pairs)",
+        )
 
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[1]
@@ -77,9 +81,12 @@ def check_max_wavelength(value):
     """Refuses a `max_wavelength` that is not a finite number >= 1: below 1
     the frequencies grow with the feature index, and 1e-300 overflows
     float32 into NaN."""
-    checks.require(checks.is_number(value, 1) and value < math.inf, "max_wavelength", value,
-                   "a finite number >= 1 (the longest wavelength, in positions; 10000 in the "
-                   "paper)")
+    checks.require(
+        checks.is_number(value, 1) and value < math.inf,
+        "max_wavelength",
+        value,
+        "a finite number >= 1 (the longest wavelength, in positions; 10000 in the paper)",
+    )
 
 
 def check_positions(start_index, length, limit=None, table=""):
@@ -91,8 +98,10 @@ def check_positions(start_index, length, limit=None, table=""):
     checks.check_index(start_index, "start_index")
     start, length = checks.static_int(start_index), checks.static_int(length)
     if start is not None and (start < 0 or None not in (length, limit) and start + length > limit):
-        raise ValueError(f"Positions (from `start_index`) must be >= 0{table and ' and fit '}"
-                         f"{table}. Received: positions {start}..{start + (length or 1) - 1}.")
+        raise ValueError(
+            f"Positions (from `start_index`) must be >= 0{table and ' and fit '}"
+            f"{table}. Received: positions {start}..{start + (length or 1) - 1}."
+        )
 
 
 def sinusoids(length, dim, start_index=0, max_wavelength=10000):

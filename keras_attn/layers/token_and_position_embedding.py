@@ -5,7 +5,9 @@ from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
 from keras_attn.layers.sinusoidal_position_encoding import (
-    check_max_wavelength, check_positions, sinusoids,
+    check_max_wavelength,
+    check_positions,
+    sinusoids,
 )
 from keras_attn.layers.token_embedding import check_ids
 
@@ -87,14 +89,21 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         if learned or sequence_length is not None:
             sizes["sequence_length"] = sequence_length
         checks.check_sizes(**sizes)
-        checks.require(position in ("learned", "sinusoidal"), "position", position,
-                       '"learned" or "sinusoidal"')
+        checks.require(
+            position in ("learned", "sinusoidal"), "position", position, '"learned" or "sinusoidal"'
+        )
         if not learned and embedding_dim % 2:
-            raise ValueError("Sinusoidal positions need an even `embedding_dim`. "
-                             f"Received: embedding_dim={embedding_dim}.")
+            raise ValueError(
+                "Sinusoidal positions need an even `embedding_dim`. "
+                f"Received: embedding_dim={embedding_dim}."
+            )
         checks.check_bool(self, "mask_zero", mask_zero, "True = id 0 is padding")
-        checks.check_bool(self, "scale_token_embeddings", scale_token_embeddings,
-                          "True = token embeddings times √D")
+        checks.check_bool(
+            self,
+            "scale_token_embeddings",
+            scale_token_embeddings,
+            "True = token embeddings times √D",
+        )
         check_max_wavelength(max_wavelength)
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim
@@ -106,10 +115,14 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.max_wavelength = max_wavelength
         self.supports_masking = True
         self.input_spec = keras.layers.InputSpec(ndim=2)
-        self._table = (  # for the message of a position past the learned table
-            f"the learned position table of {sequence_length} rows: truncate the sequence to "
-            "`sequence_length` tokens or build the layer with a larger `sequence_length`"
-        ) if learned else ""
+        self._table = (
+            (  # for the message of a position past the learned table
+                f"the learned position table of {sequence_length} rows: truncate the sequence to "
+                "`sequence_length` tokens or build the layer with a larger `sequence_length`"
+            )
+            if learned
+            else ""
+        )
         self.token_embedding = self._embedding(vocabulary_size, "token_embedding")
         self.position_embedding = None
         if learned:
@@ -140,8 +153,14 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
 
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[1]
-        check_ids(self, "token ids", inputs, self.vocabulary_size, "Map unknown tokens to an id "
-                  "of the vocabulary, or build the layer with a larger vocabulary_size.")
+        check_ids(
+            self,
+            "token ids",
+            inputs,
+            self.vocabulary_size,
+            "Map unknown tokens to an id "
+            "of the vocabulary, or build the layer with a larger vocabulary_size.",
+        )
         check_positions(start_index, length, self.max_positions, self._table)
         embeddings = self.token_embedding(inputs)
         if self.scale_token_embeddings:

@@ -54,8 +54,14 @@ class TokenEmbedding(keras.layers.Embedding):
     """
 
     def call(self, inputs):
-        check_ids(self, "token ids", inputs, self.input_dim, "Map unknown tokens to an id of the "
-                  "vocabulary, or build the layer with a larger input_dim.")
+        check_ids(
+            self,
+            "token ids",
+            inputs,
+            self.input_dim,
+            "Map unknown tokens to an id of the "
+            "vocabulary, or build the layer with a larger input_dim.",
+        )
         return super().call(inputs)
 
 
@@ -65,6 +71,8 @@ def check_ids(layer, what, ids, size, fix):
     (TensorFlow) or gives NaN (JAX) there."""
     known = checks.known_value(ids)
     if known is not None and known.size and not 0 <= known.min() <= known.max() < size:
-        raise ValueError(f"{type(layer).__name__} {layer.name}: {what} must lie in [0, {size}), "
-                         f"the rows of its table. {fix} Received: {what} from {known.min()} to "
-                         f"{known.max()}.")
+        raise ValueError(
+            f"{type(layer).__name__} {layer.name}: {what} must lie in [0, {size}), "
+            f"the rows of its table. {fix} Received: {what} from {known.min()} to "
+            f"{known.max()}."
+        )

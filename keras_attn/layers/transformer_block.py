@@ -70,10 +70,12 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             if value is not None or name == "intermediate_dim":
                 checks.check_positive_int(self, name, value)
         checks.check_rate(self, "dropout", dropout)
-        checks.check_finite_positive_number(self, "layer_norm_epsilon", layer_norm_epsilon,
-                                            "1e-5 by default")
-        checks.check_bool(self, "normalize_first", normalize_first,
-                          "False = post-norm, True = pre-norm")
+        checks.check_finite_positive_number(
+            self, "layer_norm_epsilon", layer_norm_epsilon, "1e-5 by default"
+        )
+        checks.check_bool(
+            self, "normalize_first", normalize_first, "False = post-norm, True = pre-norm"
+        )
         checks.check_layer_seed(self, seed)
         if isinstance(self_attention, dict):
             # Without its build config the nested layer is built by `build`,
@@ -81,16 +83,23 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             # made: its variables keep their paths ("<block>/<layer>/..."),
             # instead of blocks of one model sharing "self_attention/...".
             self_attention = keras.layers.deserialize(
-                {k: v for k, v in self_attention.items() if k != "build_config"})
+                {k: v for k, v in self_attention.items() if k != "build_config"}
+            )
         both = "one of the two" if self._sizes_only_self_attention else "or both"
-        if (self_attention is None and num_heads is None) or (self_attention is not None and (
+        if (self_attention is None and num_heads is None) or (
+            self_attention is not None
+            and (
                 not hasattr(self_attention, "init_cache")
-                or self._sizes_only_self_attention and (num_heads, key_dim) != (None, None))):
+                or self._sizes_only_self_attention
+                and (num_heads, key_dim) != (None, None)
+            )
+        ):
             raise ValueError(
                 f"{type(self).__name__} needs `num_heads` (and optionally `key_dim`) for a default "
                 f"MultiHeadSelfAttention, or a keras_attn `self_attention` layer ({both}). "
                 f"Received: num_heads={num_heads!r}, key_dim={key_dim!r}, "
-                f"self_attention={self_attention!r}.")
+                f"self_attention={self_attention!r}."
+            )
         self.intermediate_dim = intermediate_dim
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -116,8 +125,9 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         )
 
     def _layer_norm(self, name):
-        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon,
-                                               dtype=self.dtype_policy, name=name)
+        return keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+        )
 
     def _dropout(self, name, offset):
         seed = None if self.seed is None else self.seed + offset
@@ -145,21 +155,28 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             key_dim = self.self_attention.key_dim
         if key_dim is None:
             if hidden_dim % num_heads:
-                raise ValueError(f"{type(self).__name__}: the model width {hidden_dim} is not "
-                                 f"divisible by num_heads={num_heads}. Pass `key_dim` "
-                                 "explicitly or change `num_heads`.")
+                raise ValueError(
+                    f"{type(self).__name__}: the model width {hidden_dim} is not "
+                    f"divisible by num_heads={num_heads}. Pass `key_dim` "
+                    "explicitly or change `num_heads`."
+                )
             key_dim = hidden_dim // num_heads
         return num_heads, key_dim
 
     def _build_self_attention_and_feedforward(self, sequence_shape):
         sequence_shape = tuple(sequence_shape)  # its rank is checked by the self-attention layer
-        checks.require(sequence_shape[-1] is not None, "inputs.shape", sequence_shape,
-                       "(batch, length, features) with known features")
+        checks.require(
+            sequence_shape[-1] is not None,
+            "inputs.shape",
+            sequence_shape,
+            "(batch, length, features) with known features",
+        )
         hidden_dim = sequence_shape[-1]
         self._hidden_dim = hidden_dim
         if self.self_attention is None:
-            self._self_attention_layer = self._attention(MultiHeadSelfAttention, hidden_dim,
-                                                         "self_attention", 0)
+            self._self_attention_layer = self._attention(
+                MultiHeadSelfAttention, hidden_dim, "self_attention", 0
+            )
         else:
             self._self_attention_layer = self.self_attention
             output_dim = getattr(self.self_attention, "output_dim", None)
@@ -167,7 +184,8 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
                 raise ValueError(
                     f"{type(self).__name__}: the residual adds the self-attention output to the "
                     f"input, so their widths must agree. Received output_dim={output_dim} for "
-                    f"inputs of shape {sequence_shape}. Use output_dim=None or {hidden_dim}.")
+                    f"inputs of shape {sequence_shape}. Use output_dim=None or {hidden_dim}."
+                )
         # After `load_model` a nested layer arrives built: building it again
         # would create a second set of weights.
         if not self._self_attention_layer.built:
@@ -175,8 +193,9 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         self._self_attention_norm = self._layer_norm("self_attention_norm")
         self._self_attention_norm.build(sequence_shape)
         self._self_attention_dropout = self._dropout("self_attention_dropout", 1)
-        self._feedforward_intermediate = self._dense(self.intermediate_dim,
-                                                     "feedforward_intermediate", self.activation)
+        self._feedforward_intermediate = self._dense(
+            self.intermediate_dim, "feedforward_intermediate", self.activation
+        )
         self._feedforward_intermediate.build(sequence_shape)
         self._feedforward_output = self._dense(hidden_dim, "feedforward_output")
         self._feedforward_output.build(sequence_shape[:-1] + (self.intermediate_dim,))

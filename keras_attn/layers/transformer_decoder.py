@@ -105,10 +105,14 @@ class TransformerDecoder(TransformerBlock):
         if encoder_sequence_shape is not None:
             decoder_sequence_shape = tuple(decoder_sequence_shape)
             # The queries of an image are its pixels, in raster order.
-            query_shape = (decoder_sequence_shape[0], self._positions(decoder_sequence_shape),
-                           self._hidden_dim)
-            self._cross_attention_layer = self._attention(MultiHeadAttention, self._hidden_dim,
-                                                          "cross_attention", 3)
+            query_shape = (
+                decoder_sequence_shape[0],
+                self._positions(decoder_sequence_shape),
+                self._hidden_dim,
+            )
+            self._cross_attention_layer = self._attention(
+                MultiHeadAttention, self._hidden_dim, "cross_attention", 3
+            )
             self._cross_attention_layer.build(query_shape, tuple(encoder_sequence_shape))
             self._cross_attention_norm = self._layer_norm("cross_attention_norm")
             self._cross_attention_norm.build(decoder_sequence_shape)
@@ -146,7 +150,8 @@ class TransformerDecoder(TransformerBlock):
             raise ValueError(
                 f"This TransformerDecoder {'has' if not wanted else 'was built without'} "
                 "cross-attention (built by the first call with an `encoder_sequence`): pass "
-                f"{'an' if not wanted else 'no'} `encoder_sequence` or `cross_attention_cache`.")
+                f"{'an' if not wanted else 'no'} `encoder_sequence` or `cross_attention_cache`."
+            )
 
     def call(
         self,
@@ -165,8 +170,12 @@ class TransformerDecoder(TransformerBlock):
         with_cross = encoder_sequence is not None or cross_attention_cache is not None
         self._check_call(with_cross, self_attention_cache, cache_index)
         decoder_padding_mask, encoder_padding_mask = self._masks(
-            decoder_sequence, encoder_sequence, decoder_padding_mask,
-            encoder_padding_mask, self_attention_cache, cross_attention_cache,
+            decoder_sequence,
+            encoder_sequence,
+            decoder_padding_mask,
+            encoder_padding_mask,
+            self_attention_cache,
+            cross_attention_cache,
         )
 
         def self_attention(x):
@@ -182,8 +191,13 @@ class TransformerDecoder(TransformerBlock):
                 **kwargs,
             )
 
-        x, *extras = self._residual(decoder_sequence, self._self_attention_norm,
-                                    self._self_attention_dropout, self_attention, training)
+        x, *extras = self._residual(
+            decoder_sequence,
+            self._self_attention_norm,
+            self._self_attention_dropout,
+            self_attention,
+            training,
+        )
         scores = {}
         if return_attention_scores:
             scores["self_attention"] = extras.pop(0)
@@ -192,8 +206,12 @@ class TransformerDecoder(TransformerBlock):
             if cross_attention_cache is None and cached:
                 cross_attention_cache = self._cross_attention_layer.compute_cache(encoder_sequence)
             x, *cross_scores = self._cross_attention_block(
-                x, encoder_sequence, encoder_padding_mask, cross_attention_cache,
-                return_attention_scores, training,
+                x,
+                encoder_sequence,
+                encoder_padding_mask,
+                cross_attention_cache,
+                return_attention_scores,
+                training,
             )
             if return_attention_scores:
                 scores["cross_attention"] = cross_scores[0]
@@ -210,13 +228,22 @@ class TransformerDecoder(TransformerBlock):
 
     def _check_call(self, with_cross, self_attention_cache, cache_index):
         self._check_cross_attention(with_cross)
-        checks.require(self_attention_cache is not None or cache_index is None, "cache_index",
-                       cache_index, "None without a `self_attention_cache`",
-                       "Pass the cache, or drop `cache_index`.")
+        checks.require(
+            self_attention_cache is not None or cache_index is None,
+            "cache_index",
+            cache_index,
+            "None without a `self_attention_cache`",
+            "Pass the cache, or drop `cache_index`.",
+        )
 
     def _masks(
-        self, decoder_sequence, encoder_sequence, decoder_padding_mask,
-        encoder_padding_mask, self_attention_cache, cross_attention_cache,
+        self,
+        decoder_sequence,
+        encoder_sequence,
+        decoder_padding_mask,
+        encoder_padding_mask,
+        self_attention_cache,
+        cross_attention_cache,
     ):
         """The padding masks as booleans, checked (`attention_ops.check_mask`),
         defaulting to the implicit ones. The decoder's has the layout of the
@@ -227,14 +254,23 @@ class TransformerDecoder(TransformerBlock):
             decoder_padding_mask = attention_ops.get_implicit_mask(decoder_sequence)
         if encoder_sequence is not None and encoder_padding_mask is None:
             encoder_padding_mask = attention_ops.get_implicit_mask(encoder_sequence)
-        memory = cross_attention_cache.shape[-1] if cross_attention_cache is not None else (
-            None if encoder_sequence is None else encoder_sequence.shape[1])
+        memory = (
+            cross_attention_cache.shape[-1]
+            if cross_attention_cache is not None
+            else (None if encoder_sequence is None else encoder_sequence.shape[1])
+        )
         encoder_padding_mask = attention_ops.check_mask(
-            encoder_padding_mask, "encoder_padding_mask", (2,), (batch, memory))
-        positions = tuple(decoder_sequence.shape[1:-1]) if not cached else (
-            self._ask_self_attention("_cache_capacity", self_attention_cache),)
+            encoder_padding_mask, "encoder_padding_mask", (2,), (batch, memory)
+        )
+        positions = (
+            tuple(decoder_sequence.shape[1:-1])
+            if not cached
+            else (self._ask_self_attention("_cache_capacity", self_attention_cache),)
+        )
         decoder_padding_mask = attention_ops.check_mask(
-            decoder_padding_mask, "decoder_padding_mask", (1 + len(positions),),
+            decoder_padding_mask,
+            "decoder_padding_mask",
+            (1 + len(positions),),
             (batch,) + positions,
         )
         return decoder_padding_mask, encoder_padding_mask
@@ -248,8 +284,13 @@ class TransformerDecoder(TransformerBlock):
         return method(cache) if method is not None else None
 
     def _cross_attention_block(
-        self, x, encoder_sequence, encoder_padding_mask, cross_attention_cache,
-        return_attention_scores, training,
+        self,
+        x,
+        encoder_sequence,
+        encoder_padding_mask,
+        cross_attention_cache,
+        return_attention_scores,
+        training,
     ):
         """Cross-attention sublayer with its residual: `x`, then its scores if asked for."""
 
@@ -271,30 +312,43 @@ class TransformerDecoder(TransformerBlock):
             outputs, *scores = result if return_attention_scores else (result,)
             return (ops.reshape(outputs, (ops.shape(x)[0],) + image_shape), *scores)
 
-        return self._residual(x, self._cross_attention_norm, self._cross_attention_dropout,
-                              cross_attention, training)
+        return self._residual(
+            x, self._cross_attention_norm, self._cross_attention_dropout, cross_attention, training
+        )
 
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return tuple(decoder_sequence_shape)
 
     def compute_output_spec(self, *args, **kwargs):
         arguments = bound_call_arguments(self, args, kwargs)
-        decoder_sequence, encoder_sequence = arguments["decoder_sequence"], arguments["encoder_sequence"]
+        decoder_sequence, encoder_sequence = (
+            arguments["decoder_sequence"],
+            arguments["encoder_sequence"],
+        )
         self_attention_cache = arguments["self_attention_cache"]
         cross_attention_cache = arguments["cross_attention_cache"]
         return_attention_scores = arguments["return_attention_scores"]
         with_cross = encoder_sequence is not None or cross_attention_cache is not None
         self._check_call(with_cross, self_attention_cache, arguments["cache_index"])
-        self._masks(decoder_sequence, encoder_sequence, arguments["decoder_padding_mask"],
-                    arguments["encoder_padding_mask"], self_attention_cache, cross_attention_cache)
+        self._masks(
+            decoder_sequence,
+            encoder_sequence,
+            arguments["decoder_padding_mask"],
+            arguments["encoder_padding_mask"],
+            self_attention_cache,
+            cross_attention_cache,
+        )
 
         def spec(shape, dtype=None):
             return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)
 
         batch, length = decoder_sequence.shape[0], self._positions(decoder_sequence.shape)
         results = (spec(decoder_sequence.shape),)
-        memory_length = cross_attention_cache.shape[-1] if cross_attention_cache is not None else (
-            None if encoder_sequence is None else encoder_sequence.shape[1])
+        memory_length = (
+            cross_attention_cache.shape[-1]
+            if cross_attention_cache is not None
+            else (None if encoder_sequence is None else encoder_sequence.shape[1])
+        )
         num_heads = self._self_attention_layer.num_heads
         if self_attention_cache is not None:
             results += (spec(self_attention_cache.shape, self_attention_cache.dtype),)
@@ -303,7 +357,12 @@ class TransformerDecoder(TransformerBlock):
                     shape, dtype = cross_attention_cache.shape, cross_attention_cache.dtype
                 else:
                     cross = self._cross_attention_layer
-                    shape = (batch, cross.num_heads, cross.key_dim + cross._value_dim, memory_length)
+                    shape = (
+                        batch,
+                        cross.num_heads,
+                        cross.key_dim + cross._value_dim,
+                        memory_length,
+                    )
                     dtype = None
                 results += (spec(shape, dtype),)
         if return_attention_scores:
@@ -315,6 +374,7 @@ class TransformerDecoder(TransformerBlock):
             scores = {"self_attention": spec((batch, num_heads, length, key_length))}
             if with_cross:
                 scores["cross_attention"] = spec(
-                    (batch, self._cross_attention_layer.num_heads, length, memory_length))
+                    (batch, self._cross_attention_layer.num_heads, length, memory_length)
+                )
             results += (scores,)
         return results[0] if len(results) == 1 else results

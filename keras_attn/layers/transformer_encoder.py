@@ -72,28 +72,44 @@ class TransformerEncoder(TransformerBlock):
         self.built = True
 
     def call(
-        self, inputs, padding_mask=None, attention_mask=None,
-        return_attention_scores=False, training=None,
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
     ):
         if padding_mask is None:
             padding_mask = attention_ops.get_implicit_mask(inputs)
 
         def self_attention(x):
             return self._self_attention_layer(
-                x, padding_mask=padding_mask, attention_mask=attention_mask,
-                return_attention_scores=return_attention_scores, training=training,
+                x,
+                padding_mask=padding_mask,
+                attention_mask=attention_mask,
+                return_attention_scores=return_attention_scores,
+                training=training,
             )
 
-        x, *scores = self._residual(inputs, self._self_attention_norm, self._self_attention_dropout,
-                                    self_attention, training)
+        x, *scores = self._residual(
+            inputs,
+            self._self_attention_norm,
+            self._self_attention_dropout,
+            self_attention,
+            training,
+        )
         outputs = self._feedforward(x, training)
         if return_attention_scores:
             return outputs, scores[0]
         return outputs
 
     def compute_output_spec(
-        self, inputs, padding_mask=None, attention_mask=None,
-        return_attention_scores=False, training=None,
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        return_attention_scores=False,
+        training=None,
     ):
         # A float or wrong-length mask is refused when the model is built.
         masks = getattr(self._self_attention_layer, "_masks", None)

@@ -13,19 +13,28 @@ the distribution of `x_t` given `x_0 .. x_{t-1}` and the conditioning).
 
 import keras
 
-from keras_attn.layers import LocalBlockAttention
-from keras_attn.layers import LowResolutionBlockSums
-from keras_attn.layers import LowResolutionEmbedding
-from keras_attn.layers import LowResolutionLogitBias
-from keras_attn.layers.low_resolution_raster import INTERPOLATIONS
-from keras_attn.layers import PixelEmbedding
-from keras_attn.layers import Projection
-from keras_attn.layers import SequenceDelay
-from keras_attn.layers import TokenEmbedding
-from keras_attn.layers import TransformerDecoder
-from keras_attn.layers import TransformerEncoder
 from keras_attn.checks import (
-    check_bool, check_heads_divide, check_image_size, check_rate, check_sizes, require)
+    check_bool,
+    check_heads_divide,
+    check_image_size,
+    check_rate,
+    check_sizes,
+    require,
+)
+from keras_attn.layers import (
+    LocalBlockAttention,
+    LowResolutionBlockSums,
+    LowResolutionEmbedding,
+    LowResolutionLogitBias,
+    PixelEmbedding,
+    Projection,
+    SequenceDelay,
+    TokenEmbedding,
+    TransformerDecoder,
+    TransformerEncoder,
+)
+from keras_attn.layers.low_resolution_raster import INTERPOLATIONS
+
 # The layout's constants live with the layout (re-exported here).
 from keras_attn.preprocessing.images import NUM_INTENSITIES, START_TOKEN  # noqa: F401
 
@@ -127,29 +136,49 @@ def image_transformer(
         (unconditional and class-conditional CIFAR-10 generation).
     """
     height, width = _check_arguments(
-        image_size, hidden_dim, num_heads, dropout, block_size, num_layers=num_layers,
-        intermediate_dim=intermediate_dim, channels=channels, num_classes=num_classes,
+        image_size,
+        hidden_dim,
+        num_heads,
+        dropout,
+        block_size,
+        num_layers=num_layers,
+        intermediate_dim=intermediate_dim,
+        channels=channels,
+        num_classes=num_classes,
     )
     block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
 
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
     inputs = {"decoder_tokens": decoder_tokens}
     x = PixelEmbedding(
-        NUM_INTENSITIES + 1, hidden_dim, image_size=(height, width), channels=channels,
-        position=position, scale_token_embeddings=True, name="decoder_embedding",
+        NUM_INTENSITIES + 1,
+        hidden_dim,
+        image_size=(height, width),
+        channels=channels,
+        position=position,
+        scale_token_embeddings=True,
+        name="decoder_embedding",
     )(decoder_tokens)
     if num_classes is not None:
         class_label = keras.Input((), dtype="int32", name="class_label")
         inputs["class_label"] = class_label
-        condition = TokenEmbedding(num_classes, hidden_dim, name="class_embedding")(
-            class_label
-        )
+        condition = TokenEmbedding(num_classes, hidden_dim, name="class_embedding")(class_label)
         condition = keras.layers.Reshape((1, hidden_dim), name="class_embedding_per_position")(
             condition
         )
         x = keras.layers.Add(name="add_class_embedding")([x, condition])
-    logits = _decoder(x, None, num_layers, hidden_dim, num_heads, intermediate_dim,
-                      block_size, memory_flange, dropout, normalize_first)
+    logits = _decoder(
+        x,
+        None,
+        num_layers,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        block_size,
+        memory_flange,
+        dropout,
+        normalize_first,
+    )
     return keras.Model(inputs, logits, name=name)
 
 
@@ -307,13 +336,23 @@ def super_resolution_transformer(
         and decoder), 5.2 (4x super resolution, 8x8 -> 32x32).
     """
     height, width = _check_arguments(
-        image_size, hidden_dim, num_heads, dropout, block_size,
-        num_encoder_layers=num_encoder_layers, num_layers=num_layers,
-        intermediate_dim=intermediate_dim, channels=channels,
+        image_size,
+        hidden_dim,
+        num_heads,
+        dropout,
+        block_size,
+        num_encoder_layers=num_encoder_layers,
+        num_layers=num_layers,
+        intermediate_dim=intermediate_dim,
+        channels=channels,
     )
     low_height, low_width = _check_low_resolution_parts(
-        low_resolution_size, (height, width), position, low_resolution_embedding,
-        low_resolution_logit_bias, dict(
+        low_resolution_size,
+        (height, width),
+        position,
+        low_resolution_embedding,
+        low_resolution_logit_bias,
+        dict(
             align_positions=align_positions,
             low_resolution_consistency=low_resolution_consistency,
             low_resolution_channel_residual=low_resolution_channel_residual,
@@ -328,121 +367,232 @@ def super_resolution_transformer(
     )
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
     e = _low_resolution_encoder(
-        low_resolution, (low_height, low_width), (height, width), channels,
-        num_encoder_layers, hidden_dim, num_heads, intermediate_dim, dropout, position,
-        normalize_first, align_positions,
+        low_resolution,
+        (low_height, low_width),
+        (height, width),
+        channels,
+        num_encoder_layers,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        dropout,
+        position,
+        normalize_first,
+        align_positions,
     )
 
     x = PixelEmbedding(
-        NUM_INTENSITIES + 1, hidden_dim, image_size=(height, width), channels=channels,
-        position=position, scale_token_embeddings=True, name="decoder_embedding",
+        NUM_INTENSITIES + 1,
+        hidden_dim,
+        image_size=(height, width),
+        channels=channels,
+        position=position,
+        scale_token_embeddings=True,
+        name="decoder_embedding",
     )(decoder_tokens)
     if low_resolution_embedding is not None:
         covering = LowResolutionEmbedding(
-            hidden_dim, image_size=(height, width), low_resolution_size=(low_height, low_width),
-            channels=channels, num_intensities=NUM_INTENSITIES,
-            interpolation=low_resolution_embedding, name="low_resolution_embedding",
+            hidden_dim,
+            image_size=(height, width),
+            low_resolution_size=(low_height, low_width),
+            channels=channels,
+            num_intensities=NUM_INTENSITIES,
+            interpolation=low_resolution_embedding,
+            name="low_resolution_embedding",
         )(decoder_tokens, low_resolution)
         x = keras.layers.Add(name="add_low_resolution_embedding")([x, covering])
-    logits = _decoder(x, e, num_layers, hidden_dim, num_heads, intermediate_dim,
-                      block_size, memory_flange, dropout, normalize_first)
+    logits = _decoder(
+        x,
+        e,
+        num_layers,
+        hidden_dim,
+        num_heads,
+        intermediate_dim,
+        block_size,
+        memory_flange,
+        dropout,
+        normalize_first,
+    )
     if low_resolution_logit_bias is not None:
         block_sums = None
         if low_resolution_consistency:
             block_sums = LowResolutionBlockSums(
-                image_size=(height, width), low_resolution_size=(low_height, low_width),
-                channels=channels, num_intensities=NUM_INTENSITIES, dtype="float32",
+                image_size=(height, width),
+                low_resolution_size=(low_height, low_width),
+                channels=channels,
+                num_intensities=NUM_INTENSITIES,
+                dtype="float32",
                 name="low_resolution_block_sums",
             )(decoder_tokens)
         left_intensities = None
         if low_resolution_consistency and low_resolution_left_residual:
             # x[p - C] = the decoder input at p - (C - 1).
-            left_intensities = decoder_tokens if channels == 1 else SequenceDelay(
-                channels - 1, dtype="int32", name="left_intensities")(decoder_tokens)
+            left_intensities = (
+                decoder_tokens
+                if channels == 1
+                else SequenceDelay(channels - 1, dtype="int32", name="left_intensities")(
+                    decoder_tokens
+                )
+            )
         previous_block_sums = None
-        if (low_resolution_consistency and low_resolution_channel_residual
-                and low_resolution_channel_consistency):
-            previous_block_sums = SequenceDelay(1, dtype="float32",
-                                                name="previous_block_sums")(block_sums)
+        if (
+            low_resolution_consistency
+            and low_resolution_channel_residual
+            and low_resolution_channel_consistency
+        ):
+            previous_block_sums = SequenceDelay(1, dtype="float32", name="previous_block_sums")(
+                block_sums
+            )
         logits = LowResolutionLogitBias(
-            image_size=(height, width), low_resolution_size=(low_height, low_width),
-            channels=channels, num_intensities=NUM_INTENSITIES,
+            image_size=(height, width),
+            low_resolution_size=(low_height, low_width),
+            channels=channels,
+            num_intensities=NUM_INTENSITIES,
             interpolation=low_resolution_logit_bias,
             prior_scale=low_resolution_prior_scale,
-            max_correction=low_resolution_max_correction, dtype="float32",
+            max_correction=low_resolution_max_correction,
+            dtype="float32",
             name="low_resolution_logit_bias",
-        )(logits, low_resolution, block_sums=block_sums,
-          previous_intensities=decoder_tokens if low_resolution_channel_residual else None,
-          left_intensities=left_intensities, previous_block_sums=previous_block_sums)
+        )(
+            logits,
+            low_resolution,
+            block_sums=block_sums,
+            previous_intensities=decoder_tokens if low_resolution_channel_residual else None,
+            left_intensities=left_intensities,
+            previous_block_sums=previous_block_sums,
+        )
     return keras.Model(
         {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
     )
 
 
-def _check_low_resolution_parts(low_resolution_size, image_size, position, embedding,
-                                logit_bias, flags):
+def _check_low_resolution_parts(
+    low_resolution_size, image_size, position, embedding, logit_bias, flags
+):
     """`super_resolution_transformer`'s own argument checks (see its
     Raises); returns the low-resolution (height, width)."""
     (low_height, low_width), (height, width) = (
-        check_image_size(low_resolution_size, "low_resolution_size"), image_size)
+        check_image_size(low_resolution_size, "low_resolution_size"),
+        image_size,
+    )
     for flag, value in flags.items():  # read with `if`: "False" would switch a part on
         check_bool(None, flag, value, "see the docstring of super_resolution_transformer")
-    for name, value in (("low_resolution_embedding", embedding),
-                        ("low_resolution_logit_bias", logit_bias)):
-        require(value is None or value in INTERPOLATIONS, name, value,
-                f"one of {INTERPOLATIONS} (how the low-resolution value is read) or None")
+    for name, value in (
+        ("low_resolution_embedding", embedding),
+        ("low_resolution_logit_bias", logit_bias),
+    ):
+        require(
+            value is None or value in INTERPOLATIONS,
+            name,
+            value,
+            f"one of {INTERPOLATIONS} (how the low-resolution value is read) or None",
+        )
     align = flags["align_positions"] and position == "sinusoidal"
-    needing = [part for part, on in (("align_positions", align),
-                                     ("low_resolution_embedding", embedding is not None),
-                                     ("low_resolution_logit_bias", logit_bias is not None)) if on]
-    one_factor = not (height % low_height or width % low_width
-                      or align and height // low_height != width // low_width)
-    require(one_factor or not needing, "image_size", (height, width),
-            f"a multiple of `low_resolution_size`={(low_height, low_width)} on each side (the "
-            f"same factor for both sides with align_positions) for {', '.join(needing)}")
+    needing = [
+        part
+        for part, on in (
+            ("align_positions", align),
+            ("low_resolution_embedding", embedding is not None),
+            ("low_resolution_logit_bias", logit_bias is not None),
+        )
+        if on
+    ]
+    one_factor = not (
+        height % low_height
+        or width % low_width
+        or align
+        and height // low_height != width // low_width
+    )
+    require(
+        one_factor or not needing,
+        "image_size",
+        (height, width),
+        f"a multiple of `low_resolution_size`={(low_height, low_width)} on each side (the "
+        f"same factor for both sides with align_positions) for {', '.join(needing)}",
+    )
     corrected = flags["low_resolution_consistency"] and logit_bias is not None
-    require(corrected or not flags["low_resolution_left_residual"], "low_resolution_left_residual",
-            True, "False without low_resolution_consistency=True and a `low_resolution_logit_bias` "
-            "(it corrects their consistent value)")
+    require(
+        corrected or not flags["low_resolution_left_residual"],
+        "low_resolution_left_residual",
+        True,
+        "False without low_resolution_consistency=True and a `low_resolution_logit_bias` "
+        "(it corrects their consistent value)",
+    )
     return low_height, low_width
 
 
-def _low_resolution_encoder(low_resolution, low_resolution_size, image_size, channels,
-                            num_layers, hidden_dim, num_heads, intermediate_dim, dropout,
-                            position, normalize_first, align_positions):
+def _low_resolution_encoder(
+    low_resolution,
+    low_resolution_size,
+    image_size,
+    channels,
+    num_layers,
+    hidden_dim,
+    num_heads,
+    intermediate_dim,
+    dropout,
+    position,
+    normalize_first,
+    align_positions,
+):
     """The encoder of `super_resolution_transformer`: the low-resolution
     intensities (B, h * w * C) -> (B, h * w * C, hidden_dim)."""
     (low_height, low_width), height = low_resolution_size, image_size[0]
     # Checked by `_check_low_resolution_parts`: one upscaling factor.
     coordinate_scale = height // low_height if align_positions and position == "sinusoidal" else 1
     e = PixelEmbedding(
-        NUM_INTENSITIES, hidden_dim, image_size=(low_height, low_width), channels=channels,
-        position=position, scale_token_embeddings=True, coordinate_scale=coordinate_scale,
+        NUM_INTENSITIES,
+        hidden_dim,
+        image_size=(low_height, low_width),
+        channels=channels,
+        position=position,
+        scale_token_embeddings=True,
+        coordinate_scale=coordinate_scale,
         name="encoder_embedding",
     )(low_resolution)
     e = keras.layers.Dropout(dropout, name="encoder_embedding_dropout")(e)
     for i in range(num_layers):
         e = TransformerEncoder(
-            intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
-            normalize_first=normalize_first, name=f"encoder_layer_{i}",
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            name=f"encoder_layer_{i}",
         )(e)
     if normalize_first:
         e = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_final_norm")(e)
     return e
 
 
-def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate_dim,
-             block_size, memory_flange, dropout, normalize_first):
+def _decoder(
+    x,
+    encoder_outputs,
+    num_layers,
+    hidden_dim,
+    num_heads,
+    intermediate_dim,
+    block_size,
+    memory_flange,
+    dropout,
+    normalize_first,
+):
     x = keras.layers.Dropout(dropout, name="decoder_embedding_dropout")(x)
     for i in range(num_layers):
         attention = LocalBlockAttention(
-            num_heads=num_heads, key_dim=hidden_dim // num_heads, block_size=block_size,
-            memory_flange=memory_flange, dropout=dropout, rolling_cache=True,
+            num_heads=num_heads,
+            key_dim=hidden_dim // num_heads,
+            block_size=block_size,
+            memory_flange=memory_flange,
+            dropout=dropout,
+            rolling_cache=True,
             name="self_attention",
         )
         block = TransformerDecoder(
-            intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
-            normalize_first=normalize_first, self_attention=attention,
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            self_attention=attention,
             name=f"decoder_layer_{i}",
         )
         x = block(x) if encoder_outputs is None else block(x, encoder_outputs)
@@ -451,13 +601,18 @@ def _decoder(x, encoder_outputs, num_layers, hidden_dim, num_heads, intermediate
     return Projection(NUM_INTENSITIES, dtype="float32", name="logits")(x)
 
 
-def _check_arguments(image_size, hidden_dim, num_heads, dropout, block_size, num_classes=None,
-                     **sizes):
+def _check_arguments(
+    image_size, hidden_dim, num_heads, dropout, block_size, num_classes=None, **sizes
+):
     """The argument checks both builders share; returns (height, width).
     `memory_flange` and `position` are refused by the layers they make."""
     optional = {"num_classes": num_classes, "block_size": block_size}
-    check_sizes(hidden_dim=hidden_dim, num_heads=num_heads, **sizes,
-                **{name: v for name, v in optional.items() if v is not None})
+    check_sizes(
+        hidden_dim=hidden_dim,
+        num_heads=num_heads,
+        **sizes,
+        **{name: v for name, v in optional.items() if v is not None},
+    )
     check_heads_divide(hidden_dim, num_heads)
     check_rate(None, "dropout", dropout)
     return check_image_size(image_size)

@@ -5,6 +5,7 @@ import math
 
 import keras
 
+from keras_attn.checks import check_heads_divide, check_rate, check_sizes, require
 from keras_attn.layers import (
     Projection,
     RelativeGlobalAttention,
@@ -12,7 +13,6 @@ from keras_attn.layers import (
     TokenEmbedding,
     TransformerDecoder,
 )
-from keras_attn.checks import check_heads_divide, check_rate, check_sizes, require
 from keras_attn.preprocessing import music
 
 ATTENTION_TYPES = ("relative", "absolute")
@@ -121,39 +121,58 @@ def music_transformer(
         (performances, generation beyond the training length).
         Vaswani et al. 2017, section 3.5 (sinusoidal positions).
     """
-    require(attention in ATTENTION_TYPES, "attention", attention, '"relative" (the Music '
-            'Transformer) or "absolute" (the baseline with sinusoidal positions)')
+    require(
+        attention in ATTENTION_TYPES,
+        "attention",
+        attention,
+        '"relative" (the Music Transformer) or "absolute" (the baseline with sinusoidal positions)',
+    )
     # intermediate_dim, max_relative_position: the blocks check them.
-    check_sizes(vocabulary_size=vocabulary_size, num_layers=num_layers, hidden_dim=hidden_dim,
-                num_heads=num_heads)
+    check_sizes(
+        vocabulary_size=vocabulary_size,
+        num_layers=num_layers,
+        hidden_dim=hidden_dim,
+        num_heads=num_heads,
+    )
     check_heads_divide(hidden_dim, num_heads)
     check_rate(None, "dropout", dropout)
     key_dim = hidden_dim // num_heads
 
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     if attention == "relative":
-        x = TokenEmbedding(vocabulary_size, hidden_dim, mask_zero=True,
-                           name="token_embedding")(tokens)
+        x = TokenEmbedding(vocabulary_size, hidden_dim, mask_zero=True, name="token_embedding")(
+            tokens
+        )
         # The same √D scaling as the baseline's embedding, so the two
         # differ only in how they see positions.
         x = keras.layers.Rescaling(math.sqrt(hidden_dim), name="embedding_scale")(x)
     else:
         x = TokenAndPositionEmbedding(
-            vocabulary_size, hidden_dim, position="sinusoidal", mask_zero=True,
-            scale_token_embeddings=True, name="token_and_position_embedding",
+            vocabulary_size,
+            hidden_dim,
+            position="sinusoidal",
+            mask_zero=True,
+            scale_token_embeddings=True,
+            name="token_and_position_embedding",
         )(tokens)
     x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
     for i in range(num_layers):
         self_attention = None
         if attention == "relative":
             self_attention = RelativeGlobalAttention(
-                num_heads=num_heads, key_dim=key_dim, max_relative_position=max_relative_position,
-                heads_share_relative_embedding=heads_share_relative_embedding, dropout=dropout,
+                num_heads=num_heads,
+                key_dim=key_dim,
+                max_relative_position=max_relative_position,
+                heads_share_relative_embedding=heads_share_relative_embedding,
+                dropout=dropout,
                 name="self_attention",
             )
         x = TransformerDecoder(
-            intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
-            normalize_first=normalize_first, self_attention=self_attention,
+            intermediate_dim=intermediate_dim,
+            num_heads=num_heads,
+            dropout=dropout,
+            normalize_first=normalize_first,
+            self_attention=self_attention,
             name=f"decoder_layer_{i}",
         )(x)
     if normalize_first:

@@ -2,8 +2,13 @@
 
 import keras
 
-from keras_attn.layers import Projection, TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
 from keras_attn.checks import check_heads_divide, check_rate, check_sizes
+from keras_attn.layers import (
+    Projection,
+    TokenAndPositionEmbedding,
+    TransformerDecoder,
+    TransformerEncoder,
+)
 
 
 def translation_transformer(
@@ -85,9 +90,14 @@ def translation_transformer(
     if decoder_vocabulary_size is None:
         decoder_vocabulary_size = encoder_vocabulary_size
     # intermediate_dim: the blocks check it.
-    check_sizes(encoder_vocabulary_size=encoder_vocabulary_size, num_layers=num_layers,
-                decoder_vocabulary_size=decoder_vocabulary_size, hidden_dim=hidden_dim,
-                num_heads=num_heads, **({} if max_length is None else {"max_length": max_length}))
+    check_sizes(
+        encoder_vocabulary_size=encoder_vocabulary_size,
+        num_layers=num_layers,
+        decoder_vocabulary_size=decoder_vocabulary_size,
+        hidden_dim=hidden_dim,
+        num_heads=num_heads,
+        **({} if max_length is None else {"max_length": max_length}),
+    )
     check_heads_divide(hidden_dim, num_heads)
     check_rate(None, "dropout", dropout)
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
@@ -95,13 +105,22 @@ def translation_transformer(
 
     def embed(tokens, vocabulary_size, prefix):
         x = TokenAndPositionEmbedding(
-            vocabulary_size, hidden_dim, sequence_length=max_length, position=position,
-            mask_zero=True, scale_token_embeddings=True, name=f"{prefix}_embedding",
+            vocabulary_size,
+            hidden_dim,
+            sequence_length=max_length,
+            position=position,
+            mask_zero=True,
+            scale_token_embeddings=True,
+            name=f"{prefix}_embedding",
         )(tokens)
         return keras.layers.Dropout(dropout, name=f"{prefix}_embedding_dropout")(x)
 
-    block_kwargs = dict(intermediate_dim=intermediate_dim, num_heads=num_heads, dropout=dropout,
-                        normalize_first=normalize_first)
+    block_kwargs = dict(
+        intermediate_dim=intermediate_dim,
+        num_heads=num_heads,
+        dropout=dropout,
+        normalize_first=normalize_first,
+    )
     x = embed(encoder_tokens, encoder_vocabulary_size, "encoder")
     for i in range(num_layers):
         x = TransformerEncoder(**block_kwargs, name=f"encoder_layer_{i}")(x)

@@ -13,8 +13,16 @@ from keras_attn import checks
 from keras_attn.extras import needs_extra
 
 CIFAR10_CLASS_NAMES = (
-    "airplane", "automobile", "bird", "cat", "deer",
-    "dog", "frog", "horse", "ship", "truck",
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
 )
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
@@ -51,9 +59,15 @@ def split_indices(num_examples, validation_fraction=0.1, seed=0):
     True
     """
     fraction = validation_fraction
-    checks.require(checks.is_number(fraction) and 0 < fraction < 1, "validation_fraction", fraction,
-                   "a number in (0, 1)")
-    checks.require(checks.is_int(num_examples, 2), "num_examples", num_examples, "an int >= 2 to split")
+    checks.require(
+        checks.is_number(fraction) and 0 < fraction < 1,
+        "validation_fraction",
+        fraction,
+        "a number in (0, 1)",
+    )
+    checks.require(
+        checks.is_int(num_examples, 2), "num_examples", num_examples, "an int >= 2 to split"
+    )
     checks.require(checks.is_int(seed), "seed", seed, "an int")
     order = np.random.default_rng(seed).permutation(num_examples)
     count = min(max(1, int(round(num_examples * validation_fraction))), num_examples - 1)
@@ -106,18 +120,26 @@ def decode_jpegs(jpeg_bytes, offsets, indices=None, batch_size=1024):
     offsets = np.asarray(offsets, np.int64)
     rising = offsets.ndim == 1 and offsets.size and offsets[0] == 0 and np.all(np.diff(offsets) > 0)
     if not rising or offsets[-1] != len(jpeg_bytes):
-        raise ValueError(f"`offsets` must rise from 0 to len(jpeg_bytes) = {len(jpeg_bytes)} (N + 1 "
-                         f"entries). Received: {offsets.tolist()!r:.80}.")
+        raise ValueError(
+            f"`offsets` must rise from 0 to len(jpeg_bytes) = {len(jpeg_bytes)} (N + 1 "
+            f"entries). Received: {offsets.tolist()!r:.80}."
+        )
     count = len(offsets) - 1
     indices = np.arange(count) if indices is None else np.asarray(indices)
     integer = indices.ndim == 1 and (indices.dtype.kind in "iu" or not indices.size)
     checks.require(integer, "indices", indices, "a list of ints (file indices)")
-    for k in np.flatnonzero((indices < -count) | (indices >= count))[:1]:  # the first outside, if any
-        checks.require(False, f"indices[{k}]", int(indices[k]), f"a file index in [-{count}, {count}) "
-                       f"({count} files)")
+    for k in np.flatnonzero((indices < -count) | (indices >= count))[
+        :1
+    ]:  # the first outside, if any
+        checks.require(
+            False,
+            f"indices[{k}]",
+            int(indices[k]),
+            f"a file index in [-{count}, {count}) ({count} files)",
+        )
     indices = np.where(indices < 0, indices + count, indices).astype(np.int64)
     data = np.asarray(jpeg_bytes, np.uint8).tobytes()
-    files = [data[offsets[i]:offsets[i + 1]] for i in indices]
+    files = [data[offsets[i] : offsets[i + 1]] for i in indices]
 
     def decode(jpeg):
         # The accurate integer DCT: TF's default ("fast") differs from
@@ -141,10 +163,14 @@ def decode_jpegs(jpeg_bytes, offsets, indices=None, batch_size=1024):
             try:
                 decode(files[k])
             except tf.errors.InvalidArgumentError as error:
-                reason = error.message.split("}}")[-1].split("[Op:")[0].strip()  # without TF's node names
+                reason = (
+                    error.message.split("}}")[-1].split("[Op:")[0].strip()
+                )  # without TF's node names
                 start, end = offsets[indices[k]], offsets[indices[k] + 1]
-                raise ValueError(f"JPEG file {indices[k]} (bytes {start}:{end}) cannot be decoded: {reason} "
-                                 "Replace or drop that file.") from None
+                raise ValueError(
+                    f"JPEG file {indices[k]} (bytes {start}:{end}) cannot be decoded: {reason} "
+                    "Replace or drop that file."
+                ) from None
         raise
     if not decoded:
         return np.zeros((0, 32, 32, 3), np.uint8)
@@ -208,7 +234,9 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
         Krizhevsky 2009, "Learning Multiple Layers of Features from Tiny
         Images" (CIFAR-10).
     """
-    checks.require(split in ("train", "validation", "all"), "split", split, '"train", "validation" or "all"')
+    checks.require(
+        split in ("train", "validation", "all"), "split", split, '"train", "validation" or "all"'
+    )
     if not os.path.exists(path):
         raise FileNotFoundError(f"No CIFAR-10 file at {path!r}.")
     keys = ("jpeg", "offsets", "labels")
@@ -216,11 +244,19 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
         with np.load(path) as data:
             arrays = {key: data[key] for key in keys if key in data.files}
         problem = f"lacks the arrays {sorted(set(keys) - set(arrays))}" if len(arrays) < 3 else ""
-    except (ValueError, OSError, TypeError, AttributeError, zipfile.BadZipFile) as error:  # BadZipFile: truncated
+    except (
+        ValueError,
+        OSError,
+        TypeError,
+        AttributeError,
+        zipfile.BadZipFile,
+    ) as error:  # BadZipFile: truncated
         problem = f"is not a NumPy .npz archive (or is truncated or damaged: {error})"
     if problem:
-        raise ValueError(f"{path!r} {problem}; expected the CIFAR-10 JPEG .npz of `load_cifar10` (for a "
-                         "folder of pictures: `load_image_directory`).")
+        raise ValueError(
+            f"{path!r} {problem}; expected the CIFAR-10 JPEG .npz of `load_cifar10` (for a "
+            "folder of pictures: `load_image_directory`)."
+        )
     jpeg, offsets, labels = (arrays[key] for key in keys)
     count = len(offsets) - 1
     if split == "all":
@@ -275,8 +311,7 @@ def load_image(path, size=32):
     """
     checks.check_sizes(size=size)
     with needs_extra("images", "keras_attn.preprocessing.images.load_image"):
-        from PIL import Image
-        from PIL import ImageOps
+        from PIL import Image, ImageOps
 
     with Image.open(path) as image:
         image = ImageOps.exif_transpose(image)
@@ -338,9 +373,11 @@ def load_image_directory(directory, size=32):
         try:
             images.append(load_image(os.path.join(directory, name), size))
         except OSError as error:
-            warnings.warn(f"Skipping {name!r}: {error}")
+            warnings.warn(f"Skipping {name!r}: {error}", stacklevel=2)
             continue
         names.append(name)
     if not images:
-        raise ValueError(f"No readable image in {directory!r} (extensions {', '.join(IMAGE_EXTENSIONS)}).")
+        raise ValueError(
+            f"No readable image in {directory!r} (extensions {', '.join(IMAGE_EXTENSIONS)})."
+        )
     return np.stack(images), names

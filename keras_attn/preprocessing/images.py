@@ -40,13 +40,15 @@ import numpy as np
 
 from keras_attn import checks
 from keras_attn.extras import needs_extra
-from keras_attn.preprocessing.image_files import CIFAR10_CLASS_NAMES  # noqa: F401 (re-exported: image files)
-from keras_attn.preprocessing.image_files import IMAGE_EXTENSIONS  # noqa: F401
-from keras_attn.preprocessing.image_files import decode_jpegs  # noqa: F401
-from keras_attn.preprocessing.image_files import load_cifar10  # noqa: F401
-from keras_attn.preprocessing.image_files import load_image  # noqa: F401
-from keras_attn.preprocessing.image_files import load_image_directory  # noqa: F401
-from keras_attn.preprocessing.image_files import split_indices  # noqa: F401
+from keras_attn.preprocessing.image_files import (
+    CIFAR10_CLASS_NAMES,  # noqa: F401 (re-exported: image files)
+    IMAGE_EXTENSIONS,  # noqa: F401
+    decode_jpegs,  # noqa: F401
+    load_cifar10,  # noqa: F401
+    load_image,  # noqa: F401
+    load_image_directory,  # noqa: F401
+    split_indices,  # noqa: F401
+)
 
 NUM_INTENSITIES = 256
 START_TOKEN = 256
@@ -56,8 +58,10 @@ START_TOKEN = 256
 def _check_images(images):
     images = np.asarray(images)
     if images.ndim != 4 or images.dtype != np.uint8:
-        raise ValueError("`images` must be uint8 of shape (batch, height, width, channels). "
-                         f"Received: {images.dtype} {images.shape}.")
+        raise ValueError(
+            "`images` must be uint8 of shape (batch, height, width, channels). "
+            f"Received: {images.dtype} {images.shape}."
+        )
     return images
 
 
@@ -116,8 +120,10 @@ def from_raster(sequences, height, width, channels=3):
     size = height * width * channels
     low, high = (sequences.min(), sequences.max()) if sequences.size else (0, 0)
     if sequences.ndim != 2 or sequences.shape[1] != size or low < 0 or high >= NUM_INTENSITIES:
-        raise ValueError(f"Expected sequences of shape (batch, {size}) of intensities in 0..255. "
-                         f"Received shape {sequences.shape}, values in {low}..{high}.")
+        raise ValueError(
+            f"Expected sequences of shape (batch, {size}) of intensities in 0..255. "
+            f"Received shape {sequences.shape}, values in {low}..{high}."
+        )
     return sequences.astype(np.uint8).reshape(-1, height, width, channels)
 
 
@@ -142,7 +148,9 @@ def decoder_inputs(targets, start_token=START_TOKEN):
     """
     targets = np.asarray(targets)
     if targets.ndim != 2:
-        raise ValueError(f"`targets` must be of shape (batch, length). Received shape {targets.shape}.")
+        raise ValueError(
+            f"`targets` must be of shape (batch, length). Received shape {targets.shape}."
+        )
     start = np.full((targets.shape[0], 1), start_token, np.int32)
     return np.concatenate([start, targets[:, :-1].astype(np.int32)], axis=1)
 
@@ -177,8 +185,13 @@ def downsample(images, factor=4):
     """
     images = _check_images(images)
     batch, height, width, channels = images.shape
-    checks.require(checks.is_int(factor, 1) and not (height % factor or width % factor), "factor", factor,
-                   f"a positive int dividing the image sides {height}x{width}", "Crop or resize the images.")
+    checks.require(
+        checks.is_int(factor, 1) and not (height % factor or width % factor),
+        "factor",
+        factor,
+        f"a positive int dividing the image sides {height}x{width}",
+        "Crop or resize the images.",
+    )
     blocks = images.reshape(batch, height // factor, factor, width // factor, factor, channels)
     total = blocks.astype(np.int64).sum(axis=(2, 4))
     area = factor * factor
@@ -227,8 +240,7 @@ def upsample_bicubic(images, size):
     return np.asarray(tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8))
 
 
-def super_resolution_dataset(images, batch_size, factor=4, shuffle=False, seed=0,
-                             repeat=False):
+def super_resolution_dataset(images, batch_size, factor=4, shuffle=False, seed=0, repeat=False):
     """A tf.data pipeline of (inputs, targets) for the super-resolution model.
 
     Args:
@@ -302,11 +314,20 @@ def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, r
         labels = np.asarray(labels)
         # An int32 cast read 1.5 as 1; -1 would index the class table from its end.
         numeric = labels.dtype.kind in "iuf"
-        if labels.shape != (len(images),) or not numeric or not np.all(
-                (labels >= 0) & (labels == np.floor(labels))):
-            values = f"from {labels.min()} to {labels.max()}" if numeric and labels.size else labels.dtype
-            raise ValueError(f"`labels` must be class ids, whole numbers >= 0, of shape ({len(images)},). "
-                             f"Received shape {labels.shape}, values {values}.")
+        if (
+            labels.shape != (len(images),)
+            or not numeric
+            or not np.all((labels >= 0) & (labels == np.floor(labels)))
+        ):
+            values = (
+                f"from {labels.min()} to {labels.max()}"
+                if numeric and labels.size
+                else labels.dtype
+            )
+            raise ValueError(
+                f"`labels` must be class ids, whole numbers >= 0, of shape ({len(images)},). "
+                f"Received shape {labels.shape}, values {values}."
+            )
         extra["class_label"] = labels.astype(np.int32)
     return _dataset(extra, _flat(images), batch_size, shuffle, seed, repeat)
 

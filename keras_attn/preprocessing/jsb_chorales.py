@@ -11,10 +11,8 @@ import os
 import numpy as np
 
 from keras_attn import checks
-from keras_attn.preprocessing.midi import _check_midi_header
-from keras_attn.preprocessing.midi import _symusic
-from keras_attn.preprocessing.performance_events import NUM_PITCHES
-from keras_attn.preprocessing.performance_events import _check_ids
+from keras_attn.preprocessing.midi import _check_midi_header, _symusic
+from keras_attn.preprocessing.performance_events import NUM_PITCHES, _check_ids
 
 # --- JSB Chorales vocabulary ---------------------------------------------
 JSB_PAD_ID = 0
@@ -33,10 +31,16 @@ def _check_grid(grid):
     """`grid` as a (steps, 4) int64 array of MIDI pitches 0..127 and -1."""
     grid = np.asarray(grid)
     numeric = grid.dtype.kind in "iuf" and grid.size > 0
-    if not (numeric and grid.shape[1:] == (JSB_NUM_VOICES,) and np.isin(grid, range(-1, NUM_PITCHES)).all()):
+    if not (
+        numeric
+        and grid.shape[1:] == (JSB_NUM_VOICES,)
+        and np.isin(grid, range(-1, NUM_PITCHES)).all()
+    ):
         values = f"values from {grid.min()} to {grid.max()}" if numeric else f"dtype {grid.dtype}"
-        raise ValueError("Expected a chorale grid of shape (steps, 4) (S, A, T, B) of MIDI pitches 0..127 "
-                         f"or -1 (rest). Received: shape {grid.shape}, {values}.")
+        raise ValueError(
+            "Expected a chorale grid of shape (steps, 4) (S, A, T, B) of MIDI pitches 0..127 "
+            f"or -1 (rest). Received: shape {grid.shape}, {values}."
+        )
     return grid.astype(np.int64)
 
 
@@ -82,8 +86,10 @@ def load_jsb_chorales(path, split="train"):
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError) as error:  # missing, not UTF-8 or not JSON
-        raise ValueError(f"Expected the JSB Chorales JSON file {JSB_FILENAME} or its folder. Received: "
-                         f"path {path!r} ({error}).") from None
+        raise ValueError(
+            f"Expected the JSB Chorales JSON file {JSB_FILENAME} or its folder. Received: "
+            f"path {path!r} ({error})."
+        ) from None
     available = sorted(data) if isinstance(data, dict) else type(data).__name__
     checks.require(isinstance(data, dict) and split in data, "split", split, f"one of {available}")
     return [_check_grid(chorale).astype(np.int32) for chorale in data[split]]
@@ -157,8 +163,10 @@ def tokens_to_chorale(tokens):
         tokens = tokens[: ends[0]]
     tokens = tokens[tokens >= JSB_REST_ID]
     if tokens.size == 0 or tokens.size % JSB_NUM_VOICES:
-        raise ValueError("Expected a positive multiple of 4 tokens (S, A, T, B per step) besides PAD/START/"
-                         f"END. Received: {tokens.size}. Generate or crop a multiple of 4 tokens.")
+        raise ValueError(
+            "Expected a positive multiple of 4 tokens (S, A, T, B per step) besides PAD/START/"
+            f"END. Received: {tokens.size}. Generate or crop a multiple of 4 tokens."
+        )
     grid = np.where(tokens == JSB_REST_ID, -1, tokens - JSB_PITCH_OFFSET)
     return grid.reshape(-1, JSB_NUM_VOICES).astype(np.int32)
 

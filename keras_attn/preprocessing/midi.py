@@ -11,18 +11,21 @@ import numpy as np
 
 from keras_attn import checks
 from keras_attn.extras import needs_extra
-from keras_attn.preprocessing.performance_events import DEFAULT_VELOCITY
-from keras_attn.preprocessing.performance_events import STEPS_PER_SECOND
-from keras_attn.preprocessing.performance_events import SUSTAIN_PEDAL_CONTROL
-from keras_attn.preprocessing.performance_events import _check_decoding
-from keras_attn.preprocessing.performance_events import _decode
-from keras_attn.preprocessing.performance_events import _encode
-from keras_attn.preprocessing.performance_events import _notes_from_arrays
-from keras_attn.preprocessing.performance_events import _resolve_overlaps
+from keras_attn.preprocessing.performance_events import (
+    DEFAULT_VELOCITY,
+    STEPS_PER_SECOND,
+    SUSTAIN_PEDAL_CONTROL,
+    _check_decoding,
+    _decode,
+    _encode,
+    _notes_from_arrays,
+    _resolve_overlaps,
+)
 
 _MIDI_HEADER = b"MThd"
 # The tempo of a MIDI file without a tempo event (Standard MIDI File 1.0).
 _DEFAULT_QUARTERS_PER_MINUTE = 120.0
+
 
 def _symusic():
     with needs_extra("music", "Reading and writing MIDI (keras_attn.preprocessing.music)"):
@@ -80,13 +83,17 @@ def load_midi(midi):
         raise TypeError(f"`midi` must be a path, bytes or a symusic.Score. Received: {type(midi)}.")
     midi_format = int.from_bytes(data[8:10], "big")  # type 2: patterns without a shared timeline
     if data[:4] != _MIDI_HEADER or len(data) < 14 or midi_format not in (0, 1):
-        raise ValueError(f"Expected a type-0 or type-1 MIDI file (b'MThd'...). Received: {source}, "
-                         f"{len(data)} bytes starting with {data[:4]!r}, type {midi_format}.")
+        raise ValueError(
+            f"Expected a type-0 or type-1 MIDI file (b'MThd'...). Received: {source}, "
+            f"{len(data)} bytes starting with {data[:4]!r}, type {midi_format}."
+        )
     try:
         return symusic.Score.from_midi(data)
     except Exception as error:  # symusic raises RuntimeError (and others) on bad bytes.
-        raise ValueError(f"Could not parse {source} as MIDI ({type(error).__name__}: {error}). "
-                         "The file is corrupt or truncated; re-export it.") from error
+        raise ValueError(
+            f"Could not parse {source} as MIDI ({type(error).__name__}: {error}). "
+            "The file is corrupt or truncated; re-export it."
+        ) from error
 
 
 def _tick_seconds(score):
@@ -104,8 +111,10 @@ def _tick_seconds(score):
     tempos = score.tempos.numpy()
     # A division of 0 raised ZeroDivisionError; a tempo of 0 put every note at one time.
     if resolution <= 0 or not np.all(tempos["mspq"] > 0):
-        raise ValueError("Expected positive ticks per quarter and tempos (corrupt file). Received: "
-                         f"ticks_per_quarter={resolution}, tempos {tempos['mspq'].tolist()[:3]}.")
+        raise ValueError(
+            "Expected positive ticks per quarter and tempos (corrupt file). Received: "
+            f"ticks_per_quarter={resolution}, tempos {tempos['mspq'].tolist()[:3]}."
+        )
     scales = [(0, 60.0 / (_DEFAULT_QUARTERS_PER_MINUTE * resolution))]
     for tick, mspq in zip(tempos["time"].tolist(), tempos["mspq"].tolist()):
         scale = 60.0 / ((6e7 / mspq) * resolution)
@@ -180,11 +189,15 @@ def _midi_note_arrays(midi, sustain):
         pitches.append(notes["pitch"][audible].astype(np.int64))
         velocities.append(notes["velocity"][audible].astype(np.int64))
     if not starts:
-        raise ValueError(f"Expected notes on a non-drum instrument (a piano part). Received: "
-                         f"{len(score.tracks)} tracks without them, {drums} drum notes (ignored).")
+        raise ValueError(
+            f"Expected notes on a non-drum instrument (a piano part). Received: "
+            f"{len(score.tracks)} tracks without them, {drums} drum notes (ignored)."
+        )
     starts, ends, pitches, velocities = _resolve_overlaps(
-        np.concatenate(starts), np.concatenate(ends),
-        np.concatenate(pitches), np.concatenate(velocities),
+        np.concatenate(starts),
+        np.concatenate(ends),
+        np.concatenate(pitches),
+        np.concatenate(velocities),
     )
     order = np.lexsort((pitches, starts))
     return starts[order], ends[order], pitches[order], velocities[order]
@@ -277,16 +290,34 @@ def _check_midi_header(tempo, resolution, program):
     """Refuses a tempo, resolution or program a MIDI file cannot hold: the
     file would silently hold another (a tempo of 3 wraps to a note 6.5x
     shorter, a resolution of 40000 to one 5.5x longer)."""
-    checks.require(checks.is_number(tempo, _MIN_TEMPO, _MAX_TEMPO), "tempo", tempo,
-                   f"a number of quarter notes per minute from {_MIN_TEMPO:.2f} to {_MAX_TEMPO:.0f}")
-    checks.require(checks.is_int(resolution, 1, 2**15 - 1), "resolution", resolution,
-                   "an int from 1 to 32767 (ticks per quarter note)")
-    checks.require(checks.is_int(program, 0, 127), "program", program,
-                   "a General MIDI program, an int from 0 to 127")
+    checks.require(
+        checks.is_number(tempo, _MIN_TEMPO, _MAX_TEMPO),
+        "tempo",
+        tempo,
+        f"a number of quarter notes per minute from {_MIN_TEMPO:.2f} to {_MAX_TEMPO:.0f}",
+    )
+    checks.require(
+        checks.is_int(resolution, 1, 2**15 - 1),
+        "resolution",
+        resolution,
+        "an int from 1 to 32767 (ticks per quarter note)",
+    )
+    checks.require(
+        checks.is_int(program, 0, 127),
+        "program",
+        program,
+        "a General MIDI program, an int from 0 to 127",
+    )
 
 
-def events_to_midi(events, program=0, resolution=500, tempo=120.0,
-                   default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
+def events_to_midi(
+    events,
+    program=0,
+    resolution=500,
+    tempo=120.0,
+    default_velocity=DEFAULT_VELOCITY,
+    max_note_duration=None,
+):
     """Decodes performance events to a one-piano `symusic.Score` (in ticks).
 
     See `events_to_notes` for how special tokens and unmatched events are
@@ -328,7 +359,8 @@ def events_to_midi(events, program=0, resolution=500, tempo=120.0,
     symusic = _symusic()
     _check_midi_header(tempo, resolution, program)
     starts, ends, pitches, velocities = _decode(
-        *_check_decoding(events, default_velocity, max_note_duration))
+        *_check_decoding(events, default_velocity, max_note_duration)
+    )
     ticks_per_step = resolution * tempo / 60.0 / STEPS_PER_SECOND
     start_ticks = np.round(starts * ticks_per_step).astype(np.int32)
     end_ticks = np.round(ends * ticks_per_step).astype(np.int32)

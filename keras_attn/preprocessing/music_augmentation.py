@@ -8,20 +8,23 @@ import math
 import numpy as np
 
 from keras_attn import checks
-from keras_attn.preprocessing.performance_events import END_ID
-from keras_attn.preprocessing.performance_events import NOTE_ON_OFFSET
-from keras_attn.preprocessing.performance_events import NUM_PITCHES
-from keras_attn.preprocessing.performance_events import START_ID
-from keras_attn.preprocessing.performance_events import STEPS_PER_SECOND
-from keras_attn.preprocessing.performance_events import TIME_SHIFT_OFFSET
-from keras_attn.preprocessing.performance_events import VOCABULARY_SIZE
-from keras_attn.preprocessing.performance_events import _check_ids
-from keras_attn.preprocessing.performance_events import _decode
-from keras_attn.preprocessing.performance_events import _encode
+from keras_attn.preprocessing.performance_events import (
+    END_ID,
+    NOTE_ON_OFFSET,
+    NUM_PITCHES,
+    START_ID,
+    STEPS_PER_SECOND,
+    TIME_SHIFT_OFFSET,
+    VOCABULARY_SIZE,
+    _check_ids,
+    _decode,
+    _encode,
+)
 
 # Transposition and time-stretch sets of Huang et al. 2018, section 5.2.
 AUGMENTATION_SEMITONES = (-3, -2, -1, 0, 1, 2, 3)
 AUGMENTATION_STRETCHES = (0.95, 0.975, 1.0, 1.025, 1.05)
+
 
 # --- Augmentation on event arrays ----------------------------------------
 def _split_special(events):
@@ -75,9 +78,15 @@ def transpose(events, semitones, out_of_range="drop"):
     Reference:
         Huang et al. 2018, section 5.2 (transpositions of up to 3 semitones).
     """
-    checks.require(out_of_range in ("drop", "error"), "out_of_range", out_of_range, '"drop" or "error"')
-    checks.require(checks.is_number(semitones) and float(semitones).is_integer(), "semitones", semitones,
-                   "a whole number")
+    checks.require(
+        out_of_range in ("drop", "error"), "out_of_range", out_of_range, '"drop" or "error"'
+    )
+    checks.require(
+        checks.is_number(semitones) and float(semitones).is_integer(),
+        "semitones",
+        semitones,
+        "a whole number",
+    )
     return _transpose(_check_ids(events, VOCABULARY_SIZE), int(semitones), out_of_range)
 
 
@@ -91,16 +100,22 @@ def _transpose(events, semitones, out_of_range):
     if out_of_range == "error":
         low = int(pitches[is_note].min())
         high = int(pitches[is_note].max())
-        raise ValueError(f"Transposing by {semitones} semitones puts pitches from {low} to {high}, outside "
-                         '0..127. Transpose less, or pass out_of_range="drop" to remove those notes.')
+        raise ValueError(
+            f"Transposing by {semitones} semitones puts pitches from {low} to {high}, outside "
+            '0..127. Transpose less, or pass out_of_range="drop" to remove those notes.'
+        )
     body, has_start, has_end = _split_special(events)
     starts, ends, pitches, velocities = _decode(body)
     inside = (pitches + semitones >= 0) & (pitches + semitones < NUM_PITCHES)
     if not inside.any():
-        raise ValueError(f"Transposing by {semitones} semitones leaves no note in 0..127. Transpose less.")
+        raise ValueError(
+            f"Transposing by {semitones} semitones leaves no note in 0..127. Transpose less."
+        )
     moved = _encode(
-        starts[inside] / STEPS_PER_SECOND, ends[inside] / STEPS_PER_SECOND,
-        pitches[inside] + semitones, velocities[inside],
+        starts[inside] / STEPS_PER_SECOND,
+        ends[inside] / STEPS_PER_SECOND,
+        pitches[inside] + semitones,
+        velocities[inside],
     )
     return _with_special(moved, has_start, has_end)
 
@@ -135,8 +150,12 @@ def time_stretch(events, factor):
     Reference:
         Huang et al. 2018, section 5.2 (time stretches of up to 5%).
     """
-    checks.require(checks.is_number(factor) and 0 < factor < math.inf, "factor", factor,
-                   "a positive finite number")
+    checks.require(
+        checks.is_number(factor) and 0 < factor < math.inf,
+        "factor",
+        factor,
+        "a positive finite number",
+    )
     return _time_stretch(_check_ids(events, VOCABULARY_SIZE), factor)
 
 
@@ -145,12 +164,16 @@ def _time_stretch(events, factor):
     body, has_start, has_end = _split_special(events)
     starts, ends, pitches, velocities = _decode(body)
     if not len(pitches):
-        raise ValueError(f"Expected events with a note to stretch. Received: {len(body)} events, no note.")
+        raise ValueError(
+            f"Expected events with a note to stretch. Received: {len(body)} events, no note."
+        )
     # Seconds first, then the factor: the same arithmetic as stretching
     # decoded `Note`s, so a stretch is reproducible to the last bit.
     stretched = _encode(
-        starts / STEPS_PER_SECOND * factor, ends / STEPS_PER_SECOND * factor,
-        pitches, velocities,
+        starts / STEPS_PER_SECOND * factor,
+        ends / STEPS_PER_SECOND * factor,
+        pitches,
+        velocities,
     )
     return _with_special(stretched, has_start, has_end)
 
@@ -187,8 +210,13 @@ def augment(events, rng):
     Reference:
         Huang et al. 2018, section 5.2.
     """
-    checks.require(isinstance(rng, np.random.Generator), "rng", rng, "a `np.random.Generator`",
-                   "Pass `np.random.default_rng(seed)`.")
+    checks.require(
+        isinstance(rng, np.random.Generator),
+        "rng",
+        rng,
+        "a `np.random.Generator`",
+        "Pass `np.random.default_rng(seed)`.",
+    )
     events = _check_ids(events, VOCABULARY_SIZE)
     semitones = int(rng.choice(AUGMENTATION_SEMITONES))
     factor = float(rng.choice(AUGMENTATION_STRETCHES))

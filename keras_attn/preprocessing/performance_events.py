@@ -61,6 +61,7 @@ Example:
 ['VELOCITY(19)', 'NOTE_ON(60)', 'TIME_SHIFT(500ms)', 'NOTE_OFF(60)']
 """
 
+
 def _resolve_overlaps(starts, ends, pitches, velocities):
     """One sounding note per pitch, and at most one onset per pitch and 10 ms step.
 
@@ -192,10 +193,16 @@ def notes_to_events(notes, add_start_end=False):
     notes, fields = list(notes), ("start", "end", "pitch", "velocity")
     missing = [n for n in notes if not all(hasattr(n, f) for f in fields)] if notes else [notes]
     if missing:
-        raise ValueError(f"Expected `Note`s (start, end, pitch, velocity). Received: {missing[0]!r}.")
+        raise ValueError(
+            f"Expected `Note`s (start, end, pitch, velocity). Received: {missing[0]!r}."
+        )
     starts, ends, pitches, velocities = (
-        np.array([getattr(n, f) for n in notes], np.float64) for f in fields)
-    for plural, values, limits in (("pitches", pitches, " in 0..127"), ("velocities", velocities, "")):
+        np.array([getattr(n, f) for n in notes], np.float64) for f in fields
+    )
+    for plural, values, limits in (
+        ("pitches", pitches, " in 0..127"),
+        ("velocities", velocities, ""),
+    ):
         # Whole numbers (int64 would make a pitch of 60.7 60); pitches in 0..127.
         bad = [v for v in values.tolist() if not v.is_integer() or limits and not 0 <= v <= 127]
         if bad:
@@ -203,9 +210,13 @@ def notes_to_events(notes, add_start_end=False):
     backwards = ends < starts
     if backwards.any():
         i = np.argmax(backwards)
-        raise ValueError(f"Expected notes to end at or after their start. Received: {np.sum(backwards)} "
-                         f"ending before, the first from {starts[i]} s to {ends[i]} s.")
-    return _encode(starts, ends, pitches.astype(np.int64), velocities.astype(np.int64), add_start_end)
+        raise ValueError(
+            f"Expected notes to end at or after their start. Received: {np.sum(backwards)} "
+            f"ending before, the first from {starts[i]} s to {ends[i]} s."
+        )
+    return _encode(
+        starts, ends, pitches.astype(np.int64), velocities.astype(np.int64), add_start_end
+    )
 
 
 def _encode(starts, ends, pitches, velocities, add_start_end=False):
@@ -213,8 +224,10 @@ def _encode(starts, ends, pitches, velocities, add_start_end=False):
     none ending before it starts. Refuses times that a file or a time stretch can still bring."""
     # Not `not a < b`: NaN is refused. One TIME_SHIFT per second: 1e12 s asked for terabytes.
     if not (starts.min() >= 0 and ends.max() < MAX_SECONDS):
-        raise ValueError(f"Expected note times in [0 s, {MAX_SECONDS:.0e} s). Received: {starts.min()} s to "
-                         f"{ends.max()} s.")
+        raise ValueError(
+            f"Expected note times in [0 s, {MAX_SECONDS:.0e} s). Received: {starts.min()} s to "
+            f"{ends.max()} s."
+        )
     start_steps = _to_steps(starts)
     end_steps = _to_steps(ends)
     # A note shorter than a step gets one step, on the side of its midpoint,
@@ -236,7 +249,12 @@ def _encode(starts, ends, pitches, velocities, add_start_end=False):
     event_pitches = np.concatenate([pitches, pitches])
     bins = np.concatenate([np.zeros(count, np.int64), velocity_to_bin(velocities)])
     order = np.lexsort((event_pitches, kinds, times))
-    times, kinds, event_pitches, bins = times[order], kinds[order], event_pitches[order], bins[order]
+    times, kinds, event_pitches, bins = (
+        times[order],
+        kinds[order],
+        event_pitches[order],
+        bins[order],
+    )
     # Each row writes: the time shifts from the previous row's step (full
     # 1 s shifts, then the remainder), a VELOCITY if it is a note-on whose
     # bin differs from the previous note-on's, then its NOTE_ON / NOTE_OFF.
@@ -252,9 +270,13 @@ def _encode(starts, ends, pitches, velocities, add_start_end=False):
     shifts = full_shifts + (remainders > 0)
     events = np.select(
         [position < full_shifts, position < shifts, position < shifts + new_bin],
-        [TIME_SHIFT_OFFSET + NUM_TIME_SHIFTS - 1, TIME_SHIFT_OFFSET + remainders - 1,
-         VELOCITY_OFFSET + bins[row]],
-        np.where(kinds[row] == 1, NOTE_ON_OFFSET, NOTE_OFF_OFFSET) + event_pitches[row])
+        [
+            TIME_SHIFT_OFFSET + NUM_TIME_SHIFTS - 1,
+            TIME_SHIFT_OFFSET + remainders - 1,
+            VELOCITY_OFFSET + bins[row],
+        ],
+        np.where(kinds[row] == 1, NOTE_ON_OFFSET, NOTE_OFF_OFFSET) + event_pitches[row],
+    )
     if add_start_end:
         events = np.concatenate([[START_ID], events, [END_ID]])
     return events.astype(np.int32)
@@ -274,7 +296,9 @@ def _check_decoding(events, default_velocity, max_note_duration):
     """The arguments of `events_to_notes`; `max_note_duration` as 10 ms steps (or None)."""
     velocity, limit = default_velocity, max_note_duration
     # 200 wrapped around to -56 in a MIDI file, 0 wrote silent notes.
-    checks.require(checks.is_int(velocity, 1, 127), "default_velocity", velocity, "an int in 1..127")
+    checks.require(
+        checks.is_int(velocity, 1, 127), "default_velocity", velocity, "an int in 1..127"
+    )
     finite = limit is None or checks.is_number(limit, 0.01) and limit < math.inf
     checks.require(finite, "max_note_duration", limit, "None or a finite number of seconds >= 0.01")
     return _check_ids(events, VOCABULARY_SIZE), int(velocity), limit
@@ -371,7 +395,8 @@ def events_to_notes(events, default_velocity=DEFAULT_VELOCITY, max_note_duration
         Oore et al. 2018, section 6.1.
     """
     starts, ends, pitches, velocities = _decode(
-        *_check_decoding(events, default_velocity, max_note_duration))
+        *_check_decoding(events, default_velocity, max_note_duration)
+    )
     return _notes_from_arrays(
         starts / STEPS_PER_SECOND, ends / STEPS_PER_SECOND, pitches, velocities
     )

@@ -110,8 +110,12 @@ class SubwordTokenizer(tf.Module):
     def __init__(self, model_proto, name=None):
         if isinstance(model_proto, (bytearray, memoryview)):
             model_proto = bytes(model_proto)
-        checks.require(isinstance(model_proto, bytes) and model_proto, "model_proto", model_proto,
-                       "the non-empty serialized SentencePiece model (bytes), e.g. a `.model` file")
+        checks.require(
+            isinstance(model_proto, bytes) and model_proto,
+            "model_proto",
+            model_proto,
+            "the non-empty serialized SentencePiece model (bytes), e.g. a `.model` file",
+        )
         super().__init__(name=name or "subword_tokenizer")
         self.model_proto = model_proto
         # Creating and checking the resource must happen eagerly even when a
@@ -136,8 +140,10 @@ class SubwordTokenizer(tf.Module):
                 )
                 self._vocabulary_size = int(self._sentencepiece.vocab_size())
             except (tf.errors.OpError, RuntimeError) as error:
-                raise ValueError(f"`model_proto` could not be loaded as a SentencePiece model "
-                                 f"({len(model_proto)} bytes): {error}") from None
+                raise ValueError(
+                    f"`model_proto` could not be loaded as a SentencePiece model "
+                    f"({len(model_proto)} bytes): {error}"
+                ) from None
             self._check_reserved_ids()
 
     def _check_reserved_ids(self):
@@ -147,9 +153,11 @@ class SubwordTokenizer(tf.Module):
             pairs = tf.ragged.constant([[4, 4], [4, PAD_ID, START_ID, END_ID, 4]])
             plain, probe = self._sentencepiece.detokenize(pairs).numpy()
         if size <= END_ID + 1 or plain != probe or unknown != UNKNOWN_ID:
-            raise ValueError("The SentencePiece model must have the control symbols 0 = padding, 2 = start, "
-                             f"3 = end and 1 = unknown. Received: {size} ids, unknown = {unknown}. Train it "
-                             "with `SubwordTokenizer.train` (or pad_id=0, unk_id=1, bos_id=2, eos_id=3).")
+            raise ValueError(
+                "The SentencePiece model must have the control symbols 0 = padding, 2 = start, "
+                f"3 = end and 1 = unknown. Received: {size} ids, unknown = {unknown}. Train it "
+                "with `SubwordTokenizer.train` (or pad_id=0, unk_id=1, bos_id=2, eos_id=3)."
+            )
 
     @property
     def vocabulary_size(self):
@@ -179,18 +187,28 @@ class SubwordTokenizer(tf.Module):
             strings = tf.convert_to_tensor(strings, dtype=tf.string)
         except (TypeError, ValueError):  # refused below, with the value received
             pass
-        checks.require(tf.is_tensor(strings) and strings.shape.rank == 1, "strings", strings,
-                       "a rank-1 batch of sentences (`str`)", "Wrap one sentence in a list.")
+        checks.require(
+            tf.is_tensor(strings) and strings.shape.rank == 1,
+            "strings",
+            strings,
+            "a rank-1 batch of sentences (`str`)",
+            "Wrap one sentence in a list.",
+        )
         num_special = int(bool(add_start)) + int(bool(add_end))
-        checks.require(max_length is None or checks.is_int(max_length, num_special + 1), "max_length",
-                       max_length, f"None or an int greater than the special ids ({num_special})")
+        checks.require(
+            max_length is None or checks.is_int(max_length, num_special + 1),
+            "max_length",
+            max_length,
+            f"None or an int greater than the special ids ({num_special})",
+        )
         ids = self._sentencepiece.tokenize(strings)
         if max_length is not None:
             ids = ids[:, : int(max_length) - num_special]
         if not num_special:
             return ids
-        column = tf.RaggedTensor.from_tensor(tf.ones(tf.stack([ids.nrows(), 1]), tf.int32),
-                                             row_splits_dtype=ids.row_splits.dtype)
+        column = tf.RaggedTensor.from_tensor(
+            tf.ones(tf.stack([ids.nrows(), 1]), tf.int32), row_splits_dtype=ids.row_splits.dtype
+        )
         start, end = [column * START_ID] * bool(add_start), [column * END_ID] * bool(add_end)
         return tf.concat(start + [ids] + end, axis=1)
 
@@ -215,8 +233,12 @@ class SubwordTokenizer(tf.Module):
         if isinstance(ids, tf.RaggedTensor):
             ids = ids.to_tensor(default_value=tf.cast(PAD_ID, ids.dtype))
         ids = tf.convert_to_tensor(ids)
-        checks.require(ids.shape.rank == 2 and ids.dtype.is_integer, "ids", ids,
-                       "a rank-2 (batch, length) integer tensor")
+        checks.require(
+            ids.shape.rank == 2 and ids.dtype.is_integer,
+            "ids",
+            ids,
+            "a rank-2 (batch, length) integer tensor",
+        )
         ids = self._known_ids(ids)
         is_end = tf.cast(ids == END_ID, tf.int32)
         before_end = tf.cumsum(is_end, axis=1) == 0
@@ -279,14 +301,28 @@ class SubwordTokenizer(tf.Module):
         Raises:
             ValueError: if the file does not exist or is not a suitable model.
         """
-        checks.require(tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path), "path", path,
-                       "a SentencePiece model file", "Write one with `SubwordTokenizer.save`.")
+        checks.require(
+            tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path),
+            "path",
+            path,
+            "a SentencePiece model file",
+            "Write one with `SubwordTokenizer.save`.",
+        )
         with tf.io.gfile.GFile(path, "rb") as f:
             return cls(f.read(), name=name)
 
     @classmethod
-    def train(cls, sentences, vocabulary_size=8000, model_type="bpe", character_coverage=1.0,
-              byte_fallback=True, normalization_rule_name="nmt_nfkc", seed=0, name=None):
+    def train(
+        cls,
+        sentences,
+        vocabulary_size=8000,
+        model_type="bpe",
+        character_coverage=1.0,
+        byte_fallback=True,
+        normalization_rule_name="nmt_nfkc",
+        seed=0,
+        name=None,
+    ):
         """Learns a subword vocabulary from sentences, in memory.
 
         Training is deterministic: the same sentences and arguments give the
@@ -337,35 +373,63 @@ class SubwordTokenizer(tf.Module):
         types = sorted({type(s).__name__ for s in sentences})
         if one_text or types != ["str"]:
             received = "one string" if one_text else f"{len(sentences)} items of types {types}"
-            raise ValueError(f"`sentences` must be a non-empty list of `str`. Received: {received}. "
-                             "Pass `[text]` or `text.splitlines()`; decode bytes first.")
+            raise ValueError(
+                f"`sentences` must be a non-empty list of `str`. Received: {received}. "
+                "Pass `[text]` or `text.splitlines()`; decode bytes first."
+            )
         sizes = [len(s.encode("utf-8", "surrogatepass")) for s in sentences]
         too_long = sum(size > MAX_SENTENCE_BYTES for size in sizes)
         if not any(size <= MAX_SENTENCE_BYTES and s.strip() for s, size in zip(sentences, sizes)):
             blank = sum(not s.strip() for s in sentences)
-            raise ValueError("`sentences` must hold a non-blank sentence of at most 4192 UTF-8 bytes. "
-                             f"Received: {blank} blank, {too_long} longer. Split long text.")
+            raise ValueError(
+                "`sentences` must hold a non-blank sentence of at most 4192 UTF-8 bytes. "
+                f"Received: {blank} blank, {too_long} longer. Split long text."
+            )
         if too_long:
-            warnings.warn(f"{too_long} of the {len(sentences)} sentences are longer than SentencePiece's limit of "
-                          f"{MAX_SENTENCE_BYTES} UTF-8 bytes and are left out of training. Split them to use them.",
-                          stacklevel=2)
-        checks.require(model_type in ("bpe", "unigram"), "model_type", model_type, "'bpe' or 'unigram'")
+            warnings.warn(
+                f"{too_long} of the {len(sentences)} sentences are longer than SentencePiece's limit of "
+                f"{MAX_SENTENCE_BYTES} UTF-8 bytes and are left out of training. Split them to use them.",
+                stacklevel=2,
+            )
+        checks.require(
+            model_type in ("bpe", "unigram"), "model_type", model_type, "'bpe' or 'unigram'"
+        )
         byte_pieces = 256 if byte_fallback else 0
         minimum = END_ID + 3 + byte_pieces
-        checks.require(checks.is_int(vocabulary_size, minimum), "vocabulary_size", vocabulary_size,
-                       f"an int >= {minimum} (4 reserved ids, {byte_pieces} byte pieces, \"▁\" and a character)")
+        checks.require(
+            checks.is_int(vocabulary_size, minimum),
+            "vocabulary_size",
+            vocabulary_size,
+            f'an int >= {minimum} (4 reserved ids, {byte_pieces} byte pieces, "▁" and a character)',
+        )
         writer = io.BytesIO()
         sentencepiece.set_random_generator_seed(seed)
         try:
             sentencepiece.SentencePieceTrainer.train(
-                sentence_iterator=iter(sentences), model_writer=writer, vocab_size=int(vocabulary_size),
-                model_type=model_type, character_coverage=character_coverage, byte_fallback=byte_fallback,
+                sentence_iterator=iter(sentences),
+                model_writer=writer,
+                vocab_size=int(vocabulary_size),
+                model_type=model_type,
+                character_coverage=character_coverage,
+                byte_fallback=byte_fallback,
                 normalization_rule_name=normalization_rule_name,
-                pad_id=PAD_ID, unk_id=UNKNOWN_ID, bos_id=START_ID, eos_id=END_ID,
-                pad_piece="<pad>", unk_piece="<unk>", bos_piece="<s>", eos_piece="</s>",
+                pad_id=PAD_ID,
+                unk_id=UNKNOWN_ID,
+                bos_id=START_ID,
+                eos_id=END_ID,
+                pad_piece="<pad>",
+                unk_piece="<unk>",
+                bos_piece="<s>",
+                eos_piece="</s>",
                 # Determinism: every sentence, in order, one thread.
-                input_sentence_size=0, shuffle_input_sentence=False, num_threads=1, minloglevel=2)
+                input_sentence_size=0,
+                shuffle_input_sentence=False,
+                num_threads=1,
+                minloglevel=2,
+            )
         except RuntimeError as error:
-            raise ValueError(f"SentencePiece training failed for vocabulary_size={vocabulary_size}, "
-                             f"model_type={model_type!r} on {len(sentences)} sentences: {error}") from None
+            raise ValueError(
+                f"SentencePiece training failed for vocabulary_size={vocabulary_size}, "
+                f"model_type={model_type!r} on {len(sentences)} sentences: {error}"
+            ) from None
         return cls(writer.getvalue(), name=name)

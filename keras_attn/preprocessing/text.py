@@ -19,9 +19,7 @@ import numpy as np
 
 from keras_attn import checks
 from keras_attn.extras import needs_extra
-from keras_attn.preprocessing.subword_tokenizer import PAD_ID
-from keras_attn.preprocessing.subword_tokenizer import START_ID
-from keras_attn.preprocessing.subword_tokenizer import SubwordTokenizer
+from keras_attn.preprocessing.subword_tokenizer import PAD_ID, START_ID, SubwordTokenizer
 
 with needs_extra("tensorflow", "keras_attn.preprocessing.text"):
     import tensorflow as tf
@@ -104,7 +102,9 @@ def bucket_boundaries(max_length, min_length=8, step=1.1):
     for name, value in (("max_length", max_length), ("min_length", min_length)):
         checks.require(checks.is_int(value, 1), name, value, "a positive int")
     # "2" gave a TypeError, inf an OverflowError.
-    checks.require(checks.is_number(step) and 1 < step < math.inf, "step", step, "a finite number > 1")
+    checks.require(
+        checks.is_number(step) and 1 < step < math.inf, "step", step, "a finite number > 1"
+    )
     boundaries = []
     length = int(min_length)
     while length <= max_length:
@@ -114,10 +114,22 @@ def bucket_boundaries(max_length, min_length=8, step=1.1):
     return boundaries
 
 
-def make_translation_dataset(source_sentences, target_sentences, source_tokenizer, target_tokenizer,
-                             batch_size=64, max_length=128, shuffle=True, seed=None, tokens_per_batch=None,
-                             bucketing=True, boundaries=None, pad_to_bucket_boundary=False,
-                             drop_remainder=False, shuffle_buffer_size=None):
+def make_translation_dataset(
+    source_sentences,
+    target_sentences,
+    source_tokenizer,
+    target_tokenizer,
+    batch_size=64,
+    max_length=128,
+    shuffle=True,
+    seed=None,
+    tokens_per_batch=None,
+    bucketing=True,
+    boundaries=None,
+    pad_to_bucket_boundary=False,
+    drop_remainder=False,
+    shuffle_buffer_size=None,
+):
     """Builds the tokenized, batched (inputs, targets) dataset for translation.
 
     The pipeline: (shuffle) -> tokenize chunks of 1024 sentence pairs with
@@ -203,47 +215,105 @@ def make_translation_dataset(source_sentences, target_sentences, source_tokenize
     count = len(source_sentences)
     if one_string or count != len(target_sentences) or not count:
         received = " and ".join(f"a {type(side).__name__} of {len(side)}" for side in sentences)
-        raise ValueError("`source_sentences` and `target_sentences` must be aligned, non-empty lists of "
-                         f"sentences. Received: {received}.")
-    for name, tokenizer in (("source_tokenizer", source_tokenizer), ("target_tokenizer", target_tokenizer)):
-        checks.require(isinstance(tokenizer, SubwordTokenizer), name, tokenizer, "a `SubwordTokenizer`")
-    checks.require(checks.is_int(max_length, 2), "max_length", max_length, "an int >= 2 (a piece, an end id)")
+        raise ValueError(
+            "`source_sentences` and `target_sentences` must be aligned, non-empty lists of "
+            f"sentences. Received: {received}."
+        )
+    for name, tokenizer in (
+        ("source_tokenizer", source_tokenizer),
+        ("target_tokenizer", target_tokenizer),
+    ):
+        checks.require(
+            isinstance(tokenizer, SubwordTokenizer), name, tokenizer, "a `SubwordTokenizer`"
+        )
+    checks.require(
+        checks.is_int(max_length, 2), "max_length", max_length, "an int >= 2 (a piece, an end id)"
+    )
     by_tokens = tokens_per_batch is not None
-    size_name, size = ("tokens_per_batch", tokens_per_batch) if by_tokens else ("batch_size", batch_size)
+    size_name, size = (
+        ("tokens_per_batch", tokens_per_batch) if by_tokens else ("batch_size", batch_size)
+    )
     checks.require(checks.is_int(size, 1), size_name, size, "a positive int")
-    for flag, used in (("tokens_per_batch", by_tokens), ("pad_to_bucket_boundary", pad_to_bucket_boundary)):
+    for flag, used in (
+        ("tokens_per_batch", by_tokens),
+        ("pad_to_bucket_boundary", pad_to_bucket_boundary),
+    ):
         checks.require(bucketing or not used, "bucketing", bucketing, f"True with `{flag}`")
     # tf.data raised a TypeError on a float seed and read a buffer of 0 as the whole corpus.
     integer_tensor = hasattr(seed, "dtype") and tf.as_dtype(seed.dtype).is_integer
-    checks.require(seed is None or checks.is_int(seed) or integer_tensor, "seed", seed,
-                   "an int, an integer scalar tensor or None")
+    checks.require(
+        seed is None or checks.is_int(seed) or integer_tensor,
+        "seed",
+        seed,
+        "an int, an integer scalar tensor or None",
+    )
     buffer_size = shuffle_buffer_size
-    checks.require(buffer_size is None or checks.is_int(buffer_size, 1), "shuffle_buffer_size", buffer_size,
-                   "a positive int, or None for the whole corpus")
+    checks.require(
+        buffer_size is None or checks.is_int(buffer_size, 1),
+        "shuffle_buffer_size",
+        buffer_size,
+        "a positive int, or None for the whole corpus",
+    )
     if drop_remainder and not by_tokens and count < batch_size:
-        raise ValueError(f"`drop_remainder=True` with {count} sentence pairs and batch_size={batch_size} "
-                         "would drop every pair. Pass a smaller `batch_size` or drop_remainder=False.")
-    boundaries = bucket_boundaries(max_length) if boundaries is None else [int(b) for b in boundaries]
+        raise ValueError(
+            f"`drop_remainder=True` with {count} sentence pairs and batch_size={batch_size} "
+            "would drop every pair. Pass a smaller `batch_size` or drop_remainder=False."
+        )
+    boundaries = (
+        bucket_boundaries(max_length) if boundaries is None else [int(b) for b in boundaries]
+    )
     increasing = boundaries and all(a < b for a, b in zip(boundaries, boundaries[1:]))
     above = f", ending above max_length={max_length}" if pad_to_bucket_boundary else ""
-    checks.require(increasing and (not above or boundaries[-1] > max_length), "boundaries", boundaries,
-                   f"a non-empty, strictly increasing list{above}")
-    dataset = _tokenized_pairs(source_sentences, target_sentences, source_tokenizer, target_tokenizer,
-                               max_length, shuffle, seed, shuffle_buffer_size)
+    checks.require(
+        increasing and (not above or boundaries[-1] > max_length),
+        "boundaries",
+        boundaries,
+        f"a non-empty, strictly increasing list{above}",
+    )
+    dataset = _tokenized_pairs(
+        source_sentences,
+        target_sentences,
+        source_tokenizer,
+        target_tokenizer,
+        max_length,
+        shuffle,
+        seed,
+        shuffle_buffer_size,
+    )
     if not bucketing:
-        dataset = dataset.padded_batch(batch_size, padding_values=PAD_ID, drop_remainder=drop_remainder)
+        dataset = dataset.padded_batch(
+            batch_size, padding_values=PAD_ID, drop_remainder=drop_remainder
+        )
     else:
-        dataset = _bucket_by_length(dataset, boundaries, max_length, batch_size, tokens_per_batch,
-                                    pad_to_bucket_boundary, drop_remainder)
+        dataset = _bucket_by_length(
+            dataset,
+            boundaries,
+            max_length,
+            batch_size,
+            tokens_per_batch,
+            pad_to_bucket_boundary,
+            drop_remainder,
+        )
     options = tf.data.Options()
     options.deterministic = True
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
-def _tokenized_pairs(source_sentences, target_sentences, source_tokenizer, target_tokenizer,
-                     max_length, shuffle, seed, shuffle_buffer_size):
+def _tokenized_pairs(
+    source_sentences,
+    target_sentences,
+    source_tokenizer,
+    target_tokenizer,
+    max_length,
+    shuffle,
+    seed,
+    shuffle_buffer_size,
+):
     """The (shuffled) sentence pairs as unbatched `(inputs, targets)` rows of ids."""
-    pairs = [tf.constant(list(sentences), tf.string) for sentences in (source_sentences, target_sentences)]
+    pairs = [
+        tf.constant(list(sentences), tf.string)
+        for sentences in (source_sentences, target_sentences)
+    ]
     dataset = tf.data.Dataset.from_tensor_slices(tuple(pairs))
     if shuffle:
         buffer_size = shuffle_buffer_size or len(source_sentences)
@@ -256,14 +326,23 @@ def _tokenized_pairs(source_sentences, target_sentences, source_tokenizer, targe
 
     # One tokenizer call per chunk, not per sentence: per-element ops cost
     # more than the tokenization itself.
-    dataset = dataset.batch(1024).map(encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.batch(1024).map(
+        encode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
     # Unbatched ragged rows have a RaggedTensorSpec of ragged rank 0, which
     # `padded_batch` refuses; an identity map turns them into plain tensors.
     return dataset.unbatch().map(lambda inputs, targets: (inputs, targets))
 
 
-def _bucket_by_length(dataset, boundaries, max_length, batch_size, tokens_per_batch,
-                      pad_to_bucket_boundary, drop_remainder):
+def _bucket_by_length(
+    dataset,
+    boundaries,
+    max_length,
+    batch_size,
+    tokens_per_batch,
+    pad_to_bucket_boundary,
+    drop_remainder,
+):
     """Pads the pairs into batches of rows of similar length (longer of the two sides)."""
     if tokens_per_batch is not None:
         upper = [b - 1 for b in boundaries] + [max_length]
@@ -273,11 +352,18 @@ def _bucket_by_length(dataset, boundaries, max_length, batch_size, tokens_per_ba
 
     def element_length(inputs, targets):
         del targets
-        return tf.maximum(tf.shape(inputs["encoder_tokens"])[0], tf.shape(inputs["decoder_tokens"])[0])
+        return tf.maximum(
+            tf.shape(inputs["encoder_tokens"])[0], tf.shape(inputs["decoder_tokens"])[0]
+        )
 
     return dataset.bucket_by_sequence_length(
-        element_length_func=element_length, bucket_boundaries=boundaries, bucket_batch_sizes=batch_sizes,
-        padding_values=PAD_ID, pad_to_bucket_boundary=pad_to_bucket_boundary, drop_remainder=drop_remainder)
+        element_length_func=element_length,
+        bucket_boundaries=boundaries,
+        bucket_batch_sizes=batch_sizes,
+        padding_values=PAD_ID,
+        pad_to_bucket_boundary=pad_to_bucket_boundary,
+        drop_remainder=drop_remainder,
+    )
 
 
 def padding_fraction(dataset, max_batches=None):

@@ -112,7 +112,10 @@ def _local_only(tmp_path, monkeypatch):
 
     @functools.wraps(connect)
     def local_connect(sock, address):
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1"):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in (
+            "127.0.0.1",
+            "::1",
+        ):
             raise OSError(f"the data loader tests use no network but 127.0.0.1; tried {address}")
         return connect(sock, address)
 

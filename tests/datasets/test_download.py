@@ -30,8 +30,10 @@ def test_download_checks_the_hash_and_the_second_call_needs_no_network(server, c
     assert folder == os.path.dirname(_cached(cache_dir, "val.de.gz"))
     assert server.requests == {"raw/val.de.gz": 1, "raw/val.en.gz": 1}
     for name in VAL:
-        with open(os.path.join(folder, name), "rb") as got, \
-                open(os.path.join(SHIPPED_MULTI30K, name), "rb") as expected:
+        with (
+            open(os.path.join(folder, name), "rb") as got,
+            open(os.path.join(SHIPPED_MULTI30K, name), "rb") as expected,
+        ):
             assert got.read() == expected.read()
     server.stop()  # the cache alone answers now
     german, english = multi30k.load_data("val", "de", "en", cache_dir=cache_dir, base_url=base_url)
@@ -99,13 +101,16 @@ def test_a_partial_file_left_in_the_cache_is_downloaded_again(server, cache_dir)
 def _offline_copy(folder, names=VAL):
     os.makedirs(os.path.join(folder, "multi30k"), exist_ok=True)
     for name in names:
-        shutil.copyfile(os.path.join(SHIPPED_MULTI30K, name), os.path.join(folder, "multi30k", name))
+        shutil.copyfile(
+            os.path.join(SHIPPED_MULTI30K, name), os.path.join(folder, "multi30k", name)
+        )
     return folder
 
 
 @pytest.mark.parametrize("given", ["argument", "environment"])
-def test_an_offline_folder_is_preferred_to_the_cache_and_the_network(server, cache_dir, tmp_path,
-                                                                   monkeypatch, given):
+def test_an_offline_folder_is_preferred_to_the_cache_and_the_network(
+    server, cache_dir, tmp_path, monkeypatch, given
+):
     base_url = _serve_val(server)
     multi30k.fetch(["val"], cache_dir=cache_dir, base_url=base_url)  # a cache holds them too
     offline = _offline_copy(str(tmp_path / "offline"))

@@ -12,12 +12,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from keras_attn.datasets import cifar10
-from keras_attn.datasets import jsb_chorales
-from keras_attn.datasets import pop909
-from tests.datasets.conftest import SHIPPED_CIFAR10
-from tests.datasets.conftest import SHIPPED_JSB
-from tests.datasets.conftest import SHIPPED_POP909
+from keras_attn.datasets import cifar10, jsb_chorales, pop909
+from tests.datasets.conftest import SHIPPED_CIFAR10, SHIPPED_JSB, SHIPPED_POP909
 
 
 def _sha256(path):
@@ -40,7 +36,9 @@ def test_jsb_download_cache_and_splits(server, cache_dir, monkeypatch):
     # Served as if it were the official file.
     monkeypatch.setitem(jsb_chorales.SHA256, jsb_chorales.SEPARATED, (_sha256(SHIPPED_JSB),))
     path = jsb_chorales.fetch(cache_dir=cache_dir, base_url=server.url)
-    assert path == os.path.join(cache_dir, "datasets", "keras_attn", "jsb_chorales", "Jsb16thSeparated.json")
+    assert path == os.path.join(
+        cache_dir, "datasets", "keras_attn", "jsb_chorales", "Jsb16thSeparated.json"
+    )
     server.stop()
     train = jsb_chorales.load_data("train", cache_dir=cache_dir, base_url=server.url)
     valid = jsb_chorales.load_data("valid", cache_dir=cache_dir, base_url=server.url)
@@ -68,7 +66,9 @@ SONGS = (1, 2, 3, 4, 5, 6)
 
 def _serve_pop909(server):
     for song in SONGS:
-        server.add(os.path.join(SHIPPED_POP909, f"{song:03d}.mid"), f"POP909/{song:03d}/{song:03d}.mid")
+        server.add(
+            os.path.join(SHIPPED_POP909, f"{song:03d}.mid"), f"POP909/{song:03d}/{song:03d}.mid"
+        )
     server.add(os.path.join(SHIPPED_POP909, "LICENSE"), "LICENSE")
 
 
@@ -92,8 +92,9 @@ def test_pop909_a_corrupted_song_is_refused(server, cache_dir):
     with pytest.raises(ValueError) as error:
         pop909.fetch(SONGS, cache_dir=cache_dir, base_url=server.url)
     assert "004.mid" in str(error.value) and pop909.SHA256["004"] in str(error.value)
-    assert not os.path.exists(os.path.join(cache_dir, "datasets", "keras_attn", "pop909", "POP909",
-                                           "004", "004.mid"))
+    assert not os.path.exists(
+        os.path.join(cache_dir, "datasets", "keras_attn", "pop909", "POP909", "004", "004.mid")
+    )
 
 
 def test_pop909_offline_folder_and_unknown_songs(server, tmp_path):
@@ -102,17 +103,26 @@ def test_pop909_offline_folder_and_unknown_songs(server, tmp_path):
     for song in SONGS:
         name = f"{song:03d}"
         (offline / "pop909" / "POP909" / name).mkdir(parents=True)
-        shutil.copyfile(os.path.join(SHIPPED_POP909, f"{name}.mid"),
-                        offline / "pop909" / "POP909" / name / f"{name}.mid")
+        shutil.copyfile(
+            os.path.join(SHIPPED_POP909, f"{name}.mid"),
+            offline / "pop909" / "POP909" / name / f"{name}.mid",
+        )
     assert pop909.fetch(SONGS, data_dir=str(offline), base_url=server.url) == str(
-        offline / "pop909" / "POP909")
+        offline / "pop909" / "POP909"
+    )
     with pytest.raises(FileNotFoundError, match="007.mid"):
         pop909.fetch([7], data_dir=str(offline), base_url=server.url)
     assert server.total() == 0
     for song in (0, 910, "1", True):
-        with pytest.raises(ValueError, match=rf"^`song` must be a POP909 song number from 1 to 909 .*Received: song={song!r}\.$"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^`song` must be a POP909 song number from 1 to 909 .*Received: song={song!r}\.$",
+        ):
             pop909.fetch([song], data_dir=str(offline))
-    with pytest.raises(ValueError, match=r"^`songs` must be at least one POP909 song, or None for all\. Received: songs=\[\]\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`songs` must be at least one POP909 song, or None for all\. Received: songs=\[\]\.$",
+    ):
         pop909.fetch([], data_dir=str(offline))
     assert len(pop909.SHA256) == pop909.NUM_SONGS == 909
 
@@ -127,8 +137,11 @@ def _cifar_archive(path, per_batch=3):
             numbers = index * per_batch + np.arange(per_batch)
             data = np.repeat(numbers.astype(np.uint8)[:, None], 3072, axis=1)
             data[:, 1024:2048] = 200  # green plane: channel order check
-            batch = {b"data": data, b"labels": [int(x) for x in rng.integers(0, 10, per_batch)],
-                     b"batch_label": name.encode()}
+            batch = {
+                b"data": data,
+                b"labels": [int(x) for x in rng.integers(0, 10, per_batch)],
+                b"batch_label": name.encode(),
+            }
             payload = pickle.dumps(batch, protocol=4)  # arrays without _codecs
             info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
             info.size = len(payload)
@@ -176,7 +189,9 @@ def test_cifar10_offline_jpeg_copy(tmp_path, monkeypatch, server):
 
     offline = tmp_path / "offline" / "cifar10"
     offline.mkdir(parents=True)
-    shutil.copyfile(SHIPPED_CIFAR10, offline / cifar10.JPEG_COPY)  # the sample, in the copy's format
+    shutil.copyfile(
+        SHIPPED_CIFAR10, offline / cifar10.JPEG_COPY
+    )  # the sample, in the copy's format
     with pytest.raises(ValueError, match=cifar10.JPEG_COPY_SHA256):
         cifar10.fetch(data_dir=str(offline.parent))
     monkeypatch.setattr(cifar10, "JPEG_COPY_SHA256", _sha256(SHIPPED_CIFAR10))
@@ -186,7 +201,7 @@ def test_cifar10_offline_jpeg_copy(tmp_path, monkeypatch, server):
         assert labels.tolist() == sample["labels"].tolist()
     assert images.shape == (1000, 32, 32, 3)
     for i in (0, 999):
-        picture = Image.open(io.BytesIO(jpeg[offsets[i]:offsets[i + 1]].tobytes())).convert("RGB")
+        picture = Image.open(io.BytesIO(jpeg[offsets[i] : offsets[i + 1]].tobytes())).convert("RGB")
         np.testing.assert_array_equal(images[i], np.asarray(picture))
     with pytest.raises(ValueError, match="no 'test' split"):
         cifar10.load_data("test", data_dir=str(offline.parent))

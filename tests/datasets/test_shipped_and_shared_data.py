@@ -12,14 +12,8 @@ import textwrap
 
 import pytest
 
-from keras_attn.datasets import cifar10
-from keras_attn.datasets import jsb_chorales
-from keras_attn.datasets import multi30k
-from keras_attn.datasets import pop909
-from tests.datasets.conftest import ROOT
-from tests.datasets.conftest import SHIPPED_JSB
-from tests.datasets.conftest import SHIPPED_MULTI30K
-from tests.datasets.conftest import SHIPPED_POP909
+from keras_attn.datasets import cifar10, jsb_chorales, multi30k, pop909
+from tests.datasets.conftest import ROOT, SHIPPED_JSB, SHIPPED_MULTI30K, SHIPPED_POP909
 
 SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared", "data"))
 
@@ -43,9 +37,12 @@ def test_the_shared_data_folder_passes_every_loader(server):
     assert multi30k.fetch(data_dir=SHARED, base_url=server.url) == os.path.join(SHARED, "multi30k")
     for name in (jsb_chorales.SEPARATED, jsb_chorales.PIANO_ROLL):
         assert jsb_chorales.fetch(name, data_dir=SHARED, base_url=server.url).startswith(SHARED)
-    assert pop909.fetch(data_dir=SHARED, base_url=server.url) == os.path.join(SHARED, "pop909", "POP909")
+    assert pop909.fetch(data_dir=SHARED, base_url=server.url) == os.path.join(
+        SHARED, "pop909", "POP909"
+    )
     assert cifar10.fetch(data_dir=SHARED, base_url=server.url) == os.path.join(
-        SHARED, "cifar10", cifar10.JPEG_COPY)
+        SHARED, "cifar10", cifar10.JPEG_COPY
+    )
     assert server.total() == 0
 
 
@@ -69,7 +66,13 @@ def test_no_tensorflow_import():
     )
     env = dict(os.environ, KERAS_BACKEND="jax")
     env.pop("KERAS_ATTN_DATA", None)
-    result = subprocess.run([sys.executable, "-c", child], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", child],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"

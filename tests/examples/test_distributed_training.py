@@ -36,9 +36,18 @@ STEPS = 3 * 4  # TINY: 3 epochs of 4 steps
 
 def argv(example, tmp_path, name, strategy):
     extra = ["--cache_dir", str(tmp_path / "cache")] if example == "music" else []
-    return TINY[example] + extra + [
-        "--dropout", "0", "--output_dir", str(tmp_path / name), "--strategy", strategy,
-    ]
+    return (
+        TINY[example]
+        + extra
+        + [
+            "--dropout",
+            "0",
+            "--output_dir",
+            str(tmp_path / name),
+            "--strategy",
+            strategy,
+        ]
+    )
 
 
 def assert_same_training(example, one, distributed):
@@ -53,8 +62,9 @@ def assert_same_training(example, one, distributed):
     # distributed loss weighs tokens a little differently (measured: losses
     # within 5e-4 relative over 12 steps).
     translation = example == "translation"
-    np.testing.assert_allclose(distributed["batch_loss"], one["batch_loss"],
-                               rtol=5e-3 if translation else 1e-4)
+    np.testing.assert_allclose(
+        distributed["batch_loss"], one["batch_loss"], rtol=5e-3 if translation else 1e-4
+    )
     # The key projection's bias is left out: it gets no gradient (softmax is
     # invariant to adding the same q.b_k to all logits of a query), and Adam
     # (epsilon 1e-9) turns the rounding noise in its zero gradient into
@@ -71,7 +81,7 @@ def assert_same_training(example, one, distributed):
         # steps make visible in rarely seen embedding rows (max difference
         # 0.17): compare the weights as a whole (measured 2.1%).
         difference = sum(float(np.sum((a - b) ** 2)) for a, b in pairs)
-        size = sum(float(np.sum(a ** 2)) for a, _ in pairs)
+        size = sum(float(np.sum(a**2)) for a, _ in pairs)
         assert (difference / size) ** 0.5 < 0.05, (difference / size) ** 0.5
     else:
         difference = max(float(np.max(np.abs(a - b))) for a, b in pairs)
@@ -83,11 +93,23 @@ def assert_same_training(example, one, distributed):
 
 @pytest.mark.parametrize("example", EXAMPLES)
 def test_mirrored_strategy_on_two_devices_matches_one_device(example, tmp_path):
-    out = run_driver({"example": example, "logical_cpus": 2, "runs": [
-        {"argv": argv(example, tmp_path, "one", "default"), "result": str(tmp_path / "one.npz")},
-        {"argv": argv(example, tmp_path, "mirrored", "mirrored"),
-         "result": str(tmp_path / "mirrored.npz")},
-    ]}, tmp_path / "spec.json")
+    out = run_driver(
+        {
+            "example": example,
+            "logical_cpus": 2,
+            "runs": [
+                {
+                    "argv": argv(example, tmp_path, "one", "default"),
+                    "result": str(tmp_path / "one.npz"),
+                },
+                {
+                    "argv": argv(example, tmp_path, "mirrored", "mirrored"),
+                    "result": str(tmp_path / "mirrored.npz"),
+                },
+            ],
+        },
+        tmp_path / "spec.json",
+    )
     assert f"replicas=1 result={tmp_path / 'one.npz'}" in out
     assert f"replicas=2 result={tmp_path / 'mirrored.npz'}" in out
     assert_same_training(example, np.load(tmp_path / "one.npz"), np.load(tmp_path / "mirrored.npz"))
@@ -108,19 +130,36 @@ def test_multi_worker_strategy_on_two_processes_matches_one_device(example, tmp_
     cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(2)]}
     workers = []
     for index in range(2):
-        runs = [{"argv": argv(example, tmp_path, "multi_worker", "multi_worker"),
-                 "result": str(tmp_path / f"worker_{index}.npz")}]
+        runs = [
+            {
+                "argv": argv(example, tmp_path, "multi_worker", "multi_worker"),
+                "result": str(tmp_path / f"worker_{index}.npz"),
+            }
+        ]
         if index == 0:  # the chief also trains on one device, to compare
-            runs.append({"argv": argv(example, tmp_path, "one", "default"),
-                         "result": str(tmp_path / "one.npz")})
+            runs.append(
+                {
+                    "argv": argv(example, tmp_path, "one", "default"),
+                    "result": str(tmp_path / "one.npz"),
+                }
+            )
         spec = tmp_path / f"worker_{index}.json"
         spec.write_text(json.dumps({"example": example, "runs": runs}))
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        workers.append(subprocess.Popen(
-            [sys.executable, DRIVER, str(spec)], cwd=ROOT, env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        ))
+        env = dict(
+            os.environ,
+            TF_CPP_MIN_LOG_LEVEL="3",
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+        )
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, DRIVER, str(spec)],
+                cwd=ROOT,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     outputs = []
     try:
         for worker in workers:

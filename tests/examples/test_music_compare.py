@@ -21,20 +21,31 @@ def _run_dir(path, nll_text):
     return str(path)
 
 
-NLL = json.dumps({"attention": "relative", "parameters": 1234, "sequence_length": 32,
-                  "nll": {"1L": {"nll_per_token": 0.5, "window_length": 32, "tokens": 9}}})
+NLL = json.dumps(
+    {
+        "attention": "relative",
+        "parameters": 1234,
+        "sequence_length": 32,
+        "nll": {"1L": {"nll_per_token": 0.5, "window_length": 32, "tokens": 9}},
+    }
+)
 
 
-@pytest.mark.parametrize("case, message", [
-    ("truncated", "nll.json cannot be read (Expecting"),
-    ("missing", "nll.json cannot be read ([Errno 2]"),
-    ("output_folder", "the folder"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("truncated", "nll.json cannot be read (Expecting"),
+        ("missing", "nll.json cannot be read ([Errno 2]"),
+        ("output_folder", "the folder"),
+    ],
+)
 def test_unreadable_runs_and_unwritable_output_are_usage_errors(tmp_path, capsys, case, message):
     run = _run_dir(tmp_path / "run", NLL[:40] if case == "truncated" else NLL)
     if case == "missing":
         os.remove(os.path.join(run, "nll.json"))
-    argv = [run] + (["--output", str(tmp_path / "no" / "plot.png")] if case == "output_folder" else [])
+    argv = [run] + (
+        ["--output", str(tmp_path / "no" / "plot.png")] if case == "output_folder" else []
+    )
     with pytest.raises(SystemExit) as stopped:
         _compare().main(argv)
     assert stopped.value.code == 2

@@ -12,15 +12,40 @@ pytestmark = pytest.mark.requires_tensorflow
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "music")
-TINY = ["--num_layers", "1", "--hidden_dim", "32", "--num_heads", "2", "--intermediate_dim", "64",
-        "--batch_size", "4", "--sequence_length", "32", "--epochs", "2", "--steps_per_epoch", "10",
-        "--warmup_steps", "10", "--progress", "2"]
+TINY = [
+    "--num_layers",
+    "1",
+    "--hidden_dim",
+    "32",
+    "--num_heads",
+    "2",
+    "--intermediate_dim",
+    "64",
+    "--batch_size",
+    "4",
+    "--sequence_length",
+    "32",
+    "--epochs",
+    "2",
+    "--steps_per_epoch",
+    "10",
+    "--warmup_steps",
+    "10",
+    "--progress",
+    "2",
+]
 
 
 def _run(script, *args):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, os.path.join(EXAMPLE, script), *args],
-                            capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, os.path.join(EXAMPLE, script), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
@@ -30,8 +55,19 @@ def _run(script, *args):
 def test_train_evaluate_export_and_generate(task, tmp_path):
     run_dir = str(tmp_path / task)
     extra = ["--midi_dir", os.path.join(EXAMPLE, "data", "pop909")] if task == "performance" else []
-    _run("train.py", "--task", task, "--output_dir", run_dir, "--cache_dir", str(tmp_path / "cache"),
-         "--max_eval_windows", "16", *TINY, *extra)
+    _run(
+        "train.py",
+        "--task",
+        task,
+        "--output_dir",
+        run_dir,
+        "--cache_dir",
+        str(tmp_path / "cache"),
+        "--max_eval_windows",
+        "16",
+        *TINY,
+        *extra,
+    )
     with open(os.path.join(run_dir, "nll.json")) as f:
         nll = json.load(f)["nll"]
     # Better than a uniform guess over the vocabulary after 20 steps.
@@ -51,21 +87,57 @@ def test_train_evaluate_export_and_generate(task, tmp_path):
 
         music_data = load_script("music/music_data.py")
         unused = music_data.unused_pitch_ids("jsb", music_data.load_jsb(None, "train"))
-        served = tf.saved_model.load(os.path.join(run_dir, "export", "1")).signatures["serving_default"]
-        events = served(primer=tf.constant([[1]] * 4), num_steps=tf.constant(60),
-                        temperature=tf.constant(3.0), top_k=tf.constant(0),
-                        top_p=tf.constant(1.0), seed=tf.constant(7))["events"].numpy()
+        served = tf.saved_model.load(os.path.join(run_dir, "export", "1")).signatures[
+            "serving_default"
+        ]
+        events = served(
+            primer=tf.constant([[1]] * 4),
+            num_steps=tf.constant(60),
+            temperature=tf.constant(3.0),
+            top_k=tf.constant(0),
+            top_p=tf.constant(1.0),
+            seed=tf.constant(7),
+        )["events"].numpy()
         assert (events >= 4).sum() > 100  # it sampled pitches
         assert not np.isin(events, unused).any()
     # Both generation tasks: from nothing and continuing a primer.
-    primer = os.path.join(EXAMPLE, "data", "pop909", "005.mid") if task == "performance" else "validation"
+    primer = (
+        os.path.join(EXAMPLE, "data", "pop909", "005.mid")
+        if task == "performance"
+        else "validation"
+    )
     for args in (["--primer", "none"], ["--primer", primer, "--primer_length", "16"]):
-        out = _run("generate.py", "--run_dir", run_dir, "--num_samples", "2", "--top_k", "20",
-                   "--timing_steps", "2", "--jit_compile", "0", *args)
+        out = _run(
+            "generate.py",
+            "--run_dir",
+            run_dir,
+            "--num_samples",
+            "2",
+            "--top_k",
+            "20",
+            "--timing_steps",
+            "2",
+            "--jit_compile",
+            "0",
+            *args,
+        )
         assert "events/s for the batch" in out
     # --speed 0: the samples without the two timing passes.
-    out = _run("generate.py", "--run_dir", run_dir, "--num_samples", "2", "--name", "quick",
-               "--speed", "0", "--timing_steps", "0", "--jit_compile", "0")
+    out = _run(
+        "generate.py",
+        "--run_dir",
+        run_dir,
+        "--num_samples",
+        "2",
+        "--name",
+        "quick",
+        "--speed",
+        "0",
+        "--timing_steps",
+        "0",
+        "--jit_compile",
+        "0",
+    )
     assert "Timing the loop" not in out and "events/s" not in out
     with open(os.path.join(run_dir, "samples", "quick_report.json")) as f:
         assert "events_per_second" not in json.load(f)
@@ -73,6 +145,16 @@ def test_train_evaluate_export_and_generate(task, tmp_path):
     assert sum(name.endswith(".mid") for name in samples) == 6
     assert sum(name.endswith(".png") for name in samples) == 6
     # A second run of the same command finds the finished run and does not retrain.
-    out = _run("train.py", "--task", task, "--output_dir", run_dir, "--cache_dir",
-               str(tmp_path / "cache"), "--skip_export", *TINY, *extra)
+    out = _run(
+        "train.py",
+        "--task",
+        task,
+        "--output_dir",
+        run_dir,
+        "--cache_dir",
+        str(tmp_path / "cache"),
+        "--skip_export",
+        *TINY,
+        *extra,
+    )
     assert "holds a finished training run" in out

@@ -21,7 +21,9 @@ def test_chorale_statistics_count_held_pitches_as_one_note():
     tenor = [-1] * 10 + [60] * 10
     bass = [48] * 20
     grid = np.stack([soprano, alto, tenor, bass], axis=1)
-    row = np.concatenate([[music.JSB_START_ID], music.chorale_to_tokens(grid), [music.JSB_END_ID, 0]])
+    row = np.concatenate(
+        [[music.JSB_START_ID], music.chorale_to_tokens(grid), [music.JSB_END_ID, 0]]
+    )
     stats = generate.music_statistics("jsb", [row])
     # Notes: 18, 2, 5, 5, 5, 5, 10, 20 (the rest is not a note).
     assert stats["notes"] == 8
@@ -42,8 +44,20 @@ def test_performance_statistics_in_seconds():
         return music.TIME_SHIFT_OFFSET + steps - 1
 
     # 60 sounds 0-1 s, 64 sounds 0.5-1 s; then 0.5 s of silence: 1.5 s in all.
-    row = np.array([on + 60, shift(50), on + 64, shift(50), off + 60, off + 64, shift(50),
-                    music.END_ID, on + 67, shift(100)])
+    row = np.array(
+        [
+            on + 60,
+            shift(50),
+            on + 64,
+            shift(50),
+            off + 60,
+            off + 64,
+            shift(50),
+            music.END_ID,
+            on + 67,
+            shift(100),
+        ]
+    )
     stats = generate.music_statistics("performance", [row])
     assert stats["notes"] == 2
     assert stats["notes_per_second"] == pytest.approx(2 / 1.5)
@@ -56,8 +70,9 @@ def test_performance_statistics_count_hanging_notes_and_measure_them_cut():
     on, off = music.NOTE_ON_OFFSET, music.NOTE_OFF_OFFSET
     second = music.TIME_SHIFT_OFFSET + 99  # a time shift of 1 s
     # 60 is never turned off (8 s to the end); 64 sounds exactly 5 s; 67 sounds 1 s.
-    row = np.array([on + 60, on + 64] + [second] * 5 + [off + 64, on + 67, second, off + 67]
-                   + [second] * 2)
+    row = np.array(
+        [on + 60, on + 64] + [second] * 5 + [off + 64, on + 67, second, off + 67] + [second] * 2
+    )
     exact = generate.music_statistics("performance", [row])
     assert exact["notes"] == 3
     assert exact["note_duration"] == pytest.approx((8 + 5 + 1) / 3)
@@ -69,13 +84,17 @@ def test_performance_statistics_count_hanging_notes_and_measure_them_cut():
     # The written file holds the cut notes (ticks are milliseconds).
     notes = generate.to_midi("performance", row, max_note_duration=2.0).tracks[0].notes
     assert sorted((n.pitch, n.time, n.duration) for n in notes) == [
-        (60, 0, 2000), (64, 0, 2000), (67, 5000, 1000)
+        (60, 0, 2000),
+        (64, 0, 2000),
+        (67, 5000, 1000),
     ]
 
 
 def test_no_notes_gives_none_and_validation_windows_are_whole():
     generate = _generate()
-    assert generate.music_statistics("jsb", [np.array([music.JSB_START_ID, music.JSB_END_ID])]) is None
+    assert (
+        generate.music_statistics("jsb", [np.array([music.JSB_START_ID, music.JSB_END_ID])]) is None
+    )
     pieces = [np.arange(10), np.arange(3)]
     windows = generate.validation_windows(pieces, length=5, step=4)
     assert [w.tolist() for w in windows] == [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -97,7 +116,11 @@ def test_max_note_duration_flag(tmp_path, capsys):
     assert _parse(tmp_path, "performance", "--max_note_duration", "0").max_note_duration is None
     assert _parse(tmp_path, "jsb").max_note_duration is None
     for task, value, message in (
-        ("performance", "inf", "finite number of seconds >= 0.01. Received: max_note_duration=inf."),
+        (
+            "performance",
+            "inf",
+            "finite number of seconds >= 0.01. Received: max_note_duration=inf.",
+        ),
         ("performance", "0.001", "Received: max_note_duration=0.001."),
         ("performance", "-2", "Received: max_note_duration=-2.0."),
         ("jsb", "5", "applies to performance runs"),
@@ -113,10 +136,18 @@ def test_a_run_dir_without_a_train_py_config_is_a_usage_error(tmp_path, capsys):
     generate = _generate()
     config = tmp_path / "config.json"
     for text, message in (
-        ('{"sequence_length": 32}', "is not the config.json of a finished examples/music/train.py run "
-                                    "(KeyError: 'task')"),
-        ("{not json", "is not the config.json of a finished examples/music/train.py run (JSONDecodeError"),
-        ('{"task": "opera", "sequence_length": 32}', "unknown task 'opera', expected one of ('jsb', 'performance')"),
+        (
+            '{"sequence_length": 32}',
+            "is not the config.json of a finished examples/music/train.py run (KeyError: 'task')",
+        ),
+        (
+            "{not json",
+            "is not the config.json of a finished examples/music/train.py run (JSONDecodeError",
+        ),
+        (
+            '{"task": "opera", "sequence_length": 32}',
+            "unknown task 'opera', expected one of ('jsb', 'performance')",
+        ),
     ):
         config.write_text(text)
         with pytest.raises(SystemExit) as exit_info:
@@ -139,18 +170,36 @@ def test_primer_flags(tmp_path, capsys):
     # taken as it is, and refused unless whole steps: it was rounded down
     # silently (3 became 0, an unprimed sample).
     assert _parse(tmp_path, "jsb", "--primer", "validation").primer_length % 4 == 0
-    assert _parse(tmp_path, "jsb", "--primer", "validation", "--primer_length", "8").primer_length == 8
-    assert _parse(tmp_path, "performance", "--primer", "validation", "--primer_length", "7").primer_length == 7
+    assert (
+        _parse(tmp_path, "jsb", "--primer", "validation", "--primer_length", "8").primer_length == 8
+    )
+    assert (
+        _parse(
+            tmp_path, "performance", "--primer", "validation", "--primer_length", "7"
+        ).primer_length
+        == 7
+    )
     midi = tmp_path / "primer.mid"
     midi.write_bytes(b"")
     assert _parse(tmp_path, "performance", "--primer", str(midi)).primer == str(midi)
     for task, args, message in (
-        ("jsb", ["--primer", "validation", "--primer_length", "3"],
-         "--primer_length must be a multiple of 4 for a jsb run (whole time steps of the 4 voices), "
-         "received 3"),
+        (
+            "jsb",
+            ["--primer", "validation", "--primer_length", "3"],
+            "--primer_length must be a multiple of 4 for a jsb run (whole time steps of the 4 voices), "
+            "received 3",
+        ),
         ("jsb", ["--primer_length", "64"], "--primer_length takes events from a primer"),
-        ("jsb", ["--primer", "foo"], "--primer must be 'none', 'validation' or a .mid file, received 'foo'"),
-        ("performance", ["--primer", str(tmp_path / "missing.mid")], "missing.mid': no such MIDI file"),
+        (
+            "jsb",
+            ["--primer", "foo"],
+            "--primer must be 'none', 'validation' or a .mid file, received 'foo'",
+        ),
+        (
+            "performance",
+            ["--primer", str(tmp_path / "missing.mid")],
+            "missing.mid': no such MIDI file",
+        ),
     ):
         with pytest.raises(SystemExit):
             _parse(tmp_path, task, *args)
@@ -176,6 +225,7 @@ def test_jsb_samples_leave_out_the_pitches_no_training_chorale_uses(tmp_path, ca
 
     assert generate.suppressed_ids(_parse(tmp_path, "jsb")) == (0, 1) + unused
     assert "the 82 pitches no training chorale uses (the chorales span MIDI 36..81" in (
-        capsys.readouterr().out)
+        capsys.readouterr().out
+    )
     assert generate.suppressed_ids(_parse(tmp_path, "jsb", "--all_pitches")) == (0, 1)
     assert generate.suppressed_ids(_parse(tmp_path, "performance")) == (0, 1)

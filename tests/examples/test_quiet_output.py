@@ -14,9 +14,31 @@ pytestmark = pytest.mark.requires_tensorflow
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 TRAIN = os.path.join(ROOT, "examples", "translation", "train.py")
 NOISE = ("absl::InitializeLog", "cuInit", "cuda drivers", "oneDNN", "shuffle=True")
-TINY = ["--train_size", "300", "--val_size", "16", "--vocabulary_size", "500", "--num_layers", "1",
-        "--hidden_dim", "16", "--num_heads", "2", "--intermediate_dim", "32", "--eval_size", "4",
-        "--max_length", "16", "--num_beams", "1", "--skip_export", "--minutes", "0.05"]
+TINY = [
+    "--train_size",
+    "300",
+    "--val_size",
+    "16",
+    "--vocabulary_size",
+    "500",
+    "--num_layers",
+    "1",
+    "--hidden_dim",
+    "16",
+    "--num_heads",
+    "2",
+    "--intermediate_dim",
+    "32",
+    "--eval_size",
+    "4",
+    "--max_length",
+    "16",
+    "--num_beams",
+    "1",
+    "--skip_export",
+    "--minutes",
+    "0.05",
+]
 
 
 def _run(tmp_path, *extra):
@@ -24,7 +46,11 @@ def _run(tmp_path, *extra):
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run(
         [sys.executable, TRAIN, "--output_dir", str(tmp_path / "run"), *TINY, *extra],
-        env=env, capture_output=True, text=True, timeout=600, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     )
     return result.stdout + result.stderr
 
@@ -58,10 +84,25 @@ def test_the_grpc_client_is_quiet_too():
     pytest.importorskip("tensorflow_serving")
     client = os.path.join(ROOT, "examples", "serving", "client.py")
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    result = subprocess.run([sys.executable, client, "--grpc", "localhost:1", "--timeout", "5",
-                             "translate", "Ein Hund."], env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            client,
+            "--grpc",
+            "localhost:1",
+            "--timeout",
+            "5",
+            "translate",
+            "Ein Hund.",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 1
     assert result.stdout == ""
-    assert result.stderr.startswith("error: TF Serving gRPC UNAVAILABLE at localhost:1"), result.stderr
+    assert result.stderr.startswith("error: TF Serving gRPC UNAVAILABLE at localhost:1"), (
+        result.stderr
+    )
     assert result.stderr.count("\n") == 1, result.stderr

@@ -42,7 +42,9 @@ def _record_args(tmp_path, argv=()):
 FLAGS = ("hidden_dim", "position")
 
 
-def test_a_left_out_flag_takes_the_recorded_value_and_a_contradicting_one_is_refused(tmp_path, capsys):
+def test_a_left_out_flag_takes_the_recorded_value_and_a_contradicting_one_is_refused(
+    tmp_path, capsys
+):
     module, parser, args = _record_args(tmp_path, ["--hidden_dim", "32", "--minutes", "5"])
     module.check_run_record(parser, args, FLAGS)  # a new folder: nothing recorded yet
     os.makedirs(args.output_dir)
@@ -66,8 +68,10 @@ def test_a_left_out_flag_takes_the_recorded_value_and_a_contradicting_one_is_ref
         module.check_run_record(parser, args, FLAGS)
     assert stopped.value.code == 2
     err = capsys.readouterr().err
-    assert "holds a model trained with other settings: hidden_dim=128 (the run has 32), " \
-           "position='learned' (the run has 'sinusoidal')" in err
+    assert (
+        "holds a model trained with other settings: hidden_dim=128 (the run has 32), "
+        "position='learned' (the run has 'sinusoidal')" in err
+    )
     assert "pass another --output_dir" in err
 
 
@@ -150,8 +154,10 @@ def test_a_run_finished_by_an_older_version_is_recognised(tmp_path):
     assert module.training_finished(str(run))  # Keras removes the backup when fit ends
 
 
-@pytest.mark.parametrize("text, reason", [('{"hidden_dim": 3', "Expecting"), ("null", "a JSON NoneType"),
-                                          ("[1, 2]", "a JSON list")])
+@pytest.mark.parametrize(
+    "text, reason",
+    [('{"hidden_dim": 3', "Expecting"), ("null", "a JSON NoneType"), ("[1, 2]", "a JSON list")],
+)
 def test_a_damaged_record_is_reported(tmp_path, capsys, text, reason):
     module, parser, args = _record_args(tmp_path)
     os.makedirs(args.output_dir)
@@ -165,11 +171,15 @@ def test_a_damaged_record_is_reported(tmp_path, capsys, text, reason):
 def test_best_logged_is_the_lowest_value_in_history(tmp_path):
     module = _run_folder()
     assert module.best_logged(str(tmp_path), "val_loss") is None
-    (tmp_path / "history.csv").write_text("epoch,loss,val_loss\n0,2.0,0.5\n1,1.5,0.25\n2,1.2,0.4\n3,1.1,\n")
+    (tmp_path / "history.csv").write_text(
+        "epoch,loss,val_loss\n0,2.0,0.5\n1,1.5,0.25\n2,1.2,0.4\n3,1.1,\n"
+    )
     assert module.best_logged(str(tmp_path), "val_loss") == 0.25
     assert module.best_logged(str(tmp_path), "val_bits_per_dim") is None
     (tmp_path / "history.csv").write_text("epoch,loss,val_loss\n0,2.0,0.5\n1,1.5,nan-ish\n")
-    with pytest.raises(ValueError, match=r"history.csv, line 3: val_loss is 'nan-ish', not a number"):
+    with pytest.raises(
+        ValueError, match=r"history.csv, line 3: val_loss is 'nan-ish', not a number"
+    ):
         module.best_logged(str(tmp_path), "val_loss")
 
 
@@ -204,12 +214,17 @@ def _train_module(example):
     return load_script(f"{example}/train.py")
 
 
-@pytest.mark.parametrize("example, flag, recorded, other", [
-    ("translation", "hidden_dim", 64, "32"),
-    ("super_resolution", "block_size", 48, "24"),
-    ("music", "num_heads", 2, "8"),
-])
-def test_every_train_script_reads_its_run_folder_first(tmp_path, capsys, example, flag, recorded, other):
+@pytest.mark.parametrize(
+    "example, flag, recorded, other",
+    [
+        ("translation", "hidden_dim", 64, "32"),
+        ("super_resolution", "block_size", 48, "24"),
+        ("music", "num_heads", 2, "8"),
+    ],
+)
+def test_every_train_script_reads_its_run_folder_first(
+    tmp_path, capsys, example, flag, recorded, other
+):
     # The harm this guards against: the same command on a finished
     # translation or super-resolution run trained a new model from scratch
     # and wrote it over model.keras.
@@ -255,13 +270,17 @@ def test_check_run_folders_picks_the_next_version_and_the_default_export_dir(tmp
     assert args.version == 2
 
 
-@pytest.mark.parametrize("case", ["existing_version", "export_dir_is_a_file", "output_dir_is_a_file",
-                                  "no_model_to_load"])
+@pytest.mark.parametrize(
+    "case", ["existing_version", "export_dir_is_a_file", "output_dir_is_a_file", "no_model_to_load"]
+)
 def test_check_run_folders_refuses_before_any_work(tmp_path, capsys, case):
     os.makedirs(tmp_path / "run" / "export" / "1")
     flags, loads_model, expected = {}, False, None
     if case == "existing_version":
-        flags, expected = {"version": 1}, "export/1 exists already: leave out --version to export version 2"
+        flags, expected = (
+            {"version": 1},
+            "export/1 exists already: leave out --version to export version 2",
+        )
     elif case == "export_dir_is_a_file":
         (tmp_path / "file").write_text("x")
         flags, expected = {"export_dir": tmp_path / "file"}, "file is a file; pass the folder"
@@ -279,5 +298,3 @@ def test_check_run_folders_refuses_before_any_work(tmp_path, capsys, case):
     if case in ("existing_version", "export_dir_is_a_file"):
         module, parser, args = _folders_args(tmp_path, skip_export=True, **flags)
         module.check_run_folders(parser, args)
-
-

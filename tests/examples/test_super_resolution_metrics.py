@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 pytest.importorskip("tensorflow")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "super_resolution"))
+sys.path.insert(
+    0, os.path.join(os.path.dirname(__file__), "..", "..", "examples", "super_resolution")
+)
 import evaluate  # noqa: E402
 
 

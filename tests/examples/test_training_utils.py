@@ -105,7 +105,9 @@ def test_progress_modes_print_what_they_promise(capsys, progress):
     else:
         header, line = out.splitlines()
         assert header == "Training for 2.5 min at most (the budget ends the last epoch early):"
-        assert re.fullmatch(r"epoch 1: 1 steps - \d+ s - 0\.0 min in all - loss: 2 - val_loss: 2\.1", line)
+        assert re.fullmatch(
+            r"epoch 1: 1 steps - \d+ s - 0\.0 min in all - loss: 2 - val_loss: 2\.1", line
+        )
 
 
 def _epoch_lines(capsys, minutes, planned_steps, epochs):
@@ -146,9 +148,14 @@ def test_time_budget_pairs_the_callback_with_fit_verbosity():
 
     module = _training_utils()
     for progress in (0, 1, 2):
-        assert module.time_budget(argparse.Namespace(minutes=None, progress=progress)) == ([], progress)
+        assert module.time_budget(argparse.Namespace(minutes=None, progress=progress)) == (
+            [],
+            progress,
+        )
     for progress, verbose in ((0, 0), (1, 0), (2, 0)):  # the budget's bar or lines, Keras' off
-        callbacks, got = module.time_budget(argparse.Namespace(minutes=2.5, progress=progress), "t.txt")
+        callbacks, got = module.time_budget(
+            argparse.Namespace(minutes=2.5, progress=progress), "t.txt"
+        )
         assert got == verbose
         [budget] = callbacks
         assert (budget.seconds, budget.path, budget.progress) == (150.0, "t.txt", progress)
@@ -181,14 +188,18 @@ def test_positive_accepts_numbers_above_zero(kind, text, expected):
     assert _training_utils().positive(kind)(text) == expected
 
 
-@pytest.mark.parametrize("kind, text", [(int, "0"), (int, "-2"), (float, "0"), (float, "-1"), (int, "2.5"),
-                                        (float, "nan")])
+@pytest.mark.parametrize(
+    "kind, text",
+    [(int, "0"), (int, "-2"), (float, "0"), (float, "-1"), (int, "2.5"), (float, "nan")],
+)
 def test_positive_refuses_zero_negatives_and_non_numbers(kind, text):
     # A flag must not read 0 as "the default" (`x or default`) or a negative
     # --minutes as "no budget": argparse turns this error into a usage message.
     import argparse
 
-    with pytest.raises(argparse.ArgumentTypeError, match=f"expected a number > 0, received '{text}'"):
+    with pytest.raises(
+        argparse.ArgumentTypeError, match=f"expected a number > 0, received '{text}'"
+    ):
         _training_utils().positive(kind)(text)
 
 
@@ -208,19 +219,40 @@ def test_training_scripts_refuse_a_zero_budget_before_any_work(tmp_path):
 
     root = os.path.join(os.path.dirname(__file__), "..", "..")
     result = subprocess.run(
-        [sys.executable, os.path.join(root, "examples", "music", "train.py"), "--minutes", "0",
-         "--output_dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            os.path.join(root, "examples", "music", "train.py"),
+            "--minutes",
+            "0",
+            "--output_dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert "argument --minutes: expected a number > 0, received '0'" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("script, flags, message", [
-    ("translation", ["--eval_split", "test"], "argument --eval_split: invalid choice: 'test'"),
-    ("super_resolution", ["--num_samples", "0"], "argument --num_samples: expected a number > 0"),
-    ("music", ["--eval_lengths", "1,2x"], "--eval_lengths: expected positive multiples of L or 'full'"),
-])
+@pytest.mark.parametrize(
+    "script, flags, message",
+    [
+        ("translation", ["--eval_split", "test"], "argument --eval_split: invalid choice: 'test'"),
+        (
+            "super_resolution",
+            ["--num_samples", "0"],
+            "argument --num_samples: expected a number > 0",
+        ),
+        (
+            "music",
+            ["--eval_lengths", "1,2x"],
+            "--eval_lengths: expected positive multiples of L or 'full'",
+        ),
+    ],
+)
 def test_evaluation_flags_are_checked_before_training(tmp_path, script, flags, message):
     # They were read only after training, which then ended without an export.
     import subprocess
@@ -228,8 +260,17 @@ def test_evaluation_flags_are_checked_before_training(tmp_path, script, flags, m
 
     root = os.path.join(os.path.dirname(__file__), "..", "..")
     result = subprocess.run(
-        [sys.executable, os.path.join(root, "examples", script, "train.py"), *flags,
-         "--output_dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            os.path.join(root, "examples", script, "train.py"),
+            *flags,
+            "--output_dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "run").exists()
 
@@ -244,7 +285,9 @@ def _fitted_model(seed):
     return model
 
 
-def test_a_run_stopped_while_its_backup_is_written_resumes_from_the_previous_one(tmp_path, monkeypatch):
+def test_a_run_stopped_while_its_backup_is_written_resumes_from_the_previous_one(
+    tmp_path, monkeypatch
+):
     # Ctrl-C while Keras wrote the epoch-end backup in place left a truncated
     # latest.weights.h5 (or an empty training_metadata.json), and the next
     # run failed on "bad object header version number".
@@ -275,8 +318,11 @@ def test_a_run_stopped_while_its_backup_is_written_resumes_from_the_previous_one
     # Damaged by something else, the error names what to delete.
     weights_path = tmp_path / "backup" / "latest.weights.h5"
     weights_path.write_bytes(weights_path.read_bytes()[:200])
-    with pytest.raises(ValueError, match=r"backup in .*backup cannot be read .* Delete that folder "
-                                         r"and the model.keras beside it"):
+    with pytest.raises(
+        ValueError,
+        match=r"backup in .*backup cannot be read .* Delete that folder "
+        r"and the model.keras beside it",
+    ):
         module.ExactBackupAndRestore(str(tmp_path / "backup")).restore(_fitted_model(2))
 
 
@@ -286,8 +332,11 @@ def test_a_damaged_budget_file_is_named(tmp_path):
     path.write_text("garbage\n")
     budget = module.TimeBudget(1.0, str(path))
     budget.set_model(_Model())
-    with pytest.raises(ValueError, match=r"train_seconds.txt should hold the seconds of training "
-                                         r"spent so far, not 'garbage\\n': fix or delete it"):
+    with pytest.raises(
+        ValueError,
+        match=r"train_seconds.txt should hold the seconds of training "
+        r"spent so far, not 'garbage\\n': fix or delete it",
+    ):
         budget.on_train_begin()
 
 
@@ -299,15 +348,22 @@ def test_history_logger_keeps_the_columns_of_the_history_it_appends_to(tmp_path)
     module = _training_utils()
     path = tmp_path / "history.csv"
     path.write_text("epoch,loss,val_loss\n0,2.0,2.1\n")
-    for epoch, logs in ((1, {"training_steps": 20, "loss": 1.5, "val_loss": 1.6}), (2, {"loss": 1.2})):
+    for epoch, logs in (
+        (1, {"training_steps": 20, "loss": 1.5, "val_loss": 1.6}),
+        (2, {"loss": 1.2}),
+    ):
         logger = module.HistoryLogger(str(path))
         logger.on_train_begin()
         logger.on_epoch_end(epoch, logs)
         logger.on_train_end()
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    assert rows == [["epoch", "loss", "val_loss"], ["0", "2.0", "2.1"], ["1", "1.5", "1.6"],
-                    ["2", "1.2", "NA"]]
+    assert rows == [
+        ["epoch", "loss", "val_loss"],
+        ["0", "2.0", "2.1"],
+        ["1", "1.5", "1.6"],
+        ["2", "1.2", "NA"],
+    ]
     # A new history gets every figure, as with CSVLogger.
     fresh = tmp_path / "fresh.csv"
     logger = module.HistoryLogger(str(fresh))

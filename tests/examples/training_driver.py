@@ -80,17 +80,23 @@ def main(spec_path):
 
         def on_train_batch_end(self, batch, logs=None):
             self.batch_loss.append(float(logs["loss"]))
-            if self.kill_at_step and int(self.model.optimizer.iterations.numpy()) >= self.kill_at_step:
+            if (
+                self.kill_at_step
+                and int(self.model.optimizer.iterations.numpy()) >= self.kill_at_step
+            ):
                 sys.stdout.flush()
                 os._exit(KILLED_EXIT_CODE)
 
         def on_train_end(self, logs=None):
             weights = {f"weight_{i}": w for i, w in enumerate(self.model.get_weights())}
             np.savez(
-                self.path, start_iterations=self.start_iterations,
+                self.path,
+                start_iterations=self.start_iterations,
                 iterations=int(self.model.optimizer.iterations.numpy()),
-                epochs=np.array(self.epochs), batch_loss=np.array(self.batch_loss),
-                paths=np.array([v.path for v in self.model.weights]), **weights,
+                epochs=np.array(self.epochs),
+                batch_loss=np.array(self.batch_loss),
+                paths=np.array([v.path for v in self.model.weights]),
+                **weights,
             )
 
     for run in spec["runs"]:

@@ -32,6 +32,7 @@ def _is_b64(value):
 def _tensor(name, value, dtype):
     """JSON value -> np.ndarray of the signature dtype, as TF Serving decodes it."""
     if dtype == tf.string:
+
         def leaf(item):
             if _is_b64(item):
                 return base64.b64decode(item["b64"], validate=True)
@@ -39,7 +40,8 @@ def _tensor(name, value, dtype):
                 return item.encode("utf-8")
             if isinstance(item, list):
                 return [leaf(i) for i in item]
-            raise RequestError(f"{name}: expected a string or {{\"b64\": ...}}, got {item!r}")
+            raise RequestError(f'{name}: expected a string or {{"b64": ...}}, got {item!r}')
+
         return np.array(leaf(value), dtype=object)
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":
@@ -65,8 +67,11 @@ def decode_rest_request(body, signatures):
     specs = signatures[signature_name].structured_input_signature[1]
     names = sorted(specs)
     if ("instances" in body) == ("inputs" in body):
-        raise RequestError("Missing 'inputs' or 'instances' key" if "inputs" not in body
-                           else "Both 'inputs' and 'instances' keys given")
+        raise RequestError(
+            "Missing 'inputs' or 'instances' key"
+            if "inputs" not in body
+            else "Both 'inputs' and 'instances' keys given"
+        )
     if "instances" in body:
         rows = body["instances"]
         if not isinstance(rows, list) or not rows:
@@ -116,12 +121,14 @@ def run_signature(function, tensors):
 
 def _json_value(name, array):
     if array.dtype == object:
+
         def leaf(item):
             if isinstance(item, np.ndarray):
                 return [leaf(i) for i in item]
             if name.endswith("_bytes"):
                 return {"b64": base64.b64encode(item).decode("ascii")}
             return item.decode("utf-8")  # TF Serving writes the raw bytes
+
         return leaf(array)
     return array.tolist()
 
@@ -188,7 +195,9 @@ class RestServer:
                 body = self.rfile.read(int(self.headers["Content-Length"])).decode("utf-8")
                 match = _PREDICT_PATH.match(self.path)
                 if not match:
-                    return self._answer(404, json.dumps({"error": f"Malformed request: POST {self.path}"}))
+                    return self._answer(
+                        404, json.dumps({"error": f"Malformed request: POST {self.path}"})
+                    )
                 try:
                     _, signatures = models_.get(match[1], int(match[2]) if match[2] else None)
                     self._answer(200, rest_predict(body, signatures))
@@ -219,14 +228,18 @@ def grpc_predict(models, request):
     from tensorflow_serving.apis import predict_pb2
 
     spec = request.model_spec
-    version, signatures = models.get(spec.name, spec.version.value if spec.HasField("version") else None)
+    version, signatures = models.get(
+        spec.name, spec.version.value if spec.HasField("version") else None
+    )
     signature_name = spec.signature_name or "serving_default"
     if signature_name not in signatures:
         raise RequestError(f'Serving signature name: "{signature_name}" not found in signature def')
     function = signatures[signature_name]
     expected = sorted(function.structured_input_signature[1])
     if sorted(request.inputs) != expected:
-        raise RequestError(f"input keys {sorted(request.inputs)} do not match the signature's {expected}")
+        raise RequestError(
+            f"input keys {sorted(request.inputs)} do not match the signature's {expected}"
+        )
     specs = function.structured_input_signature[1]
     tensors = {}
     for name, proto in request.inputs.items():

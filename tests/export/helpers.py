@@ -5,7 +5,6 @@ import subprocess
 import sys
 import textwrap
 
-
 _BLOCK_LIBRARY = "import sys\nsys.modules['keras_attn'] = None  # any import of it fails\n"
 
 
@@ -23,7 +22,10 @@ def run_fresh_python(code, timeout=300):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run(
         [sys.executable, "-c", _BLOCK_LIBRARY + textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=timeout, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout

@@ -33,7 +33,8 @@ def example_module(name):
     module_name = f"examples_serving_{name}"
     if module_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(
-            module_name, os.path.join(SERVING_EXAMPLE, f"{name}.py"))
+            module_name, os.path.join(SERVING_EXAMPLE, f"{name}.py")
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
@@ -74,13 +75,21 @@ def music_generator():
     from keras_attn.export import export_music_generator
     from keras_attn.models import music_transformer
 
-    model = music_transformer(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
-                              dropout=0.0, max_relative_position=6)
+    model = music_transformer(
+        40,
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
+        max_relative_position=6,
+    )
     # Peaked distributions, so different seeds and settings give different events.
     kernel, bias = model.get_layer("logits").get_weights()
     model.get_layer("logits").set_weights([kernel * 3.0, bias * 3.0])
-    path = export_music_generator(model, os.path.join(_workdir(), "music_generator"),
-                                  max_length=16, max_primer_length=6)
+    path = export_music_generator(
+        model, os.path.join(_workdir(), "music_generator"), max_length=16, max_primer_length=6
+    )
     return Exported(model, path)
 
 

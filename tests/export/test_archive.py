@@ -21,20 +21,33 @@ MAX_LENGTH = 8
 
 def _model(seed):
     keras.utils.set_random_seed(seed)
-    return music_transformer(20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
-                             dropout=0.0, max_relative_position=4)
+    return music_transformer(
+        20,
+        num_layers=1,
+        hidden_dim=8,
+        num_heads=2,
+        intermediate_dim=16,
+        dropout=0.0,
+        max_relative_position=4,
+    )
 
 
 def _export(model, base, **kwargs):
-    return export_music_generator(model, str(base), max_length=MAX_LENGTH, max_primer_length=2,
-                                  **kwargs)
+    return export_music_generator(
+        model, str(base), max_length=MAX_LENGTH, max_primer_length=2, **kwargs
+    )
 
 
 def _events(path):
     generate = tf.saved_model.load(path).signatures["serving_default"]
-    request = dict(primer=tf.constant([[1, 5]]), num_steps=tf.constant(5),
-                   temperature=tf.constant(0.7), top_k=tf.constant(0), top_p=tf.constant(1.0),
-                   seed=tf.constant(3))
+    request = dict(
+        primer=tf.constant([[1, 5]]),
+        num_steps=tf.constant(5),
+        temperature=tf.constant(0.7),
+        top_k=tf.constant(0),
+        top_p=tf.constant(1.0),
+        seed=tf.constant(3),
+    )
     return generate(**request)["events"].numpy()
 
 
@@ -144,8 +157,12 @@ def _without_renameat2(monkeypatch, renameat2, tmp_path):
         return
     probe = tmp_path / ".renameat2-probe"
     probe.mkdir()
-    if archive._renameat2(str(probe), str(tmp_path / ".renameat2-probed"),
-                          archive._RENAME_NOREPLACE) is None:
+    if (
+        archive._renameat2(
+            str(probe), str(tmp_path / ".renameat2-probed"), archive._RENAME_NOREPLACE
+        )
+        is None
+    ):
         pytest.skip("renameat2 is not offered here")
     (tmp_path / ".renameat2-probed").rmdir()
 
@@ -171,7 +188,9 @@ def test_a_version_written_meanwhile_is_kept_without_overwrite(tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("renameat2", [True, False], ids=_RENAME_IDS)
-def test_overwrite_replaces_a_linked_version_and_leaves_its_target(tmp_path, monkeypatch, renameat2):
+def test_overwrite_replaces_a_linked_version_and_leaves_its_target(
+    tmp_path, monkeypatch, renameat2
+):
     # A version folder that is a link (a deployment pointing at a build):
     # the link is replaced by the new folder, the folder it pointed to is
     # left alone (the exchange used to end in "Cannot call rmtree on a
@@ -194,7 +213,9 @@ def test_overwrite_replaces_a_linked_version_and_leaves_its_target(tmp_path, mon
 
 
 @pytest.mark.parametrize("renameat2", [True, False], ids=_RENAME_IDS)
-def test_a_file_in_the_version_place_is_replaced_without_leftovers(tmp_path, monkeypatch, renameat2):
+def test_a_file_in_the_version_place_is_replaced_without_leftovers(
+    tmp_path, monkeypatch, renameat2
+):
     # The exchange left the file under the temporary name (rmtree failed on it).
     _without_renameat2(monkeypatch, renameat2, tmp_path)
     base = tmp_path / "base"
@@ -211,10 +232,15 @@ def test_export_dir_must_be_a_folder_path(tmp_path):
     # None gave a TypeError from os.fspath, a file a bare FileExistsError.
     from keras_attn.export import versioned_export_path
 
-    with pytest.raises(ValueError, match=r"^`export_dir` must be a folder path .*Received: export_dir=None\.$"):
+    with pytest.raises(
+        ValueError, match=r"^`export_dir` must be a folder path .*Received: export_dir=None\.$"
+    ):
         versioned_export_path(None, 1)
     a_file = tmp_path / "model.keras"
     a_file.write_text("not a folder")
-    with pytest.raises(ValueError, match=rf"^`export_dir` must be a folder path .*not a file.*Received: export_dir={re.escape(repr(a_file))}\.$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^`export_dir` must be a folder path .*not a file.*Received: export_dir={re.escape(repr(a_file))}\.$",
+    ):
         versioned_export_path(a_file, 1)
     assert versioned_export_path(tmp_path / "new", 2) == str(tmp_path / "new" / "2")

@@ -22,9 +22,16 @@ END = 2
 
 
 def _model(attention="relative"):
-    model = music_transformer(VOCABULARY, num_layers=1, hidden_dim=16, num_heads=2,
-                              intermediate_dim=32, dropout=0.1, max_relative_position=6,
-                              attention=attention)
+    model = music_transformer(
+        VOCABULARY,
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.1,
+        max_relative_position=6,
+        attention=attention,
+    )
     # Peaked distributions, so the samples follow the logits.
     kernel, bias = model.get_layer("logits").get_weights()
     model.get_layer("logits").set_weights([kernel * 3.0, bias * 3.0])
@@ -33,18 +40,31 @@ def _model(attention="relative"):
 
 def _request(primer, num_steps=6, temperature=0.9, top_k=8, top_p=0.95, seed=5):
     return dict(
-        primer=tf.constant(np.asarray(primer, "int32")), num_steps=tf.constant(num_steps, tf.int32),
-        temperature=tf.constant(temperature, tf.float32), top_k=tf.constant(top_k, tf.int32),
-        top_p=tf.constant(top_p, tf.float32), seed=tf.constant(seed, tf.int32),
+        primer=tf.constant(np.asarray(primer, "int32")),
+        num_steps=tf.constant(num_steps, tf.int32),
+        temperature=tf.constant(temperature, tf.float32),
+        top_k=tf.constant(top_k, tf.int32),
+        top_p=tf.constant(top_p, tf.float32),
+        seed=tf.constant(seed, tf.int32),
     )
 
 
 def _expected(model, primer, num_steps, temperature=0.9, top_k=8, top_p=0.95, seed=5):
     """The engine's samples for the request, cut and padded as documented."""
     primer = np.asarray(primer, "int32")
-    full = np.asarray(sample(model, primer, MAX_LENGTH, seed=seed, temperature=temperature,
-                             top_k=top_k or None, top_p=top_p, end_token_id=END,
-                             suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS))
+    full = np.asarray(
+        sample(
+            model,
+            primer,
+            MAX_LENGTH,
+            seed=seed,
+            temperature=temperature,
+            top_k=top_k or None,
+            top_p=top_p,
+            end_token_id=END,
+            suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS,
+        )
+    )
     width = primer.shape[1] + num_steps
     limits = (primer != 0).sum(axis=1) + num_steps
     events = full[:, :width]
@@ -54,8 +74,13 @@ def _expected(model, primer, num_steps, temperature=0.9, top_k=8, top_p=0.95, se
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     model = _model()
-    path = export_music_generator(model, str(tmp_path_factory.mktemp("music")), version=3,
-                                  max_length=MAX_LENGTH, max_primer_length=6)
+    path = export_music_generator(
+        model,
+        str(tmp_path_factory.mktemp("music")),
+        version=3,
+        max_length=MAX_LENGTH,
+        max_primer_length=6,
+    )
     return model, path
 
 
@@ -64,8 +89,13 @@ def served(exported, request, tmp_path_factory):
     if not request.param:
         return tf.saved_model.load(exported[1]).signatures["serving_default"]
     # XLA has no assertions: the request must be checked before the loop.
-    path = export_music_generator(exported[0], str(tmp_path_factory.mktemp("music_xla")),
-                                  max_length=MAX_LENGTH, max_primer_length=6, jit_compile=True)
+    path = export_music_generator(
+        exported[0],
+        str(tmp_path_factory.mktemp("music_xla")),
+        max_length=MAX_LENGTH,
+        max_primer_length=6,
+        jit_compile=True,
+    )
     return tf.saved_model.load(path).signatures["serving_default"]
 
 
@@ -98,33 +128,65 @@ def test_round_trip_equals_the_engine_for_every_primer_length(exported, served):
 def test_signature_is_readable_by_clients(served):
     signature = served
     inputs = signature.structured_input_signature[1]
-    shapes = {name: None if spec.shape.rank is None else spec.shape.as_list()
-              for name, spec in inputs.items()}
+    shapes = {
+        name: None if spec.shape.rank is None else spec.shape.as_list()
+        for name, spec in inputs.items()
+    }
     assert {name: (spec.dtype, shapes[name]) for name, spec in inputs.items()} == {
-        "primer": (tf.int32, [None, None]), "num_steps": (tf.int32, []),
-        "temperature": (tf.float32, []), "top_k": (tf.int32, []), "top_p": (tf.float32, []),
+        "primer": (tf.int32, [None, None]),
+        "num_steps": (tf.int32, []),
+        "temperature": (tf.float32, []),
+        "top_k": (tf.int32, []),
+        "top_p": (tf.float32, []),
         "seed": (tf.int32, None),  # a scalar, or one seed per row (B,)
     }
     assert signature.structured_outputs["events"].dtype == tf.int32
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(primer=np.zeros((1, 0), "int32")), "`primer` must hold at least one row, each of at least one event"),
-    (dict(primer=np.zeros((0, 2), "int32")), r"`primer` must hold at least one row.*events per row:\] \[\]"),
-    (dict(primer=[[1, 2, 3, 4, 5, 6, 7]]), "`primer` is too wide: at most 6 events"),
-    (dict(primer=[[1, VOCABULARY]]), r"ids must be events of the vocabulary, in \[0, 40\). Received ids from\] \[1\] \[to\] \[40\]"),
-    (dict(primer=[[1, -3]]), r"ids must be events of the vocabulary"),
-    (dict(primer=[[1, 4], [0, 0]]), r"each of at least one event .*Received events per row:\] \[2 0\]"),
-    (dict(primer=[[1, 0, 5]]), "rows must be right-padded"),
-    (dict(num_steps=-1), r"`num_steps` must be >= 0 and <= 16 \(the exported max_length\) - the primer width.*\[-1\] \[2\]"),
-    (dict(num_steps=MAX_LENGTH - 1), r"`num_steps` must be >= 0 and <= 16 \(the exported max_length\) - the primer width"),
-    # width + num_steps wrapped around in int32 and passed: empty events.
-    (dict(num_steps=2**31 - 1), r"`num_steps` must be >= 0 and <= 16 \(the exported max_length\)"),
-    (dict(temperature=0.0), r"`temperature` must be a finite number > 0 .*Received:\] \[0\]"),
-    (dict(temperature=float("nan")), r"`temperature` must be a finite number > 0 .*Received:\] \[nan\]"),
-    (dict(top_k=-2), r"`top_k` must be >= 0 .*Received:\] \[-2\]"),
-    (dict(top_p=1.5), r"`top_p` must be in \(0, 1\] .*Received:\] \[1.5\]"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            dict(primer=np.zeros((1, 0), "int32")),
+            "`primer` must hold at least one row, each of at least one event",
+        ),
+        (
+            dict(primer=np.zeros((0, 2), "int32")),
+            r"`primer` must hold at least one row.*events per row:\] \[\]",
+        ),
+        (dict(primer=[[1, 2, 3, 4, 5, 6, 7]]), "`primer` is too wide: at most 6 events"),
+        (
+            dict(primer=[[1, VOCABULARY]]),
+            r"ids must be events of the vocabulary, in \[0, 40\). Received ids from\] \[1\] \[to\] \[40\]",
+        ),
+        (dict(primer=[[1, -3]]), r"ids must be events of the vocabulary"),
+        (
+            dict(primer=[[1, 4], [0, 0]]),
+            r"each of at least one event .*Received events per row:\] \[2 0\]",
+        ),
+        (dict(primer=[[1, 0, 5]]), "rows must be right-padded"),
+        (
+            dict(num_steps=-1),
+            r"`num_steps` must be >= 0 and <= 16 \(the exported max_length\) - the primer width.*\[-1\] \[2\]",
+        ),
+        (
+            dict(num_steps=MAX_LENGTH - 1),
+            r"`num_steps` must be >= 0 and <= 16 \(the exported max_length\) - the primer width",
+        ),
+        # width + num_steps wrapped around in int32 and passed: empty events.
+        (
+            dict(num_steps=2**31 - 1),
+            r"`num_steps` must be >= 0 and <= 16 \(the exported max_length\)",
+        ),
+        (dict(temperature=0.0), r"`temperature` must be a finite number > 0 .*Received:\] \[0\]"),
+        (
+            dict(temperature=float("nan")),
+            r"`temperature` must be a finite number > 0 .*Received:\] \[nan\]",
+        ),
+        (dict(top_k=-2), r"`top_k` must be >= 0 .*Received:\] \[-2\]"),
+        (dict(top_p=1.5), r"`top_p` must be in \(0, 1\] .*Received:\] \[1.5\]"),
+    ],
+)
 def test_bad_requests_get_clear_errors(served, change, message):
     generate = served
     request = {"primer": [[1, 7]], **change}
@@ -142,20 +204,29 @@ def eager_to_pad(tmp_path_factory):
     kernel, bias = model.get_layer("logits").get_weights()
     bias[list(MUSIC_SUPPRESSED_TOKEN_IDS)] += 4.0
     model.get_layer("logits").set_weights([kernel, bias])
-    path = export_music_generator(model, str(tmp_path_factory.mktemp("pad")), max_length=MAX_LENGTH,
-                                  max_primer_length=8)
+    path = export_music_generator(
+        model, str(tmp_path_factory.mktemp("pad")), max_length=MAX_LENGTH, max_primer_length=8
+    )
     return model, tf.saved_model.load(path).signatures["serving_default"]
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31 - 1), num_steps=st.integers(1, 5),
-       temperature=st.floats(0.5, 2.0), top_k=st.integers(0, VOCABULARY),
-       top_p=st.floats(0.1, 1.0), body=st.lists(st.integers(3, VOCABULARY - 1), max_size=2))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    num_steps=st.integers(1, 5),
+    temperature=st.floats(0.5, 2.0),
+    top_k=st.integers(0, VOCABULARY),
+    top_p=st.floats(0.1, 1.0),
+    body=st.lists(st.integers(3, VOCABULARY - 1), max_size=2),
+)
 def test_output_never_holds_a_suppressed_id_and_is_a_valid_primer(
-        eager_to_pad, seed, num_steps, temperature, top_k, top_p, body):
+    eager_to_pad, seed, num_steps, temperature, top_k, top_p, body
+):
     model, generate = eager_to_pad
     primer = [[1] + body + [0] * (2 - len(body)), [1, 0, 0]]
-    request = dict(num_steps=num_steps, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    request = dict(
+        num_steps=num_steps, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+    )
     events = generate(**_request(primer, **request))["events"].numpy()
     for row, prompt, length in zip(events, primer, (1 + len(body), 1)):
         np.testing.assert_array_equal(row[:length], prompt[:length])
@@ -175,15 +246,24 @@ def test_output_never_holds_a_suppressed_id_and_is_a_valid_primer(
 
 def test_export_errors(tmp_path):
     model = _model()
-    with pytest.raises(ValueError, match=r"`max_primer_length` must be an int from 1 to 7 \(below `max_length`.*Received: max_primer_length=8\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`max_primer_length` must be an int from 1 to 7 \(below `max_length`.*Received: max_primer_length=8\.",
+    ):
         export_music_generator(model, str(tmp_path), max_length=8, max_primer_length=8)
-    with pytest.raises(ValueError, match=r"`end_token_id` must be an int from 1 to 39 \(an event of the vocabulary\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`end_token_id` must be an int from 1 to 39 \(an event of the vocabulary\)",
+    ):
         export_music_generator(model, str(tmp_path), max_length=8, end_token_id=40)
     with pytest.raises(ValueError, match="`version` must be a positive integer"):
         export_music_generator(model, str(tmp_path), version=0)
     with pytest.raises(ValueError, match="`max_length` must be an int from 2 to 2147483647"):
         export_music_generator(model, str(tmp_path), max_length=1)
-    with pytest.raises(ValueError, match=r"`max_length` must be an int from 2 to 2147483647 \(int32 positions\)\. Received: max_length=2147483648\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`max_length` must be an int from 2 to 2147483647 \(int32 positions\)\. Received: max_length=2147483648\.",
+    ):
         export_music_generator(model, str(tmp_path), max_length=2**31)
     with pytest.raises(ValueError, match="`end_token_id` cannot be suppressed"):
         export_music_generator(model, str(tmp_path), max_length=8, suppressed_token_ids=(1, END))
@@ -264,8 +344,11 @@ def test_a_request_gets_the_same_events_alone_and_in_a_batch(exported):
 
 def test_a_seed_per_row_is_checked(served):
     for seed in ([1, 2], [[1]]):
-        with pytest.raises(tf.errors.InvalidArgumentError, match=r"`seed` must be a scalar \(one "
-                           r"seed for the batch\) or of shape \(batch,\), one seed per row"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=r"`seed` must be a scalar \(one "
+            r"seed for the batch\) or of shape \(batch,\), one seed per row",
+        ):
             served(**_request([[1, 7, 9]], seed=seed))
     # A scalar seed draws for the batch as before; a seed per row, each row as alone.
     batch = served(**_request([[1, 7, 9], [1, 7, 9]], 8, seed=21))["events"].numpy()
@@ -277,8 +360,14 @@ def test_a_seed_per_row_is_checked(served):
 @pytest.mark.slow
 def test_xla_compiled_export_runs_in_a_fresh_process_like_the_default_one(exported, tmp_path):
     model, path = exported
-    xla_path = export_music_generator(model, str(tmp_path), version=1, max_length=MAX_LENGTH,
-                                      max_primer_length=6, jit_compile=True)
+    xla_path = export_music_generator(
+        model,
+        str(tmp_path),
+        version=1,
+        max_length=MAX_LENGTH,
+        max_primer_length=6,
+        jit_compile=True,
+    )
     stdout = run_fresh_python(f"""
         import tensorflow as tf  # only this
         request = dict(primer=tf.constant([[1, 5, 7], [1, 0, 0]]), num_steps=tf.constant(6),

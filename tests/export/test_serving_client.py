@@ -36,8 +36,11 @@ LONG = " ".join(["Hund"] * 40)  # truncated to MAX_LENGTH - 1 pieces + the end i
 @pytest.fixture(scope="module")
 def translator():
     exported = serving_models.translator()
-    return exported, tf.saved_model.load(exported.text_path).signatures, \
-        tf.saved_model.load(exported.tokens_path).signatures
+    return (
+        exported,
+        tf.saved_model.load(exported.text_path).signatures,
+        tf.saved_model.load(exported.tokens_path).signatures,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,12 +62,20 @@ def assert_client_matches(kind, signatures):
         assert sorted(inputs) == sorted(declared.inputs), (kind, name)
         for key, spec in inputs.items():
             assert _client_dtype(declared.inputs[key]) == spec.dtype, (kind, name, key)
-            assert tf.TensorShape(declared.inputs[key].shape).is_compatible_with(spec.shape), (kind, name, key)
+            assert tf.TensorShape(declared.inputs[key].shape).is_compatible_with(spec.shape), (
+                kind,
+                name,
+                key,
+            )
         outputs = function.structured_outputs
         assert sorted(outputs) == sorted(declared.outputs), (kind, name)
         for key, spec in outputs.items():
             assert _client_dtype(declared.outputs[key]) == spec.dtype, (kind, name, key)
-            assert tf.TensorShape(declared.outputs[key].shape).is_compatible_with(spec.shape), (kind, name, key)
+            assert tf.TensorShape(declared.outputs[key].shape).is_compatible_with(spec.shape), (
+                kind,
+                name,
+                key,
+            )
 
 
 def assert_request_matches(inputs, function):
@@ -80,9 +91,12 @@ def assert_request_matches(inputs, function):
 def direct(function, inputs):
     """The signature called in-process, the reference for every round trip."""
     specs = function.structured_input_signature[1]
-    return {k: v.numpy() for k, v in function(**{
-        name: tf.constant(value, specs[name].dtype) for name, value in inputs.items()
-    }).items()}
+    return {
+        k: v.numpy()
+        for k, v in function(
+            **{name: tf.constant(value, specs[name].dtype) for name, value in inputs.items()}
+        ).items()
+    }
 
 
 def rest_round_trip(kind, signatures, inputs, signature_name="serving_default", **options):
@@ -130,11 +144,15 @@ def test_translator_over_rest_rows_columns_and_base64(translator):
     np.testing.assert_array_equal(got["translation"], want)
 
     # The text model's token signature, by name.
-    tokens = encode_source(serving_models.translator().tokenizer, tf.constant(SENTENCES), MAX_LENGTH)
+    tokens = encode_source(
+        serving_models.translator().tokenizer, tf.constant(SENTENCES), MAX_LENGTH
+    )
     inputs = client.make_inputs("translator", "translate_tokens", encoder_tokens=tokens.to_tensor())
     body, got = rest_round_trip("translator", signatures, inputs, "translate_tokens")
     assert body["signature_name"] == "translate_tokens"
-    np.testing.assert_array_equal(got["tokens"], direct(signatures["translate_tokens"], inputs)["tokens"])
+    np.testing.assert_array_equal(
+        got["tokens"], direct(signatures["translate_tokens"], inputs)["tokens"]
+    )
 
 
 def test_translator_grpc_request(translator):
@@ -149,8 +167,12 @@ def test_translator_grpc_request(translator):
     proto = request.inputs["text"]
     assert proto.dtype == types_pb2.DT_STRING
     assert [d.size for d in proto.tensor_shape.dim] == [6]
-    assert proto.string_val[5] == b"\xff\xfe kaputt" and proto.string_val[0] == SENTENCES[0].encode()
-    np.testing.assert_array_equal(got["translation"], direct(signatures["serving_default"], inputs)["translation"])
+    assert (
+        proto.string_val[5] == b"\xff\xfe kaputt" and proto.string_val[0] == SENTENCES[0].encode()
+    )
+    np.testing.assert_array_equal(
+        got["translation"], direct(signatures["serving_default"], inputs)["translation"]
+    )
 
     pinned = client.grpc_request("translator", inputs, version=3)
     assert pinned.model_spec.version.value == 3
@@ -165,7 +187,9 @@ def test_client_side_tokenization_with_the_token_model_equals_the_text_model(tra
     codec = client.SentencePieceCodec(exported.sentencepiece_file, MAX_LENGTH)
     sentences = SENTENCES + [LONG, b"\xff\xfe kaputt"]
     ids = codec.encode(sentences)
-    want_ids = encode_source(exported.tokenizer, tf.constant(sentences), MAX_LENGTH).to_tensor().numpy()
+    want_ids = (
+        encode_source(exported.tokenizer, tf.constant(sentences), MAX_LENGTH).to_tensor().numpy()
+    )
     np.testing.assert_array_equal(ids, want_ids)
     assert ids.dtype == np.int32 and ids.shape[1] == MAX_LENGTH and ids[3, -1] == client.TEXT_END_ID
 
@@ -185,8 +209,9 @@ def test_client_side_tokenization_with_the_token_model_equals_the_text_model(tra
 
 def test_music_generator_scalars_go_columnar(music):
     exported, signatures = music
-    inputs = client.music_generator_inputs([[1, 7, 9], [1]], num_steps=6, temperature=0.9, top_k=8,
-                                           top_p=0.95, seed=5)
+    inputs = client.music_generator_inputs(
+        [[1, 7, 9], [1]], num_steps=6, temperature=0.9, top_k=8, top_p=0.95, seed=5
+    )
     assert_request_matches(inputs, signatures["serving_default"])
     np.testing.assert_array_equal(inputs["primer"], [[1, 7, 9], [1, 0, 0]])
     want = direct(signatures["serving_default"], inputs)["events"]
@@ -195,7 +220,9 @@ def test_music_generator_scalars_go_columnar(music):
     body, got = rest_round_trip("music_generator", signatures, inputs)
     assert set(body) == {"signature_name", "inputs"}  # auto: scalars force the columnar format
     assert body["inputs"]["num_steps"] == 6 and body["inputs"]["seed"] == 5
-    assert body["inputs"]["temperature"] == 0.9 and body["inputs"]["top_p"] == 0.95  # short decimals
+    assert (
+        body["inputs"]["temperature"] == 0.9 and body["inputs"]["top_p"] == 0.95
+    )  # short decimals
     assert body["inputs"]["primer"] == [[1, 7, 9], [1, 0, 0]]
     np.testing.assert_array_equal(got["events"], want)
     assert got["events"].dtype == np.int32
@@ -205,21 +232,34 @@ def test_music_generator_scalars_go_columnar(music):
     models = fake_tf_serving.Models({"music_generator": {1: signatures}})
     request, got = grpc_round_trip("music_generator", models, "music_generator", inputs, "generate")
     dtypes = {name: proto.dtype for name, proto in request.inputs.items()}
-    assert dtypes == {"primer": types_pb2.DT_INT32, "num_steps": types_pb2.DT_INT32,
-                      "temperature": types_pb2.DT_FLOAT, "top_k": types_pb2.DT_INT32,
-                      "top_p": types_pb2.DT_FLOAT, "seed": types_pb2.DT_INT32}
-    assert request.inputs["num_steps"].tensor_shape.dim == [] and request.inputs["num_steps"].int_val == [6]
+    assert dtypes == {
+        "primer": types_pb2.DT_INT32,
+        "num_steps": types_pb2.DT_INT32,
+        "temperature": types_pb2.DT_FLOAT,
+        "top_k": types_pb2.DT_INT32,
+        "top_p": types_pb2.DT_FLOAT,
+        "seed": types_pb2.DT_INT32,
+    }
+    assert request.inputs["num_steps"].tensor_shape.dim == [] and request.inputs[
+        "num_steps"
+    ].int_val == [6]
     np.testing.assert_array_equal(got["events"], want)
 
 
 def test_bad_inputs_are_refused_before_sending():
     with pytest.raises(ValueError, match=r"Missing: \['seed'\]; unexpected: \['sed'\]"):
-        client.make_inputs("music_generator", primer=[[1]], num_steps=1, temperature=1.0, top_k=0,
-                           top_p=1.0, sed=0)
-    with pytest.raises(ValueError, match=r"`image` must have shape \(\?, \?, \?, 3\) \(uint8\). "
-                                         r"Received shape \(1, 8, 8, 1\)"):
+        client.make_inputs(
+            "music_generator", primer=[[1]], num_steps=1, temperature=1.0, top_k=0, top_p=1.0, sed=0
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"`image` must have shape \(\?, \?, \?, 3\) \(uint8\). "
+        r"Received shape \(1, 8, 8, 1\)",
+    ):
         client.super_resolver_inputs(np.zeros((1, 8, 8, 1), np.uint8))
-    with pytest.raises(ValueError, match=r"out of the uint8 range \[0, 255\]. Received min 0, max 300"):
+    with pytest.raises(
+        ValueError, match=r"out of the uint8 range \[0, 255\]. Received min 0, max 300"
+    ):
         client.super_resolver_inputs(np.arange(192).reshape(1, 8, 8, 3) * 300 // 191)
     with pytest.raises(ValueError, match="`num_steps` must hold integers"):
         client.music_generator_inputs([[1]], num_steps=2.5)
@@ -239,8 +279,18 @@ def test_models_config_serves_every_model_there_after_a_run_with_skip(tmp_path, 
     # the server restarted with it stopped serving the skipped ones.
     for folder in ("translator/1", "translator_tokens/1", "music_generator/3", "super_resolver"):
         os.makedirs(tmp_path / folder)
-    demo.main(["--output", str(tmp_path), "--version", "2",
-               "--skip", "translator", "super_resolver", "music_generator"])
+    demo.main(
+        [
+            "--output",
+            str(tmp_path),
+            "--version",
+            "2",
+            "--skip",
+            "translator",
+            "super_resolver",
+            "music_generator",
+        ]
+    )
     config = (tmp_path / "models.config").read_text()
     assert config == demo.models_config(["translator", "translator_tokens", "music_generator"])
     assert "models.config; serve with" in capsys.readouterr().out
@@ -251,36 +301,62 @@ def test_transport_over_http_and_grpc(translator, music, capsys):
     # The batch shapes of the tests above: a signature's first call with a new input shape is
     # slow (graph optimisation), later ones are fast.
     exported, text_signatures, token_signatures = translator
-    models = fake_tf_serving.Models({
-        "translator": {1: text_signatures}, "translator_tokens": {1: token_signatures},
-        "music_generator": {1: music[1]},
-    })
+    models = fake_tf_serving.Models(
+        {
+            "translator": {1: text_signatures},
+            "translator_tokens": {1: token_signatures},
+            "music_generator": {1: music[1]},
+        }
+    )
     sentences = SENTENCES + ODD
-    want = [t.decode() for t in direct(text_signatures["serving_default"],
-                                       client.translator_inputs(sentences))["translation"]]
-    with fake_tf_serving.RestServer(models) as rest, fake_tf_serving.GrpcServer(models) as grpc_server:
+    want = [
+        t.decode()
+        for t in direct(text_signatures["serving_default"], client.translator_inputs(sentences))[
+            "translation"
+        ]
+    ]
+    with (
+        fake_tf_serving.RestServer(models) as rest,
+        fake_tf_serving.GrpcServer(models) as grpc_server,
+    ):
         assert client.translate(sentences, rest_url=rest.url) == want
         assert client.translate(sentences, grpc_target=grpc_server.target) == want
         codec = client.SentencePieceCodec(exported.sentencepiece_file, MAX_LENGTH)
         blank = SENTENCES + [LONG, "  "]  # "  ": "" without asking the model, as the string model
-        want_blank = [t.decode() for t in direct(text_signatures["serving_default"],
-                                                 client.translator_inputs(blank))["translation"]]
+        want_blank = [
+            t.decode()
+            for t in direct(text_signatures["serving_default"], client.translator_inputs(blank))[
+                "translation"
+            ]
+        ]
         assert want_blank[-1] == ""
         assert client.translate_tokens(blank, codec, rest_url=rest.url) == want_blank
-        assert client.translate_tokens(SENTENCES, codec, model="translator", model_name="translator",
-                                       signature_name="translate_tokens",
-                                       grpc_target=grpc_server.target) == want_blank[:3]
+        assert (
+            client.translate_tokens(
+                SENTENCES,
+                codec,
+                model="translator",
+                model_name="translator",
+                signature_name="translate_tokens",
+                grpc_target=grpc_server.target,
+            )
+            == want_blank[:3]
+        )
         request = dict(num_steps=6, temperature=0.9, top_k=8, top_p=0.95, seed=5)
         events = client.generate_music([[1, 7, 9], [1]], rest_url=rest.url, **request)
-        assert events == client.generate_music([[1, 7, 9], [1]], grpc_target=grpc_server.target,
-                                               **request)
-        want_events = direct(music[1]["serving_default"],
-                             client.music_generator_inputs([[1, 7, 9], [1]], **request))["events"]
+        assert events == client.generate_music(
+            [[1, 7, 9], [1]], grpc_target=grpc_server.target, **request
+        )
+        want_events = direct(
+            music[1]["serving_default"], client.music_generator_inputs([[1, 7, 9], [1]], **request)
+        )["events"]
         assert events == [[int(e) for e in row if e != 0] for row in want_events]
         assert events[0][:3] == [1, 7, 9] and len(events[0]) > 3
 
         # TF Serving's refusals reach the caller with its message.
-        with pytest.raises(client.ServingError, match=r"HTTP 404 .*Servable not found.*Latest\(nope\)"):
+        with pytest.raises(
+            client.ServingError, match=r"HTTP 404 .*Servable not found.*Latest\(nope\)"
+        ):
             client.translate(SENTENCES, model_name="nope", rest_url=rest.url)
         with pytest.raises(client.ServingError, match=r"NOT_FOUND .*Specific\(translator, 2\)"):
             client.translate(SENTENCES, version=2, grpc_target=grpc_server.target)
@@ -291,12 +367,34 @@ def test_transport_over_http_and_grpc(translator, music, capsys):
 
         text_args = SENTENCES + ["", "   ", "Hund"]  # six rows, the shape of `sentences`
         client.main(["--rest", rest.url, "translate"] + text_args)
-        want_cli = [t.decode() for t in direct(text_signatures["serving_default"],
-                                               client.translator_inputs(text_args))["translation"]]
-        assert capsys.readouterr().out == "".join(f"{s}\n  -> {t}\n" for s, t in zip(text_args, want_cli))
-        client.main(["--grpc", grpc_server.target, "generate-music", "--primer", "1,7,9;1",
-                     "--num-steps", "6", "--temperature", "0.9", "--top-k", "8", "--top-p", "0.95",
-                     "--seed", "5"])
+        want_cli = [
+            t.decode()
+            for t in direct(
+                text_signatures["serving_default"], client.translator_inputs(text_args)
+            )["translation"]
+        ]
+        assert capsys.readouterr().out == "".join(
+            f"{s}\n  -> {t}\n" for s, t in zip(text_args, want_cli)
+        )
+        client.main(
+            [
+                "--grpc",
+                grpc_server.target,
+                "generate-music",
+                "--primer",
+                "1,7,9;1",
+                "--num-steps",
+                "6",
+                "--temperature",
+                "0.9",
+                "--top-k",
+                "8",
+                "--top-p",
+                "0.95",
+                "--seed",
+                "5",
+            ]
+        )
         assert capsys.readouterr().out == "".join(json.dumps(row) + "\n" for row in events)
     with pytest.raises(SystemExit, match="Cannot reach TF Serving"):
         client.main(["--rest", rest.url, "translate", "x"])
@@ -341,8 +439,12 @@ def test_super_resolver_over_rest_and_grpc():
     models = fake_tf_serving.Models({"super_resolver": {1: signatures}})
     request, got = grpc_round_trip("super_resolver", models, "super_resolver", inputs, name)
     assert {k: v.dtype for k, v in request.inputs.items()} == {
-        "image": types_pb2.DT_UINT8, "temperature": types_pb2.DT_FLOAT, "seed": types_pb2.DT_INT64,
-        "top_k": types_pb2.DT_INT32, "top_p": types_pb2.DT_FLOAT}
+        "image": types_pb2.DT_UINT8,
+        "temperature": types_pb2.DT_FLOAT,
+        "seed": types_pb2.DT_INT64,
+        "top_k": types_pb2.DT_INT32,
+        "top_p": types_pb2.DT_FLOAT,
+    }
     np.testing.assert_array_equal(got["image"], want)
 
 
@@ -372,19 +474,47 @@ def test_pictures_are_read_as_super_resolve_py_reads_them(tmp_path):
     np.testing.assert_array_equal(loaded[1], np.full((2, 2, 3), 128))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--version", "-1", "translate", "x"], "argument --version: expected an int >= 1, received '-1'"),
-    (["--timeout", "-1", "translate", "x"], "argument --timeout: expected a number of seconds > 0, received '-1'"),
-    (["generate-music", "--num-steps", "-5"], "argument --num-steps: expected an int >= 0, received '-5'"),
-    (["generate-music", "--top-p", "5"], r"argument --top-p: expected a number in \(0, 1\], received '5'"),
-    (["generate-music", "--top-k", "-2"], r"argument --top-k: expected an int >= 0 \(0 = no filter\), received '-2'"),
-    (["generate-music", "--temperature", "nan"], "argument --temperature: expected a number > 0, received 'nan'"),
-    (["generate-music", "--primer", "1,abc"], "argument --primer: expected comma-separated integer event ids"),
-    (["super-resolve", "a.png", "--output", "b.png", "--low-resolution", "0"],
-     "argument --low-resolution: expected an int >= 1, received '0'"),
-    (["translate-tokens", "x", "--sentencepiece-model", "/nonexistent/tokenizer.model"],
-     "argument --sentencepiece-model: no such file: '/nonexistent/tokenizer.model'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--version", "-1", "translate", "x"],
+            "argument --version: expected an int >= 1, received '-1'",
+        ),
+        (
+            ["--timeout", "-1", "translate", "x"],
+            "argument --timeout: expected a number of seconds > 0, received '-1'",
+        ),
+        (
+            ["generate-music", "--num-steps", "-5"],
+            "argument --num-steps: expected an int >= 0, received '-5'",
+        ),
+        (
+            ["generate-music", "--top-p", "5"],
+            r"argument --top-p: expected a number in \(0, 1\], received '5'",
+        ),
+        (
+            ["generate-music", "--top-k", "-2"],
+            r"argument --top-k: expected an int >= 0 \(0 = no filter\), received '-2'",
+        ),
+        (
+            ["generate-music", "--temperature", "nan"],
+            "argument --temperature: expected a number > 0, received 'nan'",
+        ),
+        (
+            ["generate-music", "--primer", "1,abc"],
+            "argument --primer: expected comma-separated integer event ids",
+        ),
+        (
+            ["super-resolve", "a.png", "--output", "b.png", "--low-resolution", "0"],
+            "argument --low-resolution: expected an int >= 1, received '0'",
+        ),
+        (
+            ["translate-tokens", "x", "--sentencepiece-model", "/nonexistent/tokenizer.model"],
+            "argument --sentencepiece-model: no such file: '/nonexistent/tokenizer.model'",
+        ),
+    ],
+)
 def test_bad_flags_are_usage_errors_before_any_request(args, message, capsys):
     # They were sent to the server, or ended in a traceback (a missing
     # SentencePiece model) or an exit status of 1 (--timeout -1, --primer 1,abc).

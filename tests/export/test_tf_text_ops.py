@@ -27,7 +27,12 @@ ALLOWLIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_serving
 SENTENCEPIECE_OPS = {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp"}
 # Ops of the installed tensorflow-text that 2.12.1 lacks: the serving issue of tensorflow/serving
 # PR #4057 names the first one.
-NEWER_OPS = {"TFText>RoundRobinTrim", "TFText>RoundRobinGenerateMasks", "TFText>Utf8Binarize", "RougeL"}
+NEWER_OPS = {
+    "TFText>RoundRobinTrim",
+    "TFText>RoundRobinGenerateMasks",
+    "TFText>Utf8Binarize",
+    "RougeL",
+}
 
 _LIST_CORE_OPS = """
 import json, sys
@@ -51,7 +56,7 @@ def read_allowlist(path=ALLOWLIST):
                 continue
             name, attrs = line.split("\t")
             ops[name] = {}
-            for attr in ([] if attrs == "-" else attrs.split("; ")):
+            for attr in [] if attrs == "-" else attrs.split("; "):
                 attr_name, spec = attr.split(": ", 1)
                 kind = spec.split(" = ")[0]
                 allowed = None
@@ -129,7 +134,9 @@ def non_core_problems(nodes, core, allowlist):
             if attr.startswith("_"):  # internal attributes (_output_shapes, _class) are not checked
                 continue
             if attr not in allowlist[node.op]:
-                problems.add(f"op {node.op} has attr {attr!r} unknown to the embedded tensorflow-text")
+                problems.add(
+                    f"op {node.op} has attr {attr!r} unknown to the embedded tensorflow-text"
+                )
                 continue
             allowed = allowlist[node.op][attr]
             if allowed is not None and value.WhichOneof("value") == "type":
@@ -148,10 +155,15 @@ def test_allowlist_is_the_2_12_1_release_and_lacks_newer_ops():
     allowlist = read_allowlist()
     assert len(allowlist) == 34
     assert allowlist["SentencepieceOp"] == {
-        "model": None, "container": None, "shared_name": None, "use_node_name_sharing": None,
+        "model": None,
+        "container": None,
+        "shared_name": None,
+        "use_node_name_sharing": None,
     }
     assert allowlist["SentencepieceTokenizeOp"] == {
-        "out_type": {"int32", "string"}, "Tsplits": {"int32", "int64"}, "return_nbest": None,
+        "out_type": {"int32", "string"},
+        "Tsplits": {"int32", "int64"},
+        "return_nbest": None,
     }
     # The installed tensorflow-text (2.21) registers the same ops plus four newer ones, and
     # keeps every attribute 2.12.1 had.
@@ -171,7 +183,9 @@ def test_translator_uses_only_allowed_tf_text_ops_and_attrs(checked):
     # The graph does tokenize (so the check above had something to check) ...
     assert SENTENCEPIECE_OPS <= non_core
     # ... and its model resource sets `shared_name`, an attribute 2.12.1 knows.
-    attrs = {k for n in graph_nodes(exported.text_path) if n.op == "SentencepieceOp" for k in n.attr}
+    attrs = {
+        k for n in graph_nodes(exported.text_path) if n.op == "SentencepieceOp" for k in n.attr
+    }
     assert "shared_name" in attrs and "shared_name" in allowlist["SentencepieceOp"]
 
 
@@ -204,8 +218,9 @@ def test_check_catches_newer_ops_and_attributes(checked, tmp_path):
     node.attr["num_threads"].i = 4
     node.attr["out_type"].type = tf.int64.as_datatype_enum
     node.attr["_output_shapes"].list.shape.add()
-    _, problems = non_core_problems(list(graph.node) + [node_def_pb2.NodeDef(op="MatMul")],
-                                    core, allowlist)
+    _, problems = non_core_problems(
+        list(graph.node) + [node_def_pb2.NodeDef(op="MatMul")], core, allowlist
+    )
     assert problems == [
         "op SentencepieceTokenizeOp attr out_type=int64 is outside ['int32', 'string']",
         "op SentencepieceTokenizeOp has attr 'num_threads' unknown to the embedded tensorflow-text",
@@ -215,7 +230,10 @@ def test_check_catches_newer_ops_and_attributes(checked, tmp_path):
 @pytest.mark.slow
 def test_core_ops_equal_a_fresh_process_without_tf_text():
     result = subprocess.run(
-        [sys.executable, "-c", _LIST_CORE_OPS], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", _LIST_CORE_OPS],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -42,8 +42,14 @@ def translator(tmp_path_factory):
 def _expected(model, tokenizer, sentences):
     tokens = encode_source(tokenizer, tf.constant(sentences), 10).to_tensor(shape=[None, 10])
     start = tf.fill([len(sentences), 1], tokenizer.start_id)
-    ids = greedy_search(model, start, 10, end_token_id=tokenizer.end_id, inputs={"encoder_tokens": tokens},
-                        suppressed_token_ids=(tokenizer.pad_id, tokenizer.start_id))
+    ids = greedy_search(
+        model,
+        start,
+        10,
+        end_token_id=tokenizer.end_id,
+        inputs={"encoder_tokens": tokens},
+        suppressed_token_ids=(tokenizer.pad_id, tokenizer.start_id),
+    )
     return np.asarray(ids), tokenizer.detokenize(ids).numpy()
 
 
@@ -78,16 +84,28 @@ def test_bad_export_arguments_are_refused_before_tracing(translator, tmp_path):
     # Each gave a TypeError, an error from deep in the trace, or (num_beams=True) an export.
     model, tokenizer = translator[:2]
     for bad in ("10", None, 2, 2**40, True):
-        with pytest.raises(ValueError, match=rf"^`max_length` must be an int from 3 .*Received: max_length={re.escape(repr(bad))}\.$"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^`max_length` must be an int from 3 .*Received: max_length={re.escape(repr(bad))}\.$",
+        ):
             export_translator(model, tokenizer, tmp_path, max_length=bad)
     for bad in (True, 0, 1.5):
-        with pytest.raises(ValueError, match=rf"^`num_beams` must be a positive int. Received: num_beams={bad!r}\.$"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^`num_beams` must be a positive int. Received: num_beams={bad!r}\.$",
+        ):
             export_translator(model, tokenizer, tmp_path, num_beams=bad)
     with pytest.raises(ValueError, match=r"^`length_penalty_alpha` must be a number >= 0"):
         export_translator(model, tokenizer, tmp_path, length_penalty_alpha=-1.0)
-    with pytest.raises(ValueError, match=r"^`tokenizer` must be the `SubwordTokenizer` the model was trained with .*tokenizer=None\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`tokenizer` must be the `SubwordTokenizer` the model was trained with .*tokenizer=None\.$",
+    ):
         export_translator(model, None, tmp_path)
-    with pytest.raises(ValueError, match=r"^`source_tokenizer` must be the `SubwordTokenizer` .*source_tokenizer='de.model'\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`source_tokenizer` must be the `SubwordTokenizer` .*source_tokenizer='de.model'\.$",
+    ):
         export_translator(model, tokenizer, tmp_path, source_tokenizer="de.model")
     assert not os.listdir(tmp_path)  # nothing written
 
@@ -127,32 +145,44 @@ def test_both_endpoints_share_one_trace_of_the_decoding_loop(translator, tmp_pat
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
-def test_bad_requests_fail_with_the_engines_messages_also_under_xla(translator, tmp_path, jit_compile):
+def test_bad_requests_fail_with_the_engines_messages_also_under_xla(
+    translator, tmp_path, jit_compile
+):
     model, tokenizer, path, _ = translator
     if jit_compile:  # XLA drops assertions: the request is checked before the loop
-        path = export_translator(model, tokenizer, tmp_path, max_length=10, num_beams=1,
-                                 jit_compile=True)
+        path = export_translator(
+            model, tokenizer, tmp_path, max_length=10, num_beams=1, jit_compile=True
+        )
     served = tf.saved_model.load(path).signatures
     tokens = served["translate_tokens"]
     vocabulary = tokenizer.vocabulary_size
     for bad, low, high in (([[5, vocabulary, 2]], 2, vocabulary), ([[5, -3, 2]], -3, 5)):
-        message = (rf"`encoder_tokens` ids must be source tokens of the vocabulary, in "
-                   rf"\[0, {vocabulary}\). Received ids from\] \[{low}\] \[to\] \[{high}\]")
+        message = (
+            rf"`encoder_tokens` ids must be source tokens of the vocabulary, in "
+            rf"\[0, {vocabulary}\). Received ids from\] \[{low}\] \[to\] \[{high}\]"
+        )
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):
             tokens(encoder_tokens=tf.constant(bad, tf.int32))
     # TF prints an assertion's pieces in brackets: the received shape is [0 3].
     empty = "`{0}` must hold at least one row (batch >= 1). Received shape:] [{1}]"
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=re.escape(empty.format("encoder_tokens", "0 3"))):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError, match=re.escape(empty.format("encoder_tokens", "0 3"))
+    ):
         tokens(encoder_tokens=tf.zeros((0, 3), tf.int32))
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(empty.format("text", "0"))):
         served["serving_default"](text=tf.constant([], tf.string))
     # Another rank than the signature's: refused by name, not answered.
-    for name, bad in (("text", [["x"]]), ("text", "x"), ("encoder_tokens", [5, 2]),
-                      ("encoder_tokens", [[[5, 2]]])):
+    for name, bad in (
+        ("text", [["x"]]),
+        ("text", "x"),
+        ("encoder_tokens", [5, 2]),
+        ("encoder_tokens", [[[5, 2]]]),
+    ):
         signature = served["serving_default" if name == "text" else "translate_tokens"]
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match=rf"Shape of tensor {name} \[[\d,]*\] is not compatible with expected shape"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match=rf"Shape of tensor {name} \[[\d,]*\] is not compatible with expected shape",
+        ):
             signature(**{name: tf.constant(bad, tf.string if name == "text" else tf.int32)})
     # A good request still translates (the checks pass their values on).
     ids, _ = _expected(model, tokenizer, SENTENCES)
@@ -162,16 +192,25 @@ def test_bad_requests_fail_with_the_engines_messages_also_under_xla(translator, 
 
 def test_a_source_longer_than_a_learned_position_table_is_refused(translator, tmp_path):
     tokenizer = translator[1]
-    model = translation_transformer(tokenizer.vocabulary_size, num_layers=1, hidden_dim=8,
-                                    num_heads=2, intermediate_dim=8, position="learned",
-                                    max_length=12)
-    path = export_translator(model, tokenizer, tmp_path, max_length=10, num_beams=1,
-                             include_text_signature=False)
+    model = translation_transformer(
+        tokenizer.vocabulary_size,
+        num_layers=1,
+        hidden_dim=8,
+        num_heads=2,
+        intermediate_dim=8,
+        position="learned",
+        max_length=12,
+    )
+    path = export_translator(
+        model, tokenizer, tmp_path, max_length=10, num_beams=1, include_text_signature=False
+    )
     tokens = tf.saved_model.load(path).signatures["serving_default"]
     assert tokens(encoder_tokens=tf.fill([1, 12], 5))["tokens"].shape == (1, 10)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"longer than the learned position table: truncate sources to 12 "
-                             r"tokens. Received length:\] \[13\]"):
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r"longer than the learned position table: truncate sources to 12 "
+        r"tokens. Received length:\] \[13\]",
+    ):
         tokens(encoder_tokens=tf.fill([1, 13], 5))
 
 
@@ -185,27 +224,36 @@ def test_runs_in_fresh_processes_and_under_the_session_loader(translator):
         print(model.signatures["serving_default"](text=tf.constant({SENTENCES[:1]!r}))["translation"].numpy().tolist())
     """)
     assert repr([texts[0]]) in out
-    out = run_fresh_python(session_loader_code(
-        path, {"text": repr(SENTENCES[:1])}, "translation",
-        imports="import tensorflow as tf\nimport tensorflow_text",
-    ))
+    out = run_fresh_python(
+        session_loader_code(
+            path,
+            {"text": repr(SENTENCES[:1])},
+            "translation",
+            imports="import tensorflow as tf\nimport tensorflow_text",
+        )
+    )
     assert repr([texts[0]]) in out
     # The token model needs no tensorflow-text at all, even under the session loader.
     ids, _ = _expected(model, tokenizer, SENTENCES[:1])
     source = encode_source(tokenizer, tf.constant(SENTENCES[:1]), 10).to_tensor().numpy().tolist()
-    out = run_fresh_python(session_loader_code(tokens_path, {"encoder_tokens": repr(source)}, "tokens"))
+    out = run_fresh_python(
+        session_loader_code(tokens_path, {"encoder_tokens": repr(source)}, "tokens")
+    )
     assert repr(ids.tolist()) in out
 
 
 @pytest.mark.slow
 def test_xla_compiled_export_runs_in_a_fresh_process_like_the_default_one(translator, tmp_path):
     model, tokenizer, path, _ = translator
-    xla_path = export_translator(model, tokenizer, tmp_path, max_length=10, num_beams=1,
-                                 jit_compile=True)
-    beams_path = export_translator(model, tokenizer, tmp_path, version=2, max_length=10,
-                                   num_beams=3)
-    xla_beams_path = export_translator(model, tokenizer, tmp_path, version=3, max_length=10,
-                                       num_beams=3, jit_compile=True)
+    xla_path = export_translator(
+        model, tokenizer, tmp_path, max_length=10, num_beams=1, jit_compile=True
+    )
+    beams_path = export_translator(
+        model, tokenizer, tmp_path, version=2, max_length=10, num_beams=3
+    )
+    xla_beams_path = export_translator(
+        model, tokenizer, tmp_path, version=3, max_length=10, num_beams=3, jit_compile=True
+    )
     source = encode_source(tokenizer, tf.constant(SENTENCES), 10).to_tensor().numpy().tolist()
     out = run_fresh_python(f"""
         import tensorflow as tf, tensorflow_text  # only these

@@ -3,7 +3,12 @@ import numpy as np
 import pytest
 
 from keras_attn.generation import CachedDecoder
-from keras_attn.layers import MultiHeadSelfAttention, TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
+from keras_attn.layers import (
+    MultiHeadSelfAttention,
+    TokenAndPositionEmbedding,
+    TransformerDecoder,
+    TransformerEncoder,
+)
 from tests.generation import tiny_models
 
 RNG = np.random.default_rng(11)
@@ -15,7 +20,7 @@ def _stepwise_logits(decoder, tokens, prefill, inputs=None):
     logits, state = decoder(tokens[:, :prefill], 0, state)
     outs = [np.asarray(logits)]
     for i in range(prefill, tokens.shape[1]):
-        logits, state = decoder(tokens[:, i:i + 1], i, state)
+        logits, state = decoder(tokens[:, i : i + 1], i, state)
         outs.append(np.asarray(logits))
     return np.concatenate(outs, axis=1)
 
@@ -60,7 +65,9 @@ def test_stack_of_different_attention_types_and_cache_shapes():
     tokens = RNG.integers(1, tiny_models.VOCABULARY, (2, 10)).astype("int32")
     tokens[1, 6] = 0  # a padding id inside: masked as the full model masks it
     np.testing.assert_allclose(
-        _stepwise_logits(CachedDecoder(model), tokens, prefill=3), np.asarray(model(tokens)), atol=1e-4
+        _stepwise_logits(CachedDecoder(model), tokens, prefill=3),
+        np.asarray(model(tokens)),
+        atol=1e-4,
     )
 
 
@@ -72,7 +79,9 @@ def test_block_returning_attention_scores_is_replayed_without_them():
     model = _model(build)
     tokens = RNG.integers(1, tiny_models.VOCABULARY, (2, 8)).astype("int32")
     np.testing.assert_allclose(
-        _stepwise_logits(CachedDecoder(model), tokens, prefill=2), np.asarray(model(tokens)), atol=1e-4
+        _stepwise_logits(CachedDecoder(model), tokens, prefill=2),
+        np.asarray(model(tokens)),
+        atol=1e-4,
     )
 
 
@@ -98,25 +107,37 @@ def test_beam_state_repeat_and_reorder():
     np.testing.assert_array_equal(np.asarray(mask), np.repeat(tiny_models.SOURCE != 0, 3, axis=0))
     assert cross.shape[0] == 6
     reordered = decoder.reorder_state(repeated, np.array([5, 0, 1, 2, 3, 4]))
-    np.testing.assert_array_equal(np.asarray(reordered["caches"][1])[0], np.asarray(state["caches"][1])[1])
+    np.testing.assert_array_equal(
+        np.asarray(reordered["caches"][1])[0], np.asarray(state["caches"][1])[1]
+    )
 
 
 def _model(build):
     tokens = keras.Input((None,), dtype="int32", name="tokens")
-    x = TokenAndPositionEmbedding(tiny_models.VOCABULARY, 16, sequence_length=8, name="embedding")(tokens)
+    x = TokenAndPositionEmbedding(tiny_models.VOCABULARY, 16, sequence_length=8, name="embedding")(
+        tokens
+    )
     x = build(x)
     return keras.Model(tokens, keras.layers.Dense(tiny_models.VOCABULARY, name="logits")(x))
 
 
 def test_errors_name_the_unexpected_layer():
     with pytest.raises(ValueError, match=r"'encoder_block' \(TransformerEncoder\).*not causal"):
-        CachedDecoder(_model(lambda x: TransformerEncoder(32, num_heads=2, name="encoder_block")(x)))
+        CachedDecoder(
+            _model(lambda x: TransformerEncoder(32, num_heads=2, name="encoder_block")(x))
+        )
     with pytest.raises(ValueError, match=r"'conv' \(Conv1D\).*not known to act on each position"):
-        CachedDecoder(_model(lambda x: keras.layers.Conv1D(16, 3, padding="causal", name="conv")(x)))
-    with pytest.raises(ValueError, match=r"'attention' \(MultiHeadSelfAttention\).*use_causal_mask=False"):
+        CachedDecoder(
+            _model(lambda x: keras.layers.Conv1D(16, 3, padding="causal", name="conv")(x))
+        )
+    with pytest.raises(
+        ValueError, match=r"'attention' \(MultiHeadSelfAttention\).*use_causal_mask=False"
+    ):
         CachedDecoder(_model(lambda x: MultiHeadSelfAttention(2, 8, name="attention")(x)))
     with pytest.raises(ValueError, match="use_causal_mask=False.*needs causal"):
-        CachedDecoder(_model(lambda x: TransformerDecoder(32, num_heads=2)(x, use_causal_mask=False)))
+        CachedDecoder(
+            _model(lambda x: TransformerDecoder(32, num_heads=2)(x, use_causal_mask=False))
+        )
     with pytest.raises(ValueError, match="single output"):
         tokens = keras.Input((None,), dtype="int32")
         x = keras.layers.Embedding(5, 4)(tokens)
@@ -126,7 +147,9 @@ def test_errors_name_the_unexpected_layer():
     with pytest.raises(ValueError, match=r"token_input.*\['encoder_tokens', 'decoder_tokens'\]"):
         CachedDecoder(tiny_models.translation_model(), token_input="target")
     decoder = CachedDecoder(tiny_models.translation_model())
-    with pytest.raises(ValueError, match=r"\['encoder_tokens'\] needed.*Received: inputs with names \['source'\]"):
+    with pytest.raises(
+        ValueError, match=r"\['encoder_tokens'\] needed.*Received: inputs with names \['source'\]"
+    ):
         decoder.initial_state(2, 8, {"source": tiny_models.SOURCE})
     with pytest.raises(ValueError, match=r"max_length=20 does not fit layer .*16 positions"):
         CachedDecoder(tiny_models.language_model(max_length=16)).check_max_length(20)
@@ -134,7 +157,9 @@ def test_errors_name_the_unexpected_layer():
     # padded first, and the process was killed for memory.
     from keras_attn.generation import greedy_search
 
-    with pytest.raises(ValueError, match=r"max_length=1000000000 does not fit layer .*16 positions"):
+    with pytest.raises(
+        ValueError, match=r"max_length=1000000000 does not fit layer .*16 positions"
+    ):
         greedy_search(tiny_models.language_model(max_length=16), np.ones((2, 3), "int32"), 10**9)
 
 
@@ -142,12 +167,20 @@ def test_step_errors():
     decoder = CachedDecoder(tiny_models.language_model())
     state = decoder.initial_state(2, 8)
     tokens = np.ones((2, 1), "int32")
-    with pytest.raises(ValueError, match=r"`token_ids` must be .* for the batch of the state: \[2\] \(make it with `initial_state\(batch_size, "
-                                         r"\.\.\.\)`\)\. Received dtype int32 and shape \(3, 1\)\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`token_ids` must be .* for the batch of the state: \[2\] \(make it with `initial_state\(batch_size, "
+        r"\.\.\.\)`\)\. Received dtype int32 and shape \(3, 1\)\.",
+    ):
         decoder(np.ones((3, 1), "int32"), 0, state)
-    with pytest.raises(ValueError, match=r"`cache_index` must be an integer scalar.*Received: cache_index=1\.0"):
+    with pytest.raises(
+        ValueError, match=r"`cache_index` must be an integer scalar.*Received: cache_index=1\.0"
+    ):
         decoder(tokens, 1.0, state)
-    with pytest.raises(ValueError, match=r"`token_ids` must be integer token ids of shape \(batch, length\).*Received dtype float32 and shape \(2, 1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`token_ids` must be integer token ids of shape \(batch, length\).*Received dtype float32 and shape \(2, 1\)",
+    ):
         decoder(tokens.astype("float32"), 0, state)
     logits, _ = decoder(tokens, 0, state)  # the valid call runs
     assert tuple(logits.shape) == (2, 1, tiny_models.VOCABULARY)
@@ -175,8 +208,10 @@ def test_a_custom_position_aware_layer_decodes_with_the_cache():
     x = keras.layers.Embedding(tiny_models.VOCABULARY, 16, name="embedding")(tokens)
     x = _ConditionedOffset(name="offset")(x, condition)
     x = TransformerDecoder(intermediate_dim=32, num_heads=2, name="decoder_layer_0")(x)
-    model = keras.Model({"decoder_tokens": tokens, "condition": condition},
-                        keras.layers.Dense(tiny_models.VOCABULARY, name="logits")(x))
+    model = keras.Model(
+        {"decoder_tokens": tokens, "condition": condition},
+        keras.layers.Dense(tiny_models.VOCABULARY, name="logits")(x),
+    )
     ids = RNG.integers(1, tiny_models.VOCABULARY, (2, 9)).astype("int32")
     scale = np.array([0.5, 2.0], "float32")
     full = np.asarray(model({"decoder_tokens": ids, "condition": scale}))
@@ -227,8 +262,10 @@ def test_custom_cached_and_position_layers_decode_without_engine_changes():
     x = _CausalRunningMean(name="running_mean")(x)
     x = TransformerDecoder(intermediate_dim=32, num_heads=2, name="decoder_layer_0")(x)
     x = MultiHeadSelfAttention(2, 8, name="attention")(x, use_causal_mask=True)
-    model = keras.Model({"decoder_tokens": tokens, "condition": condition},
-                        keras.layers.Dense(tiny_models.VOCABULARY, name="logits")(x))
+    model = keras.Model(
+        {"decoder_tokens": tokens, "condition": condition},
+        keras.layers.Dense(tiny_models.VOCABULARY, name="logits")(x),
+    )
     ids = RNG.integers(1, tiny_models.VOCABULARY, (2, 9)).astype("int32")
     scale = np.array([0.5, 2.0], "float32")
     full = np.asarray(model({"decoder_tokens": ids, "condition": scale}))
@@ -255,8 +292,13 @@ def test_a_cached_layer_without_a_cache_argument_is_refused():
         CachedDecoder(_model(lambda x: _NoCacheArgument(name="odd")(x)))
     with pytest.raises(ValueError, match=r"'attention'.*called with `attention_mask`"):
         mask = np.tril(np.ones((8, 8), bool))[None]
-        CachedDecoder(_model(lambda x: MultiHeadSelfAttention(2, 8, name="attention")(
-            x, use_causal_mask=True, attention_mask=keras.ops.convert_to_tensor(mask))))
+        CachedDecoder(
+            _model(
+                lambda x: MultiHeadSelfAttention(2, 8, name="attention")(
+                    x, use_causal_mask=True, attention_mask=keras.ops.convert_to_tensor(mask)
+                )
+            )
+        )
 
 
 class _PositionedRunningMean(_CausalRunningMean):
@@ -285,7 +327,9 @@ def test_a_cached_layer_with_its_own_positions_gets_start_index():
     np.testing.assert_allclose(
         _stepwise_logits(decoder, tokens, prefill=3), np.asarray(model(tokens)), atol=1e-4
     )
-    with pytest.raises(ValueError, match=r"max_length=13 does not fit layer 'positioned'.*12 positions"):
+    with pytest.raises(
+        ValueError, match=r"max_length=13 does not fit layer 'positioned'.*12 positions"
+    ):
         decoder.check_max_length(13)
 
 
@@ -297,7 +341,9 @@ def test_cached_layers_that_break_the_protocol_are_named():
 
     decoder = CachedDecoder(_model(lambda x: _ForgetsItsCache(name="forgetful")(x)))
     state = decoder.initial_state(1, 4)
-    with pytest.raises(ValueError, match=r"'forgetful'.*returned .* instead of `\(outputs, new_cache"):
+    with pytest.raises(
+        ValueError, match=r"'forgetful'.*returned .* instead of `\(outputs, new_cache"
+    ):
         decoder(np.ones((1, 2), "int32"), 0, state)
 
     class _TakesKerasMask(_CausalRunningMean):
@@ -314,18 +360,31 @@ def test_check_inputs_checks_ids_and_runs_the_embeddings_own_checks():
     from keras_attn.models import translation_transformer
     from tests.test_case import traced
 
-    model = translation_transformer(50, num_layers=1, hidden_dim=8, num_heads=2,
-                                    intermediate_dim=8, position="learned", max_length=6)
+    model = translation_transformer(
+        50,
+        num_layers=1,
+        hidden_dim=8,
+        num_heads=2,
+        intermediate_dim=8,
+        position="learned",
+        max_length=6,
+    )
     decoder = CachedDecoder(model)
     good = np.array([[5, 49, 2]], "int32")
     checked = decoder.check_inputs({"encoder_tokens": good})
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(checked["encoder_tokens"]), good)
-    with pytest.raises(ValueError, match=r"encoder_tokens must hold ids in \[0, 50\).*from 2 to 60\."):
+    with pytest.raises(
+        ValueError, match=r"encoder_tokens must hold ids in \[0, 50\).*from 2 to 60\."
+    ):
         decoder.check_inputs(np.array([[5, 60, 2]], "int32"))
-    with pytest.raises(ValueError, match=r"learned position table of 6 rows.*Received: positions 0\.\.6\."):
+    with pytest.raises(
+        ValueError, match=r"learned position table of 6 rows.*Received: positions 0\.\.6\."
+    ):
         decoder.check_inputs(np.ones((1, 7), "int32"))  # longer than the position table
     # Ids int32 cannot hold are refused, not wrapped by the cast (2**32 + 7 -> 7).
-    with pytest.raises(ValueError, match=r"encoder_tokens must hold ids in \[0, 50\).*from 3 to 4294967303\."):
+    with pytest.raises(
+        ValueError, match=r"encoder_tokens must hold ids in \[0, 50\).*from 3 to 4294967303\."
+    ):
         decoder.check_inputs(np.array([[2**32 + 7, 3]], "int64"))
     # Traced, the ids are known only when the function runs.
     check = traced(lambda ids: decoder.check_inputs(ids)["encoder_tokens"])

@@ -53,11 +53,13 @@ def test_graph_with_tensor_inputs_traces_once_for_every_prompt_length_and_batch(
     model = tiny_models.language_model("relative", num_layers=1)
     traces = []
 
-    @tf.function(input_signature=[
-        tf.TensorSpec((None, 6), tf.int32, name="prompt"),
-        tf.TensorSpec((None,), tf.int32, name="prompt_lengths"),
-        tf.TensorSpec((2,), tf.int32, name="seed"),
-    ])
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec((None, 6), tf.int32, name="prompt"),
+            tf.TensorSpec((None,), tf.int32, name="prompt_lengths"),
+            tf.TensorSpec((2,), tf.int32, name="seed"),
+        ]
+    )
     def generate(prompt, prompt_lengths, seed):
         traces.append(1)
         return (
@@ -67,7 +69,10 @@ def test_graph_with_tensor_inputs_traces_once_for_every_prompt_length_and_batch(
 
     batches = [
         (np.array([[3, 4, 0, 0, 0, 0], [7, 1, 9, 2, 6, 8]], "int32"), [2, 6]),
-        (np.array([[3, 0, 0, 0, 0, 0], [7, 1, 9, 2, 0, 0], [8, 8, 2, 0, 0, 0]], "int32"), [1, 4, 3]),
+        (
+            np.array([[3, 0, 0, 0, 0, 0], [7, 1, 9, 2, 0, 0], [8, 8, 2, 0, 0, 0]], "int32"),
+            [1, 4, 3],
+        ),
     ]
     for i, (prompt, lengths) in enumerate(batches):
         greedy, sampled = generate(prompt, np.array(lengths, "int32"), np.array([9, 0], "int32"))
@@ -135,10 +140,15 @@ def test_export_archive_endpoint_reloads_and_generates(tmp_path):
 
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint("generate", generate, input_signature=[
-        tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, 1), tf.int32),
-        tf.TensorSpec((2,), tf.int32),
-    ])
+    archive.add_endpoint(
+        "generate",
+        generate,
+        input_signature=[
+            tf.TensorSpec((None, None), tf.int32),
+            tf.TensorSpec((None, 1), tf.int32),
+            tf.TensorSpec((2,), tf.int32),
+        ],
+    )
     archive.write_out(str(tmp_path / "1"))
     loaded = tf.saved_model.load(str(tmp_path / "1"))
     args = (tiny_models.SOURCE, np.ones((2, 1), "int32"), np.array([3, 0], "int32"))

@@ -2,7 +2,6 @@
 the eager result, with the weights passed in as state (`compile_generation`)
 so that a compiled function follows weight updates."""
 
-
 import keras
 import numpy as np
 import pytest
@@ -44,10 +43,13 @@ def test_jitted_strategies_equal_eager_encoder_decoder():
     _assert_equal(compile_generation(run, decoder)(*args), eager)
 
 
-@pytest.mark.parametrize("kind", [
-    kind if kind == "multi_head" else pytest.param(kind, marks=pytest.mark.slow)
-    for kind in tiny_models.KINDS
-])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        kind if kind == "multi_head" else pytest.param(kind, marks=pytest.mark.slow)
+        for kind in tiny_models.KINDS
+    ],
+)
 def test_jitted_decoder_only_every_attention_type(kind):
     model = tiny_models.sharpen(tiny_models.language_model(kind, num_layers=2), 2.0)
     prompt = np.array([[3, 4, 0, 0], [7, 1, 9, 2]], "int32")
@@ -98,8 +100,10 @@ def test_jitted_recomputing_decoder_equals_cached():
     prompt = np.array([[3, 4, 0], [7, 1, 9]], "int32")
 
     def run(prompt):
-        return (greedy_search(RecomputingDecoder(model), prompt, 9),
-                beam_search(RecomputingDecoder(model), prompt, 9, num_beams=2))
+        return (
+            greedy_search(RecomputingDecoder(model), prompt, 9),
+            beam_search(RecomputingDecoder(model), prompt, 9, num_beams=2),
+        )
 
     want = (greedy_search(model, prompt, 9), beam_search(model, prompt, 9, num_beams=2))
     _assert_equal(compile_generation(run, model)(prompt), want)
@@ -108,10 +112,17 @@ def test_jitted_recomputing_decoder_equals_cached():
 def test_compile_generation_errors():
     with pytest.raises(ValueError, match="`fn` must be a callable"):
         compile_generation(3, tiny_models.language_model(num_layers=1))
-    for models, received in (("model", "'model'"), (keras.layers.Dense(3, name="head"), "built=False"),
-                             ([], r"\[\]"), ((), r"\(\)")):
+    for models, received in (
+        ("model", "'model'"),
+        (keras.layers.Dense(3, name="head"), "built=False"),
+        ([], r"\[\]"),
+        ((), r"\(\)"),
+    ):
         # With no model the weights became constants of the program: after
         # set_weights it kept generating with the old ones.
-        with pytest.raises(ValueError, match=r"`models` must be the built Keras models \(or layers, or "
-                                             rf"decoders with a `model`\).*at least one.*Received: models=.*{received}"):
+        with pytest.raises(
+            ValueError,
+            match=r"`models` must be the built Keras models \(or layers, or "
+            rf"decoders with a `model`\).*at least one.*Received: models=.*{received}",
+        ):
             compile_generation(lambda: None, models)

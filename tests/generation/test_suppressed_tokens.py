@@ -27,9 +27,16 @@ def _eager_model(attention):
     """An untrained Music Transformer that favours padding and start: left
     alone it generates them often (see the control in the first test)."""
     keras.utils.set_random_seed(3)
-    model = music_transformer(VOCABULARY, num_layers=1, hidden_dim=16, num_heads=2,
-                              intermediate_dim=32, dropout=0.0, max_relative_position=6,
-                              attention=attention)
+    model = music_transformer(
+        VOCABULARY,
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
+        max_relative_position=6,
+        attention=attention,
+    )
     kernel, bias = model.get_layer("logits").get_weights()
     bias[list(SUPPRESSED)] += 2.5
     model.get_layer("logits").set_weights([kernel * 2.0, bias])
@@ -39,12 +46,23 @@ def _eager_model(attention):
 def _generate(strategy, model, seed, temperature, top_k, top_p, suppressed=SUPPRESSED):
     common = dict(end_token_id=END, suppressed_token_ids=suppressed)
     if strategy == "sample":
-        return np.asarray(sample(model, PROMPTS, MAX_LENGTH, seed=seed, temperature=temperature,
-                                 top_k=top_k, top_p=top_p, **common))
+        return np.asarray(
+            sample(
+                model,
+                PROMPTS,
+                MAX_LENGTH,
+                seed=seed,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                **common,
+            )
+        )
     if strategy == "greedy":
         return np.asarray(greedy_search(model, PROMPTS, MAX_LENGTH, **common))
-    _, beams, scores = beam_search(model, PROMPTS, MAX_LENGTH, num_beams=3,
-                                   return_all_beams=True, **common)
+    _, beams, scores = beam_search(
+        model, PROMPTS, MAX_LENGTH, num_beams=3, return_all_beams=True, **common
+    )
     return np.asarray(beams).reshape(-1, MAX_LENGTH)  # every beam of every row
 
 
@@ -59,7 +77,7 @@ def _check_rows(tokens, prompts):
         body = generated[: ends[0] + 1] if ends.size else generated
         assert not np.isin(body, SUPPRESSED).any(), row
         if ends.size:
-            assert (generated[ends[0] + 1:] == PAD).all(), row
+            assert (generated[ends[0] + 1 :] == PAD).all(), row
 
 
 def test_without_suppression_these_models_do_generate_padding_and_start():
@@ -72,7 +90,9 @@ def test_without_suppression_these_models_do_generate_padding_and_start():
     assert set(SUPPRESSED) <= found
 
 
-@settings(max_examples=property_examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=property_examples(20), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(
     strategy=st.sampled_from(["sample", "sample", "greedy", "beam"]),
     attention=st.sampled_from(["relative", "absolute"]),
@@ -81,8 +101,9 @@ def test_without_suppression_these_models_do_generate_padding_and_start():
     top_k=st.one_of(st.none(), st.integers(1, VOCABULARY + 2)),
     top_p=st.one_of(st.none(), st.floats(0.05, 1.0)),
 )
-def test_no_generated_row_holds_a_suppressed_id(strategy, attention, seed, temperature, top_k,
-                                                top_p):
+def test_no_generated_row_holds_a_suppressed_id(
+    strategy, attention, seed, temperature, top_k, top_p
+):
     tokens = _generate(strategy, _eager_model(attention), seed, temperature, top_k, top_p)
     prompts = np.repeat(PROMPTS, 3, axis=0) if strategy == "beam" else PROMPTS
     _check_rows(tokens, prompts)
@@ -102,8 +123,15 @@ def test_suppression_equals_a_model_whose_logits_exclude_those_ids():
     # the argmax over the allowed ids at every step (naive recomputation).
     model = _eager_model("absolute")
     cached = _generate("greedy", model, 0, 1.0, None, None)
-    reference = np.asarray(greedy_search(RecomputingDecoder(model), PROMPTS, MAX_LENGTH,
-                                         end_token_id=END, suppressed_token_ids=SUPPRESSED))
+    reference = np.asarray(
+        greedy_search(
+            RecomputingDecoder(model),
+            PROMPTS,
+            MAX_LENGTH,
+            end_token_id=END,
+            suppressed_token_ids=SUPPRESSED,
+        )
+    )
     np.testing.assert_array_equal(cached, reference)
     row = [START]
     for _ in range(MAX_LENGTH - 1):
@@ -121,8 +149,9 @@ def test_beams_that_hold_no_hypothesis_hold_no_suppressed_id():
     # beams are filler with -inf scores (they used to take ids 0 and 1).
     model = tiny_models.language_model(num_layers=1)
     prompt = np.array([[3, 4]], "int32")
-    _, beams, scores = beam_search(model, prompt, 3, num_beams=15, return_all_beams=True,
-                                   suppressed_token_ids=(0, 1))
+    _, beams, scores = beam_search(
+        model, prompt, 3, num_beams=15, return_all_beams=True, suppressed_token_ids=(0, 1)
+    )
     beams, scores = np.asarray(beams)[0], np.asarray(scores)[0]
     live = np.isfinite(scores)
     assert live.sum() == 11
@@ -138,8 +167,14 @@ def test_suppressed_token_ids_errors():
         greedy_search(model, prompt, 5, end_token_id=2, suppressed_token_ids=(0, 2))
     with pytest.raises(ValueError, match=r"must be ids of the model's vocabulary \[0, 13\)"):
         sample(model, prompt, 5, seed=0, suppressed_token_ids=(0, 13))
-    with pytest.raises(ValueError, match=r"\[0, 13\) that leave one to generate.*Received: suppressed_token_ids=range\(0, 13\)\."):
+    with pytest.raises(
+        ValueError,
+        match=r"\[0, 13\) that leave one to generate.*Received: suppressed_token_ids=range\(0, 13\)\.",
+    ):
         beam_search(model, prompt, 5, suppressed_token_ids=range(13))
     for bad in (0, [0, -1], [0, 1.0], ["0"]):
-        with pytest.raises(ValueError, match=r"`suppressed_token_ids` must be ids of the model's vocabulary .*a list of ints, or None"):
+        with pytest.raises(
+            ValueError,
+            match=r"`suppressed_token_ids` must be ids of the model's vocabulary .*a list of ints, or None",
+        ):
             greedy_search(model, prompt, 5, suppressed_token_ids=bad)

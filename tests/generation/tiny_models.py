@@ -25,23 +25,39 @@ def self_attention(kind, index):
         "relative": {"max_relative_position": 4},
     }[kind]
     return attention_kinds.self_attention(
-        "local" if kind == "rolling" else kind, key_dim=8, bias_initializer="zeros", name=f"{kind}_{index}", **options
+        "local" if kind == "rolling" else kind,
+        key_dim=8,
+        bias_initializer="zeros",
+        name=f"{kind}_{index}",
+        **options,
     )
 
 
-def language_model(kind="multi_head", vocabulary=VOCABULARY, num_layers=2,
-                   position="learned", normalize_first=False, max_length=16):
+def language_model(
+    kind="multi_head",
+    vocabulary=VOCABULARY,
+    num_layers=2,
+    position="learned",
+    normalize_first=False,
+    max_length=16,
+):
     """Decoder-only LM: embedding, decoder blocks with `kind` self-attention,
     logits. Single input `tokens`."""
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     x = TokenAndPositionEmbedding(
-        vocabulary, 16, sequence_length=max_length, position=position, mask_zero=True,
+        vocabulary,
+        16,
+        sequence_length=max_length,
+        position=position,
+        mask_zero=True,
         name="embedding",
     )(tokens)
     for i in range(num_layers):
         x = TransformerDecoder(
-            intermediate_dim=32, self_attention=self_attention(kind, i),
-            normalize_first=normalize_first, name=f"decoder_layer_{i}",
+            intermediate_dim=32,
+            self_attention=self_attention(kind, i),
+            normalize_first=normalize_first,
+            name=f"decoder_layer_{i}",
         )(x)
     if normalize_first:
         x = keras.layers.LayerNormalization(name="final_norm")(x)
@@ -64,8 +80,13 @@ def bare_attention_model(vocabulary=VOCABULARY):
 
 def translation_model(normalize_first=False, num_layers=2):
     return translation_transformer(
-        VOCABULARY, num_layers=num_layers, hidden_dim=16, num_heads=2, intermediate_dim=32,
-        dropout=0.1, normalize_first=normalize_first,
+        VOCABULARY,
+        num_layers=num_layers,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.1,
+        normalize_first=normalize_first,
     )
 
 
@@ -102,7 +123,7 @@ def naive_greedy(model, prompt, max_length, end_token_id=None, inputs=None, toke
         while len(tokens) < max_length:
             feed = {token_input: np.array([tokens], "int32")}
             if inputs is not None:
-                feed.update({k: v[b:b + 1] for k, v in inputs.items()})
+                feed.update({k: v[b : b + 1] for k, v in inputs.items()})
             if len(feed) == 1:
                 feed = feed[token_input]
             logits = np.asarray(model(feed))[0, -1]
@@ -120,7 +141,11 @@ def mixed_model(vocabulary=VOCABULARY):
     layers = [attn_layers.MultiHeadSelfAttention(num_heads=1, key_dim=16, name="global")]
     for kind in ("local", "relative"):
         layers.append(self_attention(kind, len(layers)))
-    layers.append(attn_layers.MultiHeadSelfAttention(num_heads=4, key_dim=2, value_dim=6, name="narrow"))
+    layers.append(
+        attn_layers.MultiHeadSelfAttention(num_heads=4, key_dim=2, value_dim=6, name="narrow")
+    )
     for i, layer in enumerate(layers):
-        x = TransformerDecoder(intermediate_dim=24, self_attention=layer, name=f"decoder_layer_{i}")(x)
+        x = TransformerDecoder(
+            intermediate_dim=24, self_attention=layer, name=f"decoder_layer_{i}"
+        )(x)
     return keras.Model(tokens, keras.layers.Dense(vocabulary, name="logits")(x))

@@ -18,7 +18,10 @@ def _extra(layer):
 def test_arguments_in_signature_order_serialized_as_keras_does():
     attention = MultiHeadSelfAttention(num_heads=2, key_dim=4, name="attention")
     decoder = TransformerDecoder(
-        8, num_heads=2, activation="gelu", self_attention=attention,
+        8,
+        num_heads=2,
+        activation="gelu",
+        self_attention=attention,
         kernel_initializer=keras.initializers.Constant(0.5),
     )
     extra = _extra(decoder)
@@ -28,9 +31,17 @@ def test_arguments_in_signature_order_serialized_as_keras_does():
     )
     assert extra["self_attention"] == keras.layers.serialize(attention)
     assert list(extra) == [  # TransformerBlock's signature (the decoder adds none)
-        "intermediate_dim", "num_heads", "key_dim", "dropout", "activation",
-        "layer_norm_epsilon", "normalize_first", "self_attention",
-        "kernel_initializer", "bias_initializer", "seed",
+        "intermediate_dim",
+        "num_heads",
+        "key_dim",
+        "dropout",
+        "activation",
+        "layer_norm_epsilon",
+        "normalize_first",
+        "self_attention",
+        "kernel_initializer",
+        "bias_initializer",
+        "seed",
     ]
     assert list(_extra(SequenceDelay(delay=3, fill_value=-1))) == ["delay", "fill_value"]
     assert _extra(SequenceDelay(delay=3, fill_value=-1)) == {"delay": 3, "fill_value": -1}

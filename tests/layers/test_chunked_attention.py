@@ -16,9 +16,10 @@ B, T, S, H, K = 2, 13, 11, 2, 4
 
 def _qkv(query_length=T, key_length=S, dtype="float32"):
     rng = np.random.default_rng(query_length * 100 + key_length)
-    return [rng.normal(size=shape).astype(dtype) for shape in (
-        (B, query_length, H, K), (B, key_length, H, K), (B, key_length, H, K + 1)
-    )]
+    return [
+        rng.normal(size=shape).astype(dtype)
+        for shape in ((B, query_length, H, K), (B, key_length, H, K), (B, key_length, H, K + 1))
+    ]
 
 
 def _reference(query, key, value, mask):
@@ -27,8 +28,10 @@ def _reference(query, key, value, mask):
     for b in range(query.shape[0]):
         for h in range(query.shape[2]):
             out[b, :, h], _ = references.softmax_attention(
-                query[b, :, h].astype(np.float64), key[b, :, h].astype(np.float64),
-                value[b, :, h].astype(np.float64), mask[b, h],
+                query[b, :, h].astype(np.float64),
+                key[b, :, h].astype(np.float64),
+                value[b, :, h].astype(np.float64),
+                mask[b, h],
             )
     return out
 
@@ -43,15 +46,19 @@ def _mask_cases():
     return {
         "none": (None, dict()),
         "causal": (AttentionMasks(use_causal_mask=True), dict(causal=True)),
-        "padding_causal": (AttentionMasks(padding_mask=padding, use_causal_mask=True),
-                           dict(padding_mask=padding, causal=True)),
+        "padding_causal": (
+            AttentionMasks(padding_mask=padding, use_causal_mask=True),
+            dict(padding_mask=padding, causal=True),
+        ),
         "attention": (AttentionMasks(attention_mask=attention), dict(attention_mask=attention)),
         "attention_heads_padding": (
             AttentionMasks(padding_mask=padding, attention_mask=attention_heads),
             dict(padding_mask=padding, attention_mask=attention_heads, num_heads=H),
         ),
-        "causal_offset": (AttentionMasks(use_causal_mask=True, cache_index=3),
-                          dict(causal=True, cache_index=3)),
+        "causal_offset": (
+            AttentionMasks(use_causal_mask=True, cache_index=3),
+            dict(causal=True, cache_index=3),
+        ),
     }
 
 
@@ -111,13 +118,18 @@ def test_gradients_equal_the_dense_core_and_stay_finite(case):
         def fn(q, k, v):
             out = core(q, k, v)
             return keras.ops.sum(keras.ops.multiply(out, weights)), out
+
         return fn
 
     dense_mask = masks.merged(B, T, S)
-    _, dense = gradients(loss(lambda q, k, v: attention_ops.scaled_dot_product_attention(
-        q, k, v, dense_mask)[0]), [query, key, value], [])
-    _, chunked = gradients(loss(lambda q, k, v: chunked_attention(q, k, v, masks, 4)),
-                           [query, key, value], [])
+    _, dense = gradients(
+        loss(lambda q, k, v: attention_ops.scaled_dot_product_attention(q, k, v, dense_mask)[0]),
+        [query, key, value],
+        [],
+    )
+    _, chunked = gradients(
+        loss(lambda q, k, v: chunked_attention(q, k, v, masks, 4)), [query, key, value], []
+    )
     for want, got in zip(dense, chunked):
         got = keras.ops.convert_to_numpy(got)
         assert np.all(np.isfinite(got))
@@ -137,7 +149,9 @@ def test_mixed_precision_inputs_give_their_dtype_and_the_float32_result():
 
 def test_errors():
     query, key, value = _qkv()
-    with pytest.raises(ValueError, match=r"a `chunk_size` int >= 1\. Received: chunk_size=0, a cached call: False"):
+    with pytest.raises(
+        ValueError, match=r"a `chunk_size` int >= 1\. Received: chunk_size=0, a cached call: False"
+    ):
         chunked_attention(query, key, value, None, 0)
     cached = AttentionMasks(use_causal_mask=True, valid_key_length=3)
     with pytest.raises(ValueError, match="takes no cached call.*a cached call: True"):
@@ -162,20 +176,23 @@ def test_layer_with_chunk_size_equals_the_dense_layer_in_values_and_gradients():
     for layer_kwargs in ({}, {"use_causal_mask": True}, {"padding_mask": padding}):
         np.testing.assert_allclose(
             keras.ops.convert_to_numpy(chunked(x, **layer_kwargs)),
-            keras.ops.convert_to_numpy(dense(x, **layer_kwargs)), atol=2e-5,
+            keras.ops.convert_to_numpy(dense(x, **layer_kwargs)),
+            atol=2e-5,
         )
 
     def loss(layer):
         def fn(inputs):
             out = layer(inputs, padding_mask=padding, use_causal_mask=True)
             return keras.ops.sum(out * keras.ops.cos(out)), out
+
         return fn
 
     _, want = gradients(loss(dense), [x], dense)
     _, got = gradients(loss(chunked), [x], chunked)
     for w, g in zip(want, got):
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(g), keras.ops.convert_to_numpy(w),
-                                   atol=3e-5)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(g), keras.ops.convert_to_numpy(w), atol=3e-5
+        )
 
 
 def test_layer_falls_back_to_the_dense_core_for_scores_cache_and_dropout():
@@ -185,14 +202,16 @@ def test_layer_falls_back_to_the_dense_core_for_scores_cache_and_dropout():
     assert tuple(scores.shape) == (B, 2, T, T)
     cache = chunked.init_cache(B, T)
     step, _ = chunked(x[:, :3], cache=cache, cache_index=0, use_causal_mask=True)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(step),
-                               keras.ops.convert_to_numpy(out)[:, :3], atol=2e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(step), keras.ops.convert_to_numpy(out)[:, :3], atol=2e-5
+    )
     # Dropout in training: the dense core with the same seed (same draws).
     keras.utils.set_random_seed(7)
     want = keras.ops.convert_to_numpy(dense(x, training=True))
     keras.utils.set_random_seed(7)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(chunked(x, training=True)), want,
-                               atol=2e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(chunked(x, training=True)), want, atol=2e-5
+    )
 
 
 def test_layer_life_cycle():
@@ -210,17 +229,27 @@ def test_layer_errors():
 
     with pytest.raises(ValueError, match=r"chunk_size.*Received: chunk_size=0"):
         MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=0)
-    with pytest.raises(ValueError, match=r'must be an int >= 1, None or "auto". Received: chunk_size=0'):
+    with pytest.raises(
+        ValueError, match=r'must be an int >= 1, None or "auto". Received: chunk_size=0'
+    ):
         MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=0)
     for bad in ("fast", True, 2.0):
-        with pytest.raises(ValueError, match=r"`chunk_size` must be an int >= 1.*Received: chunk_size="):
+        with pytest.raises(
+            ValueError, match=r"`chunk_size` must be an int >= 1.*Received: chunk_size="
+        ):
             RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=4, chunk_size=bad)
     # A NumPy integer is refused at construction (it used to pass there and
     # fail at the first call, in chunked_attention's own check).
-    with pytest.raises(ValueError, match=re.escape(f"Received: chunk_size={np.int64(3)!r}. (A NumPy "
-                                                   "integer: int(chunk_size).)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"Received: chunk_size={np.int64(3)!r}. (A NumPy integer: int(chunk_size).)"
+        ),
+    ):
         MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=np.int64(3))
-    with pytest.raises(ValueError, match=r'`chunk_size` must be None or "auto" \(this core is already linear'):
+    with pytest.raises(
+        ValueError, match=r'`chunk_size` must be None or "auto" \(this core is already linear'
+    ):
         LocalBlockAttention(num_heads=2, key_dim=4, block_size=4, chunk_size=4)
     # The inherited choices that never chunk are accepted (and change nothing).
     for choice in (None, "auto"):
@@ -271,7 +300,8 @@ def test_auto_chunk_size_equals_the_dense_core_above_the_crossover():
     padding[0, 1500:] = False
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(auto(x, padding_mask=padding, use_causal_mask=True)),
-        keras.ops.convert_to_numpy(dense(x, padding_mask=padding, use_causal_mask=True)), atol=2e-5,
+        keras.ops.convert_to_numpy(dense(x, padding_mask=padding, use_causal_mask=True)),
+        atol=2e-5,
     )
 
 
@@ -297,6 +327,7 @@ def test_auto_chunk_size_at_an_unknown_length_equals_the_dense_core_on_both_side
         def fn(inputs, padding):
             out = layer(inputs, padding_mask=padding, use_causal_mask=True)
             return keras.ops.sum(out * keras.ops.cos(out)), out
+
         return fn
 
     def step(layer):
@@ -305,10 +336,14 @@ def test_auto_chunk_size_at_an_unknown_length_equals_the_dense_core_on_both_side
                 tape.watch(inputs)
                 value, out = loss(layer)(inputs, padding)
             return [out] + tape.gradient(value, [inputs] + layer.trainable_weights)
+
         return run
 
-    traced = tf.function(step(auto), autograph=False, input_signature=[
-        tf.TensorSpec((B, None, 8)), tf.TensorSpec((B, None), tf.bool)])
+    traced = tf.function(
+        step(auto),
+        autograph=False,
+        input_signature=[tf.TensorSpec((B, None, 8)), tf.TensorSpec((B, None), tf.bool)],
+    )
     for length in (7, 13):  # dense, then chunked (13: not a multiple of 4)
         x = RNG.normal(size=(B, length, 8)).astype("float32")
         padding = np.ones((B, length), bool)
@@ -319,7 +354,9 @@ def test_auto_chunk_size_at_an_unknown_length_equals_the_dense_core_on_both_side
 
 
 def test_relative_layer_with_chunk_size_equals_the_dense_layer():
-    dense = RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=6, chunk_size=None)
+    dense = RelativeGlobalAttention(
+        num_heads=2, key_dim=4, max_relative_position=6, chunk_size=None
+    )
     chunked = RelativeGlobalAttention.from_config({**dense.get_config(), "chunk_size": 5})
     dense.build((B, T, 8))
     chunked.build((B, T, 8))
@@ -330,15 +367,18 @@ def test_relative_layer_with_chunk_size_equals_the_dense_layer():
         def fn(inputs):
             out = layer(inputs, use_causal_mask=True)
             return keras.ops.sum(out * keras.ops.cos(out)), out
+
         return fn
 
     want_out, want = gradients(loss(dense), [x], dense)
     got_out, got = gradients(loss(chunked), [x], chunked)
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(got_out),
-                               keras.ops.convert_to_numpy(want_out), atol=2e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(got_out), keras.ops.convert_to_numpy(want_out), atol=2e-5
+    )
     for w, g in zip(want, got):
-        np.testing.assert_allclose(keras.ops.convert_to_numpy(g), keras.ops.convert_to_numpy(w),
-                                   atol=3e-5)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(g), keras.ops.convert_to_numpy(w), atol=3e-5
+        )
 
 
 # ------------------------------------------------------- relative attention
@@ -360,9 +400,13 @@ def test_relative_logits_equal_the_dense_relative_attention(shared, case):
     # pairs near and far from the diagonal, clamped and not.
     masks = _square_masks(case)
     query, key, value = _qkv(T, T)
-    layer = RelativeGlobalAttention(num_heads=H, key_dim=K, value_dim=K + 1,
-                                    max_relative_position=5,
-                                    heads_share_relative_embedding=shared)
+    layer = RelativeGlobalAttention(
+        num_heads=H,
+        key_dim=K,
+        value_dim=K + 1,
+        max_relative_position=5,
+        heads_share_relative_embedding=shared,
+    )
     layer.build((B, T, 8))
     table = np.random.default_rng(4).normal(size=layer.relative_embeddings.shape)
     layer.relative_embeddings.assign(table.astype("float32"))
@@ -376,12 +420,13 @@ def test_relative_logits_equal_the_dense_relative_attention(shared, case):
         out = chunked_attention(q, k, v, masks, 4, relative_embeddings=e)
         return keras.ops.sum(keras.ops.multiply(out, weights)), out
 
-    dense_out, dense_grads = gradients(dense_loss, [query, key, value],
-                                       [layer.relative_embeddings])
-    chunked_out, chunked_grads = gradients(chunked_loss, [query, key, value,
-                                                          table.astype("float32")], [])
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(chunked_out),
-                               keras.ops.convert_to_numpy(dense_out), atol=2e-5)
+    dense_out, dense_grads = gradients(dense_loss, [query, key, value], [layer.relative_embeddings])
+    chunked_out, chunked_grads = gradients(
+        chunked_loss, [query, key, value, table.astype("float32")], []
+    )
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(chunked_out), keras.ops.convert_to_numpy(dense_out), atol=2e-5
+    )
     # q, k, v, then the table (the dense path's comes from the variable).
     for want, got in zip(dense_grads, chunked_grads):
         got = keras.ops.convert_to_numpy(got)
@@ -394,7 +439,8 @@ def test_skew_moves_each_distance_to_its_key_and_unskew_is_its_transpose(size):
     # Row r of a chunk pair's relative logits holds distances
     # -(C - 1) .. C - 1 in columns 0 .. 2C - 2; key c is at distance c - r.
     by_distance = np.arange(2 * 3 * size * (2 * size - 1), dtype="float32").reshape(
-        2, 3, size, 2 * size - 1)
+        2, 3, size, 2 * size - 1
+    )
     by_key = np.cos(np.arange(2 * 3 * size * size, dtype="float32")).reshape(2, 3, size, size)
     want_skew = np.zeros((2, 3, size, size), "float32")
     want_unskew = np.zeros((2, 3, size, 2 * size - 1), "float32")

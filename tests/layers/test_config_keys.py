@@ -40,7 +40,8 @@ def _init_arguments(cls):
             continue  # a mixin (LocalBlockAttention's pieces) or no constructor of its own
         parameters = inspect.signature(klass.__init__).parameters
         names |= {
-            name for name, p in parameters.items()
+            name
+            for name, p in parameters.items()
             if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         }
         if not any(p.kind == p.VAR_KEYWORD for p in parameters.values()):

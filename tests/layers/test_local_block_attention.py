@@ -50,8 +50,16 @@ def _block_raster_order(height, width, block):
 def test_layer_lifecycle_1d_causal():
     run_layer_test(
         LocalBlockAttention,
-        {"num_heads": 2, "key_dim": 4, "value_dim": 3, "output_dim": 12, "block_size": 4,
-         "memory_flange": 2, "dropout": 0.1, "seed": 1},
+        {
+            "num_heads": 2,
+            "key_dim": 4,
+            "value_dim": 3,
+            "output_dim": 12,
+            "block_size": 4,
+            "memory_flange": 2,
+            "dropout": 0.1,
+            "seed": 1,
+        },
         _inputs((2, 13)),
         call_kwargs={"use_causal_mask": True},
         expected_output_shape=(2, 13, 12),
@@ -93,8 +101,12 @@ DENSE_CASES = [
 def test_matches_dense_reference(spatial, block, flange, causal, num_heads):
     x = _inputs((2,) + spatial)
     padding = RNG.random((2,) + spatial) > 0.3
-    layer = _layer(num_heads=num_heads, key_dim=5, value_dim=3, block_size=block, memory_flange=flange)
-    out, scores = layer(x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True)
+    layer = _layer(
+        num_heads=num_heads, key_dim=5, value_dim=3, block_size=block, memory_flange=flange
+    )
+    out, scores = layer(
+        x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
+    )
     want, want_probs = _reference(layer, x, spatial, causal, padding)
     np.testing.assert_allclose(np.asarray(scores), want_probs, atol=1e-5)
     np.testing.assert_allclose(np.asarray(out), want, atol=1e-4)
@@ -124,7 +136,9 @@ def test_block_covering_the_sequence_is_full_attention(block, causal):
     local.build(x.shape), dense.build(x.shape)
     dense.set_weights(local.get_weights())
     kwargs = {"padding_mask": padding, "use_causal_mask": causal}
-    np.testing.assert_allclose(np.asarray(local(x, **kwargs)), np.asarray(dense(x, **kwargs)), atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(local(x, **kwargs)), np.asarray(dense(x, **kwargs)), atol=1e-5
+    )
 
 
 def test_block_covering_the_image_is_full_attention():
@@ -152,7 +166,7 @@ def test_no_future_leak_1d(mode):
     t = 6
     x1 = _inputs((2, 13))
     x2 = x1.copy()
-    x2[:, t + 1:] = RNG.standard_normal(x2[:, t + 1:].shape)
+    x2[:, t + 1 :] = RNG.standard_normal(x2[:, t + 1 :].shape)
     kwargs = {"dropout": 0.3, "seed": 7} if mode == "dropout" else {}
     a, b = _layer(**kwargs), _layer(**kwargs)  # same seed: same dropout draws
     a.build(x1.shape), b.build(x1.shape)
@@ -174,7 +188,7 @@ def test_no_future_leak_1d(mode):
             assert (scores[:, :, outside] == 0).all()
     y1, y2 = np.asarray(y1), np.asarray(y2)
     np.testing.assert_allclose(y1[:, : t + 1], y2[:, : t + 1], atol=1e-6)
-    assert not np.allclose(y1[:, t + 1:], y2[:, t + 1:])
+    assert not np.allclose(y1[:, t + 1 :], y2[:, t + 1 :])
 
 
 def test_no_future_leak_2d_block_raster():
@@ -229,8 +243,12 @@ def test_rolling_cache_keeps_block_plus_flange_and_equals_full_pass(chunks):
     pieces, index = [], 0
     for size in chunks:
         y, scores, cache = layer(
-            x[:, index:index + size], padding_mask=padding, cache=cache, cache_index=index,
-            use_causal_mask=True, return_attention_scores=True,
+            x[:, index : index + size],
+            padding_mask=padding,
+            cache=cache,
+            cache_index=index,
+            use_causal_mask=True,
+            return_attention_scores=True,
         )
         assert tuple(cache.shape) == (2, 7, 2, 7)
         pieces.append(np.asarray(y))
@@ -242,7 +260,8 @@ def test_rolling_cache_keeps_block_plus_flange_and_equals_full_pass(chunks):
             position = index - 7 + j
             if 0 <= position < 29:
                 np.testing.assert_allclose(
-                    scores[..., j], np.asarray(full_scores)[:, :, index:index + size, position],
+                    scores[..., j],
+                    np.asarray(full_scores)[:, :, index : index + size, position],
                     atol=1e-6,
                 )
             else:
@@ -254,7 +273,9 @@ def test_rolling_cache_keeps_block_plus_flange_and_equals_full_pass(chunks):
 def test_rolling_cache_errors():
     layer = _layer(rolling_cache=True)
     x = _inputs((2, 1))
-    with pytest.raises(ValueError, match=r"`cache` must have exactly 7 positions.*cache.shape=\(2, 13, 2, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"`cache` must have exactly 7 positions.*cache.shape=\(2, 13, 2, 8\)"
+    ):
         layer(x, cache=np.zeros((2, 13, 2, 8), "float32"), cache_index=0, use_causal_mask=True)
     with pytest.raises(ValueError, match=r"`cache_index` must be >= 0.*cache_index=-1"):
         layer(x, cache=layer.init_cache(2, 13), cache_index=-1, use_causal_mask=True)
@@ -270,7 +291,9 @@ def test_cached_step_reads_only_its_window():
     full = np.asarray(layer(x, use_causal_mask=True))
     cache = layer.init_cache(1, 13)
     for index in range(13):
-        y, cache = layer(x[:, index:index + 1], cache=cache, cache_index=index, use_causal_mask=True)
+        y, cache = layer(
+            x[:, index : index + 1], cache=cache, cache_index=index, use_causal_mask=True
+        )
         np.testing.assert_allclose(np.asarray(y)[:, 0], full[:, index], atol=1e-5)
         stale = index + 1 - (4 - 1) - 3  # the next step reads [stale, index + 1]
         if stale > 0:
@@ -294,7 +317,7 @@ def test_cache_under_jit_compiled_loop():
     y, cache = step(x[:, :6], cache, tf.constant(0))  # chunked prefill (blocked path)
     outs = [np.asarray(y)]
     for i in range(6, 13):
-        y, cache = step(x[:, i:i + 1], cache, tf.constant(i))
+        y, cache = step(x[:, i : i + 1], cache, tf.constant(i))
         outs.append(np.asarray(y))
     np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)
     assert step.experimental_get_tracing_count() == 2  # one per input length
@@ -316,7 +339,9 @@ def test_jit_compiled_forward_and_unknown_length(shape, block, flange):
     if len(shape) == 1:  # a functional model over sequences of any length
         inputs = keras.Input((None, 16))
         mask_in = keras.Input((None,), dtype="bool")
-        model = keras.Model([inputs, mask_in], layer(inputs, padding_mask=mask_in, use_causal_mask=True))
+        model = keras.Model(
+            [inputs, mask_in], layer(inputs, padding_mask=mask_in, use_causal_mask=True)
+        )
         np.testing.assert_allclose(np.asarray(model([x, padding])), want, atol=1e-5)
 
 
@@ -343,8 +368,11 @@ def test_fully_masked_rows_are_zero_with_finite_gradients(policy, shape, block, 
     else:
         first = _block_raster_order(*shape, block) < 3
     padding[0][first] = False
+
     def forward(x):
-        out, scores = layer(x, padding_mask=padding, use_causal_mask=True, return_attention_scores=True)
+        out, scores = layer(
+            x, padding_mask=padding, use_causal_mask=True, return_attention_scores=True
+        )
         return keras.ops.sum(keras.ops.cast(out, "float32") ** 2), (out, scores)
 
     (out, scores), grads = gradients(forward, [x], layer)
@@ -354,7 +382,9 @@ def test_fully_masked_rows_are_zero_with_finite_gradients(policy, shape, block, 
     assert (scores[1] == 0).all() and (scores[0][:, first.reshape(-1)] == 0).all()
     bias = np.asarray(layer.output_dense.bias, dtype="float32")
     np.testing.assert_allclose(
-        np.asarray(out, dtype="float32")[1].reshape(-1, 16), np.broadcast_to(bias, (np.prod(shape), 16)), atol=1e-6
+        np.asarray(out, dtype="float32")[1].reshape(-1, 16),
+        np.broadcast_to(bias, (np.prod(shape), 16)),
+        atol=1e-6,
     )
 
 
@@ -387,14 +417,32 @@ def test_property_matches_dense_reference(data, two_d, causal, num_heads):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"block_size": 0}, r"`block_size` must be an int \(1D\) or a pair of ints \(2D\), each >= 1. Received: block_size=0\."),
-        ({"block_size": (4, -1)}, r"`block_size` must be .*each >= 1. Received: block_size=\(4, -1\)"),
-        ({"block_size": 2.5}, r"`block_size` must be an int .*or a pair of ints.*Received: block_size=2.5"),
+        (
+            {"block_size": 0},
+            r"`block_size` must be an int \(1D\) or a pair of ints \(2D\), each >= 1. Received: block_size=0\.",
+        ),
+        (
+            {"block_size": (4, -1)},
+            r"`block_size` must be .*each >= 1. Received: block_size=\(4, -1\)",
+        ),
+        (
+            {"block_size": 2.5},
+            r"`block_size` must be an int .*or a pair of ints.*Received: block_size=2.5",
+        ),
         ({"block_size": (4,)}, r"`block_size` must be an int .*Received: block_size=\(4,\)"),
         ({"block_size": True}, "`block_size` must be an int"),
-        ({"block_size": 4, "memory_flange": (2, 2)}, r"the rank of `block_size`.*block_size=4, memory_flange=\(2, 2\)"),
-        ({"block_size": (4, 4), "memory_flange": 2}, "`memory_flange` must have the rank of `block_size`"),
-        ({"block_size": 4, "memory_flange": -1}, r"`memory_flange` must be .*each >= 0. Received: memory_flange=-1"),
+        (
+            {"block_size": 4, "memory_flange": (2, 2)},
+            r"the rank of `block_size`.*block_size=4, memory_flange=\(2, 2\)",
+        ),
+        (
+            {"block_size": (4, 4), "memory_flange": 2},
+            "`memory_flange` must have the rank of `block_size`",
+        ),
+        (
+            {"block_size": 4, "memory_flange": -1},
+            r"`memory_flange` must be .*each >= 0. Received: memory_flange=-1",
+        ),
         ({"num_heads": 0}, "num_heads` must be a positive integer"),
     ],
 )
@@ -407,13 +455,21 @@ def test_call_errors():
     layer = _layer()
     x = _inputs((2, 9))
     layer(x)
-    with pytest.raises(ValueError, match=r"\(batch, length, features\) for block_size=4 .*Received inputs of shape \(2, 3, 3, 16\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"\(batch, length, features\) for block_size=4 .*Received inputs of shape \(2, 3, 3, 16\)",
+    ):
         layer(_inputs((2, 3, 3)))
     with pytest.raises(ValueError, match="must be boolean.*float32"):
         layer(x, padding_mask=np.ones((2, 9), "float32"))
-    with pytest.raises(ValueError, match=r"attention_mask` must have shape .*Received: attention_mask.shape=\(2, 9, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"attention_mask` must have shape .*Received: attention_mask.shape=\(2, 9, 8\)",
+    ):
         layer(x, attention_mask=np.ones((2, 9, 8), bool))
-    with pytest.raises(ValueError, match="only with use_causal_mask=True.*Received: use_causal_mask=False"):
+    with pytest.raises(
+        ValueError, match="only with use_causal_mask=True.*Received: use_causal_mask=False"
+    ):
         layer(x, cache=layer.init_cache(2, 9), cache_index=0)
     with pytest.raises(ValueError, match="cache_index=4, input length 9, cache length 10"):
         layer(x, cache=layer.init_cache(2, 10), cache_index=4, use_causal_mask=True)
@@ -421,11 +477,22 @@ def test_call_errors():
     image_layer = _layer(block_size=(2, 2), memory_flange=(1, 1))
     image = _inputs((2, 4, 5))
     image_layer(image)
-    with pytest.raises(ValueError, match=r"\(batch, height, width, features\) for block_size=\(2, 2\) \(an int: 1D, sequences; a pair: 2D"):
+    with pytest.raises(
+        ValueError,
+        match=r"\(batch, height, width, features\) for block_size=\(2, 2\) \(an int: 1D, sequences; a pair: 2D",
+    ):
         image_layer(x)
-    with pytest.raises(ValueError, match=r"padding_mask` must have shape \(2, 4, 5\).*Received: padding_mask.shape=\(2, 20\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"padding_mask` must have shape \(2, 4, 5\).*Received: padding_mask.shape=\(2, 20\)",
+    ):
         image_layer(image, padding_mask=np.ones((2, 20), bool))
-    with pytest.raises(ValueError, match=r"in 2D only with `image_size`.*block_size=\(2, 2\), image_size=None"):
+    with pytest.raises(
+        ValueError, match=r"in 2D only with `image_size`.*block_size=\(2, 2\), image_size=None"
+    ):
         image_layer.init_cache(2, 20)
-    with pytest.raises(ValueError, match=r"features \(and an image's sides\) known\. Received inputs of shape \(None, None, 5, 16\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"features \(and an image's sides\) known\. Received inputs of shape \(None, None, 5, 16\)",
+    ):
         _layer(block_size=(2, 2), memory_flange=(1, 1))(keras.Input((None, 5, 16)))

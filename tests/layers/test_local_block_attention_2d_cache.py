@@ -25,7 +25,9 @@ def _block_raster_permutation(height, width, block):
     order = np.zeros(height * width, int)
     for r in range(height):
         for c in range(width):
-            order[r * width + c] = ((r // bh) * grid_width + c // bw) * bh * bw + (r % bh) * bw + c % bw
+            order[r * width + c] = (
+                ((r // bh) * grid_width + c // bw) * bh * bw + (r % bh) * bw + c % bw
+            )
     return np.argsort(order)
 
 
@@ -78,8 +80,10 @@ def test_full_pass_equals_image_path_in_block_raster_order(image_size, block, fl
         image, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
     )
     got, scores = layer(
-        image.reshape(2, height * width, 8)[:, perm], padding_mask=padding.reshape(2, -1)[:, perm],
-        use_causal_mask=causal, return_attention_scores=True,
+        image.reshape(2, height * width, 8)[:, perm],
+        padding_mask=padding.reshape(2, -1)[:, perm],
+        use_causal_mask=causal,
+        return_attention_scores=True,
     )
     expected = np.asarray(expected).reshape(2, height * width, -1)[:, perm]
     expected_scores = np.asarray(expected_scores)[:, :, perm][..., perm]
@@ -87,19 +91,25 @@ def test_full_pass_equals_image_path_in_block_raster_order(image_size, block, fl
     np.testing.assert_allclose(np.asarray(scores), expected_scores, atol=1e-6)
 
 
-@pytest.mark.parametrize("image_size, block, flange, causal, length", [
-    (*SHAPES[0], True, 24),
-    (*SHAPES[2], True, 13),  # a prefix of the image
-    (*SHAPES[3], False, 16),
-    (*SHAPES[4], False, 18),
-])
+@pytest.mark.parametrize(
+    "image_size, block, flange, causal, length",
+    [
+        (*SHAPES[0], True, 24),
+        (*SHAPES[2], True, 13),  # a prefix of the image
+        (*SHAPES[3], False, 16),
+        (*SHAPES[4], False, 18),
+    ],
+)
 def test_full_pass_matches_dense_reference(image_size, block, flange, causal, length):
     layer = _layer(image_size, block, flange, value_dim=3)
     x = _inputs((2, length))
     padding = RNG.random((2, length)) > 0.2
     attention = RNG.random((2, 2, length, length)) > 0.2
     got, scores = layer(
-        x, padding_mask=padding, attention_mask=attention, use_causal_mask=causal,
+        x,
+        padding_mask=padding,
+        attention_mask=attention,
+        use_causal_mask=causal,
         return_attention_scores=True,
     )
     expected, probs = _reference(layer, x, causal, padding, attention)
@@ -108,18 +118,22 @@ def test_full_pass_matches_dense_reference(image_size, block, flange, causal, le
 
 
 def _decode(layer, x, chunks, max_length, padding=None):
-    return decode_in_chunks(layer, x, chunks, layer.init_cache(x.shape[0], max_length),
-                            padding_mask=padding)
+    return decode_in_chunks(
+        layer, x, chunks, layer.init_cache(x.shape[0], max_length), padding_mask=padding
+    )
 
 
-@pytest.mark.parametrize("image_size, block, flange, chunks", [
-    (*SHAPES[0], "steps"),
-    (*SHAPES[1], "steps"),
-    (*SHAPES[2], "steps"),
-    (*SHAPES[4], "steps"),
-    (*SHAPES[2], "mixed"),
-    (*SHAPES[3], "whole"),
-])
+@pytest.mark.parametrize(
+    "image_size, block, flange, chunks",
+    [
+        (*SHAPES[0], "steps"),
+        (*SHAPES[1], "steps"),
+        (*SHAPES[2], "steps"),
+        (*SHAPES[4], "steps"),
+        (*SHAPES[2], "mixed"),
+        (*SHAPES[3], "whole"),
+    ],
+)
 def test_cached_decoding_equals_full_pass(image_size, block, flange, chunks):
     pixels = image_size[0] * image_size[1]
     chunks = {
@@ -132,7 +146,7 @@ def test_cached_decoding_equals_full_pass(image_size, block, flange, chunks):
     x = _inputs((2, pixels))
     padding = np.ones((2, pixels), bool)
     padding[0, [1, 5]] = False
-    padding[1, pixels // 2:] = False
+    padding[1, pixels // 2 :] = False
     full, full_scores = layer(
         x, padding_mask=padding, use_causal_mask=True, return_attention_scores=True
     )
@@ -141,10 +155,13 @@ def test_cached_decoding_equals_full_pass(image_size, block, flange, chunks):
     np.testing.assert_allclose(scores, np.asarray(full_scores), atol=1e-6)
 
 
-@pytest.mark.parametrize("image_size, block, flange", [
-    ((6, 4), (2, 2), (1, 1)),
-    ((8, 16), (2, 4), (3, 5)),  # flange no multiple of the block: runs overlap
-])
+@pytest.mark.parametrize(
+    "image_size, block, flange",
+    [
+        ((6, 4), (2, 2), (1, 1)),
+        ((8, 16), (2, 4), (3, 5)),  # flange no multiple of the block: runs overlap
+    ],
+)
 def test_cached_step_reads_only_its_window(image_size, block, flange):
     # Cache slots outside the step's window rectangle (fh + bh rows by
     # bw + 2 fw columns around its block; slot 0 excepted, which stands in
@@ -161,13 +178,15 @@ def test_cached_step_reads_only_its_window(image_size, block, flange):
     clean = np.array(layer.init_cache(1, pixels))
     for index in range(pixels):
         top, left = (rows[index] // bh) * bh - fh, (cols[index] // bw) * bw - fw
-        window = ((rows >= top) & (rows < top + fh + bh)
-                  & (cols >= left) & (cols < left + bw + 2 * fw))
+        window = (
+            (rows >= top) & (rows < top + fh + bh) & (cols >= left) & (cols < left + bw + 2 * fw)
+        )
         window[0] = True
         poisoned = clean.copy()
         poisoned[:, ~window] = np.nan
-        y, cache = layer(x[:, index:index + 1], cache=poisoned, cache_index=index,
-                         use_causal_mask=True)
+        y, cache = layer(
+            x[:, index : index + 1], cache=poisoned, cache_index=index, use_causal_mask=True
+        )
         np.testing.assert_allclose(np.asarray(y)[:, 0], full[:, index], atol=1e-5)
         clean[:, index] = np.asarray(cache)[:, index]
 
@@ -200,11 +219,18 @@ def test_cached_steps_over_runs_equal_full_pass(image_size, block, flange, chunk
     padding = RNG.random((2, length)) > 0.2
     attention = RNG.random((2, 2, length, length)) > 0.2
     full, full_scores = layer(
-        x, padding_mask=padding, attention_mask=attention, use_causal_mask=True,
+        x,
+        padding_mask=padding,
+        attention_mask=attention,
+        use_causal_mask=True,
         return_attention_scores=True,
     )
     outputs, scores = decode_in_chunks(
-        layer, x, chunks, layer.init_cache(2, length), attention_mask=attention,
+        layer,
+        x,
+        chunks,
+        layer.init_cache(2, length),
+        attention_mask=attention,
         padding_mask=padding,
     )
     np.testing.assert_allclose(outputs, np.asarray(full), atol=1e-5)
@@ -222,7 +248,7 @@ def test_cached_step_gather_and_runs_agree():
     gather.build(x.shape)
     gather.set_weights(layer.get_weights())
     for index, size in [(100, 1), (101, 5), (127, 2)]:
-        chunk = x[:, index:index + size]
+        chunk = x[:, index : index + size]
         runs, _ = layer(chunk, cache=cache, cache_index=index, use_causal_mask=True)
         gathered, _ = gather(chunk, cache=cache, cache_index=index, use_causal_mask=True)
         np.testing.assert_allclose(np.asarray(runs), np.asarray(gathered), atol=1e-6)
@@ -233,10 +259,13 @@ def test_future_pixels_change_no_past_output():
     x1 = _inputs((2, 24))
     x2 = x1.copy()
     cut = 10
-    x2[:, cut + 1:] = _inputs((2, 24 - cut - 1))
-    y1, y2 = np.asarray(layer(x1, use_causal_mask=True)), np.asarray(layer(x2, use_causal_mask=True))
-    np.testing.assert_allclose(y1[:, :cut + 1], y2[:, :cut + 1], atol=1e-6)
-    assert not np.allclose(y1[:, cut + 1:], y2[:, cut + 1:])
+    x2[:, cut + 1 :] = _inputs((2, 24 - cut - 1))
+    y1, y2 = (
+        np.asarray(layer(x1, use_causal_mask=True)),
+        np.asarray(layer(x2, use_causal_mask=True)),
+    )
+    np.testing.assert_allclose(y1[:, : cut + 1], y2[:, : cut + 1], atol=1e-6)
+    assert not np.allclose(y1[:, cut + 1 :], y2[:, cut + 1 :])
 
 
 def test_position_past_the_image_sees_nothing():
@@ -245,7 +274,9 @@ def test_position_past_the_image_sees_nothing():
     layer = _layer((2, 4), (2, 2), (1, 1), use_bias=False)
     x = _inputs((1, 9))
     full = np.asarray(layer(x, use_causal_mask=True))
-    np.testing.assert_allclose(full[:, :8], np.asarray(layer(x[:, :8], use_causal_mask=True)), atol=1e-6)
+    np.testing.assert_allclose(
+        full[:, :8], np.asarray(layer(x[:, :8], use_causal_mask=True)), atol=1e-6
+    )
     np.testing.assert_array_equal(full[:, 8], 0.0)
     got, _ = _decode(layer, x, [7, 1, 1], 9)
     np.testing.assert_allclose(got, full, atol=1e-5)
@@ -276,7 +307,7 @@ def test_traced_cache_index_equals_eager():
     y, cache = traced(x[:, :8], cache, as_index(0))  # prefill over several blocks
     outputs = [np.asarray(y)]
     for i in range(8, 24):
-        y, cache = traced(x[:, i:i + 1], cache, as_index(i))
+        y, cache = traced(x[:, i : i + 1], cache, as_index(i))
         outputs.append(np.asarray(y))
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, atol=1e-5)
 
@@ -284,8 +315,13 @@ def test_traced_cache_index_equals_eager():
 def test_layer_lifecycle_block_raster():
     run_layer_test(
         LocalBlockAttention,
-        {"num_heads": 2, "key_dim": 4, "block_size": (2, 3), "memory_flange": (1, 2),
-         "image_size": (4, 6)},
+        {
+            "num_heads": 2,
+            "key_dim": 4,
+            "block_size": (2, 3),
+            "memory_flange": (1, 2),
+            "image_size": (4, 6),
+        },
         _inputs((2, 24)),
         call_kwargs={"use_causal_mask": True},
         expected_output_shape=(2, 24, 8),
@@ -294,33 +330,57 @@ def test_layer_lifecycle_block_raster():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"`image_size` needs a pair `block_size` that divides its sides.*"
-                                         r"image_size=\(4, 4\), block_size=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"`image_size` needs a pair `block_size` that divides its sides.*"
+        r"image_size=\(4, 4\), block_size=4",
+    ):
         LocalBlockAttention(2, 4, block_size=4, image_size=(4, 4))
-    with pytest.raises(ValueError, match=r"that divides its sides.*"
-                                         r"image_size=\(5, 6\), block_size=\(2, 3\).*Pad the image"):
+    with pytest.raises(
+        ValueError,
+        match=r"that divides its sides.*"
+        r"image_size=\(5, 6\), block_size=\(2, 3\).*Pad the image",
+    ):
         _layer((5, 6), (2, 3), (1, 1))
-    with pytest.raises(ValueError, match=r"`image_size` must be a positive int or a pair.*\(0, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"`image_size` must be a positive int or a pair.*\(0, 4\)"
+    ):
         _layer((0, 4), (2, 2), (1, 1))
     with pytest.raises(ValueError, match=r"`rolling_cache` is 1D only.*rolling_cache=True"):
         LocalBlockAttention(2, 4, block_size=(2, 2), rolling_cache=True)
     layer = _layer((4, 6), (2, 3), (1, 2))
-    with pytest.raises(ValueError, match=r"`max_length` must be <= 25 \(image_size=\(4, 6\): pixels \+ 1\)\. Received: max_length=26"):
+    with pytest.raises(
+        ValueError,
+        match=r"`max_length` must be <= 25 \(image_size=\(4, 6\): pixels \+ 1\)\. Received: max_length=26",
+    ):
         layer.init_cache(1, 26)
-    with pytest.raises(ValueError, match=r"at most 25 positions.*Received inputs of shape \(1, 26, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"at most 25 positions.*Received inputs of shape \(1, 26, 8\)"
+    ):
         layer(_inputs((1, 26)))
-    with pytest.raises(ValueError, match=r"of pixels in block-raster order \(drop `image_size` for images\)"):
+    with pytest.raises(
+        ValueError, match=r"of pixels in block-raster order \(drop `image_size` for images\)"
+    ):
         layer(_inputs((1, 4, 6)))
     with pytest.raises(ValueError, match=r"only with use_causal_mask=True"):
         layer(_inputs((1, 1)), cache=layer.init_cache(1, 24), cache_index=0)
     with pytest.raises(ValueError, match=r"cache_index=23, input length 2, cache length 24"):
         layer(_inputs((1, 2)), cache=layer.init_cache(1, 24), cache_index=23, use_causal_mask=True)
-    with pytest.raises(ValueError, match=r"must have at most 25 positions.*cache.shape=\(1, 30, 2, 8\)"):
-        layer(_inputs((1, 1)), cache=np.zeros((1, 30, 2, 8), "float32"), cache_index=0,
-              use_causal_mask=True)
+    with pytest.raises(
+        ValueError, match=r"must have at most 25 positions.*cache.shape=\(1, 30, 2, 8\)"
+    ):
+        layer(
+            _inputs((1, 1)),
+            cache=np.zeros((1, 30, 2, 8), "float32"),
+            cache_index=0,
+            use_causal_mask=True,
+        )
     image_layer = LocalBlockAttention(2, 4, block_size=(2, 2))
-    with pytest.raises(ValueError, match=r"has a `cache` only with use_causal_mask=True, and in 2D only with "
-                                         r"`image_size`.*block_size=\(2, 2\), image_size=None"):
+    with pytest.raises(
+        ValueError,
+        match=r"has a `cache` only with use_causal_mask=True, and in 2D only with "
+        r"`image_size`.*block_size=\(2, 2\), image_size=None",
+    ):
         image_layer.init_cache(1, 16)
 
 
@@ -333,8 +393,12 @@ def test_cached_decoder_decodes_a_block_raster_model():
         x = TransformerDecoder(
             intermediate_dim=32,
             self_attention=LocalBlockAttention(
-                num_heads=2, key_dim=8, block_size=(2, 2), memory_flange=(1, 3),
-                image_size=(height, width), name=f"local_2d_{i}",
+                num_heads=2,
+                key_dim=8,
+                block_size=(2, 2),
+                memory_flange=(1, 3),
+                image_size=(height, width),
+                name=f"local_2d_{i}",
             ),
             name=f"decoder_layer_{i}",
         )(x)
@@ -346,6 +410,6 @@ def test_cached_decoder_decodes_a_block_raster_model():
     logits, state = decoder(sequence[:, :5], 0, state)  # a block and a pixel
     outputs = [np.asarray(logits)]
     for i in range(5, sequence.shape[1]):
-        logits, state = decoder(sequence[:, i:i + 1], i, state)
+        logits, state = decoder(sequence[:, i : i + 1], i, state)
         outputs.append(np.asarray(logits))
     np.testing.assert_allclose(np.concatenate(outputs, axis=1), full, atol=1e-4)

@@ -9,8 +9,13 @@ import keras
 from keras_attn.layers import LocalBlockAttention
 
 LAYERS = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "keras_attn", "layers")
-MODULES = ("local_block_attention", "local_attention_windows", "local_attention_cache",
-           "local_attention_raster", "blocking")
+MODULES = (
+    "local_block_attention",
+    "local_attention_windows",
+    "local_attention_cache",
+    "local_attention_raster",
+    "blocking",
+)
 
 
 def _tree(module):
@@ -45,7 +50,12 @@ def test_public_class_and_registered_name_are_unchanged():
     assert keras.saving.get_registered_name(LocalBlockAttention) == "keras_attn>LocalBlockAttention"
     layer = LocalBlockAttention(2, 4, block_size=(2, 3), memory_flange=(1, 2), image_size=(4, 6))
     config = layer.get_config()
-    assert {k: config[k] for k in ("block_size", "memory_flange", "rolling_cache", "image_size")} \
-        == {"block_size": (2, 3), "memory_flange": (1, 2), "rolling_cache": False,
-            "image_size": (4, 6)}
+    assert {
+        k: config[k] for k in ("block_size", "memory_flange", "rolling_cache", "image_size")
+    } == {
+        "block_size": (2, 3),
+        "memory_flange": (1, 2),
+        "rolling_cache": False,
+        "image_size": (4, 6),
+    }
     assert type(LocalBlockAttention.from_config(config)) is LocalBlockAttention

@@ -75,20 +75,40 @@ print(json.dumps({"peak_mib": peak, "loss": float(value)}), flush=True)
 
 
 def _peak(mode, lengths):
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3",
-           "PYTHONPATH": os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "tensorflow",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "PYTHONPATH": os.pathsep.join([ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+    }
     result = subprocess.run(
-        [sys.executable, "-c", TRAMPOLINE, sys.executable, "-c", WORKER, json.dumps([mode, lengths])],
-        capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+        [
+            sys.executable,
+            "-c",
+            TRAMPOLINE,
+            sys.executable,
+            "-c",
+            WORKER,
+            json.dumps([mode, lengths]),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=ROOT,
+    )
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     assert lines, result.stderr[-2000:]
     return json.loads(lines[-1])
 
 
-@pytest.mark.parametrize("mode, lengths", [
-    ("fit", [2048, 2304, 8192]),  # retraced for any length at the second one
-    ("function_any", [8192]),  # a training step traced with a None length
-])
+@pytest.mark.parametrize(
+    "mode, lengths",
+    [
+        ("fit", [2048, 2304, 8192]),  # retraced for any length at the second one
+        ("function_any", [8192]),  # a training step traced with a None length
+    ],
+)
 def test_unknown_length_training_step_keeps_the_memory_of_a_known_length(mode, lengths):
     known_mode = "fit" if mode == "fit" else "function_known"
     unknown, known = _peak(mode, lengths), _peak(known_mode, [8192])

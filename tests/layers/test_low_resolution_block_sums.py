@@ -45,8 +45,7 @@ def test_hand_computed_sums_on_one_channel():
     layer = LowResolutionBlockSums(image_size=4, low_resolution_size=2, channels=1)
     tokens = np.array([[256, 10, 20, 30, 40, 50, 60, 70, 80]], "int32")
     # p=5 (block 0): x0 + x1 + x4 = 10 + 20 + 50; p=8 (block 2): nothing yet.
-    np.testing.assert_array_equal(np.asarray(layer(tokens)),
-                                  [[0, 10, 0, 30, 30, 80, 70, 140, 0]])
+    np.testing.assert_array_equal(np.asarray(layer(tokens)), [[0, 10, 0, 30, 30, 80, 70, 140, 0]])
 
 
 @pytest.mark.parametrize("chunk", [1, 5, 73])
@@ -58,7 +57,7 @@ def test_cached_chunks_equal_the_full_pass(chunk):
     assert tuple(cache.shape) == (2, 18)
     pieces = []
     for start in range(0, 73, chunk):
-        sums, cache = layer(tokens[:, start:start + chunk], cache=cache, cache_index=start)
+        sums, cache = layer(tokens[:, start : start + chunk], cache=cache, cache_index=start)
         pieces.append(np.asarray(sums))
     np.testing.assert_array_equal(np.concatenate(pieces, axis=1), full)
     # The cache ends holding every block's total.
@@ -84,11 +83,16 @@ def test_layer_life_cycle():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"`image_size` must be a multiple of `low_resolution_size`=\(3, 3\) on each "
-                                         r"side\. Received: image_size=\(8, 8\)\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`image_size` must be a multiple of `low_resolution_size`=\(3, 3\) on each "
+        r"side\. Received: image_size=\(8, 8\)\.",
+    ):
         LowResolutionBlockSums(image_size=8, low_resolution_size=3)
     layer = LowResolutionBlockSums(**SIZES)
-    with pytest.raises(ValueError, match=r"expected ndim=2, found ndim=3\. Full shape received: \(2, 5, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"expected ndim=2, found ndim=3\. Full shape received: \(2, 5, 1\)"
+    ):
         layer(np.zeros((2, 5, 1), "int32"))
 
 

@@ -41,8 +41,14 @@ def test_bicubic_embeds_the_rounded_bicubic_upsampling():
     pytest.importorskip("tensorflow")
     from keras_attn.preprocessing import images
 
-    layer = LowResolutionEmbedding(4, image_size=8, low_resolution_size=2, channels=3,
-                                   interpolation="bicubic", scale_embeddings=False)
+    layer = LowResolutionEmbedding(
+        4,
+        image_size=8,
+        low_resolution_size=2,
+        channels=3,
+        interpolation="bicubic",
+        scale_embeddings=False,
+    )
     low = _low_image(2, size=(2, 2))
     out = np.asarray(layer(np.zeros((2, 192), "int32"), low))
     table = np.asarray(layer.embedding.embeddings)
@@ -64,17 +70,26 @@ def test_layer_life_cycle():
 def test_errors():
     with pytest.raises(ValueError, match="`embedding_dim` must be a positive integer"):
         LowResolutionEmbedding(0, image_size=8, low_resolution_size=2)
-    with pytest.raises(ValueError, match=r"`image_size` must be a multiple of `low_resolution_size`=\(3, 3\) on each "
-                                         r"side\. Received: image_size=\(8, 8\)\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`image_size` must be a multiple of `low_resolution_size`=\(3, 3\) on each "
+        r"side\. Received: image_size=\(8, 8\)\.",
+    ):
         LowResolutionEmbedding(8, image_size=8, low_resolution_size=3)
     with pytest.raises(ValueError, match=r"`interpolation` must be one of.*'area'"):
         LowResolutionEmbedding(8, image_size=8, low_resolution_size=2, interpolation="area")
-    with pytest.raises(ValueError, match=r"^LowResolutionEmbedding: `scale_embeddings` must be True or False "
-                                         r".*Received: scale_embeddings='no'\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^LowResolutionEmbedding: `scale_embeddings` must be True or False "
+        r".*Received: scale_embeddings='no'\.$",
+    ):
         LowResolutionEmbedding(8, image_size=8, low_resolution_size=2, scale_embeddings="no")
     layer = LowResolutionEmbedding(8, image_size=8, low_resolution_size=2)
-    with pytest.raises(ValueError, match=r"`low_resolution.shape` must be \(1, 12\): one 2x2x3 image in raster "
-                                         r"order per row of `inputs`\. Received: low_resolution.shape=\(1, 10\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`low_resolution.shape` must be \(1, 12\): one 2x2x3 image in raster "
+        r"order per row of `inputs`\. Received: low_resolution.shape=\(1, 10\)",
+    ):
         layer(np.zeros((1, 192), "int32"), np.zeros((1, 10), "int32"))
 
 
@@ -82,7 +97,9 @@ def test_inputs_must_be_batch_and_length():
     # Rank-1 inputs were reported as a batch mismatch.
     layer = LowResolutionEmbedding(8, image_size=4, low_resolution_size=2, channels=1, name="low")
     low = np.arange(4, dtype="int32")[None] * 50
-    with pytest.raises(ValueError, match=r"expected ndim=2, found ndim=1\. Full shape received: \(17,\)"):
+    with pytest.raises(
+        ValueError, match=r"expected ndim=2, found ndim=1\. Full shape received: \(17,\)"
+    ):
         layer(np.zeros((17,), "int32"), low)
     assert layer(np.zeros((1, 17), "int32"), low).shape == (1, 17, 8)
 
@@ -96,4 +113,6 @@ def test_bicubic_runs_under_xla():
     low = _low_image(3, size=(2, 2))
     eager = np.asarray(layer(np.zeros((2, 5), "int32"), low, start_index=7))
     compiled = tf.function(lambda x, y: layer(x, y, start_index=7), jit_compile=True)
-    np.testing.assert_allclose(np.asarray(compiled(np.zeros((2, 5), "int32"), low)), eager, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(compiled(np.zeros((2, 5), "int32"), low)), eager, atol=1e-6
+    )

@@ -39,7 +39,8 @@ class _Reference:
     def consistent(self, b, q, s):
         remaining = self.bicubic[b, (self.block == self.block[q]) & (self.order >= self.order[q])]
         return self.bicubic[b, q] + (16 * self.low[b, self.block[q]] - s - remaining.sum()) / (
-            16 - self.order[q])
+            16 - self.order[q]
+        )
 
     def assert_bias_at(self, layer, out, value):
         """`out` = the layer's bias rows at the rounded, clipped `value`."""
@@ -50,8 +51,9 @@ class _Reference:
 
 
 def test_adds_the_bias_of_each_offset_from_the_covering_value():
-    layer = _layer_with_random_bias(image_size=(4, 6), low_resolution_size=(2, 3),
-                                    interpolation="nearest")
+    layer = _layer_with_random_bias(
+        image_size=(4, 6), low_resolution_size=(2, 3), interpolation="nearest"
+    )
     low = _low_image()
     logits = np.random.default_rng(1).normal(size=(2, 72, 256)).astype("float32")
     out = np.asarray(layer(logits, low))
@@ -68,8 +70,9 @@ def test_adds_the_bias_of_each_offset_from_the_covering_value():
 
 def test_hand_computed_offsets_on_one_channel():
     # One channel, 2 intensities: weights for offsets -1, 0, +1.
-    layer = LowResolutionLogitBias(image_size=2, low_resolution_size=1, channels=1,
-                                   num_intensities=2, interpolation="nearest")
+    layer = LowResolutionLogitBias(
+        image_size=2, low_resolution_size=1, channels=1, num_intensities=2, interpolation="nearest"
+    )
     layer.build()
     layer.offset_bias.assign(np.array([[10.0, 20.0, 30.0]], "float32"))
     logits = np.zeros((2, 4, 2), "float32")
@@ -86,8 +89,14 @@ def test_starts_as_the_identity():
 
 
 def test_laplace_prior_start():
-    layer = LowResolutionLogitBias(image_size=2, low_resolution_size=1, channels=2,
-                                   num_intensities=3, interpolation="nearest", prior_scale=2.0)
+    layer = LowResolutionLogitBias(
+        image_size=2,
+        low_resolution_size=1,
+        channels=2,
+        num_intensities=3,
+        interpolation="nearest",
+        prior_scale=2.0,
+    )
     layer.build()
     # Offsets -2..2 -> -|offset| / 2, for each channel.
     np.testing.assert_allclose(np.asarray(layer.offset_bias), [[-1, -0.5, 0, -0.5, -1]] * 2)
@@ -101,7 +110,7 @@ def test_decoding_steps_with_start_index_equal_the_full_sequence():
     low = _low_image(3)
     logits = np.random.default_rng(4).normal(size=(2, 73, 256)).astype("float32")
     full = np.asarray(layer(logits, low))
-    steps = [np.asarray(layer(logits[:, t:t + 1], low, start_index=t)) for t in range(73)]
+    steps = [np.asarray(layer(logits[:, t : t + 1], low, start_index=t)) for t in range(73)]
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-6)
 
 
@@ -123,11 +132,13 @@ def test_consistent_value_spreads_the_block_deficit_hand_computed():
     # One 2x2 block, one channel, low-resolution value 100 (block sum 400).
     # Generated 120, 90, 110: the prior's peak (argmax) at each position is
     # 100 + (400 - sum so far - 100 * pixels left) / pixels left.
-    layer = LowResolutionLogitBias(image_size=2, low_resolution_size=1, channels=1,
-                                   interpolation="nearest", prior_scale=4.0)
+    layer = LowResolutionLogitBias(
+        image_size=2, low_resolution_size=1, channels=1, interpolation="nearest", prior_scale=4.0
+    )
     sums = np.array([[0.0, 120.0, 210.0, 320.0]], "float32")
-    out = np.asarray(layer(np.zeros((1, 4, 256), "float32"), np.array([[100]], "int32"),
-                           block_sums=sums))
+    out = np.asarray(
+        layer(np.zeros((1, 4, 256), "float32"), np.array([[100]], "int32"), block_sums=sums)
+    )
     assert out.argmax(-1).tolist() == [[100, 93, 95, 80]]  # 93.3, 95.0, 80.0 exactly
 
 
@@ -140,8 +151,7 @@ def test_consistent_value_corrects_the_bicubic_upsampling():
     out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low, block_sums=sums))
     # NumPy: b + (16 L - s - sum of b from here to the block's end) / left.
     ref = _Reference(low)
-    value = np.array([[ref.consistent(b, p, sums[b, p]) for p in ref.positions]
-                      for b in range(2)])
+    value = np.array([[ref.consistent(b, p, sums[b, p]) for p in ref.positions] for b in range(2)])
     ref.assert_bias_at(layer, out, value)
 
 
@@ -149,25 +159,32 @@ def test_max_correction_bounds_the_consistency_correction_hand_computed():
     # The block of test_consistent_value_spreads_the_block_deficit_hand_computed
     # with generated 160, 90, 110: corrections 0, -20, -25, -60 levels; capped
     # at 10 levels the peaks are 100, 90, 90, 90.
-    layer = LowResolutionLogitBias(image_size=2, low_resolution_size=1, channels=1,
-                                   interpolation="nearest", prior_scale=4.0, max_correction=10)
+    layer = LowResolutionLogitBias(
+        image_size=2,
+        low_resolution_size=1,
+        channels=1,
+        interpolation="nearest",
+        prior_scale=4.0,
+        max_correction=10,
+    )
     sums = np.array([[0.0, 160.0, 250.0, 360.0]], "float32")
-    out = np.asarray(layer(np.zeros((1, 4, 256), "float32"), np.array([[100]], "int32"),
-                           block_sums=sums))
+    out = np.asarray(
+        layer(np.zeros((1, 4, 256), "float32"), np.array([[100]], "int32"), block_sums=sums)
+    )
     assert out.argmax(-1).tolist() == [[100, 90, 90, 90]]
 
 
 @pytest.mark.parametrize("interpolation", ["nearest", "bicubic"])
 def test_previous_channel_residual_moves_green_and_blue_with_the_channel_before(interpolation):
     tf = pytest.importorskip("tensorflow")
-    layer = _layer_with_random_bias(image_size=8, low_resolution_size=2,
-                                    interpolation=interpolation)
+    layer = _layer_with_random_bias(
+        image_size=8, low_resolution_size=2, interpolation=interpolation
+    )
     low = _low_image(9, size=(2, 2))
     rng = np.random.default_rng(10)
     previous = rng.integers(0, 256, (2, 192)).astype("int32")
     previous[:, 0] = 256  # the start token: position 0 is red and does not read it
-    out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low,
-                           previous_intensities=previous))
+    out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low, previous_intensities=previous))
     # NumPy: red at its interpolated value; green and blue at theirs plus
     # the position before's residual (previous intensity minus interpolated).
     method = "nearest" if interpolation == "nearest" else "bicubic"
@@ -181,8 +198,17 @@ def test_previous_channel_residual_moves_green_and_blue_with_the_channel_before(
     bias = np.asarray(layer.offset_bias)
     index = np.arange(256)[None, None, :] - value[..., None] + 255
     np.testing.assert_allclose(out, bias[channel[None, :, None], index], atol=1e-6)
-    steps = [np.asarray(layer(np.zeros((2, 1, 256), "float32"), low, start_index=t,
-                              previous_intensities=previous[:, t:t + 1])) for t in (0, 1, 2, 100)]
+    steps = [
+        np.asarray(
+            layer(
+                np.zeros((2, 1, 256), "float32"),
+                low,
+                start_index=t,
+                previous_intensities=previous[:, t : t + 1],
+            )
+        )
+        for t in (0, 1, 2, 100)
+    ]
     np.testing.assert_allclose(np.concatenate(steps, axis=1), out[:, [0, 1, 2, 100]], atol=1e-6)
 
 
@@ -193,8 +219,9 @@ def test_left_residual_centres_each_channel_on_its_left_neighbour_numpy_referenc
     rng = np.random.default_rng(12)
     sums = rng.integers(0, 16 * 255, (2, 192)).astype("float32")
     left = rng.integers(0, 256, (2, 192)).astype("int32")
-    out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low, block_sums=sums,
-                           left_intensities=left))
+    out = np.asarray(
+        layer(np.zeros((2, 192, 256), "float32"), low, block_sums=sums, left_intensities=left)
+    )
     # NumPy, position by position: c(q, s) = b + (16 L - s - remaining) / left;
     # value = c(p, s_p) + 0.75 r with r the left pixel's residual: from its own
     # consistent value c(p - 3, s_p - x_left) inside a block, from its bicubic
@@ -210,9 +237,18 @@ def test_left_residual_centres_each_channel_on_its_left_neighbour_numpy_referenc
                 residual = left[b, p] - ref.bicubic[b, p - 3]
             value[b, p] = ref.consistent(b, p, sums[b, p]) + 0.75 * residual
     ref.assert_bias_at(layer, out, value)
-    steps = [np.asarray(layer(np.zeros((2, 1, 256), "float32"), low, start_index=t,
-                              block_sums=sums[:, t:t + 1], left_intensities=left[:, t:t + 1]))
-             for t in (0, 3, 12, 100)]
+    steps = [
+        np.asarray(
+            layer(
+                np.zeros((2, 1, 256), "float32"),
+                low,
+                start_index=t,
+                block_sums=sums[:, t : t + 1],
+                left_intensities=left[:, t : t + 1],
+            )
+        )
+        for t in (0, 3, 12, 100)
+    ]
     np.testing.assert_allclose(np.concatenate(steps, axis=1), out[:, [0, 3, 12, 100]], atol=1e-6)
 
 
@@ -224,14 +260,31 @@ def test_previous_channel_consistent_value_numpy_reference():
     sums = rng.integers(0, 16 * 255, (2, 192)).astype("float32")
     before_sums = rng.integers(0, 16 * 255, (2, 192)).astype("float32")
     previous = rng.integers(0, 256, (2, 192)).astype("int32")
-    out = np.asarray(layer(np.zeros((2, 192, 256), "float32"), low, block_sums=sums,
-                           previous_intensities=previous, previous_block_sums=before_sums))
+    out = np.asarray(
+        layer(
+            np.zeros((2, 192, 256), "float32"),
+            low,
+            block_sums=sums,
+            previous_intensities=previous,
+            previous_block_sums=before_sums,
+        )
+    )
     # NumPy: red at c(p, s_p); green and blue at c(p, s_p) + x[p-1] - c(p-1, s'_p).
     ref = _Reference(low)
-    value = np.array([[
-        ref.consistent(b, p, sums[b, p]) + (
-            previous[b, p] - ref.consistent(b, p - 1, before_sums[b, p]) if ref.channel[p] else 0)
-        for p in ref.positions] for b in range(2)])
+    value = np.array(
+        [
+            [
+                ref.consistent(b, p, sums[b, p])
+                + (
+                    previous[b, p] - ref.consistent(b, p - 1, before_sums[b, p])
+                    if ref.channel[p]
+                    else 0
+                )
+                for p in ref.positions
+            ]
+            for b in range(2)
+        ]
+    )
     ref.assert_bias_at(layer, out, value)
 
 
@@ -243,20 +296,37 @@ def test_left_residual_hand_computed_on_one_channel():
     # 93.33 + 15 = 108; pixel 2 is in the first column: c = 100 + (400 - 210
     # - 200) / 2 = 95; pixel 3: c = 100 + (400 - 310 - 100) = 90, its left
     # pixel's c = 95 (sum 210), residual 5, peak 93.75 -> 94.
-    layer = LowResolutionLogitBias(image_size=(4, 2), low_resolution_size=(2, 1), channels=1,
-                                   interpolation="nearest", prior_scale=4.0)
+    layer = LowResolutionLogitBias(
+        image_size=(4, 2),
+        low_resolution_size=(2, 1),
+        channels=1,
+        interpolation="nearest",
+        prior_scale=4.0,
+    )
     sums = np.array([[0.0, 120.0, 210.0, 310.0]], "float32")
     left = np.array([[0, 120, 0, 100]], "int32")
-    out = np.asarray(layer(np.zeros((1, 4, 256), "float32"), np.array([[100, 50]], "int32"),
-                           block_sums=sums, left_intensities=left))
+    out = np.asarray(
+        layer(
+            np.zeros((1, 4, 256), "float32"),
+            np.array([[100, 50]], "int32"),
+            block_sums=sums,
+            left_intensities=left,
+        )
+    )
     assert out.argmax(-1).tolist() == [[100, 108, 95, 94]]
 
 
 def test_layer_life_cycle():
     run_layer_test(
         LowResolutionLogitBias,
-        {"image_size": (4, 4), "low_resolution_size": (2, 2), "channels": 1,
-         "num_intensities": 8, "prior_scale": 3.0, "max_correction": 2.0},
+        {
+            "image_size": (4, 4),
+            "low_resolution_size": (2, 2),
+            "channels": 1,
+            "num_intensities": 8,
+            "prior_scale": 3.0,
+            "max_correction": 2.0,
+        },
         np.zeros((2, 16, 8), "float32"),
         call_kwargs={"low_resolution": np.array([[0, 5, 7, 1], [3, 3, 3, 3]], "int32")},
         expected_output_shape=(2, 16, 8),
@@ -270,26 +340,45 @@ def test_one_trainable_weight():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r"`image_size` must be a multiple of `low_resolution_size`=\(3, 3\) on each "
-                                         r"side\. Received: image_size=\(8, 8\)\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`image_size` must be a multiple of `low_resolution_size`=\(3, 3\) on each "
+        r"side\. Received: image_size=\(8, 8\)\.",
+    ):
         LowResolutionLogitBias(image_size=8, low_resolution_size=3)
     with pytest.raises(ValueError, match=r"`interpolation` must be one of.*'area'"):
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, interpolation="area")
-    with pytest.raises(ValueError, match=r"`prior_scale` must be a number > 0 \(in intensity levels\) or None.*prior_scale=0"):
+    with pytest.raises(
+        ValueError,
+        match=r"`prior_scale` must be a number > 0 \(in intensity levels\) or None.*prior_scale=0",
+    ):
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, prior_scale=0)
-    with pytest.raises(ValueError, match=r"`max_correction` must be a number > 0 \(in intensity levels\) or None.*max_correction=-1"):
+    with pytest.raises(
+        ValueError,
+        match=r"`max_correction` must be a number > 0 \(in intensity levels\) or None.*max_correction=-1",
+    ):
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, max_correction=-1)
     with pytest.raises(ValueError, match=r"max_correction=True"):
         LowResolutionLogitBias(image_size=8, low_resolution_size=2, max_correction=True)
     # A NumPy MemoryError (32 GiB) before; int32 table ids past 2**31 too.
     for num_intensities in (65536, 2**31):
-        with pytest.raises(ValueError, match=r"`num_intensities` must be small enough for a bias table of at most 2 GiB "
-                                             rf".*Received: num_intensities={num_intensities}\. Use 8-bit intensities"):
-            LowResolutionLogitBias(image_size=8, low_resolution_size=2, num_intensities=num_intensities)
+        with pytest.raises(
+            ValueError,
+            match=r"`num_intensities` must be small enough for a bias table of at most 2 GiB "
+            rf".*Received: num_intensities={num_intensities}\. Use 8-bit intensities",
+        ):
+            LowResolutionLogitBias(
+                image_size=8, low_resolution_size=2, num_intensities=num_intensities
+            )
     layer = LowResolutionLogitBias(image_size=8, low_resolution_size=2)
-    with pytest.raises(ValueError, match=r"expected axis -1 of input shape to have value 256, .*\(1, 192, 10\)"):
+    with pytest.raises(
+        ValueError, match=r"expected axis -1 of input shape to have value 256, .*\(1, 192, 10\)"
+    ):
         layer(np.zeros((1, 192, 10), "float32"), np.zeros((1, 12), "int32"))
-    with pytest.raises(ValueError, match=r"`low_resolution.shape` must be \(1, 12\).*Received: low_resolution.shape=\(1, 10\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`low_resolution.shape` must be \(1, 12\).*Received: low_resolution.shape=\(1, 10\)",
+    ):
         layer(np.zeros((1, 192, 256), "float32"), np.zeros((1, 10), "int32"))
 
 
@@ -300,5 +389,6 @@ def test_optional_inputs_combine():
     logits, low = np.zeros((1, 16, 256), "float32"), np.full((1, 4), 100, "int32")
     sums, ints = np.zeros((1, 16), "float32"), np.zeros((1, 16), "int32")
     assert layer(logits, low, block_sums=sums, left_intensities=ints).shape == (1, 16, 256)
-    assert layer(logits, low, block_sums=sums, previous_intensities=ints,
-                 previous_block_sums=sums).shape == (1, 16, 256)
+    assert layer(
+        logits, low, block_sums=sums, previous_intensities=ints, previous_block_sums=sums
+    ).shape == (1, 16, 256)

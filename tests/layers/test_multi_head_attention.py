@@ -22,8 +22,13 @@ def test_matches_numpy_reference(num_heads):
     padding = np.array([[1] * 7, [1] * 2 + [0] * 5, [0] * 7], bool)
     attention = RNG.random((3, 4, 7)) > 0.3
     layer = MultiHeadAttention(num_heads=num_heads, key_dim=5, value_dim=3)
-    out, scores = layer(query, value, value_padding_mask=padding, attention_mask=attention,
-                        return_attention_scores=True)
+    out, scores = layer(
+        query,
+        value,
+        value_padding_mask=padding,
+        attention_mask=attention,
+        return_attention_scores=True,
+    )
     mask = references.dense_mask(3, 4, 7, padding, attention, num_heads=num_heads)
     want, want_probs = references.multi_head_cross_attention(layer, query, value, mask)
     np.testing.assert_allclose(np.asarray(scores), want_probs, atol=1e-5)
@@ -74,18 +79,18 @@ def test_implicit_masks_in_a_functional_model():
     np.testing.assert_allclose(pooled_v[0], out_v[0, :2].mean(0), atol=1e-6)
 
 
-def test_empty_memory_rows_are_zero_and_finite_under_mixed_precision():
-    for policy in ("mixed_float16", "mixed_bfloat16"):
-        layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=policy)
-        padding = np.array([[1] * 7, [0] * 7], bool)
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_empty_memory_rows_are_zero_and_finite_under_mixed_precision(policy):
+    layer = MultiHeadAttention(num_heads=2, key_dim=4, dtype=policy)
+    padding = np.array([[1] * 7, [0] * 7], bool)
 
-        def forward(query, value):
-            out, scores = layer(query, value, value_padding_mask=padding, return_attention_scores=True)
-            return keras.ops.sum(keras.ops.cast(out, "float32")), scores
+    def forward(query, value):
+        out, scores = layer(query, value, value_padding_mask=padding, return_attention_scores=True)
+        return keras.ops.sum(keras.ops.cast(out, "float32")), scores
 
-        scores, grads = gradients(forward, _data(), layer)
-        assert all(np.isfinite(np.asarray(g, "float32")).all() for g in grads)
-        assert (np.asarray(scores, "float32")[1] == 0).all()
+    scores, grads = gradients(forward, _data(), layer)
+    assert all(np.isfinite(np.asarray(g, "float32")).all() for g in grads)
+    assert (np.asarray(scores, "float32")[1] == 0).all()
 
 
 def test_errors():
@@ -94,7 +99,9 @@ def test_errors():
     with pytest.raises(ValueError, match="needs `value`"):
         layer(query)
     layer(query, value)
-    with pytest.raises(ValueError, match=r"value_padding_mask` must have shape \(2, 7\).*shape=\(2, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"value_padding_mask` must have shape \(2, 7\).*shape=\(2, 4\)"
+    ):
         layer(query, value, value_padding_mask=np.ones((2, 4), bool))
     with pytest.raises(ValueError, match="must be boolean"):
         layer(query, value, attention_mask=np.ones((2, 4, 7), "float32"))

@@ -37,7 +37,10 @@ def test_matches_numpy_reference(num_heads, causal):
     attention = RNG.random((3, 7, 7)) > 0.3
     layer = _layer(num_heads=num_heads, key_dim=5, value_dim=3)
     out, scores = layer(
-        x, padding_mask=padding, attention_mask=attention, use_causal_mask=causal,
+        x,
+        padding_mask=padding,
+        attention_mask=attention,
+        use_causal_mask=causal,
         return_attention_scores=True,
     )
     mask = references.dense_mask(3, 7, 7, padding, attention, causal, num_heads=num_heads)
@@ -46,7 +49,9 @@ def test_matches_numpy_reference(num_heads, causal):
     np.testing.assert_allclose(np.asarray(out), want, atol=1e-4)
     # The all-padding example attends to nothing: its heads give zeros, so
     # the output is just the output projection's bias.
-    np.testing.assert_allclose(np.asarray(out)[2], np.broadcast_to(np.asarray(layer.output_dense.bias), (7, 16)), atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(out)[2], np.broadcast_to(np.asarray(layer.output_dense.bias), (7, 16)), atol=1e-6
+    )
 
 
 def test_per_head_attention_mask():
@@ -54,7 +59,9 @@ def test_per_head_attention_mask():
     attention = RNG.random((1, 2, 5, 5)) > 0.5
     layer = _layer()
     out = layer(x, attention_mask=attention)
-    want, _ = references.multi_head_self_attention(layer, x, references.dense_mask(1, 5, 5, attention_mask=attention, num_heads=2))
+    want, _ = references.multi_head_self_attention(
+        layer, x, references.dense_mask(1, 5, 5, attention_mask=attention, num_heads=2)
+    )
     np.testing.assert_allclose(np.asarray(out), want, atol=1e-4)
 
 
@@ -67,9 +74,13 @@ def test_hand_computed_uniform_attention():
     layer.output_dense.kernel.assign(np.array([[1.0]]))
     x = np.array([[[1.0], [2.0], [6.0]]], "float32")
     np.testing.assert_allclose(np.asarray(layer(x))[0, :, 0], [3.0, 3.0, 3.0], atol=1e-6)
-    np.testing.assert_allclose(np.asarray(layer(x, use_causal_mask=True))[0, :, 0], [1.0, 1.5, 3.0], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(layer(x, use_causal_mask=True))[0, :, 0], [1.0, 1.5, 3.0], atol=1e-6
+    )
     padding = np.array([[True, False, True]])
-    np.testing.assert_allclose(np.asarray(layer(x, padding_mask=padding))[0, :, 0], [3.5, 3.5, 3.5], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(layer(x, padding_mask=padding))[0, :, 0], [3.5, 3.5, 3.5], atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("mode", ["plain", "dropout", "scores", "padding", "cache"])
@@ -77,7 +88,7 @@ def test_no_future_leak(mode):
     t = 3
     x1 = _inputs(batch=2, length=8)
     x2 = x1.copy()
-    x2[:, t + 1:] = RNG.standard_normal(x2[:, t + 1:].shape)
+    x2[:, t + 1 :] = RNG.standard_normal(x2[:, t + 1 :].shape)
     kwargs = {"dropout": 0.3, "seed": 7} if mode == "dropout" else {}
     a = _layer(**kwargs)
     a.build(x1.shape)
@@ -100,7 +111,7 @@ def test_no_future_leak(mode):
             assert (scores[:, :, np.triu_indices(8, 1)[0], np.triu_indices(8, 1)[1]] == 0).all()
     y1, y2 = np.asarray(y1), np.asarray(y2)
     np.testing.assert_allclose(y1[:, : t + 1], y2[:, : t + 1], atol=1e-6)
-    assert not np.allclose(y1[:, t + 1:], y2[:, t + 1:])
+    assert not np.allclose(y1[:, t + 1 :], y2[:, t + 1 :])
 
 
 @pytest.mark.parametrize("chunks", [[1] * 6, [3, 1, 2], [6]])
@@ -111,7 +122,9 @@ def test_cached_decoding_equals_full_pass(chunks):
     cache = layer.init_cache(2, 9)
     pieces, index = [], 0
     for size in chunks:
-        y, cache = layer(x[:, index:index + size], cache=cache, cache_index=index, use_causal_mask=True)
+        y, cache = layer(
+            x[:, index : index + size], cache=cache, cache_index=index, use_causal_mask=True
+        )
         pieces.append(np.asarray(y))
         index += size
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5)
@@ -153,7 +166,9 @@ def test_cache_layout_is_heads_first_positions_last():
     cache = layer.init_cache(2, 5)
     assert tuple(cache.shape) == (2, 2, 4 + 3, 5)
     _, cache = layer(x, cache=cache, cache_index=1, use_causal_mask=True)
-    qkv = np.asarray(layer.query_key_value_dense(x)).reshape(2, 3, 2, 4 + 4 + 3)  # per head [q | k | v]
+    qkv = np.asarray(layer.query_key_value_dense(x)).reshape(
+        2, 3, 2, 4 + 4 + 3
+    )  # per head [q | k | v]
     cache = np.asarray(cache)
     np.testing.assert_allclose(cache[..., 1:4], qkv[..., 4:].transpose(0, 2, 3, 1), atol=1e-6)
     np.testing.assert_array_equal(cache[..., [0, 4]], 0.0)
@@ -169,18 +184,32 @@ def test_cached_steps_with_masks_equal_full_pass():
     attention = RNG.random((3, 5, 5)) > 0.3
     attention[:, :, 0] = True
     layer = _layer(value_dim=3)
-    full, full_scores = layer(x, padding_mask=padding, attention_mask=attention,
-                              use_causal_mask=True, return_attention_scores=True)
+    full, full_scores = layer(
+        x,
+        padding_mask=padding,
+        attention_mask=attention,
+        use_causal_mask=True,
+        return_attention_scores=True,
+    )
     cache = layer.init_cache(3, 5)
     for t in range(5):
         y, scores, cache = layer(
-            x[:, t:t + 1], padding_mask=padding, attention_mask=attention[:, t:t + 1],
-            cache=cache, cache_index=t, use_causal_mask=True, return_attention_scores=True,
+            x[:, t : t + 1],
+            padding_mask=padding,
+            attention_mask=attention[:, t : t + 1],
+            cache=cache,
+            cache_index=t,
+            use_causal_mask=True,
+            return_attention_scores=True,
         )
-        np.testing.assert_allclose(np.asarray(y), np.asarray(full)[:, t:t + 1], atol=1e-5)
-        np.testing.assert_allclose(np.asarray(scores), np.asarray(full_scores)[:, :, t:t + 1], atol=1e-6)
+        np.testing.assert_allclose(np.asarray(y), np.asarray(full)[:, t : t + 1], atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(scores), np.asarray(full_scores)[:, :, t : t + 1], atol=1e-6
+        )
         assert (np.asarray(scores)[2] == 0).all()
-        np.testing.assert_allclose(np.asarray(y)[2, 0], np.asarray(layer.output_dense.bias), atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(y)[2, 0], np.asarray(layer.output_dense.bias), atol=1e-6
+        )
 
 
 @pytest.mark.requires_tensorflow
@@ -198,7 +227,7 @@ def test_cache_under_jit_compiled_loop():
     cache = layer.init_cache(2, 5)
     outs = []
     for i in range(5):
-        y, cache = step(x[:, i:i + 1], cache, tf.constant(i))
+        y, cache = step(x[:, i : i + 1], cache, tf.constant(i))
         outs.append(np.asarray(y))
     np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)
     assert step.experimental_get_tracing_count() == 1
@@ -210,7 +239,9 @@ def test_fully_masked_rows_are_zero_with_finite_gradients(policy):
     padding = np.array([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]], bool)
 
     def forward(x):
-        out, scores = layer(x, padding_mask=padding, use_causal_mask=True, return_attention_scores=True)
+        out, scores = layer(
+            x, padding_mask=padding, use_causal_mask=True, return_attention_scores=True
+        )
         return keras.ops.sum(keras.ops.cast(out, "float32") ** 2), (out, scores)
 
     (out, scores), grads = gradients(forward, [_inputs(length=5)], layer)
@@ -281,7 +312,10 @@ def test_dropout_is_seeded_and_only_in_training():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"num_heads": 0, "key_dim": 4}, "num_heads` must be a positive integer. Received: num_heads=0"),
+        (
+            {"num_heads": 0, "key_dim": 4},
+            "num_heads` must be a positive integer. Received: num_heads=0",
+        ),
         ({"num_heads": 2, "key_dim": 2.5}, "key_dim` must be a positive integer"),
         ({"num_heads": 2, "key_dim": 4, "dropout": 1.0}, r"dropout` must be a number in \[0, 1\)"),
     ],
@@ -295,7 +329,9 @@ def test_call_errors():
     layer = _layer()
     x = _inputs(length=5)
     layer(x)
-    with pytest.raises(ValueError, match=r"expects inputs of shape \(batch, length, features\).*shape \(5, 16\)"):
+    with pytest.raises(
+        ValueError, match=r"expects inputs of shape \(batch, length, features\).*shape \(5, 16\)"
+    ):
         layer(x[0])
     with pytest.raises(ValueError, match=r"Received inputs of shape \(2, 5, 1, 1, 16\)"):
         layer(x[:, :, None, None, :])
@@ -305,7 +341,10 @@ def test_call_errors():
         layer(x[:0])
     with pytest.raises(ValueError, match="must be boolean.*float32.*mask == 0"):
         layer(x, padding_mask=np.zeros((2, 5), "float32"))
-    with pytest.raises(ValueError, match=r"padding_mask` must have shape \(2, 5\).*Received: padding_mask.shape=\(2, 5, 1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"padding_mask` must have shape \(2, 5\).*Received: padding_mask.shape=\(2, 5, 1\)",
+    ):
         layer(x, padding_mask=np.ones((2, 5, 1), bool))
     with pytest.raises(ValueError, match=r"Received: padding_mask.shape=\(2, 4\)"):
         layer(x, padding_mask=np.ones((2, 4), bool))
@@ -316,7 +355,10 @@ def test_call_errors():
         layer(x, cache=cache, cache_index=4)
     with pytest.raises(ValueError, match="init_cache"):
         layer(x, cache=cache[..., :3], cache_index=0)
-    with pytest.raises(ValueError, match=r"max_length` must be a positive int \(or int scalar tensor\)\. Received: max_length=0"):
+    with pytest.raises(
+        ValueError,
+        match=r"max_length` must be a positive int \(or int scalar tensor\)\. Received: max_length=0",
+    ):
         layer.init_cache(2, 0)
 
 
@@ -325,7 +367,8 @@ def test_integer_masks_are_read_as_booleans():
     x = _inputs(length=4)
     padding = np.array([[1, 1, 0, 0], [1, 0, 1, 0]])
     np.testing.assert_allclose(
-        np.asarray(layer(x, padding_mask=padding)), np.asarray(layer(x, padding_mask=padding.astype(bool)))
+        np.asarray(layer(x, padding_mask=padding)),
+        np.asarray(layer(x, padding_mask=padding.astype(bool))),
     )
 
 
@@ -362,8 +405,12 @@ def test_query_blocks_equal_the_dense_core_with_every_mask(layer_class, monkeypa
     attention = RNG.random((2, 10, 10)) > 0.3
     heads = RNG.random((2, 1, 10, 10)) > 0.3  # broadcast over heads
     heads[1, 0, 6] = False  # a fully masked row
-    for masks in ({}, {"padding_mask": padding}, {"attention_mask": attention},
-                  {"padding_mask": padding, "attention_mask": heads}):
+    for masks in (
+        {},
+        {"padding_mask": padding},
+        {"attention_mask": attention},
+        {"padding_mask": padding, "attention_mask": heads},
+    ):
         block_shapes.clear()
         got = blocks(x, use_causal_mask=True, training=False, **masks)
         # Blocks of 3 queries against the keys up to their last one.
@@ -384,6 +431,7 @@ def test_query_blocks_gradients_equal_the_dense_core(layer_class):
         def fn(inputs):
             out = layer(inputs, padding_mask=padding, use_causal_mask=True, training=True)
             return keras.ops.sum(out * keras.ops.cos(out)), out
+
         return fn
 
     _, want = gradients(loss(dense), [x], dense)
@@ -429,4 +477,7 @@ def test_auto_core_choice():
         got = layer._attention_core(key, masks, scores, training)[0]
         assert got == core, (length, masks, scores, training)
     forced = MultiHeadSelfAttention(num_heads=1, key_dim=2, chunk_size=None)
-    assert forced._attention_core(np.zeros((1, 4096, 1, 2)), causal, False, False) == ("dense", None)
+    assert forced._attention_core(np.zeros((1, 4096, 1, 2)), causal, False, False) == (
+        "dense",
+        None,
+    )

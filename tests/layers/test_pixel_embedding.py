@@ -25,7 +25,7 @@ def test_chunks_with_start_index_equal_the_full_sequence():
     layer = PixelEmbedding(257, 16, image_size=4, position="learned")
     ids = np.random.default_rng(0).integers(0, 257, (2, 49))
     full = np.asarray(layer(ids))
-    pieces = [np.asarray(layer(ids[:, s:s + 5], start_index=s)) for s in range(0, 49, 5)]
+    pieces = [np.asarray(layer(ids[:, s : s + 5], start_index=s)) for s in range(0, 49, 5)]
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-6)
     assert layer.compute_mask(ids) is None
 
@@ -47,8 +47,11 @@ def test_layer_life_cycle():
 def test_errors():
     with pytest.raises(ValueError, match="`vocabulary_size` must be a positive integer"):
         PixelEmbedding(0, 8, image_size=4)
-    with pytest.raises(ValueError, match=r"`embedding_dim` must be divisible by 4 for sinusoidal positions.*"
-                                         r"Received: embedding_dim=6"):
+    with pytest.raises(
+        ValueError,
+        match=r"`embedding_dim` must be divisible by 4 for sinusoidal positions.*"
+        r"Received: embedding_dim=6",
+    ):
         PixelEmbedding(256, 6, image_size=4)
     with pytest.raises(ValueError, match=r"expected ndim=2, found ndim=3"):
         PixelEmbedding(256, 8, image_size=4)(np.zeros((1, 2, 3), "int32"))

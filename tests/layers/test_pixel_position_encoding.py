@@ -55,10 +55,16 @@ def test_errors():
         PixelPositionEncoding(image_size=(0, 4))
     with pytest.raises(ValueError, match='`position` must be "sinusoidal" or "learned"'):
         PixelPositionEncoding(image_size=4, position="rotary")
-    with pytest.raises(ValueError, match=r"`inputs.shape\[-1\]` must be divisible by 4 for sinusoidal positions.*"
-                                         r"Received: inputs.shape\[-1\]=6"):
+    with pytest.raises(
+        ValueError,
+        match=r"`inputs.shape\[-1\]` must be divisible by 4 for sinusoidal positions.*"
+        r"Received: inputs.shape\[-1\]=6",
+    ):
         PixelPositionEncoding(image_size=4)(np.zeros((1, 3, 6), "float32"))
-    with pytest.raises(ValueError, match=r"must be >= 0 and fit the 13 positions of a 2x2 image.* Received: positions 10\.\.13\."):
+    with pytest.raises(
+        ValueError,
+        match=r"must be >= 0 and fit the 13 positions of a 2x2 image.* Received: positions 10\.\.13\.",
+    ):
         PixelPositionEncoding(image_size=2)(np.zeros((1, 4, 8), "float32"), start_index=10)
     with pytest.raises(ValueError, match=r"expected ndim=3, found ndim=2"):
         PixelPositionEncoding(image_size=2)(np.zeros((1, 4), "float32"))
@@ -69,22 +75,33 @@ def test_coordinate_scale_places_low_resolution_pixels_on_the_fine_grid():
     out = np.asarray(layer(np.zeros((1, 12, 8), "float32")))
     # Position 4: row 0, column 1, channel 1 -> row 1.5, column 5.5 on the
     # 8x8 grid, column_channel 5.5 * 3 + 1 = 17.5.
-    np.testing.assert_allclose(out[0, 4], np.concatenate([_sinusoid(1.5, 4), _sinusoid(17.5, 4)]), atol=1e-5)
+    np.testing.assert_allclose(
+        out[0, 4], np.concatenate([_sinusoid(1.5, 4), _sinusoid(17.5, 4)]), atol=1e-5
+    )
     # Every coarse pixel sits at the centre of the 4x4 block it was averaged
     # from: row 4 i + 1.5, column 4 j + 1.5 (fine grid), channel unchanged.
     for p in range(12):
         i, j, channel = p // 6, (p // 3) % 2, p % 3
-        want = np.concatenate([_sinusoid(4 * i + 1.5, 4), _sinusoid((4 * j + 1.5) * 3 + channel, 4)])
+        want = np.concatenate(
+            [_sinusoid(4 * i + 1.5, 4), _sinusoid((4 * j + 1.5) * 3 + channel, 4)]
+        )
         np.testing.assert_allclose(out[0, p], want, atol=1e-5)
-    with pytest.raises(ValueError, match=r"`coordinate_scale` must be .*and 1 with learned positions.*coordinate_scale=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"`coordinate_scale` must be .*and 1 with learned positions.*coordinate_scale=4",
+    ):
         PixelPositionEncoding(image_size=2, position="learned", coordinate_scale=4)
-    with pytest.raises(ValueError, match=r"`coordinate_scale` must be a finite number > 0 that keeps"):
+    with pytest.raises(
+        ValueError, match=r"`coordinate_scale` must be a finite number > 0 that keeps"
+    ):
         PixelPositionEncoding(image_size=2, coordinate_scale=0)
 
 
 def test_start_index_must_be_an_integer_scalar():
     # 1.5 was truncated to position 1, as TokenAndPositionEmbedding refuses.
-    with pytest.raises(ValueError, match=r"`start_index` must be an integer scalar .*Received: start_index=1\.5"):
+    with pytest.raises(
+        ValueError, match=r"`start_index` must be an integer scalar .*Received: start_index=1\.5"
+    ):
         PixelPositionEncoding(image_size=2)(np.zeros((1, 2, 8), "float32"), start_index=1.5)
 
 
@@ -92,7 +109,9 @@ def test_start_index_must_be_an_integer_scalar():
 @pytest.mark.parametrize("name", ["max_wavelength", "coordinate_scale"])
 def test_max_wavelength_and_coordinate_scale_must_be_finite_positive_numbers(name, value):
     bound = ">= 1" if name == "max_wavelength" else "> 0"
-    with pytest.raises(ValueError, match=rf"^`{name}` must be a finite number {bound} .*Received: {name}="):
+    with pytest.raises(
+        ValueError, match=rf"^`{name}` must be a finite number {bound} .*Received: {name}="
+    ):
         PixelPositionEncoding(image_size=2, **{name: value})
     # PixelEmbedding passes both to its PixelPositionEncoding.
     with pytest.raises(ValueError, match=rf"`{name}` must be a finite number {bound}"):
@@ -101,10 +120,16 @@ def test_max_wavelength_and_coordinate_scale_must_be_finite_positive_numbers(nam
 
 def test_extreme_wavelengths_and_scales_are_refused_not_turned_into_nan():
     # Both gave a NaN encoding: 1e-300 ** -0.75 and 3 * 1e300 overflow float32.
-    with pytest.raises(ValueError, match=r"`max_wavelength` must be a finite number >= 1 .*Received: max_wavelength=1e-300"):
+    with pytest.raises(
+        ValueError,
+        match=r"`max_wavelength` must be a finite number >= 1 .*Received: max_wavelength=1e-300",
+    ):
         PixelPositionEncoding(image_size=2, max_wavelength=1e-300)
-    with pytest.raises(ValueError, match=r"keeps the scaled pixel coordinates below 2\*\*24.*Received: coordinate_scale=1e\+300\. "
-                                         r"Use the upscaling factor.*image_size=\(4, 4\), channels=3"):
+    with pytest.raises(
+        ValueError,
+        match=r"keeps the scaled pixel coordinates below 2\*\*24.*Received: coordinate_scale=1e\+300\. "
+        r"Use the upscaling factor.*image_size=\(4, 4\), channels=3",
+    ):
         PixelPositionEncoding(image_size=4, channels=3, coordinate_scale=1e300)
     # The largest scale below the bound still gives a finite encoding.
     layer = PixelPositionEncoding(image_size=4, channels=3, coordinate_scale=1e6, max_wavelength=1)

@@ -31,12 +31,17 @@ def test_bit_identical_to_dense_with_the_same_weights():
 
 def test_hand_computed_values():
     layer = Projection(2, kernel_initializer="ones", bias_initializer="ones")
-    np.testing.assert_array_equal(np.asarray(layer(np.array([[1.0, 2.0, 3.0]], "float32"))), [[7.0, 7.0]])
+    np.testing.assert_array_equal(
+        np.asarray(layer(np.array([[1.0, 2.0, 3.0]], "float32"))), [[7.0, 7.0]]
+    )
 
 
 def test_layer_lifecycle():
     run_layer_test(
-        Projection, {"units": 6, "activation": "gelu"}, np.ones((2, 3, 4), "float32"),
-        expected_output_shape=(2, 3, 6), expected_num_trainable_weights=2,
+        Projection,
+        {"units": 6, "activation": "gelu"},
+        np.ones((2, 3, 4), "float32"),
+        expected_output_shape=(2, 3, 6),
+        expected_num_trainable_weights=2,
         expected_num_seed_generators=0,
     )

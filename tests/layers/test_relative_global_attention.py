@@ -40,9 +40,14 @@ def test_layer_lifecycle(causal, shared):
     run_layer_test(
         RelativeGlobalAttention,
         {
-            "num_heads": 2, "key_dim": 4, "max_relative_position": 3,
-            "heads_share_relative_embedding": shared, "value_dim": 3,
-            "output_dim": 12, "dropout": 0.1, "seed": 1,
+            "num_heads": 2,
+            "key_dim": 4,
+            "max_relative_position": 3,
+            "heads_share_relative_embedding": shared,
+            "value_dim": 3,
+            "output_dim": 12,
+            "dropout": 0.1,
+            "seed": 1,
         },
         _inputs(),
         call_kwargs={"use_causal_mask": causal},
@@ -71,8 +76,11 @@ def test_skew_hand_computed():
 
 
 def test_skew_errors():
-    with pytest.raises(ValueError, match=r"`relative_logits.shape` must be \(\.\.\., queries, W\) of rank >= 2, "
-                                         r"W >= key_length=4\. Received: relative_logits.shape=\(2, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`relative_logits.shape` must be \(\.\.\., queries, W\) of rank >= 2, "
+        r"W >= key_length=4\. Received: relative_logits.shape=\(2, 3\)",
+    ):
         skew(np.zeros((2, 3), "float32"), 4)
     with pytest.raises(ValueError, match=r"of rank >= 2.*Received: relative_logits.shape=\(3,\)"):
         skew(np.zeros((3,), "float32"))
@@ -86,14 +94,17 @@ def test_matches_gather_reference(length, causal, shared):
     # outermost embedding.
     x = _inputs(batch=3, length=length)
     padding = np.ones((3, length), bool)
-    padding[1, length // 2:] = False
+    padding[1, length // 2 :] = False
     padding[2] = False
     attention = RNG.random((3, length, length)) > 0.2
     layer = _layer(heads_share_relative_embedding=shared, value_dim=3)
     layer.build(x.shape)
     _strengthen_relative_term(layer)
     out, scores = layer(
-        x, padding_mask=padding, attention_mask=attention, use_causal_mask=causal,
+        x,
+        padding_mask=padding,
+        attention_mask=attention,
+        use_causal_mask=causal,
         return_attention_scores=True,
     )
     want, want_probs = _reference(layer, x, padding, attention, causal)
@@ -102,7 +113,9 @@ def test_matches_gather_reference(length, causal, shared):
     # The relative term matters: the same layer without it gives other values.
     if length > 3:
         plain, _ = references.multi_head_self_attention(
-            layer, x, references.dense_mask(3, length, length, padding, attention, causal, num_heads=2)
+            layer,
+            x,
+            references.dense_mask(3, length, length, padding, attention, causal, num_heads=2),
         )
         assert np.abs(plain - want)[:2].max() > 1e-2
 
@@ -123,7 +136,7 @@ def test_no_future_leak(mode):
     t = 3
     x1 = _inputs(batch=2, length=8)
     x2 = x1.copy()
-    x2[:, t + 1:] = RNG.standard_normal(x2[:, t + 1:].shape)
+    x2[:, t + 1 :] = RNG.standard_normal(x2[:, t + 1 :].shape)
     kwargs = {"dropout": 0.3, "seed": 7} if mode == "dropout" else {}
     a = _layer(**kwargs)
     a.build(x1.shape)
@@ -148,7 +161,7 @@ def test_no_future_leak(mode):
             assert (scores[:, :, np.arange(8), np.arange(8)] > 0).all()
     y1, y2 = np.asarray(y1), np.asarray(y2)
     np.testing.assert_allclose(y1[:, : t + 1], y2[:, : t + 1], atol=1e-6)
-    assert not np.allclose(y1[:, t + 1:], y2[:, t + 1:])
+    assert not np.allclose(y1[:, t + 1 :], y2[:, t + 1 :])
 
 
 def _decode(layer, x, chunks, cache_length, causal=True, padding=None):
@@ -156,8 +169,11 @@ def _decode(layer, x, chunks, cache_length, causal=True, padding=None):
     pieces, index = [], 0
     for size in chunks:
         y, cache = layer(
-            x[:, index:index + size], cache=cache, cache_index=index,
-            use_causal_mask=causal, padding_mask=padding,
+            x[:, index : index + size],
+            cache=cache,
+            cache_index=index,
+            use_causal_mask=causal,
+            padding_mask=padding,
         )
         pieces.append(np.asarray(y))
         index += size
@@ -210,7 +226,7 @@ def test_cache_under_jit_compiled_loop():
     cache = layer.init_cache(2, 6)
     outs = []
     for i in range(6):
-        y, cache = step(x[:, i:i + 1], cache, tf.constant(i))
+        y, cache = step(x[:, i : i + 1], cache, tf.constant(i))
         outs.append(np.asarray(y))
     np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)
     assert step.experimental_get_tracing_count() == 1
@@ -256,7 +272,9 @@ def test_fully_masked_rows_are_zero_with_finite_gradients(policy, causal):
     padding = np.array([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]], bool)
 
     def forward(x):
-        out, scores = layer(x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True)
+        out, scores = layer(
+            x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
+        )
         return keras.ops.sum(keras.ops.cast(out, "float32") ** 2), (out, scores)
 
     (out, scores), grads = gradients(forward, [_inputs(length=5)], layer)
@@ -275,11 +293,17 @@ def test_fully_masked_rows_are_zero_with_finite_gradients(policy, causal):
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"max_relative_position": 0}, "max_relative_position` must be a positive integer. Received: max_relative_position=0"),
+        (
+            {"max_relative_position": 0},
+            "max_relative_position` must be a positive integer. Received: max_relative_position=0",
+        ),
         ({"max_relative_position": -3}, "Received: max_relative_position=-3"),
         ({"max_relative_position": 2.5}, "max_relative_position` must be a positive integer"),
         ({"max_relative_position": True}, "max_relative_position` must be a positive integer"),
-        ({"heads_share_relative_embedding": "yes"}, "heads_share_relative_embedding` must be True or False \\(True = one table.*'yes'"),
+        (
+            {"heads_share_relative_embedding": "yes"},
+            "heads_share_relative_embedding` must be True or False \\(True = one table.*'yes'",
+        ),
         ({"num_heads": 0}, "num_heads` must be a positive integer"),
     ],
 )
@@ -313,19 +337,26 @@ def test_config_and_call_errors():
     causal=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_property_matches_gather_reference(length, num_heads, max_relative_position, shared, causal, seed):
+def test_property_matches_gather_reference(
+    length, num_heads, max_relative_position, shared, causal, seed
+):
     rng = np.random.default_rng(seed)
     x = _inputs(batch=2, length=length, dim=8, rng=rng)
     padding = rng.random((2, length)) > 0.3
     attention = rng.random((2, length, length)) > 0.3
     layer = RelativeGlobalAttention(
-        num_heads=num_heads, key_dim=3, max_relative_position=max_relative_position,
+        num_heads=num_heads,
+        key_dim=3,
+        max_relative_position=max_relative_position,
         heads_share_relative_embedding=shared,
     )
     layer.build(x.shape)
     _strengthen_relative_term(layer)
     out, scores = layer(
-        x, padding_mask=padding, attention_mask=attention, use_causal_mask=causal,
+        x,
+        padding_mask=padding,
+        attention_mask=attention,
+        use_causal_mask=causal,
         return_attention_scores=True,
     )
     want, want_probs = _reference(layer, x, padding, attention, causal)
@@ -348,7 +379,9 @@ def test_single_head_matches_reference(shared, causal):
     layer.build(x.shape)
     _strengthen_relative_term(layer)
     for _ in range(5):  # the backend bug was intermittent
-        out, scores = layer(x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True)
+        out, scores = layer(
+            x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
+        )
         want, want_probs = _reference(layer, x, padding, None, causal)
         np.testing.assert_allclose(np.asarray(scores), want_probs, atol=1e-5)
         np.testing.assert_allclose(np.asarray(out), want, atol=1e-4)

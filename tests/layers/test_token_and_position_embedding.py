@@ -26,7 +26,9 @@ def test_learned_positions_and_mask():
         run_mixed_precision=False,
         run_fit=False,
     )
-    layer = TokenAndPositionEmbedding(11, 8, sequence_length=6, mask_zero=True, scale_token_embeddings=True)
+    layer = TokenAndPositionEmbedding(
+        11, 8, sequence_length=6, mask_zero=True, scale_token_embeddings=True
+    )
     ids = np.array([[3, 0]])
     out = np.asarray(layer(ids, start_index=2))
     tokens = np.asarray(layer.token_embedding.embeddings)
@@ -42,8 +44,10 @@ def test_sinusoidal_positions_work_past_any_table():
     assert np.isfinite(out).all()
 
 
-TABLE_MESSAGE = (r"Positions \(from `start_index`\) must be >= 0 and fit the learned position table of 4 "
-                 r"rows: truncate the sequence .* Received: positions {}\.\.{}\.")
+TABLE_MESSAGE = (
+    r"Positions \(from `start_index`\) must be >= 0 and fit the learned position table of 4 "
+    r"rows: truncate the sequence .* Received: positions {}\.\.{}\."
+)
 
 
 def test_positions_beyond_the_learned_table():
@@ -55,8 +59,12 @@ def test_positions_beyond_the_learned_table():
     # gathering out of range.
     embed = traced(lambda ids, start: layer(ids, start_index=start))
     last = np.asarray(layer(np.ones((1, 1), "int32"), start_index=3))
-    np.testing.assert_allclose(np.asarray(embed(np.ones((1, 1), "int32"), np.int32(3))), last, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(embed(np.ones((1, 1), "int32"), np.int32(9))), last, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(embed(np.ones((1, 1), "int32"), np.int32(3))), last, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(embed(np.ones((1, 1), "int32"), np.int32(9))), last, atol=1e-6
+    )
 
 
 def test_errors():
@@ -74,9 +82,14 @@ def test_sinusoidal_encoding_refuses_start_indices_as_token_and_position_embeddi
     x = np.zeros((1, 2, 8), "float32")
     layer = SinusoidalPositionEncoding()
     # A float was truncated to 1, a negative index silently encoded.
-    with pytest.raises(ValueError, match=r"`start_index` must be an integer scalar .*Received: start_index=1\.5"):
+    with pytest.raises(
+        ValueError, match=r"`start_index` must be an integer scalar .*Received: start_index=1\.5"
+    ):
         layer(x, start_index=1.5)
-    with pytest.raises(ValueError, match=r"Positions \(from `start_index`\) must be >= 0\. Received: positions -1\.\.0\."):
+    with pytest.raises(
+        ValueError,
+        match=r"Positions \(from `start_index`\) must be >= 0\. Received: positions -1\.\.0\.",
+    ):
         layer(x, start_index=-1)
     # Integer scalars of any kind are still positions.
     want = np.asarray(layer(x, start_index=3))
@@ -84,14 +97,23 @@ def test_sinusoidal_encoding_refuses_start_indices_as_token_and_position_embeddi
         np.testing.assert_allclose(np.asarray(layer(x, start_index=start)), want)
 
 
-@pytest.mark.parametrize("max_wavelength", [float("nan"), float("inf"), True, "x", 0, -2.0, None, 0.5, 1e-300])
-def test_sinusoidal_encoding_refuses_a_max_wavelength_that_is_not_a_finite_number_from_1(max_wavelength):
+@pytest.mark.parametrize(
+    "max_wavelength", [float("nan"), float("inf"), True, "x", 0, -2.0, None, 0.5, 1e-300]
+)
+def test_sinusoidal_encoding_refuses_a_max_wavelength_that_is_not_a_finite_number_from_1(
+    max_wavelength,
+):
     # 1e-300 gave NaN: 1e-300 ** -0.75 overflows float32.
-    with pytest.raises(ValueError, match=r"^`max_wavelength` must be a finite number >= 1 .*Received: max_wavelength="):
+    with pytest.raises(
+        ValueError,
+        match=r"^`max_wavelength` must be a finite number >= 1 .*Received: max_wavelength=",
+    ):
         SinusoidalPositionEncoding(max_wavelength=max_wavelength)
 
 
 @pytest.mark.parametrize("max_wavelength", [float("nan"), float("inf"), True, "x", 0, 1e-300])
-def test_token_and_position_embedding_refuses_a_max_wavelength_that_is_not_a_finite_number_from_1(max_wavelength):
+def test_token_and_position_embedding_refuses_a_max_wavelength_that_is_not_a_finite_number_from_1(
+    max_wavelength,
+):
     with pytest.raises(ValueError, match=r"`max_wavelength` must be a finite number >= 1"):
         TokenAndPositionEmbedding(10, 8, position="sinusoidal", max_wavelength=max_wavelength)

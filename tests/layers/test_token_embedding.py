@@ -25,21 +25,29 @@ def test_keras_embedding_with_the_same_weights():
 
 def test_layer_lifecycle():
     run_layer_test(
-        TokenEmbedding, {"input_dim": 20, "output_dim": 8, "mask_zero": True}, IDS,
-        expected_output_shape=(2, 4, 8), expected_num_trainable_weights=1,
-        run_mixed_precision=False, run_fit=False,
+        TokenEmbedding,
+        {"input_dim": 20, "output_dim": 8, "mask_zero": True},
+        IDS,
+        expected_output_shape=(2, 4, 8),
+        expected_num_trainable_weights=1,
+        run_mixed_precision=False,
+        run_fit=False,
     )
 
 
 @pytest.mark.parametrize("ids, lowest, highest", [([[3, 20]], 3, 20), ([[-1, 3]], -1, 3)])
 def test_ids_outside_the_table(ids, lowest, highest):
     layer = TokenEmbedding(20, 4, name="tokens")
-    message = (r"TokenEmbedding tokens: token ids must lie in \[0, 20\), the rows of its table\. "
-               r"Map unknown tokens to an id of the vocabulary, or build the layer with a larger "
-               r"input_dim\. Received: token ids from")
+    message = (
+        r"TokenEmbedding tokens: token ids must lie in \[0, 20\), the rows of its table\. "
+        r"Map unknown tokens to an id of the vocabulary, or build the layer with a larger "
+        r"input_dim\. Received: token ids from"
+    )
     with pytest.raises(ValueError, match=rf"{message} {lowest} to {highest}\."):
         layer(np.array(ids))
     # Traced ids are checked where they enter (generation, exported
     # signatures), not in the layer: a traced call is the plain lookup.
     run = traced(lambda x: layer(x))
-    np.testing.assert_array_equal(np.asarray(run(np.array([[0, 19]]))), np.asarray(layer(np.array([[0, 19]]))))
+    np.testing.assert_array_equal(
+        np.asarray(run(np.array([[0, 19]]))), np.asarray(layer(np.array([[0, 19]])))
+    )

@@ -1,4 +1,3 @@
-
 import keras
 import numpy as np
 import pytest
@@ -9,8 +8,8 @@ from keras_attn.layers import (
     TransformerDecoder,
     TransformerEncoder,
 )
-from tests import references
 from tests import attention_kinds as kinds
+from tests import references
 from tests.test_case import run_layer_test
 
 RNG = np.random.default_rng(3)
@@ -34,8 +33,11 @@ def _encoder_decoder(normalize_first=False, self_attention=None):
     target = keras.Input((None, 16), name="target")
     memory = TransformerEncoder(intermediate_dim=32, num_heads=2, name="encoder")(source)
     decoder = TransformerDecoder(
-        intermediate_dim=32, num_heads=2, normalize_first=normalize_first,
-        self_attention=self_attention, name="decoder",
+        intermediate_dim=32,
+        num_heads=2,
+        normalize_first=normalize_first,
+        self_attention=self_attention,
+        name="decoder",
     )
     out = decoder(target, memory)
     return keras.Model([source, target], out), decoder
@@ -53,9 +55,12 @@ def test_cached_decoding_equals_full_pass_with_cross_attention(normalize_first):
     steps = []
     for i in range(5):
         y, cache, cross = decoder(
-            target[:, i:i + 1], memory if cross is None else None,
-            encoder_padding_mask=source_padding, self_attention_cache=cache,
-            cache_index=i, cross_attention_cache=cross,
+            target[:, i : i + 1],
+            memory if cross is None else None,
+            encoder_padding_mask=source_padding,
+            self_attention_cache=cache,
+            cache_index=i,
+            cross_attention_cache=cross,
         )
         steps.append(np.asarray(y))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
@@ -69,7 +74,7 @@ def test_decoder_only_cached_equals_full_pass():
     y1, cache = decoder(x[:, :2], self_attention_cache=cache, cache_index=0)  # prefill
     outs = [np.asarray(y1)]
     for i in range(2, 6):
-        y, cache = decoder(x[:, i:i + 1], self_attention_cache=cache, cache_index=i)
+        y, cache = decoder(x[:, i : i + 1], self_attention_cache=cache, cache_index=i)
         outs.append(np.asarray(y))
     np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)
 
@@ -82,13 +87,16 @@ def test_different_lengths_and_padding_in_one_batch_equal_each_example_alone():
     source_padding = np.array([[1] * 7, [1] * 5 + [0] * 2], bool)
     target_padding = np.array([[1, 1, 0, 0], [1] * 4], bool)
     memory = encoder(source, padding_mask=source_padding)
-    batch = np.asarray(decoder(target, memory, decoder_padding_mask=target_padding,
-                               encoder_padding_mask=source_padding))
+    batch = np.asarray(
+        decoder(
+            target, memory, decoder_padding_mask=target_padding, encoder_padding_mask=source_padding
+        )
+    )
     for b in range(2):
         s, t = int(source_padding[b].sum()), int(target_padding[b].sum())
-        alone_memory = encoder(source[b:b + 1, :s])
-        alone = np.asarray(decoder(target[b:b + 1, :t], alone_memory))
-        np.testing.assert_allclose(batch[b:b + 1, :t], alone, atol=1e-5)
+        alone_memory = encoder(source[b : b + 1, :s])
+        alone = np.asarray(decoder(target[b : b + 1, :t], alone_memory))
+        np.testing.assert_allclose(batch[b : b + 1, :t], alone, atol=1e-5)
 
 
 def test_no_future_leak_with_dropout():
@@ -109,7 +117,9 @@ def test_encoder_decoder_lifecycle_with_a_nested_self_attention_layer():
     model = run_layer_test(
         TransformerDecoder,
         {
-            "intermediate_dim": 32, "dropout": 0.1, "seed": 4,
+            "intermediate_dim": 32,
+            "dropout": 0.1,
+            "seed": 4,
             "self_attention": MultiHeadSelfAttention(num_heads=2, key_dim=5, dropout=0.1, seed=5),
         },
         {"decoder_sequence": _seq(2, 4), "encoder_sequence": _seq(2, 7)},
@@ -120,22 +130,31 @@ def test_encoder_decoder_lifecycle_with_a_nested_self_attention_layer():
         # Self- and cross-attention probabilities, three residual dropouts.
         expected_num_seed_generators=5,
     )
-    decoder = next(l for l in model.layers if isinstance(l, TransformerDecoder))
+    decoder = next(x for x in model.layers if isinstance(x, TransformerDecoder))
     assert decoder.get_config()["self_attention"]["config"]["key_dim"] == 5
 
 
 def test_errors():
     decoder_only = TransformerDecoder(intermediate_dim=8, num_heads=2)
     decoder_only(_seq(1, 3))
-    with pytest.raises(ValueError, match="was built without cross-attention.*pass no `encoder_sequence`"):
+    with pytest.raises(
+        ValueError, match="was built without cross-attention.*pass no `encoder_sequence`"
+    ):
         decoder_only(_seq(1, 3), _seq(1, 4))
     with_cross = TransformerDecoder(intermediate_dim=8, num_heads=2)
     with_cross(_seq(1, 3), _seq(1, 4))
-    with pytest.raises(ValueError, match="has cross-attention .*pass an `encoder_sequence` or `cross_attention_cache`"):
+    with pytest.raises(
+        ValueError,
+        match="has cross-attention .*pass an `encoder_sequence` or `cross_attention_cache`",
+    ):
         with_cross(_seq(1, 3))
     with pytest.raises(ValueError, match="cache_index=3, input length 2, cache length 4"):
-        with_cross(_seq(1, 2), _seq(1, 4), self_attention_cache=with_cross.init_cache(1, 4), cache_index=3)
-    with pytest.raises(ValueError, match=r"encoder_padding_mask` must have shape \(1, 4\).*shape=\(1, 3\)"):
+        with_cross(
+            _seq(1, 2), _seq(1, 4), self_attention_cache=with_cross.init_cache(1, 4), cache_index=3
+        )
+    with pytest.raises(
+        ValueError, match=r"encoder_padding_mask` must have shape \(1, 4\).*shape=\(1, 3\)"
+    ):
         with_cross(_seq(1, 3), _seq(1, 4), encoder_padding_mask=np.ones((1, 3), bool))
 
 
@@ -149,8 +168,12 @@ def test_attention_scores_of_both_attentions():
     )
     assert tuple(scores["cross_attention"].shape) == (None, 2, 4, 7)
     assert tuple(scores["self_attention"].shape) == (None, 2, 4, 4)
-    model = keras.Model([source, target], [out, scores["cross_attention"], scores["self_attention"]])
-    _, cross, self_scores = (np.asarray(t) for t in model([np.array([[1, 2, 3, 0, 0, 0, 0]]), np.array([[1, 2, 3, 4]])]))
+    model = keras.Model(
+        [source, target], [out, scores["cross_attention"], scores["self_attention"]]
+    )
+    _, cross, self_scores = (
+        np.asarray(t) for t in model([np.array([[1, 2, 3, 0, 0, 0, 0]]), np.array([[1, 2, 3, 4]])])
+    )
     assert (cross[..., 3:] == 0).all()
     np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)
     assert (self_scores[0, :, np.triu_indices(4, 1)[0], np.triu_indices(4, 1)[1]] == 0).all()
@@ -194,12 +217,13 @@ def test_image_decoder_with_2d_local_attention_matches_reference():
     image, source = RNG.standard_normal((2, 4, 6, 8)), RNG.standard_normal((2, 5, 8))
     image, source = image.astype("float32"), source.astype("float32")
     outputs, scores = decoder(
-        image, source, decoder_padding_mask=IMAGE_PADDING,
-        encoder_padding_mask=SOURCE_PADDING, return_attention_scores=True,
+        image,
+        source,
+        decoder_padding_mask=IMAGE_PADDING,
+        encoder_padding_mask=SOURCE_PADDING,
+        return_attention_scores=True,
     )
-    np.testing.assert_allclose(
-        outputs, _image_decoder_reference(decoder, image, source), atol=1e-5
-    )
+    np.testing.assert_allclose(outputs, _image_decoder_reference(decoder, image, source), atol=1e-5)
     # Scores over the pixels in raster order; no weight on padding.
     self_scores = np.asarray(scores["self_attention"])
     cross_scores = np.asarray(scores["cross_attention"])
@@ -235,11 +259,12 @@ def test_image_decoder_reads_the_implicit_image_mask():
 def test_image_decoder_mask_errors():
     decoder = _image_decoder()
     image = RNG.standard_normal((2, 4, 6, 8)).astype("float32")
-    with pytest.raises(
-        ValueError, match=r"`decoder_padding_mask` must have shape \(2, 4, 6\)"
-    ):
+    with pytest.raises(ValueError, match=r"`decoder_padding_mask` must have shape \(2, 4, 6\)"):
         decoder(image, decoder_padding_mask=IMAGE_PADDING[:, :, 0])
-    with pytest.raises(ValueError, match=r"`decoder_padding_mask` must have shape \(2, 4, 6\).*Received: decoder_padding_mask.shape=\(2, 6, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`decoder_padding_mask` must have shape \(2, 4, 6\).*Received: decoder_padding_mask.shape=\(2, 6, 4\)",
+    ):
         decoder(image, decoder_padding_mask=np.ones((2, 6, 4), bool))
 
 
@@ -268,9 +293,15 @@ def test_num_heads_with_a_self_attention_layer_sizes_the_cross_attention():
 
 
 def test_layer_norm_epsilon_and_normalize_first_are_checked():
-    with pytest.raises(ValueError, match=r"TransformerDecoder: `layer_norm_epsilon` must be a finite number > 0 .*Received: layer_norm_epsilon=-1\.0"):
+    with pytest.raises(
+        ValueError,
+        match=r"TransformerDecoder: `layer_norm_epsilon` must be a finite number > 0 .*Received: layer_norm_epsilon=-1\.0",
+    ):
         TransformerDecoder(16, num_heads=2, layer_norm_epsilon=-1.0)
-    with pytest.raises(ValueError, match=r"TransformerDecoder: `normalize_first` must be True or False \(False = post-norm.*Received: normalize_first='yes'"):
+    with pytest.raises(
+        ValueError,
+        match=r"TransformerDecoder: `normalize_first` must be True or False \(False = post-norm.*Received: normalize_first='yes'",
+    ):
         TransformerDecoder(16, num_heads=2, normalize_first="yes")
 
 
@@ -282,8 +313,9 @@ def test_scores_export_as_flat_outputs_as_the_docstring_says(tmp_path):
     import tensorflow as tf
 
     target, source = keras.Input((6, 16)), keras.Input((5, 16))
-    outputs, scores = TransformerDecoder(32, num_heads=2)(target, source,
-                                                          return_attention_scores=True)
+    outputs, scores = TransformerDecoder(32, num_heads=2)(
+        target, source, return_attention_scores=True
+    )
     model = keras.Model([target, source], {"outputs": outputs, **scores})
     model.export(str(tmp_path / "export"), verbose=False)
     served = tf.saved_model.load(str(tmp_path / "export"))

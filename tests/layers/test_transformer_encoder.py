@@ -33,7 +33,9 @@ def test_matches_numpy_reference(normalize_first):
     padding = np.array([[1] * 6, [1] * 4 + [0] * 2], bool)
     block = TransformerEncoder(intermediate_dim=16, num_heads=2, normalize_first=normalize_first)
     out = block(x, padding_mask=padding)
-    want = references.transformer_encoder(block, x, references.dense_mask(2, 6, 6, padding, num_heads=2))
+    want = references.transformer_encoder(
+        block, x, references.dense_mask(2, 6, 6, padding, num_heads=2)
+    )
     np.testing.assert_allclose(np.asarray(out), want, atol=1e-4)
 
 
@@ -48,13 +50,18 @@ def test_padding_does_not_change_real_positions():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="needs `num_heads`.*or a keras_attn `self_attention` layer.*num_heads=None"):
+    with pytest.raises(
+        ValueError,
+        match="needs `num_heads`.*or a keras_attn `self_attention` layer.*num_heads=None",
+    ):
         TransformerEncoder(intermediate_dim=8)
     with pytest.raises(ValueError, match="width 10 is not divisible by num_heads=4"):
         TransformerEncoder(intermediate_dim=8, num_heads=4)(np.zeros((1, 3, 10), "float32"))
     with pytest.raises(ValueError, match="intermediate_dim` must be a positive integer"):
         TransformerEncoder(intermediate_dim=0, num_heads=2)
-    with pytest.raises(ValueError, match="a keras_attn `self_attention` layer.*self_attention='dense'"):
+    with pytest.raises(
+        ValueError, match="a keras_attn `self_attention` layer.*self_attention='dense'"
+    ):
         TransformerEncoder(intermediate_dim=8, self_attention="dense")
 
 
@@ -93,11 +100,17 @@ def test_num_heads_and_key_dim_are_refused_with_a_self_attention_layer(sizes):
 
 @pytest.mark.parametrize("epsilon", [-1.0, 0, float("nan"), float("inf"), True, "x", None])
 def test_layer_norm_epsilon_must_be_a_finite_positive_number(epsilon):
-    with pytest.raises(ValueError, match=r"`layer_norm_epsilon` must be a finite number > 0 .*Received: layer_norm_epsilon="):
+    with pytest.raises(
+        ValueError,
+        match=r"`layer_norm_epsilon` must be a finite number > 0 .*Received: layer_norm_epsilon=",
+    ):
         TransformerEncoder(16, num_heads=2, layer_norm_epsilon=epsilon)
 
 
 @pytest.mark.parametrize("normalize_first", ["yes", 1, None])
 def test_normalize_first_must_be_a_bool(normalize_first):
-    with pytest.raises(ValueError, match=r"`normalize_first` must be True or False \(False = post-norm.*Received: normalize_first="):
+    with pytest.raises(
+        ValueError,
+        match=r"`normalize_first` must be True or False \(False = post-norm.*Received: normalize_first=",
+    ):
         TransformerEncoder(16, num_heads=2, normalize_first=normalize_first)

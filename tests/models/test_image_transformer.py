@@ -12,7 +12,12 @@ from keras_attn.models.image_transformer import START_TOKEN
 from keras_attn.preprocessing import images
 
 SAMPLE = os.path.join(
-    os.path.dirname(__file__), "..", "..", "examples", "super_resolution", "data",
+    os.path.dirname(__file__),
+    "..",
+    "..",
+    "examples",
+    "super_resolution",
+    "data",
     "cifar10_sample.npz",
 )
 TINY = dict(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0)
@@ -34,8 +39,14 @@ def _small_images(cifar, size, count):
 def _super_resolution(**kwargs):
     # 2x2 -> 4x4 RGB: 48 positions, blocks of one row (12) and a flange of 6,
     # so the windows matter.
-    args = dict(low_resolution_size=2, image_size=4, num_encoder_layers=1,
-                block_size=12, memory_flange=6, **TINY)
+    args = dict(
+        low_resolution_size=2,
+        image_size=4,
+        num_encoder_layers=1,
+        block_size=12,
+        memory_flange=6,
+        **TINY,
+    )
     args.update(kwargs)
     return super_resolution_transformer(**args)
 
@@ -80,8 +91,13 @@ def test_no_future_leak_and_conditioning_reaches_every_position(cifar):
 
 @pytest.mark.requires_tensorflow  # in a tf.function: eager loops of 48 steps are slow
 @pytest.mark.parametrize(
-    "kind", ["super_resolution", "super_resolution_logit_bias", "super_resolution_delays",
-             pytest.param("class_conditional", marks=pytest.mark.slow)]
+    "kind",
+    [
+        "super_resolution",
+        "super_resolution_logit_bias",
+        "super_resolution_delays",
+        pytest.param("class_conditional", marks=pytest.mark.slow),
+    ],
 )
 def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
     import tensorflow as tf
@@ -91,9 +107,11 @@ def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
         bias = None if kind == "super_resolution" else "bicubic"
         # The last kind adds both delayed inputs (left intensity, previous block sums).
         delays = kind.endswith("delays")
-        model = _super_resolution(low_resolution_logit_bias=bias,
-                                  low_resolution_left_residual=delays,
-                                  low_resolution_channel_consistency=delays)
+        model = _super_resolution(
+            low_resolution_logit_bias=bias,
+            low_resolution_left_residual=delays,
+            low_resolution_channel_consistency=delays,
+        )
         inputs = {"low_resolution": images.to_raster(images.downsample(high, 2))}
         if bias:
             weights = model.get_layer("low_resolution_logit_bias").offset_bias
@@ -105,12 +123,13 @@ def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
     logits_layer = model.get_layer("logits")
     logits_layer.kernel.assign(logits_layer.kernel * 20.0)
     prompt = np.full((3, 1), START_TOKEN, "int32")
-    kwargs = dict(max_length=49, temperature=0.9, inputs=inputs,
-                  prompt_lengths=np.ones(3, "int32"))
+    kwargs = dict(max_length=49, temperature=0.9, inputs=inputs, prompt_lengths=np.ones(3, "int32"))
 
     def run(decoder, seed):
         # In a graph (as exported): eager loops of 48 steps are slow.
-        function = tf.function(lambda: sample(decoder, prompt, **kwargs, seed=seed), autograph=False)
+        function = tf.function(
+            lambda: sample(decoder, prompt, **kwargs, seed=seed), autograph=False
+        )
         return np.asarray(function())
 
     cached = run(CachedDecoder(model), 11)
@@ -121,9 +140,10 @@ def test_cached_sampling_equals_recomputing_the_full_pass(cifar, kind):
     assert not np.array_equal(run(CachedDecoder(model), 12), cached)
 
 
-@pytest.mark.parametrize("consistency,channel_residual,channel_consistency",
-                         [(True, False, False), (True, True, False), (False, False, False),
-                          (True, True, True)])
+@pytest.mark.parametrize(
+    "consistency,channel_residual,channel_consistency",
+    [(True, False, False), (True, True, False), (False, False, False), (True, True, True)],
+)
 def test_prior_led_decoding_keeps_each_block_at_its_input_average(
     cifar, consistency, channel_residual, channel_consistency
 ):
@@ -137,14 +157,18 @@ def test_prior_led_decoding_keeps_each_block_at_its_input_average(
     # their own consistent value too (channel consistency).
     high = _small_images(cifar, 4, 6)
     low = images.downsample(high, 2)
-    model = _super_resolution(low_resolution_consistency=consistency,
-                              low_resolution_channel_residual=channel_residual,
-                              low_resolution_channel_consistency=channel_consistency)
+    model = _super_resolution(
+        low_resolution_consistency=consistency,
+        low_resolution_channel_residual=channel_residual,
+        low_resolution_channel_consistency=channel_consistency,
+    )
     logits_layer = model.get_layer("logits")
     logits_layer.kernel.assign(np.zeros(logits_layer.kernel.shape, "float32"))
     logits_layer.bias.assign(np.zeros(logits_layer.bias.shape, "float32"))
     decoded = greedy_search(
-        model, np.full((6, 1), START_TOKEN, "int32"), max_length=49,
+        model,
+        np.full((6, 1), START_TOKEN, "int32"),
+        max_length=49,
         inputs={"low_resolution": images.to_raster(low)},
     )
     out = images.from_raster(np.asarray(decoded)[:, 1:], 4, 4).astype("int32")
@@ -161,8 +185,9 @@ def test_prior_led_decoding_keeps_each_block_at_its_input_average(
         # Green and blue sit at the bicubic value plus red's residual there.
         import tensorflow as tf
 
-        bicubic = np.clip(np.asarray(tf.image.resize(low.astype("float32"), (4, 4), "bicubic")),
-                          0, 255)
+        bicubic = np.clip(
+            np.asarray(tf.image.resize(low.astype("float32"), (4, 4), "bicubic")), 0, 255
+        )
         expected = np.clip(bicubic[..., 1:] + out[..., :-1] - bicubic[..., :-1], 0, 255)
         assert np.abs(out[..., 1:] - expected).max() <= 0.5 + 1e-3
 
@@ -181,8 +206,14 @@ def test_short_fit_on_real_images_reduces_the_loss(cifar, logit_bias):
     # The shipped CIFAR-10 sample made 8x8, super-resolved from 2x2.
     high = _small_images(cifar, 8, 64)
     model = super_resolution_transformer(
-        low_resolution_size=2, image_size=8, num_encoder_layers=1, num_layers=1,
-        hidden_dim=32, num_heads=2, intermediate_dim=64, dropout=0.0,
+        low_resolution_size=2,
+        image_size=8,
+        num_encoder_layers=1,
+        num_layers=1,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        dropout=0.0,
         low_resolution_logit_bias=logit_bias,
     )
     model.compile(
@@ -192,7 +223,9 @@ def test_short_fit_on_real_images_reduces_the_loss(cifar, logit_bias):
     )
     dataset = images.super_resolution_dataset(high, 16, factor=4)
     before = model.evaluate(dataset, verbose=0, return_dict=True)
-    model.fit(dataset, epochs=4, verbose=0, shuffle=False)  # a tf.data pipeline: Keras cannot shuffle it
+    model.fit(
+        dataset, epochs=4, verbose=0, shuffle=False
+    )  # a tf.data pipeline: Keras cannot shuffle it
     after = model.evaluate(dataset, verbose=0, return_dict=True)
     if logit_bias is None:
         assert before["bits_per_dim"] > 7.7  # uniform: 8 bits
@@ -222,9 +255,13 @@ def test_default_window_is_one_image_row_and_errors():
     model = image_transformer(num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
     attention = model.get_layer("decoder_layer_0").self_attention
     assert (attention.block_size, attention.memory_flange) == (96, 96)
-    with pytest.raises(ValueError, match=r"`hidden_dim` \(18\) must be divisible by `num_heads` \(4\)"):
+    with pytest.raises(
+        ValueError, match=r"`hidden_dim` \(18\) must be divisible by `num_heads` \(4\)"
+    ):
         image_transformer(hidden_dim=18, num_heads=4)
-    with pytest.raises(ValueError, match=r"`embedding_dim` must be divisible by 4 for sinusoidal.*embedding_dim=18"):
+    with pytest.raises(
+        ValueError, match=r"`embedding_dim` must be divisible by 4 for sinusoidal.*embedding_dim=18"
+    ):
         image_transformer(hidden_dim=18, num_heads=3)
     with pytest.raises(ValueError, match="`num_classes` must be a positive integer"):
         image_transformer(num_classes=0)
@@ -233,27 +270,45 @@ def test_default_window_is_one_image_row_and_errors():
     with pytest.raises(ValueError, match=r"`memory_flange` must be .*Received: memory_flange=-1"):
         image_transformer(memory_flange=-1)
     for builder in (image_transformer, super_resolution_transformer):
-        with pytest.raises(ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout=True"):
+        with pytest.raises(
+            ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout=True"
+        ):
             builder(dropout=True)
     # Flags the builder reads with `if`: the string "False" would switch them on.
-    for flag in ("align_positions", "low_resolution_consistency", "low_resolution_channel_residual",
-                 "low_resolution_left_residual", "low_resolution_channel_consistency"):
-        with pytest.raises(ValueError, match=rf"^`{flag}` must be True or False .*Received: {flag}='False'\.$"):
+    for flag in (
+        "align_positions",
+        "low_resolution_consistency",
+        "low_resolution_channel_residual",
+        "low_resolution_left_residual",
+        "low_resolution_channel_consistency",
+    ):
+        with pytest.raises(
+            ValueError, match=rf"^`{flag}` must be True or False .*Received: {flag}='False'\.$"
+        ):
             super_resolution_transformer(**{flag: "False"})
     # The layers' own message named their `interpolation`, not these arguments.
     for part in ("low_resolution_embedding", "low_resolution_logit_bias"):
-        with pytest.raises(ValueError, match=rf"^`{part}` must be one of \('nearest', 'bicubic'\) .*or None\. "
-                                             rf"Received: {part}='Bicubic'\.$"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^`{part}` must be one of \('nearest', 'bicubic'\) .*or None\. "
+            rf"Received: {part}='Bicubic'\.$",
+        ):
             super_resolution_transformer(**{part: "Bicubic"})
     # One message for every part that needs an integer upscaling factor
     # (the encoder's alone suggested align_positions=False, then a layer refused).
-    with pytest.raises(ValueError, match=r"^`image_size` must be a multiple of `low_resolution_size`=\(4, 4\) on each "
-                                         r"side \(the same factor for both sides with align_positions\) for "
-                                         r"align_positions, low_resolution_embedding, low_resolution_logit_bias\. "
-                                         r"Received: image_size=\(2, 2\)\.$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^`image_size` must be a multiple of `low_resolution_size`=\(4, 4\) on each "
+        r"side \(the same factor for both sides with align_positions\) for "
+        r"align_positions, low_resolution_embedding, low_resolution_logit_bias\. "
+        r"Received: image_size=\(2, 2\)\.$",
+    ):
         super_resolution_transformer(low_resolution_size=4, image_size=2)
     # The left residual corrects the consistent value: alone it was ignored.
     for without in (dict(low_resolution_consistency=False), dict(low_resolution_logit_bias=None)):
-        with pytest.raises(ValueError, match=r"`low_resolution_left_residual` must be False without "
-                                             r"low_resolution_consistency=True and a `low_resolution_logit_bias`"):
+        with pytest.raises(
+            ValueError,
+            match=r"`low_resolution_left_residual` must be False without "
+            r"low_resolution_consistency=True and a `low_resolution_logit_bias`",
+        ):
             super_resolution_transformer(low_resolution_left_residual=True, **without)

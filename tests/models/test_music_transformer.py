@@ -15,8 +15,15 @@ ATTENTION = ["relative", "absolute"]
 
 
 def _model(attention, **kwargs):
-    defaults = dict(num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0,
-                    max_relative_position=6, attention=attention)
+    defaults = dict(
+        num_layers=2,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
+        max_relative_position=6,
+        attention=attention,
+    )
     return music_transformer(VOCABULARY, **{**defaults, **kwargs})
 
 
@@ -114,13 +121,22 @@ def test_keras_save_load_round_trip(attention, tmp_path):
 def test_short_fit_on_shipped_chorales_reduces_validation_nll():
     def windows(split, count, length=48):
         chorales = music.load_jsb_chorales(SHIPPED_DATA, split)[:count]
-        tokens = np.stack([music.chorale_to_tokens(c, add_start_end=True)[: length + 1] for c in chorales])
+        tokens = np.stack(
+            [music.chorale_to_tokens(c, add_start_end=True)[: length + 1] for c in chorales]
+        )
         return tokens[:, :-1], tokens[:, 1:]
 
     x, y = windows("train", 32)
     x_val, y_val = windows("valid", 8)
-    model = music_transformer(music.JSB_VOCABULARY_SIZE, num_layers=1, hidden_dim=32, num_heads=2,
-                              intermediate_dim=64, dropout=0.0, max_relative_position=48)
+    model = music_transformer(
+        music.JSB_VOCABULARY_SIZE,
+        num_layers=1,
+        hidden_dim=32,
+        num_heads=2,
+        intermediate_dim=64,
+        dropout=0.0,
+        max_relative_position=48,
+    )
     loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.0)
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=loss)
     before = model.evaluate(x_val, y_val, batch_size=8, verbose=0)
@@ -132,16 +148,25 @@ def test_short_fit_on_shipped_chorales_reduces_validation_nll():
 
 
 def test_errors():
-    with pytest.raises(ValueError, match=r'`attention` must be "relative".*Received: attention=\'local\''):
+    with pytest.raises(
+        ValueError, match=r'`attention` must be "relative".*Received: attention=\'local\''
+    ):
         music_transformer(10, attention="local")
-    with pytest.raises(ValueError, match=r"`hidden_dim` \(30\) must be divisible by `num_heads` \(4\)"):
+    with pytest.raises(
+        ValueError, match=r"`hidden_dim` \(30\) must be divisible by `num_heads` \(4\)"
+    ):
         music_transformer(10, hidden_dim=30, num_heads=4)
-    with pytest.raises(ValueError, match="`max_relative_position` must be a positive integer. Received: max_relative_position=0"):
+    with pytest.raises(
+        ValueError,
+        match="`max_relative_position` must be a positive integer. Received: max_relative_position=0",
+    ):
         music_transformer(10, max_relative_position=0)
     with pytest.raises(ValueError, match="`vocabulary_size` must be a positive integer"):
         music_transformer(0)
     for dropout in (1.0, -0.1, "0.1", True, float("nan")):
-        with pytest.raises(ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout="):
+        with pytest.raises(
+            ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout="
+        ):
             music_transformer(10, dropout=dropout)
     with pytest.raises(ValueError, match=r"Sinusoidal positions need an even `embedding_dim`.*=9"):
         music_transformer(10, hidden_dim=9, num_heads=3, attention="absolute")
@@ -149,11 +174,21 @@ def test_errors():
 
 def test_max_relative_position_is_ignored_by_the_absolute_baseline():
     # As the docstring says: the baseline has no relative embeddings to size.
-    model = music_transformer(10, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8,
-                              attention="absolute", max_relative_position=None)
-    assert model.count_params() == music_transformer(
-        10, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8, attention="absolute"
-    ).count_params()
+    model = music_transformer(
+        10,
+        num_layers=1,
+        hidden_dim=8,
+        num_heads=2,
+        intermediate_dim=8,
+        attention="absolute",
+        max_relative_position=None,
+    )
+    assert (
+        model.count_params()
+        == music_transformer(
+            10, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8, attention="absolute"
+        ).count_params()
+    )
 
 
 def test_suppressed_ids_are_padding_and_start_of_both_music_vocabularies():

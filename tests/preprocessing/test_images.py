@@ -7,7 +7,12 @@ import pytest
 from keras_attn.preprocessing import images
 
 SAMPLE = os.path.join(
-    os.path.dirname(__file__), "..", "..", "examples", "super_resolution", "data",
+    os.path.dirname(__file__),
+    "..",
+    "..",
+    "examples",
+    "super_resolution",
+    "data",
     "cifar10_sample.npz",
 )
 
@@ -33,11 +38,16 @@ def test_raster_order_is_pixel_by_pixel_rgb_and_round_trips(sample_images):
 
 
 def test_raster_errors():
-    with pytest.raises(ValueError, match=r"`images` must be uint8 of shape \(batch, height, width, channels\). Received: uint8 \(32, 32, 3\)\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`images` must be uint8 of shape \(batch, height, width, channels\). Received: uint8 \(32, 32, 3\)\.",
+    ):
         images.to_raster(np.zeros((32, 32, 3), np.uint8))
     with pytest.raises(ValueError, match=r"Expected sequences of shape \(batch, 3072\)"):
         images.from_raster(np.zeros((1, 3000), np.int32), 32, 32)
-    with pytest.raises(ValueError, match=r"intensities in 0..255. Received shape \(1, 3\), values in 0..256"):
+    with pytest.raises(
+        ValueError, match=r"intensities in 0..255. Received shape \(1, 3\), values in 0..256"
+    ):
         images.from_raster(np.array([[0, 256, 3]]), 1, 1, 3)
 
 
@@ -73,8 +83,11 @@ def test_downsample_real_images_against_float_mean(sample_images):
     blocks = sample_images.astype(np.float64).reshape(24, 8, 4, 8, 4, 3).mean(axis=(2, 4))
     np.testing.assert_array_equal(low, np.floor(blocks + 0.5).astype(np.uint8))
     for factor in (3, 0, 2.0):
-        with pytest.raises(ValueError, match=rf"`factor` must be a positive int dividing the image sides 32x32. "
-                                             rf"Received: factor={factor}\."):
+        with pytest.raises(
+            ValueError,
+            match=rf"`factor` must be a positive int dividing the image sides 32x32. "
+            rf"Received: factor={factor}\.",
+        ):
             images.downsample(sample_images, factor)
 
 
@@ -117,7 +130,9 @@ def test_load_cifar10_sample_splits_and_decodes_like_pillow():
     _, validation_index = images.split_indices(1000, 0.1, 0)
     for k in (0, 57, 99):
         i = validation_index[k]
-        pil = np.asarray(Image.open(io.BytesIO(jpeg[offsets[i]:offsets[i + 1]].tobytes())).convert("RGB"))
+        pil = np.asarray(
+            Image.open(io.BytesIO(jpeg[offsets[i] : offsets[i + 1]].tobytes())).convert("RGB")
+        )
         np.testing.assert_array_equal(validation[k], pil)
     with pytest.raises(ValueError, match='split` must be "train", "validation" or "all"'):
         images.load_cifar10(SAMPLE, "test")
@@ -126,7 +141,9 @@ def test_load_cifar10_sample_splits_and_decodes_like_pillow():
 def test_load_cifar10_names_a_file_of_another_kind(tmp_path):
     # A picture passed as --data: NumPy's own error spoke of allow_pickle.
     (tmp_path / "cat.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
-    with pytest.raises(ValueError, match=r"cat.png' is not a NumPy .npz archive .*load_image_directory"):
+    with pytest.raises(
+        ValueError, match=r"cat.png' is not a NumPy .npz archive .*load_image_directory"
+    ):
         images.load_cifar10(str(tmp_path / "cat.png"))
     np.save(tmp_path / "one.npy", np.zeros(3))
     with pytest.raises(ValueError, match=r"one.npy' is not a NumPy .npz archive"):
@@ -139,12 +156,16 @@ def test_load_cifar10_names_a_file_of_another_kind(tmp_path):
 def test_image_directory_rgb_centre_crop_resize(tmp_path, sample_images):
     from PIL import Image
 
-    wide = np.concatenate([sample_images[0][:, :4], sample_images[1], sample_images[2][:, :4]], axis=1)
+    wide = np.concatenate(
+        [sample_images[0][:, :4], sample_images[1], sample_images[2][:, :4]], axis=1
+    )
     Image.fromarray(wide).save(tmp_path / "a_wide.png")  # 32 x 40: centre crop only
     Image.fromarray(sample_images[3]).convert("L").save(tmp_path / "b_gray.png")
     rgba = np.concatenate([sample_images[4], np.full((32, 32, 1), 128, np.uint8)], axis=-1)
     Image.fromarray(rgba, "RGBA").save(tmp_path / "c_rgba.png")
-    Image.fromarray(sample_images[5]).resize((64, 64), Image.Resampling.NEAREST).save(tmp_path / "d_big.png")
+    Image.fromarray(sample_images[5]).resize((64, 64), Image.Resampling.NEAREST).save(
+        tmp_path / "d_big.png"
+    )
     (tmp_path / "notes.txt").write_text("not an image")
     (tmp_path / "e_broken.png").write_bytes(b"not a png")
     with pytest.warns(UserWarning, match="Skipping 'e_broken.png'"):
@@ -180,7 +201,9 @@ def test_datasets_pair_inputs_with_shifted_targets(sample_images):
     np.testing.assert_array_equal(inputs["class_label"], labels[:4])
     np.testing.assert_array_equal(inputs["decoder_tokens"][:, 1:], np.asarray(targets)[:, :-1])
     assert set(inputs) == {"class_label", "decoder_tokens"}
-    with pytest.raises(ValueError, match=r"`labels` must be class ids.* of shape \(24,\). Received shape \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"`labels` must be class ids.* of shape \(24,\). Received shape \(3,\)"
+    ):
         images.generation_dataset(sample_images, 4, labels=labels[:3])
 
 
@@ -246,17 +269,31 @@ def test_decode_jpegs_reads_negative_indices_as_numpy_does_and_names_one_out_of_
     # and [3] raised an IndexError naming index 4.
     pytest.importorskip("tensorflow", reason="decode_jpegs decodes with TensorFlow")
     jpeg_bytes, offsets = _concatenated(_jpeg_files(3))
-    red = lambda indices: np.round(images.decode_jpegs(jpeg_bytes, offsets, indices)[:, :, :, 0].mean((1, 2)) / 40)
+
+    def red(indices):
+        return np.round(
+            images.decode_jpegs(jpeg_bytes, offsets, indices)[:, :, :, 0].mean((1, 2)) / 40
+        )
+
     assert red([-2]).tolist() == [1] and red([-1, 0, -3]).tolist() == [2, 0, 0]
     assert red(np.array([2, -1], np.int32)).tolist() == [2, 2]
-    with pytest.raises(ValueError, match=r"`indices\[0\]` must be a file index in \[-3, 3\) \(3 files\). "
-                                         r"Received: indices\[0\]=3."):
+    with pytest.raises(
+        ValueError,
+        match=r"`indices\[0\]` must be a file index in \[-3, 3\) \(3 files\). "
+        r"Received: indices\[0\]=3.",
+    ):
         images.decode_jpegs(jpeg_bytes, offsets, [3])
-    with pytest.raises(ValueError, match=r"`indices\[1\]` must be a file index in \[-3, 3\) \(3 files\). "
-                                         r"Received: indices\[1\]=-4."):
+    with pytest.raises(
+        ValueError,
+        match=r"`indices\[1\]` must be a file index in \[-3, 3\) \(3 files\). "
+        r"Received: indices\[1\]=-4.",
+    ):
         images.decode_jpegs(jpeg_bytes, offsets, [0, -4, 7])
-    with pytest.raises(ValueError, match=r"`indices` must be a list of ints \(file indices\). "
-                                         r"Received: indices=array\(\[0.5, 1. \]\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`indices` must be a list of ints \(file indices\). "
+        r"Received: indices=array\(\[0.5, 1. \]\)",
+    ):
         images.decode_jpegs(jpeg_bytes, offsets, [0.5, 1.0])
 
 
@@ -273,7 +310,12 @@ def test_a_corrupt_jpeg_is_named_by_its_index(tmp_path):
     # In a later batch and through indices, still named by its index in the set.
     with pytest.raises(ValueError, match=where):
         images.decode_jpegs(jpeg_bytes, offsets, [4, 1, 0, -2], batch_size=2)
-    assert images.decode_jpegs(jpeg_bytes, offsets, [4, 0, 1, 2], batch_size=2).shape == (4, 8, 8, 3)
+    assert images.decode_jpegs(jpeg_bytes, offsets, [4, 0, 1, 2], batch_size=2).shape == (
+        4,
+        8,
+        8,
+        3,
+    )
     path = tmp_path / "damaged.npz"
     np.savez(path, jpeg=jpeg_bytes, offsets=offsets, labels=np.arange(5))
     with pytest.raises(ValueError, match=r"damaged.npz': " + where):
@@ -286,8 +328,11 @@ def test_load_cifar10_names_a_truncated_file(tmp_path):
     jpeg_bytes, offsets = _concatenated([b"\xff\xd8 one", b"\xff\xd8 two"])
     np.savez(path, jpeg=jpeg_bytes, offsets=offsets, labels=np.array([1, 2]))
     path.write_bytes(path.read_bytes()[:-100])
-    with pytest.raises(ValueError, match=r"cut.npz' is not a NumPy .npz archive \(or is truncated or damaged: "
-                                         r"File is not a zip file\); expected the CIFAR-10 JPEG .npz"):
+    with pytest.raises(
+        ValueError,
+        match=r"cut.npz' is not a NumPy .npz archive \(or is truncated or damaged: "
+        r"File is not a zip file\); expected the CIFAR-10 JPEG .npz",
+    ):
         images.load_cifar10(str(path))
 
 
@@ -296,15 +341,29 @@ def test_sizes_seeds_and_labels_are_checked(tmp_path):
     # InvalidArgumentError), an empty image (size 0), or read a label 1.5 as 1.
     image = np.zeros((1, 2, 2, 3), np.uint8)
     for call, message in (
-        (lambda: images.from_raster(np.zeros((1, 12)), 2.0, 2, 3), r"`height` must be a positive integer"),
+        (
+            lambda: images.from_raster(np.zeros((1, 12)), 2.0, 2, 3),
+            r"`height` must be a positive integer",
+        ),
         (lambda: images.upsample_bicubic(image, 0), r"`size` must be a positive int or a pair"),
-        (lambda: images.split_indices(10.0), r"`num_examples` must be an int >= 2 to split. Received: num_examples=10.0"),
+        (
+            lambda: images.split_indices(10.0),
+            r"`num_examples` must be an int >= 2 to split. Received: num_examples=10.0",
+        ),
         (lambda: images.split_indices(10, seed="a"), r"`seed` must be an int. Received: seed='a'"),
         (lambda: images.generation_dataset(image, 0), r"`batch_size` must be a positive integer"),
-        (lambda: images.super_resolution_dataset(np.zeros((1, 8, 8, 3), np.uint8), 0),
-         r"`batch_size` must be a positive integer"),
-        (lambda: images.load_image(tmp_path / "x.png", size=0), r"`size` must be a positive integer"),
-        (lambda: images.load_image(tmp_path / "x.png", size=8.5), r"`size` must be a positive integer"),
+        (
+            lambda: images.super_resolution_dataset(np.zeros((1, 8, 8, 3), np.uint8), 0),
+            r"`batch_size` must be a positive integer",
+        ),
+        (
+            lambda: images.load_image(tmp_path / "x.png", size=0),
+            r"`size` must be a positive integer",
+        ),
+        (
+            lambda: images.load_image(tmp_path / "x.png", size=8.5),
+            r"`size` must be a positive integer",
+        ),
     ):
         with pytest.raises(ValueError, match=message):
             call()
@@ -314,4 +373,7 @@ def test_sizes_seeds_and_labels_are_checked(tmp_path):
             images.generation_dataset(two, 2, labels=labels)
     inputs, _ = next(iter(images.generation_dataset(two, 2, labels=[3.0, 0])))
     assert inputs["class_label"].numpy().tolist() == [3, 0]
-    assert images.to_raster(np.zeros((0, 2, 2, 3), np.uint8)).shape == (0, 12)  # a reshape error before
+    assert images.to_raster(np.zeros((0, 2, 2, 3), np.uint8)).shape == (
+        0,
+        12,
+    )  # a reshape error before

@@ -51,7 +51,9 @@ def instrument(notes, pedal=(), is_drum=False):
     track = symusic.Track(program=0, is_drum=is_drum)
     for pitch, velocity, start, end in notes:
         onset = round(start * TICKS_PER_SECOND)
-        track.notes.append(symusic.Note(onset, round(end * TICKS_PER_SECOND) - onset, pitch, velocity))
+        track.notes.append(
+            symusic.Note(onset, round(end * TICKS_PER_SECOND) - onset, pitch, velocity)
+        )
     for time, value in pedal:
         track.controls.append(symusic.ControlChange(round(time * TICKS_PER_SECOND), 64, value))
     return track
@@ -119,11 +121,18 @@ def test_velocity_bins_are_4_wide_and_decode_to_their_lowest_velocity():
 # --- Encoding, hand-computed --------------------------------------------
 def test_notes_to_events_hand_computed():
     # 60 (velocity 80 -> bin 19) from 0 to 0.5 s; 64 (81 -> bin 20) from 0.5 to 2 s.
-    events = music.midi_to_events(
-        score_with(instrument([(60, 80, 0.0, 0.5), (64, 81, 0.5, 2.0)]))
-    )
-    expected = [VEL + 19, ON + 60, shift(50), OFF + 60, VEL + 20, ON + 64,
-                shift(100), shift(50), OFF + 64]
+    events = music.midi_to_events(score_with(instrument([(60, 80, 0.0, 0.5), (64, 81, 0.5, 2.0)])))
+    expected = [
+        VEL + 19,
+        ON + 60,
+        shift(50),
+        OFF + 60,
+        VEL + 20,
+        ON + 64,
+        shift(100),
+        shift(50),
+        OFF + 64,
+    ]
     np.testing.assert_array_equal(events, expected)
     assert events.dtype == np.int32
     with_specials = music.midi_to_events(
@@ -136,8 +145,20 @@ def test_chord_order_leading_silence_and_shared_velocity():
     # Offs before ons at one instant, each by pitch; one VELOCITY for equal bins.
     notes = [(67, 100, 1.234, 1.5), (60, 99, 1.234, 1.5), (64, 40, 1.5, 1.6)]
     events = music.midi_to_events(score_with(instrument(notes)))
-    expected = [shift(100), shift(23), VEL + 24, ON + 60, ON + 67, shift(27),
-                OFF + 60, OFF + 67, VEL + 9, ON + 64, shift(10), OFF + 64]
+    expected = [
+        shift(100),
+        shift(23),
+        VEL + 24,
+        ON + 60,
+        ON + 67,
+        shift(27),
+        OFF + 60,
+        OFF + 67,
+        VEL + 9,
+        ON + 64,
+        shift(10),
+        OFF + 64,
+    ]
     np.testing.assert_array_equal(events, expected)
 
 
@@ -162,9 +183,10 @@ def test_sustain_pedal_extends_notes_and_restrike_ends_them():
     ]
     pedal = [(0.2, 127), (0.4, 100), (1.0, 0)]  # 100 >= 64: still down
     score = score_with(instrument(notes, pedal))
-    assert_notes_close(music.midi_to_notes(score), [
-        (60, 0.0, 1.0), (62, 0.1, 0.15), (64, 0.5, 0.8), (64, 0.8, 1.0), (67, 0.9, 1.2)
-    ])
+    assert_notes_close(
+        music.midi_to_notes(score),
+        [(60, 0.0, 1.0), (62, 0.1, 0.15), (64, 0.5, 0.8), (64, 0.8, 1.0), (67, 0.9, 1.2)],
+    )
     assert_notes_close(
         music.midi_to_notes(score, sustain=False), [(p, s, e) for p, _, s, e in notes]
     )
@@ -213,8 +235,13 @@ def test_sustain_matches_a_naive_event_loop_on_a_real_piano_track():
                 held_by_pedal.add(k)
             else:
                 sounding.pop(track.notes[k].pitch)
-    expected = np.array(sorted((n.time, n.pitch, ends[k]) for k, n in enumerate(track.notes)), float)
-    expected[:, 0], expected[:, 2] = seconds(source, expected[:, 0]), seconds(source, expected[:, 2])
+    expected = np.array(
+        sorted((n.time, n.pitch, ends[k]) for k, n in enumerate(track.notes)), float
+    )
+    expected[:, 0], expected[:, 2] = (
+        seconds(source, expected[:, 0]),
+        seconds(source, expected[:, 2]),
+    )
     piano_only = symusic.Score(source.ticks_per_quarter)
     piano_only.tempos = source.tempos
     piano_only.tracks.append(track)
@@ -269,24 +296,35 @@ def test_tempo_changes_turn_ticks_into_seconds(tmp_path):
     # 96 ticks per quarter note. Tick 0: 0.5 s per quarter (a repeated tempo
     # changes nothing); tick 96 (0.5 s): 0.25 s per quarter; tick 192
     # (0.75 s): 1 s per quarter.
-    tempo_track = (tempo_event(500000) + tempo_event(500000, 48) + tempo_event(250000, 48)
-                   + tempo_event(1000000, 96) + b"\x00\xff\x2f\x00")
+    tempo_track = (
+        tempo_event(500000)
+        + tempo_event(500000, 48)
+        + tempo_event(250000, 48)
+        + tempo_event(1000000, 96)
+        + b"\x00\xff\x2f\x00"
+    )
     # Notes at ticks 48-96 (0.25-0.5 s), 144-168 (0.625-0.6875 s), 192-240 (0.75-1.25 s).
-    notes_track = (b"\x30\x90\x3c\x40" b"\x30\x80\x3c\x40" b"\x30\x90\x3e\x40"
-                   b"\x18\x80\x3e\x40" b"\x18\x90\x40\x40" b"\x30\x80\x40\x40" b"\x00\xff\x2f\x00")
+    notes_track = (
+        b"\x30\x90\x3c\x40"
+        b"\x30\x80\x3c\x40"
+        b"\x30\x90\x3e\x40"
+        b"\x18\x80\x3e\x40"
+        b"\x18\x90\x40\x40"
+        b"\x30\x80\x40\x40"
+        b"\x00\xff\x2f\x00"
+    )
     path = tmp_path / "tempi.mid"
     path.write_bytes(midi_bytes(1, [tempo_track, notes_track]))
-    assert_notes_close(music.midi_to_notes(path), [
-        (60, 0.25, 0.5), (62, 0.625, 0.6875), (64, 0.75, 1.25)
-    ])
+    assert_notes_close(
+        music.midi_to_notes(path), [(60, 0.25, 0.5), (62, 0.625, 0.6875), (64, 0.75, 1.25)]
+    )
 
 
 def test_a_key_struck_again_before_its_note_off_pairs_note_offs_in_order(tmp_path):
     # 60 on at 0 and again at 0.5 s, offs at 1.0 and 1.5 s (96 ticks = 0.5 s).
     # The first note ends where the key is struck again; the second keeps the
     # later note-off (pretty_midi ended both at the first note-off, 1.0 s).
-    track = (b"\x00\x90\x3c\x40" b"\x60\x90\x3c\x50" b"\x60\x80\x3c\x40"
-             b"\x60\x80\x3c\x40" b"\x00\xff\x2f\x00")
+    track = b"\x00\x90\x3c\x40\x60\x90\x3c\x50\x60\x80\x3c\x40\x60\x80\x3c\x40\x00\xff\x2f\x00"
     path = tmp_path / "restrike.mid"
     path.write_bytes(midi_bytes(1, [track]))
     notes = music.midi_to_notes(path)
@@ -347,7 +385,8 @@ def test_round_trip_without_sustain_keeps_the_files_own_offsets():
     raw = sorted(
         (
             music.Note(n.velocity, n.pitch, *seconds(source, [n.time, n.end]).tolist())
-            for track in source.tracks for n in track.notes
+            for track in source.tracks
+            for n in track.notes
         ),
         key=lambda n: (n.pitch, n.start),
     )
@@ -366,28 +405,47 @@ def test_round_trip_without_sustain_keeps_the_files_own_offsets():
 
 def test_events_to_midi_skips_specials_and_unmatched_events():
     events = [
-        music.PAD_ID, music.START_ID, OFF + 61,  # nothing to turn off
-        VEL + 10, ON + 60, shift(10), ON + 60,  # re-strike ends the first 60
-        shift(5), OFF + 60, ON + 62, shift(3),  # 62 still sounding at END
-        music.END_ID, ON + 70, shift(50),  # after END: ignored
+        music.PAD_ID,
+        music.START_ID,
+        OFF + 61,  # nothing to turn off
+        VEL + 10,
+        ON + 60,
+        shift(10),
+        ON + 60,  # re-strike ends the first 60
+        shift(5),
+        OFF + 60,
+        ON + 62,
+        shift(3),  # 62 still sounding at END
+        music.END_ID,
+        ON + 70,
+        shift(50),  # after END: ignored
     ]
     expected = [(60, 41, 0.0, 0.1), (60, 41, 0.1, 0.15), (62, 41, 0.15, 0.18)]
     notes = music.events_to_notes(np.array(events))
     assert [(n.pitch, n.velocity, n.start, n.end) for n in notes] == expected
     # Written in milliseconds (ticks).
     assert written_notes(music.events_to_midi(np.array(events))) == [
-        (60, 41, 0, 100), (60, 41, 100, 150), (62, 41, 150, 180)
+        (60, 41, 0, 100),
+        (60, 41, 100, 150),
+        (62, 41, 150, 180),
     ]
     # A note-on before any VELOCITY uses the default velocity; a dangling
     # last note lasts one step.
     assert written_notes(music.events_to_midi([ON + 50])) == [(50, 64, 0, 10)]
     assert written_notes(music.events_to_midi([])) == []
     # Another resolution and tempo: times rounded to their ticks (10 ms = 4.8 ticks).
-    score = music.events_to_midi([VEL + 10, ON + 60, shift(1), OFF + 60, shift(2), ON + 61],
-                                 resolution=480, tempo=60.0, program=5)
+    score = music.events_to_midi(
+        [VEL + 10, ON + 60, shift(1), OFF + 60, shift(2), ON + 61],
+        resolution=480,
+        tempo=60.0,
+        program=5,
+    )
     assert score.ticks_per_quarter == 480 and score.tempos[0].mspq == 1000000
     assert score.tracks[0].program == 5 and score.tracks[0].name == "Piano"
-    assert [(n.pitch, n.time, n.duration) for n in score.tracks[0].notes] == [(60, 0, 5), (61, 14, 5)]
+    assert [(n.pitch, n.time, n.duration) for n in score.tracks[0].notes] == [
+        (60, 0, 5),
+        (61, 14, 5),
+    ]
 
 
 def test_midi_writers_refuse_what_a_midi_file_cannot_hold(tmp_path):
@@ -396,16 +454,26 @@ def test_midi_writers_refuse_what_a_midi_file_cannot_hold(tmp_path):
     # not at all.
     events = [VEL + 19, ON + 60, shift(50), OFF + 60]
     for tempo in (3.0, 0, -1, float("nan"), 1e9, True):
-        with pytest.raises(ValueError, match=r"`tempo` must be a number of quarter notes per minute from 3.58 "
-                                             rf"to 60000000.*Received: tempo={re.escape(repr(tempo))}\."):
+        with pytest.raises(
+            ValueError,
+            match=r"`tempo` must be a number of quarter notes per minute from 3.58 "
+            rf"to 60000000.*Received: tempo={re.escape(repr(tempo))}\.",
+        ):
             music.events_to_midi(events, tempo=tempo)
-        with pytest.raises(ValueError, match=r"`tempo` must be a number of quarter notes per minute"):
+        with pytest.raises(
+            ValueError, match=r"`tempo` must be a number of quarter notes per minute"
+        ):
             music.chorale_to_midi([[60, 60, 60, 60]], tempo=tempo)
     for resolution in (0, -5, 40000, 2.5):
-        with pytest.raises(ValueError, match=rf"`resolution` must be an int from 1 to 32767.*resolution={resolution!r}\."):
+        with pytest.raises(
+            ValueError,
+            match=rf"`resolution` must be an int from 1 to 32767.*resolution={resolution!r}\.",
+        ):
             music.events_to_midi(events, resolution=resolution)
     for program in (-1, 128, 1000):
-        with pytest.raises(ValueError, match=rf"`program` must be a General MIDI program.*program={program}\."):
+        with pytest.raises(
+            ValueError, match=rf"`program` must be a General MIDI program.*program={program}\."
+        ):
             music.events_to_midi(events, program=program)
         with pytest.raises(ValueError, match=r"`program` must be a General MIDI program"):
             music.chorale_to_midi([[60, 60, 60, 60]], program=program)
@@ -418,26 +486,44 @@ def test_midi_writers_refuse_what_a_midi_file_cannot_hold(tmp_path):
 
 def test_max_note_duration_cuts_hanging_notes_only():
     events = [
-        VEL + 10, ON + 60, ON + 64, shift(50), OFF + 64,  # 64 ends at 0.5 s
-        shift(100), shift(100), shift(100), ON + 67, shift(30),  # 60 never ends
+        VEL + 10,
+        ON + 60,
+        ON + 64,
+        shift(50),
+        OFF + 64,  # 64 ends at 0.5 s
+        shift(100),
+        shift(100),
+        shift(100),
+        ON + 67,
+        shift(30),  # 60 never ends
     ]
     exact = [(60, 0.0, 3.8), (64, 0.0, 0.5), (67, 3.5, 3.8)]
     assert [(n.pitch, n.start, n.end) for n in music.events_to_notes(events)] == exact
     cut = music.events_to_notes(events, max_note_duration=2.0)
-    assert [(n.pitch, n.start, n.end) for n in cut] == [(60, 0.0, 2.0), (64, 0.0, 0.5), (67, 3.5, 3.8)]
+    assert [(n.pitch, n.start, n.end) for n in cut] == [
+        (60, 0.0, 2.0),
+        (64, 0.0, 0.5),
+        (67, 3.5, 3.8),
+    ]
     # Rounded to 10 ms steps; the MIDI file gets the same ends (ticks = ms).
     assert written_notes(music.events_to_midi(events, max_note_duration=0.254)) == [
-        (60, 41, 0, 250), (64, 41, 0, 250), (67, 41, 3500, 3750)
+        (60, 41, 0, 250),
+        (64, 41, 0, 250),
+        (67, 41, 3500, 3750),
     ]
     # A re-strike still ends the earlier note first.
     restruck = [ON + 60, shift(100), ON + 60, shift(100)]
     assert [(n.start, n.end) for n in music.events_to_notes(restruck, max_note_duration=0.5)] == [
-        (0.0, 0.5), (1.0, 1.5)
+        (0.0, 0.5),
+        (1.0, 1.5),
     ]
 
 
-@pytest.mark.parametrize("value", [np.int8(2), np.int16(3), np.uint8(2), np.float16(2), 2, 2.0, 1e308,
-                                   10**400, np.int64(2**62)], ids=lambda value: repr(value)[:20])
+@pytest.mark.parametrize(
+    "value",
+    [np.int8(2), np.int16(3), np.uint8(2), np.float16(2), 2, 2.0, 1e308, 10**400, np.int64(2**62)],
+    ids=lambda value: repr(value)[:20],
+)
 def test_max_note_duration_of_any_real_type_and_size(value):
     # Small numpy types once wrapped around in the step count (np.int8(5) * 100
     # is -12) and dropped every note; huge values overflowed.
@@ -451,8 +537,11 @@ def test_max_note_duration_of_any_real_type_and_size(value):
     ]
 
 
-@pytest.mark.parametrize("value", [0, -1.0, 0.001, float("nan"), float("inf"), -(10**400), "5", True],
-                         ids=lambda value: repr(value)[:12])
+@pytest.mark.parametrize(
+    "value",
+    [0, -1.0, 0.001, float("nan"), float("inf"), -(10**400), "5", True],
+    ids=lambda value: repr(value)[:12],
+)
 def test_max_note_duration_must_be_seconds_of_at_least_one_step(value):
     with pytest.raises(ValueError, match=r"`max_note_duration` must be None .* >= 0.01"):
         music.events_to_notes([ON + 60], max_note_duration=value)
@@ -583,7 +672,9 @@ def test_error_empty_file(tmp_path):
 def test_error_not_a_midi_file(tmp_path):
     path = tmp_path / "song.mid"
     path.write_bytes(b"ID3\x04 an mp3 renamed to .mid")
-    with pytest.raises(ValueError, match=r"type-1 MIDI file \(b'MThd'...\).*starting with b'ID3\\x04'"):
+    with pytest.raises(
+        ValueError, match=r"type-1 MIDI file \(b'MThd'...\).*starting with b'ID3\\x04'"
+    ):
         music.midi_to_events(path)
     with pytest.raises(ValueError, match=r"the given bytes"):
         music.midi_to_events(b"hello")
@@ -607,7 +698,9 @@ def test_error_type_2_file(tmp_path):
 def test_error_no_notes(tmp_path):
     path = tmp_path / "silent.mid"
     score_with(symusic.Track(program=0)).dump_midi(path)
-    with pytest.raises(ValueError, match=r"non-drum instrument \(a piano part\). Received: \d+ tracks without them"):
+    with pytest.raises(
+        ValueError, match=r"non-drum instrument \(a piano part\). Received: \d+ tracks without them"
+    ):
         music.midi_to_events(path)
     drums_only = score_with(instrument([(36, 100, 0.0, 0.1)], is_drum=True))
     with pytest.raises(ValueError, match=r"1 drum notes \(ignored\)"):
@@ -615,7 +708,9 @@ def test_error_no_notes(tmp_path):
 
 
 def test_error_missing_path_and_wrong_type(tmp_path):
-    with pytest.raises(ValueError, match=r"Expected an existing MIDI file. Received: file '.*nope.mid'"):
+    with pytest.raises(
+        ValueError, match=r"Expected an existing MIDI file. Received: file '.*nope.mid'"
+    ):
         music.midi_to_events(tmp_path / "nope.mid")
     with pytest.raises(TypeError, match=r"Received: <class 'int'>\."):
         music.midi_to_events(3)
@@ -624,8 +719,10 @@ def test_error_missing_path_and_wrong_type(tmp_path):
 # --- JSB Chorales -------------------------------------------------------------
 @pytest.fixture(scope="module")
 def jsb():
-    return {"train": music.load_jsb_chorales(DATA, "train"),
-            "valid": music.load_jsb_chorales(JSB, split="valid")}
+    return {
+        "train": music.load_jsb_chorales(DATA, "train"),
+        "valid": music.load_jsb_chorales(JSB, split="valid"),
+    }
 
 
 def test_load_jsb_chorales_real_file(jsb):
@@ -647,9 +744,7 @@ def test_chorale_tokens_voice_by_voice_per_step(jsb):
     grid = jsb["train"][0]
     tokens = music.chorale_to_tokens(grid, add_start_end=True)
     assert tokens.dtype == np.int32 and len(tokens) == 4 * len(grid) + 2
-    np.testing.assert_array_equal(
-        tokens[:9], [music.JSB_START_ID, 78, 74, 69, 62, 78, 74, 69, 62]
-    )
+    np.testing.assert_array_equal(tokens[:9], [music.JSB_START_ID, 78, 74, 69, 62, 78, 74, 69, 62])
     assert tokens[-1] == music.JSB_END_ID
     assert music.JSB_VOCABULARY_SIZE == 132
     rest = music.chorale_to_tokens([[60, -1, 55, -1]])
@@ -703,7 +798,7 @@ def test_chorale_to_midi_round_trip_on_real_chorales(jsb, tmp_path):
             line = np.full(len(grid), -1)
             for note in track.notes:
                 assert note.time % 120 == 0 and note.duration % 120 == 0
-                line[note.time // 120:note.end // 120] = note.pitch
+                line[note.time // 120 : note.end // 120] = note.pitch
             np.testing.assert_array_equal(line, grid[:, voice])
     # A 16th note lasts 0.25 s at 60 quarters per minute, in the written file too.
     score = music.chorale_to_midi([[60, -1, -1, -1], [60, -1, -1, -1], [62, -1, -1, -1]], tempo=60)
@@ -717,8 +812,13 @@ def test_velocity_bins_round_trip_and_reject_bins_outside_the_vocabulary():
 
     assert [bin_to_velocity(b) for b in (0, 1, 31)] == [1, 5, 125]
     for velocity in (1, 4, 5, 64, 127):
-        assert velocity_to_bin(bin_to_velocity(velocity_to_bin(velocity))) == velocity_to_bin(velocity)
-    with pytest.raises(ValueError, match=r"`velocity_bin` must be velocity bins in 0..31. Received: velocity_bin=32\."):
+        assert velocity_to_bin(bin_to_velocity(velocity_to_bin(velocity))) == velocity_to_bin(
+            velocity
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"`velocity_bin` must be velocity bins in 0..31. Received: velocity_bin=32\.",
+    ):
         bin_to_velocity(32)
     with pytest.raises(ValueError, match=r"Received: velocity_bin=\[3, -1\]"):
         bin_to_velocity([3, -1])
@@ -737,24 +837,36 @@ def test_velocities_outside_midi_are_refused(velocity):
 def test_notes_that_cannot_be_performance_events_are_refused():
     # Each was encoded without a word: an end before the start as a note, a
     # pitch of 60.7 as 60, and a note of 1e12 s ended in a MemoryError.
-    with pytest.raises(ValueError, match=r"Expected notes to end at or after their start. Received: 1 "
-                                         r"ending before, the first from 1.0 s to 0.5 s\."):
+    with pytest.raises(
+        ValueError,
+        match=r"Expected notes to end at or after their start. Received: 1 "
+        r"ending before, the first from 1.0 s to 0.5 s\.",
+    ):
         music.notes_to_events([music.Note(80, 60, 1.0, 0.5)])
-    with pytest.raises(ValueError, match=r"Expected whole-number note pitches in 0..127. Received: \[60.7\]\."):
+    with pytest.raises(
+        ValueError, match=r"Expected whole-number note pitches in 0..127. Received: \[60.7\]\."
+    ):
         music.notes_to_events([music.Note(80, 60.7, 0.0, 0.5)])
-    with pytest.raises(ValueError, match=r"Expected whole-number note velocities. Received: \[80.5\]\."):
+    with pytest.raises(
+        ValueError, match=r"Expected whole-number note velocities. Received: \[80.5\]\."
+    ):
         music.notes_to_events([music.Note(80.5, 60, 0.0, 0.5)])
     for pitch in (128, -1):
         with pytest.raises(ValueError, match=rf"note pitches in 0..127. Received: \[{pitch}.0\]\."):
             music.notes_to_events([music.Note(80, pitch, 0.0, 0.5)])
-    with pytest.raises(ValueError, match=r"Expected note times in \[0 s, 1e\+06 s\). Received: 0.0 s to "
-                                         r"1000000000000.0 s"):
+    with pytest.raises(
+        ValueError,
+        match=r"Expected note times in \[0 s, 1e\+06 s\). Received: 0.0 s to "
+        r"1000000000000.0 s",
+    ):
         music.notes_to_events([music.Note(80, 60, 0.0, 1e12)])
     with pytest.raises(ValueError, match=r"Expected note times in \[0 s, 1e\+06 s\)"):
         music.time_stretch(music.notes_to_events([music.Note(80, 60, 0.0, 0.5)]), 1e9)
     # Whole floats are whole numbers; a note may end where it starts.
-    np.testing.assert_array_equal(music.notes_to_events([music.Note(80.0, 60.0, 0.0, 0.5)]),
-                                  music.notes_to_events([music.Note(80, 60, 0.0, 0.5)]))
+    np.testing.assert_array_equal(
+        music.notes_to_events([music.Note(80.0, 60.0, 0.0, 0.5)]),
+        music.notes_to_events([music.Note(80, 60, 0.0, 0.5)]),
+    )
     assert len(music.notes_to_events([music.Note(80, 60, 0.5, 0.5)])) > 0
 
 
@@ -769,9 +881,14 @@ def test_scores_without_a_time_scale_are_refused():
             result.tempos.append(symusic.Tempo(0, qpm=qpm))
         return result
 
-    with pytest.raises(ValueError, match=r"positive ticks per quarter and tempos \(corrupt file\). Received: ticks_per_quarter=0"):
+    with pytest.raises(
+        ValueError,
+        match=r"positive ticks per quarter and tempos \(corrupt file\). Received: ticks_per_quarter=0",
+    ):
         music.midi_to_notes(score(0))
-    with pytest.raises(ValueError, match=r"Received: ticks_per_quarter=480, tempos \[-2147483648\]"):
+    with pytest.raises(
+        ValueError, match=r"Received: ticks_per_quarter=480, tempos \[-2147483648\]"
+    ):
         music.midi_to_notes(score(480, qpm=0.0))
     assert len(music.midi_to_notes(score(480, qpm=120.0))) == 1
 
@@ -780,8 +897,13 @@ def test_notes_and_random_generators_of_another_kind_are_named():
     # Both gave an AttributeError ('tuple' object has no attribute 'pitch',
     # 'NoneType' object has no attribute 'choice').
     for notes in ([(80, 60, 0.0, 0.5)], [{"pitch": 60}], []):
-        with pytest.raises(ValueError, match=r"Expected `Note`s \(start, end, pitch, velocity\). "
-                                             r"Received: (\(80|\{'pitch'|\[\])"):
+        with pytest.raises(
+            ValueError,
+            match=r"Expected `Note`s \(start, end, pitch, velocity\). "
+            r"Received: (\(80|\{'pitch'|\[\])",
+        ):
             music.notes_to_events(notes)
-    with pytest.raises(ValueError, match=r"`rng` must be a `np.random.Generator`.*Received: rng=None\."):
+    with pytest.raises(
+        ValueError, match=r"`rng` must be a `np.random.Generator`.*Received: rng=None\."
+    ):
         music.augment(np.array([378, 63, 308, 191]), None)

@@ -168,7 +168,9 @@ def test_id_to_piece_reads_ids_outside_the_vocabulary_as_the_unknown_piece(token
     pieces = tokenizer.id_to_piece(np.array([size, 10_000, -1, 2**32 + 5], np.int64)).numpy()
     assert [p.decode() for p in pieces] == ["<unk>"] * 4
     assert tokenizer.id_to_piece([size - 1]).numpy()[0].decode() != "<unk>"
-    with pytest.raises(ValueError, match=r"`ids` must be integer token ids. Received: ids=.*dtype=float32"):
+    with pytest.raises(
+        ValueError, match=r"`ids` must be integer token ids. Received: ids=.*dtype=float32"
+    ):
         tokenizer.id_to_piece(np.array([1.0], np.float32))
 
 
@@ -206,21 +208,35 @@ def test_errors(tokenizer, corpus):
         tokenizer.tokenize(["Ein Hund."], max_length=2, add_start=True, add_end=True)
     with pytest.raises(ValueError, match="rank-2"):
         tokenizer.detokenize([4, 5, 6])
-    with pytest.raises(ValueError, match=r"`path` must be a SentencePiece model file. Received: "
-                                         r"path='/nonexistent/dir/x.model'. Write one with"):
+    with pytest.raises(
+        ValueError,
+        match=r"`path` must be a SentencePiece model file. Received: "
+        r"path='/nonexistent/dir/x.model'. Write one with",
+    ):
         SubwordTokenizer.from_file("/nonexistent/dir/x.model")
     # A folder gave FailedPreconditionError, ids a TypeError.
-    with pytest.raises(ValueError, match=r"`path` must be a SentencePiece model file. Received: path='/tmp'\."):
+    with pytest.raises(
+        ValueError, match=r"`path` must be a SentencePiece model file. Received: path='/tmp'\."
+    ):
         SubwordTokenizer.from_file("/tmp")
-    with pytest.raises(ValueError, match=r"`strings` must be a rank-1 batch of sentences \(`str`\). Received: strings=\[1, 2\]\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`strings` must be a rank-1 batch of sentences \(`str`\). Received: strings=\[1, 2\]\.",
+    ):
         tokenizer.tokenize([1, 2])
     # One string was trained on as a list of one-character sentences.
-    with pytest.raises(ValueError, match=r"`sentences` must be a non-empty list of `str`. Received: one string. "
-                                         r"Pass `\[text\]` or `text.splitlines\(\)`"):
+    with pytest.raises(
+        ValueError,
+        match=r"`sentences` must be a non-empty list of `str`. Received: one string. "
+        r"Pass `\[text\]` or `text.splitlines\(\)`",
+    ):
         SubwordTokenizer.train("some text", vocabulary_size=300)
     with pytest.raises(ValueError, match="empty"):
         SubwordTokenizer.train([])
-    with pytest.raises(ValueError, match=r"`sentences` must be a non-empty list of `str`. Received: 1 items of types \['bytes'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"`sentences` must be a non-empty list of `str`. Received: 1 items of types \['bytes'\]",
+    ):
         SubwordTokenizer.train([b"bytes"])
     with pytest.raises(ValueError, match="model_type"):
         SubwordTokenizer.train(corpus["train"], model_type="wordpiece")
@@ -249,8 +265,11 @@ def _pieces(tokenizer):
 def test_train_warns_about_the_sentences_it_leaves_out():
     # SentencePiece silently dropped sentences over 4192 bytes (UTF-8 bytes,
     # not characters: 2097 "é" are 4194 bytes).
-    with pytest.warns(UserWarning, match=r"^1 of the 3 sentences are longer than SentencePiece's limit of 4192 "
-                                         r"UTF-8 bytes and are left out of training. Split them to use them.$"):
+    with pytest.warns(
+        UserWarning,
+        match=r"^1 of the 3 sentences are longer than SentencePiece's limit of 4192 "
+        r"UTF-8 bytes and are left out of training. Split them to use them.$",
+    ):
         left_out = SubwordTokenizer.train(["ab", "ab ba", "é" * 2097], vocabulary_size=263)
     assert _pieces(left_out) == {"a", "b", "▁"}  # no room for "é": it was indeed left out
     import warnings
@@ -269,13 +288,20 @@ def test_the_smallest_documented_vocabulary_trains(model_type):
     assert tokenizer.vocabulary_size == 262 and _pieces(tokenizer) == {"a", "▁"}
     ids = tokenizer.tokenize(["a a", "b"])  # "b": byte pieces
     assert _texts(tokenizer.detokenize(ids)) == ["a a", "b"]
-    without_bytes = SubwordTokenizer.train(["a"], vocabulary_size=6, model_type=model_type, byte_fallback=False)
+    without_bytes = SubwordTokenizer.train(
+        ["a"], vocabulary_size=6, model_type=model_type, byte_fallback=False
+    )
     assert without_bytes.vocabulary_size == 6
     assert _texts(without_bytes.detokenize(without_bytes.tokenize(["a a"]))) == ["a a"]
-    with pytest.raises(ValueError, match=r'`vocabulary_size` must be an int >= 262 \(4 reserved ids, 256 byte pieces, '
-                                         r'"▁" and a character\). Received: vocabulary_size=261.'):
+    with pytest.raises(
+        ValueError,
+        match=r"`vocabulary_size` must be an int >= 262 \(4 reserved ids, 256 byte pieces, "
+        r'"▁" and a character\). Received: vocabulary_size=261.',
+    ):
         SubwordTokenizer.train(["a"], vocabulary_size=261, model_type=model_type)
-    with pytest.raises(ValueError, match=r"`vocabulary_size` must be an int >= 6 \(4 reserved ids, 0 byte pieces, "):
+    with pytest.raises(
+        ValueError, match=r"`vocabulary_size` must be an int >= 6 \(4 reserved ids, 0 byte pieces, "
+    ):
         SubwordTokenizer.train(["a"], vocabulary_size=5, byte_fallback=False)
 
 
@@ -291,8 +317,11 @@ def test_rejects_models_without_the_reserved_ids(corpus):
         vocab_size=500,
         minloglevel=2,
     )
-    with pytest.raises(ValueError, match=r"must have the control symbols 0 = padding, 2 = start, 3 = end and 1 = unknown. "
-                                         r"Received: 500 ids, unknown = 0\."):
+    with pytest.raises(
+        ValueError,
+        match=r"must have the control symbols 0 = padding, 2 = start, 3 = end and 1 = unknown. "
+        r"Received: 500 ids, unknown = 0\.",
+    ):
         SubwordTokenizer(writer.getvalue())
 
 
@@ -403,7 +432,7 @@ def test_saved_model_round_trip_in_a_fresh_process(tokenizer, corpus, tmp_path):
         timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
-    line = [l for l in completed.stdout.splitlines() if l.startswith("RESULT")][-1]
+    line = [x for x in completed.stdout.splitlines() if x.startswith("RESULT")][-1]
     results = json.loads(line[len("RESULT") :])
     assert set(results) == {"module", "module_session", "archive", "archive_session"}
     for name, result in results.items():

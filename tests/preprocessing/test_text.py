@@ -54,8 +54,7 @@ def _rows(batch):
 
 def _batches(dataset):
     return [
-        (x["encoder_tokens"].numpy(), x["decoder_tokens"].numpy(), y.numpy())
-        for x, y in dataset
+        (x["encoder_tokens"].numpy(), x["decoder_tokens"].numpy(), y.numpy()) for x, y in dataset
     ]
 
 
@@ -74,9 +73,10 @@ def test_load_multi30k_reads_every_split(multi30k):
         split="train", source_language="en", target_language="de"
     )
     assert english_first[0] == english[0] and german_second[0] == german[0]
-    assert multi30k.load_multi30k(None, "val")[0][:3] == multi30k.load_multi30k(
-        multi30k.DEFAULT_DATA_DIR, "val"
-    )[0][:3]
+    assert (
+        multi30k.load_multi30k(None, "val")[0][:3]
+        == multi30k.load_multi30k(multi30k.DEFAULT_DATA_DIR, "val")[0][:3]
+    )
 
 
 def test_load_multi30k_errors(multi30k, tmp_path):
@@ -135,8 +135,14 @@ def test_bucket_boundaries():
 def test_dataset_content_in_order(tokenizer, pairs):
     german, english = pairs[0][:100], pairs[1][:100]
     dataset = text.make_translation_dataset(
-        german, english, tokenizer, tokenizer, batch_size=32, max_length=64,
-        shuffle=False, bucketing=False,
+        german,
+        english,
+        tokenizer,
+        tokenizer,
+        batch_size=32,
+        max_length=64,
+        shuffle=False,
+        bucketing=False,
     )
     spec_inputs, spec_targets = dataset.element_spec
     assert set(spec_inputs) == {"encoder_tokens", "decoder_tokens"}
@@ -234,6 +240,7 @@ def test_deterministic_with_a_seed(tokenizer, pairs):
         for batch_a, batch_b in zip(epoch_a, epoch_b):
             for a, b in zip(batch_a, batch_b):
                 np.testing.assert_array_equal(a, b)
+
     # Each epoch is reshuffled, and another seed gives another order.
     def order(epoch):
         return [tuple(row) for batch in epoch for row in _rows(batch[2])]
@@ -285,8 +292,16 @@ def test_pad_to_bucket_boundary_gives_fixed_shapes(tokenizer, pairs):
     german, english = pairs[0][:500], pairs[1][:500]
     boundaries = [10, 20, 40, 65]
     dataset = text.make_translation_dataset(
-        german, english, tokenizer, tokenizer, batch_size=16, max_length=64, seed=0,
-        boundaries=boundaries, pad_to_bucket_boundary=True, drop_remainder=True,
+        german,
+        english,
+        tokenizer,
+        tokenizer,
+        batch_size=16,
+        max_length=64,
+        seed=0,
+        boundaries=boundaries,
+        pad_to_bucket_boundary=True,
+        drop_remainder=True,
     )
     shapes = set()
     for encoder_batch, decoder_batch, target_batch in _batches(dataset):
@@ -300,47 +315,83 @@ def test_pad_to_bucket_boundary_gives_fixed_shapes(tokenizer, pairs):
 def test_errors(tokenizer, pairs):
     german, english = pairs[0][:10], pairs[1][:10]
     make = text.make_translation_dataset
-    with pytest.raises(ValueError, match=r"aligned, non-empty lists of sentences. Received: a list of 10 and a list of 9\."):
+    with pytest.raises(
+        ValueError,
+        match=r"aligned, non-empty lists of sentences. Received: a list of 10 and a list of 9\.",
+    ):
         make(german, english[:9], tokenizer, tokenizer)
     with pytest.raises(ValueError, match="empty"):
         make([], [], tokenizer, tokenizer)
     # One string was read as a list of one-character sentences.
-    with pytest.raises(ValueError, match=r"`source_sentences` and `target_sentences` must be aligned, non-empty "
-                                         r"lists of sentences. Received: a str of 3 and a str of 3\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`source_sentences` and `target_sentences` must be aligned, non-empty "
+        r"lists of sentences. Received: a str of 3 and a str of 3\.",
+    ):
         make("abc", "def", tokenizer, tokenizer)
-    with pytest.raises(ValueError, match=r"`target_tokenizer` must be a `SubwordTokenizer`. Received: target_tokenizer='tokenizer.model'\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`target_tokenizer` must be a `SubwordTokenizer`. Received: target_tokenizer='tokenizer.model'\.",
+    ):
         make(german, english, tokenizer, "tokenizer.model")
     with pytest.raises(ValueError, match="max_length=1"):
         make(german, english, tokenizer, tokenizer, max_length=1)
     for encode in (text.encode_source, text.encode_target):
-        with pytest.raises(ValueError, match=r"`max_length` must be None or an int greater than .*\(1\). "
-                                             r"Received: max_length=1\."):
+        with pytest.raises(
+            ValueError,
+            match=r"`max_length` must be None or an int greater than .*\(1\). "
+            r"Received: max_length=1\.",
+        ):
             encode(tokenizer, german, 1)
     with pytest.raises(ValueError, match="batch_size=0"):
         make(german, english, tokenizer, tokenizer, batch_size=0)
     # A TypeError from tf.data, 0 read as "the whole corpus", a flag ignored,
     # and an empty dataset.
     for seed in ("x", 1.5, True):
-        with pytest.raises(ValueError, match=rf"`seed` must be an int, an integer scalar tensor or None. Received: seed={seed!r}\."):
+        with pytest.raises(
+            ValueError,
+            match=rf"`seed` must be an int, an integer scalar tensor or None. Received: seed={seed!r}\.",
+        ):
             make(german, english, tokenizer, tokenizer, seed=seed)
     # A seed tensor (the example shuffles each epoch with seed + epoch) is a seed.
     make(german, english, tokenizer, tokenizer, seed=tf.constant(3, tf.int64))
     for size in (0, -1):
-        with pytest.raises(ValueError, match=rf"`shuffle_buffer_size` must be a positive int.*={size}\."):
+        with pytest.raises(
+            ValueError, match=rf"`shuffle_buffer_size` must be a positive int.*={size}\."
+        ):
             make(german, english, tokenizer, tokenizer, shuffle_buffer_size=size)
-    with pytest.raises(ValueError, match=r"`bucketing` must be True with `pad_to_bucket_boundary`. Received: bucketing=False\."):
+    with pytest.raises(
+        ValueError,
+        match=r"`bucketing` must be True with `pad_to_bucket_boundary`. Received: bucketing=False\.",
+    ):
         make(german, english, tokenizer, tokenizer, bucketing=False, pad_to_bucket_boundary=True)
-    with pytest.raises(ValueError, match=r"`drop_remainder=True` with 10 sentence pairs and batch_size=64 would "
-                                         r"drop every pair"):
+    with pytest.raises(
+        ValueError,
+        match=r"`drop_remainder=True` with 10 sentence pairs and batch_size=64 would "
+        r"drop every pair",
+    ):
         make(german, english, tokenizer, tokenizer, drop_remainder=True)
-    with pytest.raises(ValueError, match=r"`bucketing` must be True with `tokens_per_batch`. Received: bucketing=False"):
+    with pytest.raises(
+        ValueError,
+        match=r"`bucketing` must be True with `tokens_per_batch`. Received: bucketing=False",
+    ):
         make(german, english, tokenizer, tokenizer, tokens_per_batch=100, bucketing=False)
     with pytest.raises(ValueError, match="strictly increasing"):
         make(german, english, tokenizer, tokenizer, boundaries=[10, 5])
-    with pytest.raises(ValueError, match=r"`boundaries` must be a non-empty, strictly increasing list, ending above "
-                                         r"max_length=64. Received: boundaries=\[10, 64\]"):
-        make(german, english, tokenizer, tokenizer, max_length=64, boundaries=[10, 64],
-             pad_to_bucket_boundary=True)
+    with pytest.raises(
+        ValueError,
+        match=r"`boundaries` must be a non-empty, strictly increasing list, ending above "
+        r"max_length=64. Received: boundaries=\[10, 64\]",
+    ):
+        make(
+            german,
+            english,
+            tokenizer,
+            tokenizer,
+            max_length=64,
+            boundaries=[10, 64],
+            pad_to_bucket_boundary=True,
+        )
     for step in (1.0, float("inf"), "2", True, float("nan")):  # "2": TypeError, inf: OverflowError
         with pytest.raises(ValueError, match=r"`step` must be a finite number > 1"):
             text.bucket_boundaries(64, step=step)

@@ -86,7 +86,9 @@ SELF_ATTENTION_CALL_ERRORS = {
     [
         # A string array is a TensorFlow tensor; JAX has none (Keras's own
         # conversion of the call arguments refuses it before the layer).
-        pytest.param(case, marks=pytest.mark.requires_tensorflow) if case == "padding_mask_strings" else case
+        pytest.param(case, marks=pytest.mark.requires_tensorflow)
+        if case == "padding_mask_strings"
+        else case
         for case in sorted(SELF_ATTENTION_CALL_ERRORS)
     ],
 )
@@ -101,14 +103,23 @@ def _functional_builds():
     """(name, build(mask_input)): each calls a layer on `keras.Input`s with
     the mask input given for one of its masks."""
     x, memory = keras.Input((5, 8)), keras.Input((6, 8))
-    builds = {f"{kind}_{name}": (lambda m, kind=kind, name=name: kinds.self_attention(kind)(x, **{name: m}))
-              for kind in KINDS for name in ("padding_mask", "attention_mask")}
+    builds = {
+        f"{kind}_{name}": (
+            lambda m, kind=kind, name=name: kinds.self_attention(kind)(x, **{name: m})
+        )
+        for kind in KINDS
+        for name in ("padding_mask", "attention_mask")
+    }
     builds["encoder_block_padding_mask"] = lambda m: kinds.encoder("multi_head")(x, padding_mask=m)
-    builds["decoder_block_padding_mask"] = lambda m: kinds.decoder("multi_head")(x, memory, decoder_padding_mask=m)
+    builds["decoder_block_padding_mask"] = lambda m: kinds.decoder("multi_head")(
+        x, memory, decoder_padding_mask=m
+    )
     builds["decoder_block_encoder_padding_mask"] = lambda m: kinds.decoder("multi_head")(
-        x, memory, encoder_padding_mask=m)
+        x, memory, encoder_padding_mask=m
+    )
     builds["cross_attention_value_padding_mask"] = lambda m: MultiHeadAttention(2, 4)(
-        x, memory, value_padding_mask=m)
+        x, memory, value_padding_mask=m
+    )
     return builds
 
 
@@ -135,20 +146,29 @@ def test_shared_masks_of_batch_or_heads_one_are_accepted(kind):
     mask = np.random.default_rng(0).random((5, 5)) > 0.3
     full = layer(X, attention_mask=np.broadcast_to(mask, (2, 2, 5, 5)))
     for shared in (mask[None], mask[None, None], np.broadcast_to(mask, (2, 1, 5, 5))):
-        np.testing.assert_allclose(np.asarray(layer(X, attention_mask=shared)), np.asarray(full), atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(layer(X, attention_mask=shared)), np.asarray(full), atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_self_attention_input_errors(kind):
     layer = kinds.self_attention(kind)
     name = type(layer).__name__
-    with pytest.raises(ValueError, match=rf"{name} expects inputs of shape \(batch, length, features\).*none empty, features \(and an image's sides\) known\. Received inputs of shape \(5, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{name} expects inputs of shape \(batch, length, features\).*none empty, features \(and an image's sides\) known\. Received inputs of shape \(5, 8\)",
+    ):
         layer(X[0])
     for bad in (X[:, :, None, None], X[:0], X[:, :0]):
-        with pytest.raises(ValueError, match=rf"Received inputs of shape {re.escape(str(bad.shape))}\."):
+        with pytest.raises(
+            ValueError, match=rf"Received inputs of shape {re.escape(str(bad.shape))}\."
+        ):
             layer(bad)
     layer(X)  # Keras's InputSpec then refuses another width
-    with pytest.raises(ValueError, match=r"expected axis -1 of input shape to have value 8.*\(2, 5, 6\)"):
+    with pytest.raises(
+        ValueError, match=r"expected axis -1 of input shape to have value 8.*\(2, 5, 6\)"
+    ):
         layer(X[..., :6])
 
 
@@ -175,57 +195,133 @@ def test_cache_errors(kind):
     layer = kinds.self_attention(kind)
     cache = layer.init_cache(2, 6)
     step = {"use_causal_mask": True}
-    for index, received in ((1.5, r"1\.5 \(float\)"), (np.array([1]), r"dtype int(64|32) and shape \(1,\)"),
-                            (keras.ops.convert_to_tensor(1.0), r"dtype float32"), (True, r"True \(bool\)")):
-        with pytest.raises(ValueError, match=rf"`cache_index` must be an integer scalar.*{received}"):
+    for index, received in (
+        (1.5, r"1\.5 \(float\)"),
+        (np.array([1]), r"dtype int(64|32) and shape \(1,\)"),
+        (keras.ops.convert_to_tensor(1.0), r"dtype float32"),
+        (True, r"True \(bool\)"),
+    ):
+        with pytest.raises(
+            ValueError, match=rf"`cache_index` must be an integer scalar.*{received}"
+        ):
             layer(X[:, :1], cache=cache, cache_index=index, **step)
     # Global layers lay a cache out (B, H, K + V, L), local ones (B, L, H, K + V).
     expected = r"\(2, (2, 8, max_length|max_length, 2, 8)\) as returned by `init_cache\(batch_size=2, max_length\)`"
-    with pytest.raises(ValueError, match=rf"`cache` must have shape {expected}.*Received: cache\.shape=\(3, "):
+    with pytest.raises(
+        ValueError, match=rf"`cache` must have shape {expected}.*Received: cache\.shape=\(3, "
+    ):
         layer(X[:, :1], cache=layer.init_cache(3, 6), cache_index=0, **step)
     with pytest.raises(ValueError, match=rf"`cache` must have shape {expected}"):
         layer(X[:, :1], cache=np.zeros((2, 6, 2, 5), "float32"), cache_index=0, **step)
-    with pytest.raises(ValueError, match=r"`cache_index` must be >= 0 \(the position of the first input\)\. Received: cache_index=-1\.(?!.*longer)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`cache_index` must be >= 0 \(the position of the first input\)\. Received: cache_index=-1\.(?!.*longer)",
+    ):
         layer(X[:, :1], cache=cache, cache_index=-1, **step)
     for dtype in ("int32", "bool"):
-        with pytest.raises(ValueError, match=rf"`cache` must be a floating-point tensor as returned by `init_cache.*Received: cache\.dtype={dtype}"):
+        with pytest.raises(
+            ValueError,
+            match=rf"`cache` must be a floating-point tensor as returned by `init_cache.*Received: cache\.dtype={dtype}",
+        ):
             layer(X[:, :1], cache=keras.ops.cast(cache, dtype), cache_index=0, **step)
     with pytest.raises(ValueError, match=r"`cache` must have shape .*Received: cache\.shape=list"):
         layer(X[:, :1], cache=[[0.0]], cache_index=0, **step)
-    for args, received in (((0, 6), "batch_size=0"), ((2, -2), "max_length=-2"), ((2, 3.5), "max_length=3.5"),
-                           ((None, 6), "batch_size=None"), ((2, True), "max_length=True")):
-        with pytest.raises(ValueError, match=rf"must be a positive int \(or int scalar tensor\)\. Received: {received}"):
+    for args, received in (
+        ((0, 6), "batch_size=0"),
+        ((2, -2), "max_length=-2"),
+        ((2, 3.5), "max_length=3.5"),
+        ((None, 6), "batch_size=None"),
+        ((2, True), "max_length=True"),
+    ):
+        with pytest.raises(
+            ValueError,
+            match=rf"must be a positive int \(or int scalar tensor\)\. Received: {received}",
+        ):
             layer.init_cache(*args)
-    with pytest.raises(ValueError, match=r"`dtype` must be the layer's compute dtype float32\. Received: dtype='float16'\. For float16"):
+    with pytest.raises(
+        ValueError,
+        match=r"`dtype` must be the layer's compute dtype float32\. Received: dtype='float16'\. For float16",
+    ):
         layer.init_cache(2, 6, dtype="float16")
     for index in (0, 3):
-        with pytest.raises(ValueError, match=rf"`cache_index` must be None without a `cache` .*Received: cache_index={index}\. Pass a cache"):
+        with pytest.raises(
+            ValueError,
+            match=rf"`cache_index` must be None without a `cache` .*Received: cache_index={index}\. Pass a cache",
+        ):
             layer(X, cache_index=index, **step)
 
 
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda: MultiHeadSelfAttention(num_heads=2, key_dim=0), r"key_dim` must be a positive integer\. Received: key_dim=0"),
+        (
+            lambda: MultiHeadSelfAttention(num_heads=2, key_dim=0),
+            r"key_dim` must be a positive integer\. Received: key_dim=0",
+        ),
         (lambda: MultiHeadSelfAttention(num_heads=2, key_dim=2.5), r"Received: key_dim=2\.5"),
         (lambda: MultiHeadAttention(num_heads=2, key_dim=-4), r"Received: key_dim=-4"),
-        (lambda: LocalBlockAttention(2, 4, block_size=0), r"`block_size` must be an int \(1D\) or a pair of ints \(2D\), each >= 1\. Received: block_size=0\."),
-        (lambda: LocalBlockAttention(2, 4, block_size=(0, 3)), r"`block_size` must be .*each >= 1\. Received: block_size=\(0, 3\)"),
-        (lambda: LocalBlockAttention(2, 4, block_size=4, memory_flange=-1), r"`memory_flange` must be .*each >= 0\. Received: memory_flange=-1"),
-        (lambda: RelativeGlobalAttention(2, 4, max_relative_position=0), r"`max_relative_position` must be a positive integer\. Received: max_relative_position=0"),
-        (lambda: RelativeGlobalAttention(2, 4, max_relative_position=3, value_dim=0), r"value_dim` must be a positive integer"),
-        (lambda: MultiHeadSelfAttention(num_heads=2, key_dim=4, dropout=-0.1), r"`dropout` must be a number in \[0, 1\)"),
+        (
+            lambda: LocalBlockAttention(2, 4, block_size=0),
+            r"`block_size` must be an int \(1D\) or a pair of ints \(2D\), each >= 1\. Received: block_size=0\.",
+        ),
+        (
+            lambda: LocalBlockAttention(2, 4, block_size=(0, 3)),
+            r"`block_size` must be .*each >= 1\. Received: block_size=\(0, 3\)",
+        ),
+        (
+            lambda: LocalBlockAttention(2, 4, block_size=4, memory_flange=-1),
+            r"`memory_flange` must be .*each >= 0\. Received: memory_flange=-1",
+        ),
+        (
+            lambda: RelativeGlobalAttention(2, 4, max_relative_position=0),
+            r"`max_relative_position` must be a positive integer\. Received: max_relative_position=0",
+        ),
+        (
+            lambda: RelativeGlobalAttention(2, 4, max_relative_position=3, value_dim=0),
+            r"value_dim` must be a positive integer",
+        ),
+        (
+            lambda: MultiHeadSelfAttention(num_heads=2, key_dim=4, dropout=-0.1),
+            r"`dropout` must be a number in \[0, 1\)",
+        ),
         # Flags and seeds: refused when the layer is made, not read as truthy
         # ("False" would switch a part on) or refused at the first training call.
-        (lambda: MultiHeadSelfAttention(2, 4, use_bias="False"), r"^MultiHeadSelfAttention: `use_bias` must be True or False \(True = the projections have biases\)\. Received: use_bias='False'\.$"),
-        (lambda: RelativeGlobalAttention(2, 4, 3, heads_share_relative_embedding=np.True_), r"Received: heads_share_relative_embedding=np\.True_\. Pass `heads_share_relative_embedding=bool\(heads_share_relative_embedding\)`\.$"),
-        (lambda: MultiHeadAttention(2, 4, dropout=0.1, seed=1.5), r"^MultiHeadAttention: `seed` must be None or an int \(the seed of the dropout, for reproducible runs\)\. Received: seed=1\.5\.$"),
-        (lambda: TransformerEncoder(8, num_heads=2, seed="x"), r"^TransformerEncoder: `seed` must be None or an int .*Received: seed='x'\.$"),
-        (lambda: TransformerDecoder(8, num_heads=2, seed=np.int64(3)), r"Received: seed=np\.int64\(3\)\. It is a numpy\.int64: pass a Python int, e\.g\. `seed=int\(seed\)`\.$"),
-        (lambda: TokenAndPositionEmbedding(10, 8, 6, mask_zero="False"), r"^TokenAndPositionEmbedding: `mask_zero` must be True or False \(True = id 0 is padding\)\. Received: mask_zero='False'\.$"),
-        (lambda: TokenAndPositionEmbedding(10, 8, 6, scale_token_embeddings=1), r"`scale_token_embeddings` must be True or False .*Received: scale_token_embeddings=1\.$"),
-        (lambda: TokenAndPositionEmbedding(10, 8, "x", position="sinusoidal"), r"`sequence_length` must be a positive integer\. Received: sequence_length='x'\.$"),
-        (lambda: PixelEmbedding(257, 8, image_size=2, scale_token_embeddings=None), r"^PixelEmbedding: `scale_token_embeddings` must be True or False .*Received: scale_token_embeddings=None\.$"),
+        (
+            lambda: MultiHeadSelfAttention(2, 4, use_bias="False"),
+            r"^MultiHeadSelfAttention: `use_bias` must be True or False \(True = the projections have biases\)\. Received: use_bias='False'\.$",
+        ),
+        (
+            lambda: RelativeGlobalAttention(2, 4, 3, heads_share_relative_embedding=np.True_),
+            r"Received: heads_share_relative_embedding=np\.True_\. Pass `heads_share_relative_embedding=bool\(heads_share_relative_embedding\)`\.$",
+        ),
+        (
+            lambda: MultiHeadAttention(2, 4, dropout=0.1, seed=1.5),
+            r"^MultiHeadAttention: `seed` must be None or an int \(the seed of the dropout, for reproducible runs\)\. Received: seed=1\.5\.$",
+        ),
+        (
+            lambda: TransformerEncoder(8, num_heads=2, seed="x"),
+            r"^TransformerEncoder: `seed` must be None or an int .*Received: seed='x'\.$",
+        ),
+        (
+            lambda: TransformerDecoder(8, num_heads=2, seed=np.int64(3)),
+            r"Received: seed=np\.int64\(3\)\. It is a numpy\.int64: pass a Python int, e\.g\. `seed=int\(seed\)`\.$",
+        ),
+        (
+            lambda: TokenAndPositionEmbedding(10, 8, 6, mask_zero="False"),
+            r"^TokenAndPositionEmbedding: `mask_zero` must be True or False \(True = id 0 is padding\)\. Received: mask_zero='False'\.$",
+        ),
+        (
+            lambda: TokenAndPositionEmbedding(10, 8, 6, scale_token_embeddings=1),
+            r"`scale_token_embeddings` must be True or False .*Received: scale_token_embeddings=1\.$",
+        ),
+        (
+            lambda: TokenAndPositionEmbedding(10, 8, "x", position="sinusoidal"),
+            r"`sequence_length` must be a positive integer\. Received: sequence_length='x'\.$",
+        ),
+        (
+            lambda: PixelEmbedding(257, 8, image_size=2, scale_token_embeddings=None),
+            r"^PixelEmbedding: `scale_token_embeddings` must be True or False .*Received: scale_token_embeddings=None\.$",
+        ),
     ],
 )
 def test_constructor_errors(make, message):
@@ -236,37 +332,70 @@ def test_constructor_errors(make, message):
 def test_2d_local_attention_errors():
     layer = LocalBlockAttention(2, 4, block_size=(2, 2), memory_flange=(1, 1))
     image = np.ones((2, 3, 4, 8), "float32")
-    with pytest.raises(ValueError, match=r"expects inputs of shape \(batch, height, width, features\) for block_size=\(2, 2\).*Received inputs of shape \(2, 5, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"expects inputs of shape \(batch, height, width, features\) for block_size=\(2, 2\).*Received inputs of shape \(2, 5, 8\)",
+    ):
         layer(X)
     with pytest.raises(ValueError, match=r"none empty.*Received inputs of shape \(2, 0, 4, 8\)"):
         layer(image[:, :0])
-    with pytest.raises(ValueError, match=r"`padding_mask` must have shape \(2, 3, 4\) .*Received: padding_mask\.shape=\(2, 4, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`padding_mask` must have shape \(2, 3, 4\) .*Received: padding_mask\.shape=\(2, 4, 3\)",
+    ):
         layer(image, padding_mask=np.ones((2, 4, 3), bool))
-    with pytest.raises(ValueError, match=r"`attention_mask` must have shape .*attention_mask\.shape=\(2, 3, 12, 12\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`attention_mask` must have shape .*attention_mask\.shape=\(2, 3, 12, 12\)",
+    ):
         layer(image, attention_mask=np.ones((2, 3, 12, 12), bool))
 
 
 def test_cross_attention_errors():
     layer = MultiHeadAttention(num_heads=2, key_dim=4)
     query, value = X[:, :4], np.ones((2, 7, 6), "float32")
-    with pytest.raises(ValueError, match=r"`query\.shape` must be \(batch, length, features\), none empty.*Received: query\.shape=\(4, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`query\.shape` must be \(batch, length, features\), none empty.*Received: query\.shape=\(4, 8\)",
+    ):
         layer(query[0], value)
-    with pytest.raises(ValueError, match=r"`value\.shape` must be.*Received: value\.shape=\(2, 1, 7, 6\)"):
+    with pytest.raises(
+        ValueError, match=r"`value\.shape` must be.*Received: value\.shape=\(2, 1, 7, 6\)"
+    ):
         layer(query, value[:, None])
-    with pytest.raises(ValueError, match=r"`value\.shape` must be .*none empty.*Received: value\.shape=\(2, 0, 6\)"):
+    with pytest.raises(
+        ValueError, match=r"`value\.shape` must be .*none empty.*Received: value\.shape=\(2, 0, 6\)"
+    ):
         layer(query, value[:, :0])
-    with pytest.raises(ValueError, match=r"one length for key and value\. Received shapes .*'value': \(2, 7, 6\), 'key': \(2, 3, 6\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"one length for key and value\. Received shapes .*'value': \(2, 7, 6\), 'key': \(2, 3, 6\)",
+    ):
         layer(query, value, key=value[:, :3])
-    with pytest.raises(ValueError, match=r"one batch size for query and value and key.*'query': \(2, 4, 8\), 'value': \(1, 7, 6\).*one memory per query"):
+    with pytest.raises(
+        ValueError,
+        match=r"one batch size for query and value and key.*'query': \(2, 4, 8\), 'value': \(1, 7, 6\).*one memory per query",
+    ):
         layer(query, value[:1])
     layer(query, value)
-    with pytest.raises(ValueError, match=r"one batch size for query and cache.*'cache': \(1, 2, 8, 7\)"):
+    with pytest.raises(
+        ValueError, match=r"one batch size for query and cache.*'cache': \(1, 2, 8, 7\)"
+    ):
         layer(query, cache=layer.compute_cache(value[:1]))
-    with pytest.raises(ValueError, match=r"`cache` must be a floating-point tensor as returned by `compute_cache`\. Received: cache\.dtype=int32"):
+    with pytest.raises(
+        ValueError,
+        match=r"`cache` must be a floating-point tensor as returned by `compute_cache`\. Received: cache\.dtype=int32",
+    ):
         layer(query, cache=keras.ops.cast(layer.compute_cache(value), "int32"))
-    with pytest.raises(ValueError, match=r"`attention_mask` must have shape \(2 or 1, 4, 7\).*Received: attention_mask\.shape=\(3, 4, 7\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`attention_mask` must have shape \(2 or 1, 4, 7\).*Received: attention_mask\.shape=\(3, 4, 7\)",
+    ):
         layer(query, value, attention_mask=np.ones((3, 4, 7), bool))
-    with pytest.raises(ValueError, match=r"\(2 or 1, 2 or 1, 4, 7\).*Received: attention_mask\.shape=\(2, 3, 4, 7\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"\(2 or 1, 2 or 1, 4, 7\).*Received: attention_mask\.shape=\(2, 3, 4, 7\)",
+    ):
         layer(query, value, attention_mask=np.ones((2, 3, 4, 7), bool))
     with pytest.raises(ValueError, match=r"`value_padding_mask` must be boolean.*dtype float"):
         layer(query, value, value_padding_mask=np.ones((2, 7)))
@@ -274,15 +403,23 @@ def test_cross_attention_errors():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_block_errors(kind):
-    with pytest.raises(ValueError, match=r"model width 8 is not divisible by num_heads=3.*Pass `key_dim` explicitly"):
+    with pytest.raises(
+        ValueError,
+        match=r"model width 8 is not divisible by num_heads=3.*Pass `key_dim` explicitly",
+    ):
         TransformerEncoder(intermediate_dim=8, num_heads=3)(X)
     with pytest.raises(ValueError, match=r"model width 8 is not divisible by num_heads=3"):
         TransformerDecoder(intermediate_dim=8, num_heads=3)(X, X)
     wide = kinds.self_attention(kind, output_dim=6)
-    with pytest.raises(ValueError, match=r"widths must agree\. Received output_dim=6 for inputs of shape \(2, 5, 8\)\. Use output_dim=None or 8"):
+    with pytest.raises(
+        ValueError,
+        match=r"widths must agree\. Received output_dim=6 for inputs of shape \(2, 5, 8\)\. Use output_dim=None or 8",
+    ):
         TransformerEncoder(intermediate_dim=8, self_attention=wide)(X)
     encoder = kinds.encoder(kind)
-    with pytest.raises(ValueError, match=r"expects inputs of shape \(batch, length, features\).*\(5, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"expects inputs of shape \(batch, length, features\).*\(5, 8\)"
+    ):
         encoder(X[0])
     with pytest.raises(ValueError, match=r"`padding_mask` must be boolean.*float32"):
         encoder(X, padding_mask=np.ones((2, 5), "float32"))
@@ -290,7 +427,10 @@ def test_block_errors(kind):
         encoder(X[:0])
     decoder = kinds.decoder(kind)
     memory = np.ones((2, 7, 6), "float32")
-    with pytest.raises(ValueError, match=r"`encoder_padding_mask` must have shape \(2, 7\) .*Received: encoder_padding_mask\.shape=\(2, 6\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`encoder_padding_mask` must have shape \(2, 7\) .*Received: encoder_padding_mask\.shape=\(2, 6\)",
+    ):
         decoder(X, memory, encoder_padding_mask=np.ones((2, 6), bool))
     with pytest.raises(ValueError, match=r"`decoder_padding_mask` must be boolean.*float32"):
         decoder(X, memory, decoder_padding_mask=np.ones((2, 5), "float32"))
@@ -301,7 +441,10 @@ def test_block_errors(kind):
         decoder(X[:, :1], memory, self_attention_cache=cache, cache_index=4)
     with pytest.raises(ValueError, match=r"`cache_index` must be an integer scalar"):
         decoder(X[:, :1], memory, self_attention_cache=cache, cache_index=0.0)
-    with pytest.raises(ValueError, match=r"`cache_index` must be None without a `self_attention_cache`\. Received: cache_index=2"):
+    with pytest.raises(
+        ValueError,
+        match=r"`cache_index` must be None without a `self_attention_cache`\. Received: cache_index=2",
+    ):
         decoder(X, memory, cache_index=2)
 
 
@@ -313,13 +456,18 @@ def test_sequence_longer_than_a_learned_position_table():
     layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
     ids = np.ones((1, 6), "int32")
     fix = r"truncate the sequence to `sequence_length` tokens or build the layer with a larger"
-    with pytest.raises(ValueError, match=rf"Positions \(from `start_index`\) must be >= 0 and fit the learned "
-                                         rf"position table of 4 rows: {fix}.* Received: positions 0\.\.5\."):
+    with pytest.raises(
+        ValueError,
+        match=rf"Positions \(from `start_index`\) must be >= 0 and fit the learned "
+        rf"position table of 4 rows: {fix}.* Received: positions 0\.\.5\.",
+    ):
         layer(ids)
     # A static length inside a compiled graph fails when traced.
     with pytest.raises(ValueError, match=r"Received: positions 0\.\.5\."):
         tf.function(layer, jit_compile=True)(ids)
-    with pytest.raises(ValueError, match=r"learned position table of 4 rows.* Received: positions -1\.\.0\."):
+    with pytest.raises(
+        ValueError, match=r"learned position table of 4 rows.* Received: positions -1\.\.0\."
+    ):
         layer(ids[:, :2], start_index=-1)
     with pytest.raises(ValueError, match=r"`start_index` must be an integer scalar.*2\.0"):
         layer(ids[:, :2], start_index=2.0)
@@ -334,8 +482,15 @@ def test_sequence_longer_than_a_learned_position_table():
         run = tf.function(layer, jit_compile=jit_compile, input_signature=signature)
         np.testing.assert_allclose(np.asarray(run(ids))[0], want, atol=1e-6)
     # And through a model builder with learned positions.
-    model = translation_transformer(11, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8,
-                                    position="learned", max_length=4)
+    model = translation_transformer(
+        11,
+        num_layers=1,
+        hidden_dim=8,
+        num_heads=2,
+        intermediate_dim=8,
+        position="learned",
+        max_length=4,
+    )
     with pytest.raises(ValueError, match=r"Received: positions 0\.\.5\."):
         model({"encoder_tokens": ids, "decoder_tokens": ids[:, :3]})
 
@@ -345,7 +500,9 @@ def test_image_longer_than_the_pixel_positions():
     import tensorflow as tf
 
     layer = PixelEmbedding(5, 8, image_size=(2, 2), channels=1, position="learned")
-    with pytest.raises(ValueError, match=r"must be >= 0 and fit the 5 positions.* Received: positions 0\.\.5\."):
+    with pytest.raises(
+        ValueError, match=r"must be >= 0 and fit the 5 positions.* Received: positions 0\.\.5\."
+    ):
         layer(np.ones((1, 6), "int32"))
     signature = [tf.TensorSpec((None, None), tf.int32)]  # traced: the caller's to check
     for jit_compile in (False, True):
@@ -356,21 +513,26 @@ def test_image_longer_than_the_pixel_positions():
 # ------------------------------------------- ids outside an embedding's table
 ID_CASES = {
     "token_id_past_the_table": (
-        lambda: TokenAndPositionEmbedding(20, 8, 6, name="tokens"), np.array([[3, 20]]),
+        lambda: TokenAndPositionEmbedding(20, 8, 6, name="tokens"),
+        np.array([[3, 20]]),
         r"TokenAndPositionEmbedding tokens: token ids must lie in \[0, 20\), the rows of its table\. "
         r"Map unknown tokens to an id of the vocabulary.*Received: token ids from",
         ("3", "20"),
     ),
     "negative_token_id": (
-        lambda: TokenAndPositionEmbedding(20, 8, position="sinusoidal", name="tokens"), np.array([[-1, 3]]),
-        r"token ids must lie in \[0, 20\).*Received: token ids from", ("-1", "3"),
+        lambda: TokenAndPositionEmbedding(20, 8, position="sinusoidal", name="tokens"),
+        np.array([[-1, 3]]),
+        r"token ids must lie in \[0, 20\).*Received: token ids from",
+        ("-1", "3"),
     ),
     "intensity_past_the_table": (
         # Before the check, 257 in channel 1 read as row 514 of the joint
         # table: channel 2's intensity 0.
-        lambda: PixelEmbedding(257, 8, image_size=2, name="pixels"), np.array([[0, 257]]),
+        lambda: PixelEmbedding(257, 8, image_size=2, name="pixels"),
+        np.array([[0, 257]]),
         r"PixelEmbedding pixels: intensity ids must lie in \[0, 257\), the rows of its table\. "
-        r"Pass intensities.*Received: intensity ids from", ("0", "257"),
+        r"Pass intensities.*Received: intensity ids from",
+        ("0", "257"),
     ),
 }
 
@@ -397,23 +559,45 @@ def test_models_refuse_ids_outside_their_tables():
 
     tiny = dict(num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8)
     music = music_transformer(20, max_relative_position=4, **tiny)
-    with pytest.raises(ValueError, match=r"TokenEmbedding token_embedding: token ids must lie in \[0, 20\).*from 25 to 25\."):
+    with pytest.raises(
+        ValueError,
+        match=r"TokenEmbedding token_embedding: token ids must lie in \[0, 20\).*from 25 to 25\.",
+    ):
         music(np.full((2, 6), 25, "int32"))
     images = image_transformer(image_size=2, channels=1, num_classes=5, **tiny)
-    with pytest.raises(ValueError, match=r"TokenEmbedding class_embedding: token ids must lie in \[0, 5\).*from 0 to 7\."):
+    with pytest.raises(
+        ValueError,
+        match=r"TokenEmbedding class_embedding: token ids must lie in \[0, 5\).*from 0 to 7\.",
+    ):
         images({"decoder_tokens": np.zeros((2, 4), "int32"), "class_label": np.array([0, 7])})
     translation = translation_transformer(20, **tiny)
-    with pytest.raises(ValueError, match=r"encoder_embedding: token ids must lie in \[0, 20\).*from -1 to 3\."):
+    with pytest.raises(
+        ValueError, match=r"encoder_embedding: token ids must lie in \[0, 20\).*from -1 to 3\."
+    ):
         translation({"encoder_tokens": np.array([[3, -1]]), "decoder_tokens": np.array([[1, 2]])})
-    sr = super_resolution_transformer(low_resolution_size=2, image_size=4, num_encoder_layers=1,
-                                      hidden_dim=8, num_heads=2, intermediate_dim=8, num_layers=1,
-                                      position="learned", align_positions=False)
+    sr = super_resolution_transformer(
+        low_resolution_size=2,
+        image_size=4,
+        num_encoder_layers=1,
+        hidden_dim=8,
+        num_heads=2,
+        intermediate_dim=8,
+        num_layers=1,
+        position="learned",
+        align_positions=False,
+    )
     tokens = np.zeros((1, 48), "int32")
     low = np.full((1, 12), 7, "int32")
     sr({"decoder_tokens": tokens, "low_resolution": low})
-    with pytest.raises(ValueError, match=r"encoder_embedding: intensity ids must lie in \[0, 256\).*from 7 to 300\."):
+    with pytest.raises(
+        ValueError,
+        match=r"encoder_embedding: intensity ids must lie in \[0, 256\).*from 7 to 300\.",
+    ):
         sr({"decoder_tokens": tokens, "low_resolution": np.concatenate([low[:, :11], [[300]]], 1)})
-    with pytest.raises(ValueError, match=r"decoder_embedding: intensity ids must lie in \[0, 257\).*from 0 to 999\."):
+    with pytest.raises(
+        ValueError,
+        match=r"decoder_embedding: intensity ids must lie in \[0, 257\).*from 0 to 999\.",
+    ):
         sr({"decoder_tokens": np.concatenate([tokens[:, :47], [[999]]], 1), "low_resolution": low})
 
 
@@ -433,11 +617,15 @@ def test_low_resolution_images_must_match_the_rows_they_condition(which):
         layer = LowResolutionLogitBias(**sizes)
         first, name = np.zeros((2, 16, 256), "float32"), "logits"
     low = np.full((3, 4), 7, "int32")
-    message = (f"`low_resolution.shape` must be (2, 4): one 2x2x1 image in raster order per row of `{name}`. "
-               "Received: low_resolution.shape=(3, 4).")
+    message = (
+        f"`low_resolution.shape` must be (2, 4): one 2x2x1 image in raster order per row of `{name}`. "
+        "Received: low_resolution.shape=(3, 4)."
+    )
     with pytest.raises(ValueError, match=re.escape(message)):
         layer(first, low)
-    np.testing.assert_allclose(np.asarray(layer(first, low[:2])).shape, first.shape[:2] + (
-        8 if which == "embedding" else 256,))
+    np.testing.assert_allclose(
+        np.asarray(layer(first, low[:2])).shape,
+        first.shape[:2] + (8 if which == "embedding" else 256,),
+    )
     with pytest.raises(ValueError, match=re.escape(message)):  # static shapes: when traced
         traced(lambda x, y: layer(x, y))(first, low)

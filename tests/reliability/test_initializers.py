@@ -38,10 +38,12 @@ def _local_2d(**kwargs):
 # Each case: (make the layer from initializer kwargs, its call arguments).
 CASES = {
     "multi_head_attention": (
-        lambda **kw: attn.MultiHeadAttention(2, 4, **kw), (_floats(2, 3, 8), _floats(2, 5, 8)),
+        lambda **kw: attn.MultiHeadAttention(2, 4, **kw),
+        (_floats(2, 3, 8), _floats(2, 5, 8)),
     ),
     "multi_head_self_attention": (
-        lambda **kw: attn.MultiHeadSelfAttention(2, 4, **kw), (_floats(2, 3, 8),),
+        lambda **kw: attn.MultiHeadSelfAttention(2, 4, **kw),
+        (_floats(2, 3, 8),),
     ),
     "local_block_attention_1d": (_local, (_floats(2, 5, 8),)),
     "local_block_attention_2d": (_local_2d, (_floats(2, 4, 4, 8),)),
@@ -50,7 +52,8 @@ CASES = {
         (_floats(2, 3, 8),),
     ),
     "transformer_encoder": (
-        lambda **kw: attn.TransformerEncoder(8, num_heads=2, **kw), (_floats(2, 3, 8),),
+        lambda **kw: attn.TransformerEncoder(8, num_heads=2, **kw),
+        (_floats(2, 3, 8),),
     ),
     "transformer_decoder_with_cross_attention": (
         lambda **kw: attn.TransformerDecoder(8, num_heads=2, **kw),
@@ -64,11 +67,7 @@ INITIALIZERS = {
 
 
 def _assert_independent_draws(layer):
-    tables = [
-        (w.path, np.asarray(w).ravel())
-        for w in layer.weights
-        if len(w.shape) >= 2
-    ]
+    tables = [(w.path, np.asarray(w).ravel()) for w in layer.weights if len(w.shape) >= 2]
     assert len(tables) >= 2, [path for path, _ in tables]
     for (path_a, a), (path_b, b) in itertools.combinations(tables, 2):
         n = min(a.size, b.size)
@@ -96,7 +95,8 @@ def test_no_two_kernels_share_a_draw(case, initializer):
 def test_blocks_with_a_nested_self_attention():
     attention = attn.RelativeGlobalAttention(2, 4, max_relative_position=3)
     block = attn.TransformerDecoder(
-        8, self_attention=attention,
+        8,
+        self_attention=attention,
         kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02),
     )
     block(_floats(2, 3, 8), _floats(2, 5, 8))

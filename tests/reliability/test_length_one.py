@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from keras_attn.layers import LocalBlockAttention, MultiHeadAttention, TransformerDecoder
-from tests import references
 from tests import attention_kinds as kinds
+from tests import references
 
 RNG = np.random.default_rng(12)
 
@@ -24,10 +24,10 @@ def _floats(*shape):
     return RNG.standard_normal(shape).astype("float32")
 
 
-def _call_without_warnings(fn):
+def _call_without_warnings(fn, *args, **kwargs):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = fn()
+        result = fn(*args, **kwargs)
     assert not [str(w.message) for w in caught]
     return result
 
@@ -35,9 +35,7 @@ def _call_without_warnings(fn):
 def _self_attention_cases():
     cases = {kind: (lambda k=kind: kinds.self_attention(k)) for kind in kinds.SELF_ATTENTION_KINDS}
     # A window of one position: every query sees only itself.
-    cases["local_window_of_one"] = lambda: LocalBlockAttention(
-        2, 4, block_size=1, memory_flange=0
-    )
+    cases["local_window_of_one"] = lambda: LocalBlockAttention(2, 4, block_size=1, memory_flange=0)
     return cases
 
 
@@ -72,7 +70,7 @@ def test_cached_decoding_steps(case, max_length):
     steps = []
     for i in range(max_length):
         y, cache = _call_without_warnings(
-            lambda: layer(x[:, i:i + 1], cache=cache, cache_index=i, use_causal_mask=True)
+            layer, x[:, i : i + 1], cache=cache, cache_index=i, use_causal_mask=True
         )
         steps.append(np.asarray(y))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
@@ -101,10 +99,12 @@ def test_decoder_step_with_a_one_token_source():
     steps = []
     for i in range(3):
         y, cache, cross = _call_without_warnings(
-            lambda: decoder(
-                target[:, i:i + 1], source if cross is None else None,
-                self_attention_cache=cache, cache_index=i, cross_attention_cache=cross,
-            )
+            decoder,
+            target[:, i : i + 1],
+            source if cross is None else None,
+            self_attention_cache=cache,
+            cache_index=i,
+            cross_attention_cache=cross,
         )
         steps.append(np.asarray(y))
     np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)

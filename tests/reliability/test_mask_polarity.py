@@ -40,7 +40,11 @@ from tests.test_case import gradients
 KINDS = kinds.SELF_ATTENTION_KINDS
 CAPTIONS = (
     pathlib.Path(__file__).resolve().parents[2]
-    / "examples" / "translation" / "data" / "multi30k" / "val.en.gz"
+    / "examples"
+    / "translation"
+    / "data"
+    / "multi30k"
+    / "val.en.gz"
 )
 WINDOW = 3  # input characters per training window
 # Full-batch Adam steps. With dense embedding gradients (JAX's, and those
@@ -56,7 +60,7 @@ def _windows(count=1024, seed=0):
         text = " ".join(line.strip() for line in f).lower()
     vocabulary = {c: i + 1 for i, c in enumerate(sorted(set(text)))}
     starts = np.random.default_rng(seed).integers(0, len(text) - WINDOW - 1, count)
-    ids = np.array([[vocabulary[c] for c in text[s:s + WINDOW + 1]] for s in starts], "int32")
+    ids = np.array([[vocabulary[c] for c in text[s : s + WINDOW + 1]] for s in starts], "int32")
     return ids[:, :-1], ids[:, 1:], len(vocabulary) + 1
 
 
@@ -78,7 +82,9 @@ def _causal_bound(inputs, targets):
 
 def _language_model(kind, vocabulary_size):
     tokens = keras.Input((None,), dtype="int32")
-    x = TokenAndPositionEmbedding(vocabulary_size, 16, sequence_length=WINDOW, mask_zero=True)(tokens)
+    x = TokenAndPositionEmbedding(vocabulary_size, 16, sequence_length=WINDOW, mask_zero=True)(
+        tokens
+    )
     x = TransformerDecoder(
         intermediate_dim=32, self_attention=kinds.self_attention(kind, num_heads=2, key_dim=8)
     )(x)
@@ -87,8 +93,14 @@ def _language_model(kind, vocabulary_size):
 
 def _translation_model(vocabulary_size):
     model = translation_transformer(
-        vocabulary_size, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
-        dropout=0.0, position="learned", max_length=WINDOW,
+        vocabulary_size,
+        num_layers=1,
+        hidden_dim=16,
+        num_heads=2,
+        intermediate_dim=32,
+        dropout=0.0,
+        position="learned",
+        max_length=WINDOW,
     )
 
     def call(tokens, training):
@@ -186,7 +198,8 @@ def test_the_bound_catches_a_model_that_sees_the_future(task, monkeypatch, kind)
     )
     structure_mask = LocalBlockAttention._structure_mask
     monkeypatch.setattr(
-        LocalBlockAttention, "_structure_mask",
+        LocalBlockAttention,
+        "_structure_mask",
         lambda self, causal: ops.logical_not(structure_mask(self, causal)),
     )
     model = _language_model(kind, vocabulary_size)
@@ -281,10 +294,17 @@ def test_blocks_read_true_as_visible(kind):
     padding = _one_key_padding()
     encoder = kinds.encoder(kind)
     _, scores = encoder(x, padding_mask=padding, return_attention_scores=True)
-    _assert_all_weight_on_the_visible_key(scores, kinds.dense_mask(encoder._self_attention_layer, 2, 5))
-    _, scores = encoder(x, attention_mask=np.broadcast_to(padding[:, None, :], (2, 5, 5)),
-                        return_attention_scores=True)
-    _assert_all_weight_on_the_visible_key(scores, kinds.dense_mask(encoder._self_attention_layer, 2, 5))
+    _assert_all_weight_on_the_visible_key(
+        scores, kinds.dense_mask(encoder._self_attention_layer, 2, 5)
+    )
+    _, scores = encoder(
+        x,
+        attention_mask=np.broadcast_to(padding[:, None, :], (2, 5, 5)),
+        return_attention_scores=True,
+    )
+    _assert_all_weight_on_the_visible_key(
+        scores, kinds.dense_mask(encoder._self_attention_layer, 2, 5)
+    )
     decoder = kinds.decoder(kind)
     _, scores = decoder(x, memory, encoder_padding_mask=padding, return_attention_scores=True)
     _assert_all_weight_on_the_visible_key(scores["cross_attention"])
@@ -311,7 +331,7 @@ def _cached_logits(model, tokens, inputs=None):
     state = decoder.initial_state(tokens.shape[0], tokens.shape[1], inputs)
     outs = []
     for i in range(tokens.shape[1]):
-        logits, state = decoder(tokens[:, i:i + 1], i, state)
+        logits, state = decoder(tokens[:, i : i + 1], i, state)
         outs.append(np.asarray(logits))
     return np.concatenate(outs, axis=1)
 
@@ -321,7 +341,9 @@ def test_padding_tokens_are_invisible_in_full_and_cached_decoding(kind):
     # A padding id inside the sequence: what its embedding holds must not
     # reach the real positions, in the full model or through the cache.
     tokens = keras.Input((None,), dtype="int32")
-    x = TokenAndPositionEmbedding(12, 16, sequence_length=8, mask_zero=True, name="embedding")(tokens)
+    x = TokenAndPositionEmbedding(12, 16, sequence_length=8, mask_zero=True, name="embedding")(
+        tokens
+    )
     x = TransformerDecoder(
         intermediate_dim=32, self_attention=kinds.self_attention(kind, num_heads=2, key_dim=8)
     )(x)
@@ -337,8 +359,9 @@ def test_padding_tokens_are_invisible_in_full_and_cached_decoding(kind):
 
 
 def test_source_padding_is_invisible_to_the_translation_decoder():
-    model = translation_transformer(12, num_layers=1, hidden_dim=16, num_heads=2,
-                                    intermediate_dim=32, dropout=0.0)
+    model = translation_transformer(
+        12, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32, dropout=0.0
+    )
     source = np.array([[3, 4, 5, 0, 0], [6, 0, 0, 0, 0]], "int32")
     target = np.array([[1, 7, 8], [1, 9, 2]], "int32")
     inputs = {"encoder_tokens": source, "decoder_tokens": target}

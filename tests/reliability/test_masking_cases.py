@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 
 from keras_attn.layers import LocalBlockAttention, MultiHeadAttention, MultiHeadSelfAttention
+from tests import attention_kinds as kinds
 from tests import references
 from tests.test_case import gradients
-from tests import attention_kinds as kinds
 
 KINDS = kinds.SELF_ATTENTION_KINDS
 RNG = np.random.default_rng(61)
@@ -59,7 +59,9 @@ def _check_empty_rows(scores, outputs, layer, empty, atol=1e-5):
     np.testing.assert_allclose(scores[~empty].sum(-1), 1.0, atol=atol)
     outputs = np.asarray(outputs, "float32")
     np.testing.assert_allclose(
-        outputs[empty], np.broadcast_to(np.asarray(bias, "float32"), outputs[empty].shape), atol=1e-6
+        outputs[empty],
+        np.broadcast_to(np.asarray(bias, "float32"), outputs[empty].shape),
+        atol=1e-6,
     )
 
 
@@ -80,7 +82,10 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients(kind, padding_name, c
         out, scores = layer(
             x, padding_mask=padding, use_causal_mask=causal, return_attention_scores=True
         )
-        return keras.ops.sum(keras.ops.multiply(keras.ops.cast(out, "float32"), probe)), (out, scores)
+        return keras.ops.sum(keras.ops.multiply(keras.ops.cast(out, "float32"), probe)), (
+            out,
+            scores,
+        )
 
     (out, scores), grads = gradients(forward, [x], layer)
     assert _finite([out, scores]) and _finite(grads)
@@ -149,7 +154,9 @@ def test_blocks_with_fully_masked_rows(kind, block_type):
     garbage[1] = 1e3 * _x(5, 8)
     garbage[0, ~padding[0]] = 50 * _x(2, 8)
     np.testing.assert_allclose(
-        np.asarray(run(garbage, padding)[0])[0, padding[0]], np.asarray(out)[0, padding[0]], atol=1e-5
+        np.asarray(run(garbage, padding)[0])[0, padding[0]],
+        np.asarray(out)[0, padding[0]],
+        atol=1e-5,
     )
     np.testing.assert_allclose(
         np.asarray(run(np.asarray(x)[:1], padding[:1])[0])[0], np.asarray(out)[0], atol=1e-5
@@ -198,7 +205,7 @@ def test_causal_dropout_never_sees_the_future(kind, mode):
     t, length = 3, 8
     x1 = _x(2, length, 8)
     x2 = x1.copy()
-    x2[:, t + 1:] = _x(2, length - t - 1, 8)
+    x2[:, t + 1 :] = _x(2, length - t - 1, 8)
     a, b = _twins(lambda: kinds.self_attention(kind, dropout=0.1, seed=7), x1.shape)
 
     def run(layer, x):
@@ -207,8 +214,12 @@ def test_causal_dropout_never_sees_the_future(kind, mode):
         cache, outs, rows, index = layer.init_cache(2, length), [], [], 0
         for size in (2, 2, 1, 3):  # a chunk boundary at t + 1
             y, scores, cache = layer(
-                x[:, index:index + size], cache=cache, cache_index=index, use_causal_mask=True,
-                return_attention_scores=True, training=True,
+                x[:, index : index + size],
+                cache=cache,
+                cache_index=index,
+                use_causal_mask=True,
+                return_attention_scores=True,
+                training=True,
             )
             outs.append(np.asarray(y))
             rows.append(np.asarray(scores))
@@ -218,7 +229,7 @@ def test_causal_dropout_never_sees_the_future(kind, mode):
     (y1, s1), (y2, s2) = run(a, x1), run(b, x2)
     y1, y2 = np.asarray(y1), np.asarray(y2)
     np.testing.assert_allclose(y1[:, : t + 1], y2[:, : t + 1], atol=1e-6)
-    assert not np.allclose(y1[:, t + 1:], y2[:, t + 1:])
+    assert not np.allclose(y1[:, t + 1 :], y2[:, t + 1 :])
     future = np.triu(np.ones((length, length), bool), 1)
     for scores in (np.asarray(s1), np.asarray(s2)):
         assert (scores[:, :, future] == 0).all()
@@ -232,13 +243,13 @@ def test_decoder_block_with_dropout_never_sees_the_future(kind):
     t, length = 3, 7
     x1 = _x(2, length, 8)
     x2 = x1.copy()
-    x2[:, t + 1:] += 1.0
+    x2[:, t + 1 :] += 1.0
     a, b = _twins(lambda: kinds.decoder(kind, dropout=0.1, seed=5), x1.shape)
     y1, s1 = a(x1, training=True, return_attention_scores=True)
     y2, s2 = b(x2, training=True, return_attention_scores=True)
     y1, y2 = np.asarray(y1), np.asarray(y2)
     np.testing.assert_allclose(y1[:, : t + 1], y2[:, : t + 1], atol=1e-6)
-    assert not np.allclose(y1[:, t + 1:], y2[:, t + 1:])
+    assert not np.allclose(y1[:, t + 1 :], y2[:, t + 1 :])
     future = np.triu(np.ones((length, length), bool), 1)
     assert (np.asarray(s1["self_attention"])[:, :, future] == 0).all()
     assert not np.allclose(y1, np.asarray(a(x1)), atol=1e-4)
@@ -255,8 +266,11 @@ def test_encoder_decoder_batch_equals_each_example_alone(kind):
     encoder, decoder = kinds.encoder(kind), kinds.decoder(kind)
     memory = encoder(source, padding_mask=SOURCE_PADDING)
     out, scores = decoder(
-        target, memory, decoder_padding_mask=TARGET_PADDING,
-        encoder_padding_mask=SOURCE_PADDING, return_attention_scores=True,
+        target,
+        memory,
+        decoder_padding_mask=TARGET_PADDING,
+        encoder_padding_mask=SOURCE_PADDING,
+        return_attention_scores=True,
     )
     out, cross = np.asarray(out), np.asarray(scores["cross_attention"])
     assert cross.shape == (2, 2, 4, 7)
@@ -267,11 +281,13 @@ def test_encoder_decoder_batch_equals_each_example_alone(kind):
     self_mask = kinds.dense_mask(layer, 2, 4, TARGET_PADDING, causal=True)
     cross_mask = references.dense_mask(2, 4, 7, SOURCE_PADDING, num_heads=2)
     np.testing.assert_allclose(
-        out, kinds.decoder_block(decoder, target, self_mask, np.asarray(memory), cross_mask), atol=1e-4
+        out,
+        kinds.decoder_block(decoder, target, self_mask, np.asarray(memory), cross_mask),
+        atol=1e-4,
     )
     for b in range(2):
         s, t = int(SOURCE_PADDING[b].sum()), int(TARGET_PADDING[b].sum())
-        alone = decoder(target[b:b + 1, :t], encoder(source[b:b + 1, :s]))
+        alone = decoder(target[b : b + 1, :t], encoder(source[b : b + 1, :s]))
         np.testing.assert_allclose(np.asarray(alone)[0], out[b, :t], atol=1e-5)
 
 
@@ -288,7 +304,7 @@ def test_functional_encoder_decoder_reads_the_implicit_masks(kind):
     logits = np.asarray(model([source, target]))
     for b in range(2):
         s, t = int((source[b] > 0).sum()), int((target[b] > 0).sum())
-        alone = np.asarray(model([source[b:b + 1, :s], target[b:b + 1, :t]]))
+        alone = np.asarray(model([source[b : b + 1, :s], target[b : b + 1, :t]]))
         np.testing.assert_allclose(alone[0], logits[b, :t], atol=1e-5)
 
 
@@ -315,7 +331,13 @@ def test_flange_covering_the_sequence_is_full_attention(causal):
     if causal:  # and token by token through the cache
         cache, outs = local.init_cache(2, 13), []
         for i in range(13):
-            y, cache = local(x[:, i:i + 1], padding_mask=padding, cache=cache, cache_index=i, use_causal_mask=True)
+            y, cache = local(
+                x[:, i : i + 1],
+                padding_mask=padding,
+                cache=cache,
+                cache_index=i,
+                use_causal_mask=True,
+            )
             outs.append(np.asarray(y))
         np.testing.assert_allclose(np.concatenate(outs, 1), want, atol=1e-5)
 

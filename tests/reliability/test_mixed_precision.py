@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from keras_attn.layers import MultiHeadAttention, RelativeGlobalAttention
-from tests import references
 from tests import attention_kinds as kinds
+from tests import references
 
 POLICIES = ["mixed_float16", "mixed_bfloat16"]
 # Half of the keys masked, a different half per example.
@@ -93,7 +93,9 @@ def test_self_attention_large_logits_half_masked(policy, kind, causal):
     if kind == "local":
         sizes.update(block_size=4, memory_flange=4)
     reference, (x,), weights = _integer_setup(
-        lambda: kinds.self_attention(kind, **sizes), [(2, 8, 16)], _self_attention_logits,
+        lambda: kinds.self_attention(kind, **sizes),
+        [(2, 8, 16)],
+        _self_attention_logits,
         lambda layer: kinds.dense_mask(layer, 2, 8, PADDING, causal=causal),
     )
     kwargs = {"padding_mask": PADDING, "use_causal_mask": causal, "return_attention_scores": True}
@@ -112,7 +114,8 @@ def _scale_30_draw(rng, layer, shapes):
     as trained ones are: not exact in float16; their logits are ~30."""
     inputs = [rng.integers(-30, 31, shape).astype("float32") for shape in shapes]
     weights = [
-        rng.normal(0.0, 6.0, w.shape) if "relative_embeddings" in w.path
+        rng.normal(0.0, 6.0, w.shape)
+        if "relative_embeddings" in w.path
         else rng.integers(-1, 2, w.shape) / 16
         for w in layer.weights
     ]
@@ -139,7 +142,9 @@ def test_self_attention_scale_30_inputs_one_float16_tolerance(kind, causal):
     if kind == "local":
         sizes.update(block_size=4, memory_flange=4)
     reference, (x,), weights = _integer_setup(
-        lambda: kinds.self_attention(kind, **sizes), [(2, 8, 16)], _self_attention_logits,
+        lambda: kinds.self_attention(kind, **sizes),
+        [(2, 8, 16)],
+        _self_attention_logits,
         lambda layer: kinds.dense_mask(layer, 2, 8, PADDING, causal=causal),
         draw=_scale_30_draw,
     )
@@ -165,7 +170,9 @@ def test_cross_attention_large_logits_half_masked(policy):
         return np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(3)
 
     reference, (query, value), weights = _integer_setup(
-        lambda: MultiHeadAttention(num_heads=2, key_dim=3), [(2, 8, 16), (2, 8, 12)], logits_of,
+        lambda: MultiHeadAttention(num_heads=2, key_dim=3),
+        [(2, 8, 16), (2, 8, 12)],
+        logits_of,
         lambda layer: PADDING[:, None, None, :],
     )
     want, want_scores = reference(

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from keras_attn.layers import MultiHeadAttention, MultiHeadSelfAttention
-from tests import references
 from tests import attention_kinds as kinds
+from tests import references
 from tests.test_case import property_examples
 
 # A softmax over one key makes Keras warn; a length of 1 is a case we want.
@@ -50,10 +50,15 @@ def test_multi_head_self_attention_matches_reference(
     padding, attention = _random_masks(rng, batch, num_heads, length, length, per_head)
     layer = MultiHeadSelfAttention(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim)
     out, scores = layer(
-        x, padding_mask=padding, attention_mask=attention, use_causal_mask=causal,
+        x,
+        padding_mask=padding,
+        attention_mask=attention,
+        use_causal_mask=causal,
         return_attention_scores=True,
     )
-    mask = references.dense_mask(batch, length, length, padding, attention, causal, num_heads=num_heads)
+    mask = references.dense_mask(
+        batch, length, length, padding, attention, causal, num_heads=num_heads
+    )
     want, want_probs = references.multi_head_self_attention(layer, x, mask)
     np.testing.assert_allclose(np.asarray(scores), want_probs, atol=1e-5)
     np.testing.assert_allclose(np.asarray(out), want, atol=1e-4)
@@ -78,10 +83,15 @@ def test_multi_head_attention_matches_reference(
     padding, attention = _random_masks(rng, batch, num_heads, query_length, value_length, per_head)
     layer = MultiHeadAttention(num_heads=num_heads, key_dim=key_dim)
     out, scores = layer(
-        query, value, value_padding_mask=padding, attention_mask=attention,
+        query,
+        value,
+        value_padding_mask=padding,
+        attention_mask=attention,
         return_attention_scores=True,
     )
-    mask = references.dense_mask(batch, query_length, value_length, padding, attention, num_heads=num_heads)
+    mask = references.dense_mask(
+        batch, query_length, value_length, padding, attention, num_heads=num_heads
+    )
     want, want_probs = references.multi_head_cross_attention(layer, query, value, mask)
     np.testing.assert_allclose(np.asarray(scores), want_probs, atol=1e-5)
     np.testing.assert_allclose(np.asarray(out), want, atol=1e-4)
@@ -115,7 +125,9 @@ def test_encoder_block_matches_reference(kind, batch, length, normalize_first, s
     normalize_first=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_decoder_block_matches_reference(kind, batch, length, memory_length, cross, normalize_first, seed):
+def test_decoder_block_matches_reference(
+    kind, batch, length, memory_length, cross, normalize_first, seed
+):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, length, 8)).astype("float32")
     padding = rng.random((batch, length)) > 0.3
@@ -125,7 +137,9 @@ def test_decoder_block_matches_reference(kind, batch, length, memory_length, cro
         memory = rng.standard_normal((batch, memory_length, 6)).astype("float32")
         memory_padding = rng.random((batch, memory_length)) > 0.3
         out = block(x, memory, decoder_padding_mask=padding, encoder_padding_mask=memory_padding)
-        cross_mask = references.dense_mask(batch, length, memory_length, memory_padding, num_heads=2)
+        cross_mask = references.dense_mask(
+            batch, length, memory_length, memory_padding, num_heads=2
+        )
         want = kinds.decoder_block(block, x, self_mask, memory, cross_mask)
     else:
         out = block(x, decoder_padding_mask=padding)
@@ -159,7 +173,10 @@ def test_cached_equals_full_pass_for_random_chunkings(data, kind, length, extra_
     cache, outs, index = layer.init_cache(2, cache_length), [], 0
     for size in chunks:
         y, cache = layer(
-            x[:, index:index + size], padding_mask=padding, cache=cache, cache_index=index,
+            x[:, index : index + size],
+            padding_mask=padding,
+            cache=cache,
+            cache_index=index,
             use_causal_mask=True,
         )
         outs.append(np.asarray(y))
@@ -184,9 +201,12 @@ def test_cached_decoder_block_equals_full_pass_for_random_chunkings(data, kind, 
     cache, cross, outs, index = block.init_cache(2, length), None, [], 0
     for size in _chunks(data, length):
         y, cache, cross = block(
-            x[:, index:index + size], None if cross is not None else memory,
-            encoder_padding_mask=memory_padding, self_attention_cache=cache,
-            cache_index=index, cross_attention_cache=cross,
+            x[:, index : index + size],
+            None if cross is not None else memory,
+            encoder_padding_mask=memory_padding,
+            self_attention_cache=cache,
+            cache_index=index,
+            cross_attention_cache=cross,
         )
         outs.append(np.asarray(y))
         index += size

@@ -22,18 +22,24 @@ def test_finite_and_positive_at_step_zero_in_a_compiled_graph():
     compiled = tf.function(schedule, jit_compile=True)
     for step in (tf.constant(0, tf.int64), tf.constant(0, tf.int32), np.int64(0), 0):
         rate = float(compiled(step))
-        assert np.isfinite(rate) and rate == pytest.approx(512 ** -0.5 * 4000 ** -1.5, rel=1e-5)
+        assert np.isfinite(rate) and rate == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-5)
     assert np.isfinite(float(schedule(2**40))) and float(schedule(2**40)) > 0
 
 
 def test_serialization_round_trip():
     schedule = WarmupInverseSqrtSchedule(d_model=64, warmup_steps=10, scale=2.0)
-    restored = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    restored = keras.optimizers.schedules.deserialize(
+        keras.optimizers.schedules.serialize(schedule)
+    )
     assert isinstance(restored, WarmupInverseSqrtSchedule)
     assert restored.get_config() == schedule.get_config()
     steps = np.arange(0, 40, 3)
-    np.testing.assert_allclose([float(restored(s)) for s in steps], [float(schedule(s)) for s in steps])
-    optimizer = keras.optimizers.deserialize(keras.optimizers.serialize(keras.optimizers.Adam(schedule)))
+    np.testing.assert_allclose(
+        [float(restored(s)) for s in steps], [float(schedule(s)) for s in steps]
+    )
+    optimizer = keras.optimizers.deserialize(
+        keras.optimizers.serialize(keras.optimizers.Adam(schedule))
+    )
     assert optimizer._learning_rate.get_config() == schedule.get_config()
 
 
@@ -61,8 +67,14 @@ def test_restored_under_mixed_precision_at_the_saved_step(tmp_path):
     [
         ({"d_model": 0}, r"`d_model` must be a positive finite number\. Received: d_model=0"),
         ({"d_model": "512"}, r"Received: d_model='512'"),
-        ({"d_model": 64, "warmup_steps": -1}, r"`warmup_steps` must be .*Received: warmup_steps=-1"),
-        ({"d_model": 64, "scale": 0.0}, r"`scale` must be a positive finite number.*Received: scale=0\.0"),
+        (
+            {"d_model": 64, "warmup_steps": -1},
+            r"`warmup_steps` must be .*Received: warmup_steps=-1",
+        ),
+        (
+            {"d_model": 64, "scale": 0.0},
+            r"`scale` must be a positive finite number.*Received: scale=0\.0",
+        ),
         ({"d_model": 64, "scale": -1.0}, r"Received: scale=-1\.0"),
         ({"d_model": 64, "scale": float("nan")}, r"Received: scale=nan"),
     ],

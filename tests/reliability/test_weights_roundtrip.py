@@ -32,42 +32,64 @@ def _ids(high, *shape):
 # kwargs, a batch of inputs). Layers with two inputs are called on both.
 LAYER_CASES = {
     "multi_head_self_attention": (
-        lambda: kinds.self_attention("multi_head"), [((5, 8), "float32")], {"use_causal_mask": True},
+        lambda: kinds.self_attention("multi_head"),
+        [((5, 8), "float32")],
+        {"use_causal_mask": True},
     ),
-    "local_1d": (lambda: kinds.self_attention("local"), [((5, 8), "float32")], {"use_causal_mask": True}),
+    "local_1d": (
+        lambda: kinds.self_attention("local"),
+        [((5, 8), "float32")],
+        {"use_causal_mask": True},
+    ),
     "local_2d": (
         lambda: attn.LocalBlockAttention(2, 4, block_size=(2, 2), memory_flange=(1, 1)),
-        [((3, 4, 8), "float32")], {},
+        [((3, 4, 8), "float32")],
+        {},
     ),
     "relative": (lambda: kinds.self_attention("relative"), [((5, 8), "float32")], {}),
     "cross_attention": (
-        lambda: attn.MultiHeadAttention(2, 4, value_dim=3), [((4, 8), "float32"), ((6, 5), "float32")], {},
+        lambda: attn.MultiHeadAttention(2, 4, value_dim=3),
+        [((4, 8), "float32"), ((6, 5), "float32")],
+        {},
     ),
     "token_and_position_embedding_learned": (
         lambda: attn.TokenAndPositionEmbedding(11, 8, sequence_length=6, mask_zero=True),
-        [((5,), "int32")], {},
+        [((5,), "int32")],
+        {},
     ),
     "token_and_position_embedding_sinusoidal": (
-        lambda: attn.TokenAndPositionEmbedding(11, 8, position="sinusoidal"), [((5,), "int32")], {},
+        lambda: attn.TokenAndPositionEmbedding(11, 8, position="sinusoidal"),
+        [((5,), "int32")],
+        {},
     ),
-    "sinusoidal_position_encoding": (lambda: attn.SinusoidalPositionEncoding(), [((5, 8), "float32")], {}),
+    "sinusoidal_position_encoding": (
+        lambda: attn.SinusoidalPositionEncoding(),
+        [((5, 8), "float32")],
+        {},
+    ),
     "pixel_embedding": (
         lambda: attn.PixelEmbedding(7, 8, image_size=(2, 3), channels=2, position="learned"),
-        [((9,), "int32")], {},
+        [((9,), "int32")],
+        {},
     ),
     "pixel_position_encoding": (
         lambda: attn.PixelPositionEncoding(image_size=(2, 3), channels=2, position="learned"),
-        [((9, 8), "float32")], {},
+        [((9, 8), "float32")],
+        {},
     ),
 }
 for _kind in kinds.SELF_ATTENTION_KINDS:
     LAYER_CASES[f"encoder_{_kind}"] = (
-        lambda k=_kind: kinds.encoder(k), [((5, 8), "float32")], {},
+        lambda k=_kind: kinds.encoder(k),
+        [((5, 8), "float32")],
+        {},
     )
     # Cross-attention is created only when the block first sees an encoder
     # sequence: the lazily built sublayer of the issue.
     LAYER_CASES[f"decoder_cross_{_kind}"] = (
-        lambda k=_kind: kinds.decoder(k), [((5, 8), "float32"), ((7, 6), "float32")], {},
+        lambda k=_kind: kinds.decoder(k),
+        [((5, 8), "float32"), ((7, 6), "float32")],
+        {},
     )
 
 
@@ -117,8 +139,13 @@ def test_layer_weights_round_trip(name, tmp_path):
     fresh_layer = type(layer).from_config(layer.get_config())
     fresh = _functional(fresh_layer, specs, call_kwargs)
     batch = _batch(specs)
-    _check_round_trips(model, fresh, batch if len(batch) > 1 else batch[0], tmp_path,
-                       has_weights=bool(layer.weights))
+    _check_round_trips(
+        model,
+        fresh,
+        batch if len(batch) > 1 else batch[0],
+        tmp_path,
+        has_weights=bool(layer.weights),
+    )
 
 
 MODEL_CASES = {
@@ -130,36 +157,68 @@ MODEL_CASES = {
     ),
     "translation_learned_pre_norm": (
         lambda: models.translation_transformer(
-            20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16, dropout=0.0,
-            position="learned", max_length=8, normalize_first=True,
+            20,
+            num_layers=1,
+            hidden_dim=8,
+            num_heads=2,
+            intermediate_dim=16,
+            dropout=0.0,
+            position="learned",
+            max_length=8,
+            normalize_first=True,
         ),
         lambda: {"encoder_tokens": _ids(20, 2, 6), "decoder_tokens": _ids(20, 2, 4)},
     ),
     "music_relative": (
         lambda: models.music_transformer(
-            20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
-            max_relative_position=4, dropout=0.0,
+            20,
+            num_layers=1,
+            hidden_dim=8,
+            num_heads=2,
+            intermediate_dim=16,
+            max_relative_position=4,
+            dropout=0.0,
         ),
         lambda: _ids(20, 2, 6),
     ),
     "music_absolute": (
         lambda: models.music_transformer(
-            20, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=16,
-            attention="absolute", dropout=0.0,
+            20,
+            num_layers=1,
+            hidden_dim=8,
+            num_heads=2,
+            intermediate_dim=16,
+            attention="absolute",
+            dropout=0.0,
         ),
         lambda: _ids(20, 2, 6),
     ),
     "image_conditional": (
         lambda: models.image_transformer(
-            image_size=2, channels=3, num_classes=3, num_layers=1, hidden_dim=8, num_heads=2,
-            intermediate_dim=16, block_size=4, dropout=0.0,
+            image_size=2,
+            channels=3,
+            num_classes=3,
+            num_layers=1,
+            hidden_dim=8,
+            num_heads=2,
+            intermediate_dim=16,
+            block_size=4,
+            dropout=0.0,
         ),
         lambda: {"decoder_tokens": _ids(256, 2, 12), "class_label": np.array([0, 2], "int32")},
     ),
     "super_resolution": (
         lambda: models.super_resolution_transformer(
-            low_resolution_size=1, image_size=2, channels=3, num_encoder_layers=1, num_layers=1,
-            hidden_dim=8, num_heads=2, intermediate_dim=16, block_size=4, dropout=0.0,
+            low_resolution_size=1,
+            image_size=2,
+            channels=3,
+            num_encoder_layers=1,
+            num_layers=1,
+            hidden_dim=8,
+            num_heads=2,
+            intermediate_dim=16,
+            block_size=4,
+            dropout=0.0,
         ),
         lambda: {"low_resolution": _ids(256, 2, 3), "decoder_tokens": _ids(256, 2, 12)},
     ),
