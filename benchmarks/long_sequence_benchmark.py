@@ -124,7 +124,14 @@ def main():
         "--max_relative_position",
         type=int,
         default=1024,
-        help="M of the relative_chunked memory rows (M = T: the table as long as the sequence)",
+        help="M of the relative_chunked rows; 0: M = T at each length (the table as long as "
+        "the sequence)",
+    )
+    parser.add_argument(
+        "--relative",
+        default=None,
+        help="only RelativeGlobalAttention against MultiHeadSelfAttention, both chunk_size=C, "
+        "at these lengths (comma-separated): peak memory, time interleaved (issue 46)",
     )
     parser.add_argument(
         "--any_length",
@@ -158,6 +165,8 @@ def main():
         return crossover(args, budget, env_start, tf)
     if args.any_length:
         return any_length(args, budget, env_start, tf)
+    if args.relative:
+        return relative_against_mhsa(args, budget, env_start, tf)
 
     configs = [
         {"layer": "chunked", "length": t, "chunk_size": args.chunk_size} for t in chunked_lengths
@@ -371,6 +380,104 @@ def crossover(args, budget, env_start, tf):
                 for t, records in compared.items()
                 for n, r in records.items()
             ],
+            "table": "\n".join(lines),
+            "total_s": budget.elapsed(),
+        },
+    )
+
+
+def relative_against_mhsa(args, budget, env_start, tf):
+    """RelativeGlobalAttention(chunk_size=C) against MultiHeadSelfAttention(chunk_size=C) at
+    the lengths of --relative (issue 46): peak memory of each in a fresh process, then the two
+    steps timed interleaved in this process, one length at a time."""
+    lengths = [int(t) for t in args.relative.split(",")]
+    names = ("relative_chunked", "chunked")
+    configs = [
+        {
+            "layer": name,
+            "length": t,
+            "chunk_size": args.chunk_size,
+            "max_relative_position": args.max_relative_position or t,
+        }
+        for t in lengths
+        for name in names
+    ]
+    records = harness.measure_memory_many(
+        __file__, configs, parallel=1, timeout=600.0, budget=budget
+    )
+    memory = {(c["layer"], c["length"]): r for c, r in zip(configs, records)}
+    print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
+    timing = {}
+    for t in lengths:
+        x = inputs(tf, t)
+        steps = {
+            name: make_step(
+                name, args.chunk_size, max_relative_position=args.max_relative_position or t
+            )
+            for name in names
+        }
+        timing[t] = harness.time_interleaved(
+            {n: (lambda s=s, x=x: s(x)) for n, s in steps.items()},
+            repeats=args.repeats,
+            budget=budget,
+        )
+        print(f"time T={t} done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
+    env_end = harness.environment()
+    rows = [
+        [
+            t,
+            args.max_relative_position or t,
+            harness.fmt_mib(memory[("relative_chunked", t)]),
+            harness.fmt_mib(memory[("chunked", t)]),
+            harness.fmt_ms(timing[t]["relative_chunked"]),
+            harness.fmt_ms(timing[t]["chunked"]),
+            harness.fmt_ratio(timing[t]["relative_chunked"], timing[t]["chunked"]),
+            harness.fmt_ratio(timing[t]["relative_chunked"], timing[t]["chunked"], "cpu_median_s"),
+        ]
+        for t in lengths
+    ]
+    lines = [
+        f"RelativeGlobalAttention vs MultiHeadSelfAttention, both chunk_size={args.chunk_size}, "
+        f"causal, batch {BATCH}, d_model {MODEL_DIM}, {NUM_HEADS} heads x {KEY_DIM}, forward + "
+        f"backward, no XLA; peak MiB in a fresh process, time median of {args.repeats} "
+        "interleaved calls (ms).",
+        "",
+        harness.markdown_table(
+            [
+                "T",
+                "M",
+                "RGA MiB",
+                "MHSA MiB",
+                "RGA ms",
+                "MHSA ms",
+                "RGA / MHSA (wall)",
+                "RGA / MHSA (CPU)",
+            ],
+            rows,
+        ),
+        "",
+        f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
+    ]
+    print("\n".join(lines))
+    harness.write_results(
+        harness.output_path(args, "long_sequence_relative"),
+        {
+            "config": {
+                "batch_size": BATCH,
+                "model_dim": MODEL_DIM,
+                "num_heads": NUM_HEADS,
+                "key_dim": KEY_DIM,
+                "chunk_size": args.chunk_size,
+                "max_relative_position": args.max_relative_position,
+                "repeats": args.repeats,
+            },
+            "environment": {"start": env_start, "end": env_end},
+            "timing": [
+                {"layer": n, "length": t, **r}
+                for t, recs in timing.items()
+                for n, r in recs.items()
+            ],
+            "peak_memory": [{**c, **r} for c, r in zip(configs, records)],
             "table": "\n".join(lines),
             "total_s": budget.elapsed(),
         },

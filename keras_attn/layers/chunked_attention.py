@@ -1,22 +1,14 @@
 """Attention over key chunks with an online softmax: memory linear in T.
 
-The dense core (`attention_ops.scaled_dot_product_attention`) builds the
-(B, H, T, S) logits and probabilities, and its gradient keeps them: memory
-quadratic in the sequence length. Here the queries and keys are cut into
-chunks of C positions; for each query chunk the keys are visited chunk by
-chunk, keeping a running maximum, a running sum of exponentials and a
-running weighted sum of values (the online softmax), so no buffer larger
-than (B, H, C, C) exists. The gradient is written out by hand and
-recomputes each chunk's probabilities from the saved log-sum-exp instead of
-storing them. Everything is `keras.ops` (loops are `ops.scan` with
-`unroll=1` over query chunks, so that TensorFlow runs them one at a time as
-JAX does, and `ops.fori_loop` over key chunks; the gradient
-`ops.custom_gradient`), so it runs on every backend.
+Queries and keys are cut into chunks of C; each query chunk visits the key chunks keeping a
+running maximum, sum and weighted sum of values, so no buffer larger than (B, H, C, C) exists.
+The gradient recomputes each chunk's probabilities from the saved log-sum-exp. Query-chunk loops
+are `ops.scan(unroll=1)` (one at a time on TensorFlow too), key-chunk loops `ops.fori_loop`.
+How relative logits and their gradient are chunked: docs/guides/relative_attention.md.
 
 Reference:
-    Rabe & Staats 2021, "Self-attention Does Not Need O(n²) Memory";
-    Dao et al. 2022, "FlashAttention" (the backward pass from the saved
-    log-sum-exp, section 3.1 and appendix B).
+    Rabe & Staats 2021, "Self-attention Does Not Need O(n²) Memory"; Dao et al. 2022,
+    "FlashAttention", section 3.1 and appendix B.
 """
 
 from keras import ops
@@ -27,35 +19,23 @@ from keras_attn.layers.attention_ops import MASKED_LOGIT
 def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_embeddings=None):
     """softmax(Q·Kᵀ/√K) · V computed chunk by chunk (no (B, H, T, S) buffer).
 
-    Equal to `attention_ops.scaled_dot_product_attention` without dropout,
-    to float tolerance: the same masks (boolean, True = may attend), and a
-    query row with no visible key gives zeros and zero gradients.
+    Equal to `attention_ops.scaled_dot_product_attention` without dropout, to float tolerance:
+    the same masks (True = may attend); a row with no visible key gives zeros and zero gradients.
 
     Args:
         query: (B, T, H, K) float queries.
         key: (B, S, H, K) float keys.
         value: (B, S, H, V) float values.
-        masks: an `AttentionMasks` record (padding mask (B, S), attention
-            mask (B, T, S) or (B, H, T, S), causal mask from `cache_index`)
-            or None. A cached call (`masks.cached`) is not supported: a
-            decoding step has no (T, S) buffer to save.
-        chunk_size: C, positions per query chunk and per key chunk (int
-            >= 1). Memory per chunk pair is O(B * H * C * C), times the
-            key chunks in flight: one on JAX, up to 10 on TensorFlow (the
-            default `parallel_iterations` of `ops.fori_loop`'s while loop;
-            query chunks run one at a time on both). T and S are padded to
-            multiples of C (padded keys are masked).
-        relative_embeddings: optional float32 table E of learned relative
-            position embeddings, (2M - 1, K) shared by the heads or
-            (H, 2M - 1, K), row r for the distance (key - query) r - (M - 1),
-            distances clamped to ±(M - 1): the logits then add
-            Srel[t, s] = q_t · E[s - t] before the 1/√K scaling (Huang et al.
-            2018, as `RelativeGlobalAttention`), computed per chunk pair from
-            the 2C - 1 distances it needs.
+        masks: an `AttentionMasks` record or None; not a cached one (use the dense core).
+        chunk_size: C (int >= 1), positions per query and key chunk; T and S are padded to
+            multiples of C. Memory O(B·H·C²) per chunk pair in flight (one on JAX, up to 10
+            key chunks on TensorFlow).
+        relative_embeddings: optional float table E, (2M - 1, K) shared or (H, 2M - 1, K), row r
+            the distance r - (M - 1), clamped: adds q_t · E[s - t] to the logits before the
+            1/√K scaling, as `RelativeGlobalAttention`.
 
     Returns:
-        (B, T, H, V) outputs in the value's dtype. Logits, the softmax and
-        the accumulation are in float32.
+        (B, T, H, V) outputs in the value's dtype (logits, softmax, sums in float32).
 
     Raises:
         ValueError: on a cached `masks` record or `chunk_size` < 1.
@@ -105,10 +85,8 @@ def _chunks(x, chunk_size):
 
 
 class _ChunkMask:
-    """The (B|1, H|1, C, C) bool mask of query chunk i against key chunk j,
-    made from the call's masks per chunk (a causal mask from iotas, the
-    padding and attention masks sliced), so the (T, S) mask never exists
-    unless the caller passed it."""
+    """The (B|1, H|1, C, C) bool mask of query chunk i against key chunk j, made per chunk
+    (causal from iotas, padding and attention masks sliced)."""
 
     def __init__(self, masks, query_length, key_length, chunk_size):
         self.chunk_size = chunk_size
@@ -141,12 +119,15 @@ class _ChunkMask:
             )
 
     def key_chunk_end(self, i, num_key_chunks):
-        """1 + the last key chunk query chunk i can see: with a causal mask
-        the chunks after the diagonal are skipped (half the work)."""
+        """1 + the last key chunk query chunk i can see (causal: half the work)."""
         if not self.causal:
             return num_key_chunks
         last_query = i * self.chunk_size + self.chunk_size - 1 + ops.cast(self.cache_index, "int32")
         return ops.minimum(num_key_chunks, last_query // self.chunk_size + 1)
+
+    def last_diagonal(self):
+        """The last chunk diagonal j - i with a visible key (causal)."""
+        return (self.chunk_size - 1 + ops.cast(self.cache_index, "int32")) // self.chunk_size
 
     def first_query_chunk(self, j):
         """The first query chunk that can see key chunk j."""
@@ -177,16 +158,8 @@ class _ChunkMask:
 
 
 class _ChunkLogits:
-    """The scaled logits of query chunk i against key chunk j, (B, H, C, C),
-    and the gradients that flow back through them.
-
-    With relative embeddings E ((2M - 1, K), or (H, 2M - 1, K) per head;
-    row r is the distance r - (M - 1), distances clamped to ±(M - 1)), the
-    logits add Srel[t, s] = q_t · E[s - t]. A chunk pair needs only the
-    2C - 1 distances between its queries and keys: one (C, K) x (K, 2C - 1)
-    matmul, then the skew (pad, reshape, slice) that moves each logit to
-    its key, as `RelativeGlobalAttention` does for the whole sequence.
-    """
+    """The scaled logits of query chunk i against key chunk j, (B, H, C, C), and the gradients
+    through them. Relative logits: the pair's 2C - 1 distances, one matmul, then `_skew`."""
 
     def __init__(self, q, k, relative_embeddings, chunk_size):
         self.q, self.k, self.table = q, k, relative_embeddings
@@ -196,8 +169,7 @@ class _ChunkLogits:
             self.shared = len(relative_embeddings.shape) == 2
 
     def _rows(self, i, j):
-        """(2C - 1,) rows of E for the distances of chunk pair (i, j),
-        from (j - i) * C - (C - 1) up."""
+        """(2C - 1,) rows of E: the distances (j - i) * C - (C - 1) .. (j - i) * C + C - 1."""
         size = self.chunk_size
         distances = ops.arange(2 * size - 1, dtype="int32") + (j - i) * size - (size - 1)
         return ops.clip(distances, -self.limit, self.limit) + self.limit
@@ -220,25 +192,16 @@ class _ChunkLogits:
         return grad + ops.einsum(equation, _unskew(ds, self.chunk_size), table)
 
     def table_gradient(self, i, j, ds):
-        """dE of chunk pair (i, j): the skewed-back ds times the queries,
-        summed into the rows of the distances they used."""
+        """dE of chunk pair (i, j) by distance, (2C - 1, [H,] K): row r is
+        the distance (j - i) * C + r - (C - 1) (unclamped)."""
         q_i = ops.take(self.q, i, axis=2)
-        unskewed = _unskew(ds, self.chunk_size)
-        num_rows = self.table.shape[-2]
-        if self.shared:
-            per_distance = ops.einsum("bhqw,bhqk->wk", unskewed, q_i)
-            return ops.segment_sum(per_distance, self._rows(i, j), num_segments=num_rows)
-        per_distance = ops.einsum("bhqw,bhqk->whk", unskewed, q_i)
-        summed = ops.segment_sum(per_distance, self._rows(i, j), num_segments=num_rows)
-        return ops.transpose(summed, (1, 0, 2))
+        equation = "bhqw,bhqk->wk" if self.shared else "bhqw,bhqk->whk"
+        return ops.einsum(equation, _unskew(ds, self.chunk_size), q_i)
 
 
 def _skew(x, size):
-    """(..., C, 2C - 1) logits by distance -> (..., C, C) by key: element
-    [r, c] = x[r, c - r + C - 1], which lies at flat offset
-    (C - 1) + r (2C - 2) + c. So drop the first C - 1 entries (and the
-    last), read rows of 2C - 2 and keep their first C: two copies, no
-    padding. (C = 1: x is already (..., 1, 1).)"""
+    """(..., C, 2C - 1) logits by distance -> (..., C, C) by key: [r, c] = x[r, c - r + C - 1],
+    at flat offset (C - 1) + r (2C - 2) + c: drop C - 1 entries, read rows of 2C - 2, keep C."""
     if size == 1:
         return x
     lead = tuple(ops.shape(x)[:-2])
@@ -248,9 +211,8 @@ def _skew(x, size):
 
 
 def _unskew(x, size):
-    """The transpose of `_skew`: (..., C, C) by key -> (..., C, 2C - 1) by
-    distance, zeros where no key had that distance: rows of 2C - 2 (the
-    C keys, then zeros), flattened, shifted by C - 1 places."""
+    """The transpose of `_skew`: (..., C, C) by key -> (..., C, 2C - 1) by distance, zeros
+    where no key had that distance."""
     if size == 1:
         return x
     lead = tuple(ops.shape(x)[:-2])
@@ -281,11 +243,9 @@ def _attention(q, k, v, relative_embeddings, chunk_mask):
 
 
 def _serial_map(f, n, zeros):
-    """`f(i)` for i = 0 .. n - 1, stacked on a new first axis, one i at a
-    time: `ops.scan` with `unroll=1`. (`ops.map` is TensorFlow's `map_fn`,
-    which runs up to 10 iterations at once, each with its chunk buffers.)
-    `zeros`: tensors of the structure, shapes and dtypes `f` returns (a
-    scan's outputs must match its carry on TensorFlow)."""
+    """`f(i)` for i = 0 .. n - 1 stacked on a new first axis, one i at a time (`ops.map` runs
+    up to 10 at once on TensorFlow). `zeros`: `f`'s output structure (a TF scan's outputs must
+    match its carry)."""
 
     def step(carry, i):
         outputs = f(i)
@@ -333,13 +293,10 @@ def _forward(logits, v, chunk_mask):
 
 
 def _backward(logits, v, outputs, logsumexp, upstream, chunk_mask):
-    """Gradients of the chunked attention with respect to q, k, v (and E),
-    recomputing each chunk's probabilities P = exp(logits - lse):
-
-        dV = Pᵀ dO,  dS = P ∘ (dO Vᵀ - rowsum(dO ∘ O)),  dQ = dS K,  dK = dSᵀ Q,
-        dE = the skewed-back dS times Q, by distance.
-    """
-    q, k, table = logits.q, logits.k, logits.table
+    """Gradients with respect to q, k, v (and E), recomputing each chunk's
+    probabilities P = exp(logits - lse) (FlashAttention, appendix B):
+    dV = Pᵀ dO, dS = P ∘ (dO Vᵀ - rowsum(dO ∘ O)), dQ = dS K, dK = dSᵀ Q."""
+    q, k = logits.q, logits.k
     upstream = ops.cast(upstream, "float32")
     # rowsum(dO ∘ O): (B, H, nq, C).
     delta = ops.sum(upstream * outputs, axis=-1)
@@ -357,38 +314,60 @@ def _backward(logits, v, outputs, logsumexp, upstream, chunk_mask):
         def key_chunk(j, dq):
             return dq + logits.query_gradient(i, j, score_gradient(i, j)[2])
 
-        return ops.fori_loop(
-            0,
-            chunk_mask.key_chunk_end(i, num_key_chunks),
-            key_chunk,
-            ops.zeros_like(ops.take(q, 0, axis=2)),
-        )
+        end = chunk_mask.key_chunk_end(i, num_key_chunks)
+        return ops.fori_loop(0, end, key_chunk, ops.zeros_like(ops.take(q, 0, axis=2)))
 
     def key_value_gradient(j):
         def query_chunk(i, carry):
             do_i, probabilities, ds = score_gradient(i, j)
-            q_i = ops.take(q, i, axis=2)
-            updated = (
-                carry[0] + ops.einsum("bhqs,bhqk->bhsk", ds, q_i),
+            return (
+                carry[0] + ops.einsum("bhqs,bhqk->bhsk", ds, ops.take(q, i, axis=2)),
                 carry[1] + ops.einsum("bhqs,bhqv->bhsv", probabilities, do_i),
             )
-            if table is not None:
-                updated += (carry[2] + logits.table_gradient(i, j, ds),)
-            return updated
 
-        return ops.fori_loop(
-            chunk_mask.first_query_chunk(j), num_query_chunks, query_chunk, key_value_zeros
-        )
+        first = chunk_mask.first_query_chunk(j)
+        return ops.fori_loop(first, num_query_chunks, query_chunk, key_value_zeros)
 
     key_value_zeros = (
         ops.zeros_like(ops.take(k, 0, axis=2)),
         ops.zeros_like(ops.take(v, 0, axis=2)),
     )
-    if table is not None:
-        key_value_zeros += (ops.zeros_like(table),)
     dq = _serial_map(query_gradient, num_query_chunks, ops.zeros_like(ops.take(q, 0, axis=2)))
-    per_key_chunk = _serial_map(key_value_gradient, num_key_chunks, key_value_zeros)
-    grads = (ops.moveaxis(dq, 0, 2),) + tuple(ops.moveaxis(g, 0, 2) for g in per_key_chunk[:2])
-    if table is not None:
-        grads += (ops.sum(per_key_chunk[2], axis=0),)
+    dk, dv = _serial_map(key_value_gradient, num_key_chunks, key_value_zeros)
+    grads = tuple(ops.moveaxis(g, 0, 2) for g in (dq, dk, dv))
+    if logits.table is not None:
+        grads += (_table_gradient(logits, score_gradient, chunk_mask, num_query_chunks),)
     return grads
+
+
+def _table_gradient(logits, score_gradient, chunk_mask, num_query_chunks):
+    """dE one chunk diagonal d = j - i at a time. The pairs of a diagonal
+    use the same 2C - 1 distances, so a diagonal sums into a (2C - 1, [H,] K)
+    buffer; the (nq + nk - 1) buffers (linear in T) go into the table's rows
+    by one segment_sum, which also folds the clamped distances."""
+    size, table = chunk_mask.chunk_size, logits.table
+    num_key_chunks = ops.shape(logits.k)[2]
+    num_diagonals = num_query_chunks + num_key_chunks - 1
+    per_head = () if logits.shared else (table.shape[0],)
+    zeros = ops.zeros((2 * size - 1,) + per_head + (table.shape[-1],), "float32")
+
+    def diagonal(m):
+        d = m - (num_query_chunks - 1)
+        first = ops.maximum(0, -d)
+        end = ops.minimum(num_query_chunks, num_key_chunks - d)
+        if chunk_mask.causal:
+            end = ops.where(d > chunk_mask.last_diagonal(), first, end)
+
+        def pair(i, total):
+            return total + logits.table_gradient(i, i + d, score_gradient(i, i + d)[2])
+
+        return ops.fori_loop(first, end, pair, zeros)
+
+    per_diagonal = _serial_map(diagonal, num_diagonals, zeros)
+    # Row r of diagonal m is the distance (m - (nq - 1)) * C + r - (C - 1).
+    distances = (ops.arange(num_diagonals, dtype="int32")[:, None] - (num_query_chunks - 1)) * size
+    distances = distances + ops.arange(2 * size - 1, dtype="int32")[None, :] - (size - 1)
+    rows = ops.clip(distances, -logits.limit, logits.limit) + logits.limit
+    flat = ops.reshape(per_diagonal, (-1,) + tuple(per_diagonal.shape[2:]))
+    summed = ops.segment_sum(flat, ops.reshape(rows, (-1,)), num_segments=table.shape[-2])
+    return summed if logits.shared else ops.transpose(summed, (1, 0, 2))

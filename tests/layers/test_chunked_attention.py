@@ -238,18 +238,10 @@ def test_layer_errors():
             ValueError, match=r"`chunk_size` must be an int >= 1.*Received: chunk_size="
         ):
             RelativeGlobalAttention(num_heads=2, key_dim=4, max_relative_position=4, chunk_size=bad)
-    # A NumPy integer is refused at construction (it used to pass there and
-    # fail at the first call, in chunked_attention's own check).
-    with pytest.raises(
-        ValueError,
-        match=re.escape(
-            f"Received: chunk_size={np.int64(3)!r}. (A NumPy integer: int(chunk_size).)"
-        ),
-    ):
+    # A NumPy integer is refused at construction, not at the first call.
+    with pytest.raises(ValueError, match=re.escape(f"Received: chunk_size={np.int64(3)!r}")):
         MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=np.int64(3))
-    with pytest.raises(
-        ValueError, match=r'`chunk_size` must be None or "auto" \(this core is already linear'
-    ):
+    with pytest.raises(ValueError, match=r'`chunk_size` must be None or "auto".*chunk_size=4'):
         LocalBlockAttention(num_heads=2, key_dim=4, block_size=4, chunk_size=4)
     # The inherited choices that never chunk are accepted (and change nothing).
     for choice in (None, "auto"):
@@ -432,6 +424,53 @@ def test_relative_logits_equal_the_dense_relative_attention(shared, case):
         got = keras.ops.convert_to_numpy(got)
         assert np.all(np.isfinite(got))
         np.testing.assert_allclose(got, keras.ops.convert_to_numpy(want), atol=5e-5)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("max_relative_position", [T, 3 * T])
+def test_table_gradient_sums_every_chunk_diagonal_as_the_dense_path(
+    shared, causal, max_relative_position
+):
+    # T = 13 in chunks of 3: 5 key chunks, 9 chunk diagonals whose distance
+    # ranges overlap, padded keys, a fully masked row; M = T (the table as long
+    # as the sequence) and M = 3T (rows no pair reaches get zero gradient).
+    padding = np.ones((B, T), bool)
+    padding[1, 10:] = False
+    attention = np.ones((B, T, T), bool)
+    attention[0, 6] = False
+    masks = AttentionMasks(padding_mask=padding, attention_mask=attention, use_causal_mask=causal)
+    query, key, value = _qkv(T, T)
+    layer = RelativeGlobalAttention(
+        num_heads=H,
+        key_dim=K,
+        value_dim=K + 1,
+        max_relative_position=max_relative_position,
+        heads_share_relative_embedding=shared,
+    )
+    layer.build((B, T, 8))
+    table = np.random.default_rng(5).normal(size=layer.relative_embeddings.shape)
+    layer.relative_embeddings.assign(table.astype("float32"))
+    weights = np.sin(np.arange(B * T * H * (K + 1))).reshape(B, T, H, K + 1).astype("float32")
+
+    def dense_loss(q, k, v):
+        out = layer._attend(q, k, v, masks, (T,), False, False)[0]
+        return keras.ops.sum(keras.ops.multiply(out, weights)), out
+
+    def chunked_loss(q, k, v, e):
+        out = chunked_attention(q, k, v, masks, 3, relative_embeddings=e)
+        return keras.ops.sum(keras.ops.multiply(out, weights)), out
+
+    _, want = gradients(dense_loss, [query, key, value], [layer.relative_embeddings])
+    _, got = gradients(chunked_loss, [query, key, value, table.astype("float32")], [])
+    want, got = [[keras.ops.convert_to_numpy(g) for g in grads] for grads in (want, got)]
+    assert np.all(got[0][0, 6] == 0.0)  # the fully masked row
+    assert np.abs(got[3]).sum() > 1.0
+    if max_relative_position > T:  # distances beyond ±(T - 1) are never used
+        unused = np.abs(np.arange(2 * max_relative_position - 1) - (max_relative_position - 1))
+        assert np.all(got[3][..., unused >= T, :] == 0.0)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, atol=5e-5)
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
