@@ -6,44 +6,23 @@ import keras
 
 
 def compile_generation(fn, models):
-    """Compiles a generation function with the backend's compiler (XLA).
+    """Compiles a generation function with the backend's XLA compiler.
 
-    The strategies (`greedy_search`, `sample`, `beam_search`) are written
-    with `keras.ops` loops over fixed-shape caches, so a function calling
-    them compiles as one XLA program. What differs between backends is how
-    a compiled function sees the model's weights, and that is what this
-    helper takes care of:
-
-    * TensorFlow: `tf.function(fn, jit_compile=True, autograph=False)`;
-      the weights are `tf.Variable`s, read by reference.
-    * JAX: `jax.jit` of `fn` run in a `keras.StatelessScope` that maps the
-      models' variables to values passed in as an argument (the keras
-      `stateless_call` pattern). A plain `jax.jit(fn)` also runs, but it
-      bakes the weights into the program as constants at trace time: after
-      `fit` or `set_weights` it would keep generating with the old weights
-      (and large models compile slower). Here the current weights are
-      passed on every call; the program is traced once per input shape.
-    * Other backends (torch, numpy): `fn` itself, run eagerly.
+    TensorFlow: `tf.function(fn, jit_compile=True, autograph=False)`. JAX: `jax.jit` with the
+    models' weights passed as state on every call (a plain `jax.jit` would keep the weights of
+    its trace after `fit`). Other backends: `fn`, eagerly (docs/guides/decoding.md).
 
     Args:
-        fn: a function of tensors (prompts, source tokens, a seed...)
-            calling the generation functions. Close over what must be
-            static (a Python value the loop's shapes depend on):
-            `max_length`, `num_beams`, `end_token_id`, `pad_token_id`,
-            `suppressed_token_ids`, Python `top_k`. Its arguments are
-            traced: pass arrays (on JAX a Python number becomes a traced
-            scalar, and a Python `top_k` would take the run-time `top_k`
-            path).
-        models: the `keras.Model` (or layer) whose weights `fn` reads, or a
-            list of them; a `CachedDecoder` / `RecomputingDecoder` stands
-            for its `model`. Built, so that its variables exist.
+        fn: a function of tensors calling the generation functions; close over what must be
+            static (`max_length`, `num_beams`, the ids, a Python `top_k`).
+        models: the built `keras.Model` (or layer, or decoder) whose weights `fn` reads, or a
+            list of them.
 
     Returns:
-        A function with `fn`'s signature and results, compiled (see above).
+        A function with `fn`'s signature and results, compiled.
 
     Raises:
-        ValueError: if `fn` is not callable, or `models` is not one or more
-            built Keras layers (or decoders with a `model`).
+        ValueError: if `fn` is not callable, or `models` is not one or more built Keras layers.
 
     Example:
     >>> import keras
@@ -66,8 +45,6 @@ def compile_generation(fn, models):
     if backend == "jax":
         return _jax_compile(fn, variables)
     if backend == "tensorflow":
-        # Only reached when TensorFlow is the Keras backend (hence already
-        # imported): the module stays importable without TensorFlow.
         import tensorflow as tf
 
         return tf.function(fn, jit_compile=True, autograph=False)
@@ -93,13 +70,10 @@ def _jax_compile(fn, variables):
 def _variables(models):
     given = models if isinstance(models, (list, tuple)) else [models]
     layers = [getattr(model, "model", model) for model in given]
-    # On JAX, the weights of a model not named would be constants of the
-    # program: after `fit` or `set_weights` it would generate with the old ones.
     if not layers or not all(isinstance(x, keras.layers.Layer) and x.built for x in layers):
         raise ValueError(
             "`models` must be the built Keras models (or layers, or decoders with a `model`) "
-            "whose weights the generation function reads, at least one, so that it sees their "
-            f"current values; build a model by calling it once. Received: models={models!r}."
+            f"whose weights `fn` reads: build one by calling it. Received: models={models!r}."
         )
     variables, seen = [], set()
     for layer in layers:

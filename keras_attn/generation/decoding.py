@@ -1,19 +1,5 @@
-"""What the decoding strategies share: the decoder argument, the prompt
-layout, and the token-by-token loop of greedy search and sampling.
-
-Prompt layout (all strategies). Prompts are *right-padded* to one width P
-(`pad_token_id` after each row's tokens) and every row keeps the absolute
-positions of its own tokens, so positions, relative distances and local
-blocks are those of the row alone. The prompt is prefilled in one pass (all
-P positions at once through the caches), then the loop runs one position
-`i` per step for the whole batch, from the shortest prompt length on. At
-position `i` a row whose prompt is longer still takes its own prompt token
-(its cache entry is recomputed from the same prefix, so it is unchanged);
-the other rows take the strategy's choice. Each row therefore gets exactly
-the tokens it would get alone, and one scalar cache index serves the batch
-(what the layers' caches and XLA want). Left padding was rejected: it would
-shift absolute positions and local-attention blocks per row.
-"""
+"""What the decoding strategies share: the decoder argument, the right-padded prompt layout,
+the prefill and the token loop of greedy search and sampling (docs/guides/decoding.md)."""
 
 import keras
 import numpy as np
@@ -23,13 +9,7 @@ from keras_attn.generation import arguments
 
 
 def as_decoder(model):
-    """Returns `model` as a decoder object (`CachedDecoder` for a
-    `keras.Model`; objects with the decoder protocol are returned as they
-    are).
-
-    Raises:
-        ValueError: if `model` is neither.
-    """
+    """`model` as a decoder: `CachedDecoder` for a `keras.Model`, a decoder object as it is."""
     from keras_attn.generation.cached_decoder import CachedDecoder
 
     if isinstance(model, keras.Model):
@@ -38,20 +18,14 @@ def as_decoder(model):
     if callable(model) and all(hasattr(model, name) for name in protocol):
         return model
     raise ValueError(
-        "Expected a functional `keras.Model` or a decoder object (`CachedDecoder`, "
-        "`RecomputingDecoder`, or one with `initial_state`, `__call__`, `repeat_state`, "
-        f"`reorder_state`). Received: {model!r}."
+        "Expected a functional `keras.Model` or a decoder object (see `Decoder`). "
+        f"Received: {model!r:.80}."
     )
 
 
 def vocabulary_size(decoder):
-    """V, the width of the decoder's logits, when known before it runs.
-
-    Read from the decoder's `vocabulary_size` attribute (`CachedDecoder`,
-    `RecomputingDecoder`), else from the single output of its `model`, if
-    any; None for other decoder objects (their logits tell it after the
-    prefill).
-    """
+    """V, the width of the decoder's logits when known before it runs (its `vocabulary_size`,
+    else its `model`'s single output), else None."""
     size = getattr(decoder, "vocabulary_size", None)
     if size is not None:
         return size
@@ -64,38 +38,26 @@ def vocabulary_size(decoder):
 
 
 def input_vocabulary_size(decoder):
-    """The number of ids the decoder's token input takes, when the layers
-    that read it say so: a Keras `Embedding`'s `input_dim`, a keras_attn
-    embedding's `vocabulary_size` (the smallest, if several). It can exceed
-    the logits' width: an Image Transformer embeds 257 ids (256 intensities
-    and the start token) and predicts 256. None when no such layer reads
-    the tokens (e.g. a decoder object without a model).
-    """
+    """The number of ids the decoder's token input takes when an embedding reading it says so
+    (it can exceed V: an Image Transformer embeds its start token too), else None."""
     embedding_bound = getattr(decoder, "_embedding_bound", None)
     bound = None if embedding_bound is None else embedding_bound(decoder.token_input)
     return None if bound is None else bound[0]
 
 
 def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocabulary_size=None):
-    """Checks and lays out a right-padded prompt (see `arguments.check_prompt`).
+    """Checks and lays out a right-padded prompt.
 
     Args:
         prompt: (B, P) int token ids, right-padded with `pad_token_id`.
-        max_length: L >= P, static int.
+        max_length: L >= P, static int (checked).
         pad_token_id: int.
-        prompt_lengths: optional (B,) int; defaults to the number of
-            non-pad tokens of each row.
-        input_vocabulary_size: the number of ids the token input takes,
-            when known (`input_vocabulary_size`): the ids the model reads
-            (each row's tokens within its length) must lie in [0, it), and
-            be >= 0 in any case.
+        prompt_lengths: optional (B,) int; defaults to the non-pad count of each row.
+        input_vocabulary_size: the ids the token input takes, when known.
 
     Returns:
-        `(tokens, lengths, prompt_mask, start, width)`: tokens (B, L) int32
-        (the prompt, pad after each row's length), lengths (B,) int32 in
-        [1, P], prompt_mask (B, L) bool (True inside the prompt), start =
-        min(lengths) int32 scalar (first position generated for some row),
-        width = P (int).
+        `(tokens, lengths, prompt_mask, start, width)`: tokens (B, L) int32, lengths (B,) int32
+        in [1, P], prompt_mask (B, L) bool, start = min(lengths) int32 scalar, width = P.
     """
     prompt = arguments.check_prompt(prompt, max_length)
     width = prompt.shape[1]
@@ -104,38 +66,23 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
     else:
         arguments.check_prompt_lengths(prompt_lengths, prompt)
         lengths = ops.cast(ops.reshape(prompt_lengths, (-1,)), "int32")
-    # A row needs one token to predict from: an empty row starts from its
-    # first (pad) token.
+    # A row needs one token to predict from: an empty row starts from its first (pad) token.
     lengths = ops.clip(lengths, 1, width)
     prompt_mask = ops.less(ops.arange(max_length, dtype="int32")[None, :], lengths[:, None])
     prompt = ops.where(prompt_mask[:, :width], prompt, ops.cast(pad_token_id, "int32"))
-    size = input_vocabulary_size  # No quote marks: TensorFlow escapes them in an assertion.
-    requirement = (
-        f"`prompt` must hold token ids in [0, {size}), the ids the token embedding of "
-        "the model takes: map unknown tokens to an id of the vocabulary."
-        if size
-        else "`prompt` must hold token ids >= 0 (ids of the vocabulary of the model)."
-    )
-    prompt = arguments.check_ids(prompt, 0, size, requirement)
+    size = input_vocabulary_size
+    ids = f"in [0, {size}), the ids the model embeds" if size else ">= 0"
+    prompt = arguments.check_ids(prompt, 0, size, f"`prompt` must hold token ids {ids}.")
     tokens = ops.pad(prompt, [[0, 0], [0, max_length - width]], constant_values=pad_token_id)
     return tokens, lengths, prompt_mask, ops.min(lengths), width
 
 
 def prefill(decoder, tokens, width, start, max_length, inputs):
-    """Runs the prompt through the caches: the whole width P in one pass.
-
-    The generation loop then goes on from `start` = the shortest prompt's
-    length, writing again the positions [start, P) that longer rows take
-    from their prompt. A decoder that cannot write a position twice
-    (`keeps_every_position=False`: rolling caches, which keep the last
-    positions only, in order) gets the one-pass prefill only when every
-    prompt has the full width; otherwise positions [0, start) one at a
-    time.
+    """Runs the prompt through the caches: the whole width P in one pass, or, for a decoder
+    that cannot write a position twice and unequal prompts, [0, start) one at a time.
 
     Returns:
-        `(logits, state)`: logits (B, V) float32 at position `start - 1` (the
-        prediction of position `start`), and the state filled up to `start`
-        (or further, with positions the loop writes again).
+        `(logits, state)`: logits (B, V) float32 predicting position `start`, the state.
     """
     batch_size = ops.shape(tokens)[0]
     state = decoder.initial_state(batch_size, max_length, inputs)
@@ -176,17 +123,12 @@ def start_search(
     inputs,
     suppressed_token_ids,
 ):
-    """The start of every search, where its arguments are checked, once: the
-    decoder (`as_decoder`); the end, padding and suppressed ids against the
-    vocabulary (before the prefill when the decoder tells its size, else
-    from the prefill's logits); `max_length` (by the decoder's
-    `check_max_length` where it has one), before the prompt is padded to
-    it; the prompt and its ids (`prepare_prompt`); the model's other inputs
-    (in the decoder's `initial_state`, in the prefill).
+    """The start of every search, where the arguments all strategies share are checked, once:
+    the decoder, the ids against the vocabulary, `max_length` (before the prompt is padded to
+    it), the prompt, the model's other inputs (in the prefill).
 
     Returns:
-        `(decoder, suppressed ids, prepare_prompt's tuple, logits, state)`,
-        logits and state as `prefill` returns them.
+        `(decoder, suppressed ids, prepare_prompt's tuple, logits, state)`, as `prefill`'s.
     """
     decoder = as_decoder(model)
     size = vocabulary_size(decoder)
@@ -217,16 +159,10 @@ def token_loop(
     inputs,
     suppressed_token_ids=None,
 ):
-    """The loop of greedy search and sampling.
+    """The loop of greedy search and sampling: (B, max_length) int32 tokens.
 
-    Args:
-        choose: `choose(logits (B, V) float32, position int32 scalar) ->
-            (B,) int` token chosen for `position`; the suppressed ids'
-            logits are already `-inf`.
-        (others: see `greedy_search`.)
-
-    Returns:
-        (B, max_length) int32 tokens.
+    `choose(logits (B, V) float32, position int32 scalar) -> (B,) int` picks the token of
+    `position`, the suppressed ids' logits already `-inf`; the other arguments as `greedy_search`.
     """
     decoder, suppressed, (tokens, _, prompt_mask, first, _), logits, state = start_search(
         model,
@@ -265,16 +201,7 @@ def token_loop(
 
 
 def suppressor(suppressed, vocabulary_size):
-    """The function giving the suppressed ids probability zero.
-
-    Args:
-        suppressed: checked ids (`arguments.check_vocabulary_ids`).
-        vocabulary_size: V, static (the logits' last axis).
-
-    Returns:
-        `suppress(logits (..., V)) -> logits` with `-inf` at the suppressed
-        ids (the identity when there are none).
-    """
+    """`suppress(logits (..., V)) -> logits` with `-inf` at the `suppressed` (checked) ids."""
     if not suppressed:
         return lambda logits: logits
 

@@ -7,33 +7,16 @@ from keras_attn.generation.decoder import Decoder
 class RecomputingDecoder(Decoder):
     """Decodes with any causal model by recomputing the whole prefix each step.
 
-    The reference the cached engine is measured against (tests, benchmarks),
-    and a fallback for causal models `CachedDecoder` cannot adapt. It has
-    the same protocol as `CachedDecoder`, so every generation function
-    accepts it, but its "state" is just the token buffer (and the other
-    model inputs): each call runs the full model (encoder included) on the
-    whole (B, max_length) buffer, the positions after `cache_index + T`
-    still unwritten (the model being causal, they change no logit read). A
-    step therefore costs a forward pass over `max_length` positions, and
-    the whole generation grows quadratically with the length.
-
-    The buffer has a fixed shape, so it runs eagerly, in `tf.function`
-    (XLA included) and inside JAX's loops, which need fixed shapes.
-
-    A subclassed model (one without symbolic inputs, which `CachedDecoder`
-    cannot read) is called on the (B, L) token ids alone.
+    The reference for `CachedDecoder`, and a fallback for causal models it cannot adapt
+    (subclassed ones too): each step runs the full model over `max_length` positions.
 
     Args:
-        model: a `keras.Model` mapping its inputs to next-token logits
-            (B, T, V), causal along T.
-        token_input: name of the token input (defaults as in
-            `CachedDecoder`; "tokens" for a subclassed model).
+        model: a `keras.Model` mapping its inputs to next-token logits (B, T, V), causal along T.
+        token_input: the token input's name (as `CachedDecoder`; "tokens" for a subclassed model).
 
     Raises:
-        ValueError: if `model` is not a `keras.Model`, the token input
-            cannot be found, the model's output is not (B, T, V) logits
-            (checked here for a functional model, at the first call for a
-            subclassed one).
+        ValueError: if `model` is not a `keras.Model` with (B, T, V) logits (subclassed: at
+            the first call), or the token input cannot be found.
 
     Example:
     >>> import keras
@@ -56,8 +39,7 @@ class RecomputingDecoder(Decoder):
     def __init__(self, model, token_input=None):
         if not isinstance(model, keras.Model):
             raise ValueError(f"RecomputingDecoder needs a `keras.Model`. Received: {model!r}.")
-        # A subclassed model has no symbolic inputs to name (`model.input`
-        # raises): it is called on the tokens alone.
+        # A subclassed model has no symbolic inputs (`model.input` raises): called on the tokens.
         self._subclassed = not isinstance(getattr(model, "inputs", None), (list, tuple, dict))
         if self._subclassed:
             self.model = model
@@ -69,33 +51,13 @@ class RecomputingDecoder(Decoder):
                 _check_logits_shape(output.shape)
 
     def initial_state(self, batch_size, max_length, inputs=None):
-        """An empty (B, max_length) token buffer and the other inputs.
-
-        Args:
-            batch_size: B, int or scalar tensor.
-            max_length: L, positive int.
-            inputs: the model's other inputs, a dict by name (or a single
-                tensor when exactly one is needed).
-
-        Returns:
-            `{"tokens": (B, L) int32, "inputs": {name: tensor}}`.
-
-        Raises:
-            ValueError: if an input is missing, `inputs` holds a name that
-                is not one of the model's other inputs, or an input whose
-                rows are not `batch_size`.
-        """
+        """`{"tokens": (B, L) int32 zeros, "inputs": {name: tensor}}` (as `CachedDecoder`'s)."""
         others = [name for name in self._input_names if name != self.token_input]
         values = self._other_inputs(inputs, others, batch_size)
         return {"tokens": ops.zeros((batch_size, max_length), "int32"), "inputs": values}
 
     def __call__(self, token_ids, cache_index, state, logits_index=None):
-        """Writes `token_ids` at `cache_index` and runs the model on the prefix.
-
-        Returns:
-            `(logits, state)`: (B, T, V) logits of the new positions (or
-            (B, 1, V) at `logits_index`), and the state with the tokens.
-        """
+        """Writes `token_ids` at `cache_index`, runs the model; returns `(logits, state)`."""
         tokens = ops.slice_update(state["tokens"], (0, cache_index), ops.cast(token_ids, "int32"))
         length = ops.shape(token_ids)[1]
         feed = dict(state["inputs"], **{self.token_input: tokens})
@@ -117,8 +79,7 @@ class RecomputingDecoder(Decoder):
 
 
 def _check_logits_shape(shape):
-    """Refuses model outputs that are not (B, T, V) next-token logits: a
-    (B, V) output failed in a slice with an index error of its own."""
+    """Refuses model outputs that are not (B, T, V) next-token logits."""
     if len(shape) != 3 or shape[-1] is None:
         raise ValueError(
             "RecomputingDecoder needs a model whose output is the next-token logits of "

@@ -1,5 +1,4 @@
-"""Random decoding: temperature, top-k and nucleus (top-p) sampling, with a
-stateless counter-based random generator that takes its seed as a tensor."""
+"""Temperature, top-k and nucleus sampling with a stateless, counter-based random generator."""
 
 import numbers
 
@@ -29,65 +28,28 @@ def sample(
 ):
     """Generates by sampling each next token from the model's distribution.
 
-    At each step the `suppressed_token_ids` get probability zero, the
-    logits are divided by `temperature`, filtered to the `top_k` most likely
-    tokens and/or to the nucleus of mass `top_p`, and a token is drawn from
-    the softmax of what is left (Gumbel-max: the argmax of the filtered
-    logits plus Gumbel noise).
-
-    The noise is a pure function of `(seed, position, row, token id)`, made
-    with a counter-based hash in `keras.ops` (no random state): the same
-    seed gives the same tokens, eagerly, under `tf.function`/XLA, and in an
-    exported graph where `seed` is a tensor input; the cached and the
-    recomputing decoder draw the same noise. With one seed per row, row b's
-    noise depends on its own seed only (`(seed_b, position, token id)`): it
-    is the noise a batch of one with that seed draws, wherever the row sits
-    in its batch (what a server that batches requests needs). Loop, prompts
-    and stopping as in `greedy_search`.
+    Logits divided by `temperature`, filtered by `top_k` / `top_p`, drawn by Gumbel-max; the same
+    seed draws the same tokens eagerly, compiled and exported (docs/guides/decoding.md).
 
     Args:
         model: a functional `keras.Model` or a decoder object.
         prompt: (B, P) int, right-padded (see `greedy_search`).
         max_length: L, static int >= P (prompt included).
-        seed: one seed for the batch: an int (Python or NumPy), or an int
-            tensor of shape () or (2,) (a graph input); rows draw different
-            noise (row b at counter b). Or one seed per row: an int array or
-            tensor of shape (B, 1) (a seed per row) or (B, 2) (two words
-            per row, as a (2,) seed): row b draws what a batch of one with
-            seed `seed[b]` draws. A (1, 1) or (1, 2) seed is one seed for
-            the batch. A scalar seed is read in two's complement, 64 bits:
-            the same value, negative ones included, gives the same tokens
-            as a Python int, a NumPy int or an int32/int64 tensor (per-row
-            seeds too).
-        temperature: finite number > 0, or a number scalar tensor; < 1
-            sharpens, > 1 flattens the distribution. Towards 0 it samples
-            the most likely token (ties shared), down to the smallest
-            positive float.
-        top_k: optional positive int: keep the k most likely tokens; or an
-            int scalar tensor (a graph input) >= 0, where 0 keeps every
-            token.
-        top_p: optional number in (0, 1] (or a scalar tensor): keep the
-            smallest set of most likely tokens whose probability reaches p.
+        seed: an int or int tensor of shape () or (2,), or (B, 1) / (B, 2) for one per row.
+        temperature: finite number > 0 (or a scalar tensor); < 1 sharpens, > 1 flattens.
+        top_k: optional positive int (or int scalar tensor, 0 = all), the most likely kept.
+        top_p: optional number in (0, 1] (or a scalar tensor), the nucleus mass kept.
         end_token_id: a row stops after generating it; None = never stop.
         pad_token_id: padding id, written after the end token.
         prompt_lengths: (B,) int; defaults to the non-pad count per row.
         inputs: the model's other inputs by name (e.g. `encoder_tokens`).
-        suppressed_token_ids: ids never sampled (see `greedy_search`), e.g.
-            `keras_attn.models.MUSIC_SUPPRESSED_TOKEN_IDS`.
+        suppressed_token_ids: ids never sampled (see `greedy_search`).
 
     Returns:
         (B, L) int32 tokens: prompt, samples (end token included), padding.
 
     Raises:
-        ValueError: on a `temperature` that is not a finite number > 0, a
-            Python `top_k` that is not a positive int, a tensor `top_k` that
-            is not an int scalar >= 0, a `top_p` outside (0, 1], a `seed`
-            that is not an int of 64 bits or an int tensor of shape (),
-            (2,), (B, 1) or (B, 2), a per-row seed whose rows are not the
-            prompt's (traced: when the graph runs), or for the reasons of
-            `greedy_search`. Traced controls
-            are checked once when the graph runs, as `greedy_search` checks
-            a traced prompt.
+        ValueError: for a bad `temperature`, `top_k`, `top_p` or `seed`, or as `greedy_search`.
 
     Example:
     >>> import keras
@@ -101,9 +63,8 @@ def sample(
     (2, 12)
 
     Reference:
-        Holtzman et al. 2019, "The Curious Case of Neural Text
-        Degeneration", section 3.1 (nucleus sampling); Fan et al. 2018,
-        "Hierarchical Neural Story Generation", section 5.4 (top-k).
+        Holtzman et al. 2019, "The Curious Case of Neural Text Degeneration", section 3.1;
+        Fan et al. 2018, "Hierarchical Neural Story Generation", section 5.4.
     """
     temperature = arguments.check_control("temperature", temperature)  # traced: in the graph
     top_k = None if top_k is None else arguments.check_control("top_k", top_k)
@@ -112,11 +73,9 @@ def sample(
     key = arguments.check_seed_rows(_seed_key(seed), prompt)
 
     def choose(logits, position):
-        # Shifted so the largest logit is 0 first: the same distribution,
-        # and a tiny temperature (1e-38) sends the others to -inf instead
-        # of every positive logit to +inf, where argmax would pick the
-        # first inf rather than the most likely token. Below float32's
-        # smallest normal number a temperature would flush to 0 (0 / 0).
+        # Largest logit 0 first: a tiny temperature sends the others to -inf, not to +inf
+        # (where argmax would pick the first inf); below float32's smallest normal number a
+        # temperature would flush to 0 (0 / 0).
         logits = logits - ops.max(logits, axis=-1, keepdims=True)
         logits = logits / ops.maximum(ops.cast(temperature, "float32"), _SMALLEST_NORMAL)
         if top_k is not None:
@@ -140,22 +99,17 @@ def sample(
 
 
 def top_k_filter(logits, k):
-    """Keeps the `k` largest logits of each row; the others become `-inf`.
+    """Keeps the `k` largest logits of each row (ties with the k-th too); the others: `-inf`.
 
     Args:
         logits: (..., V) float.
-        k: positive int (static), or an int scalar tensor (a graph input,
-            e.g. of a SavedModel) where 0 means "no filter". k >= V keeps
-            everything.
+        k: positive int, or an int scalar tensor where 0 means no filter; k >= V keeps all.
 
     Returns:
-        Logits of the same shape and dtype. Entries tied with the k-th
-        largest are kept too.
+        Logits of the same shape and dtype.
 
     Raises:
-        ValueError: if a Python `k` is not a positive int, or a tensor `k`
-            is not an integer scalar or, known now, is negative (the
-            messages of `sample`'s `top_k`).
+        ValueError: for a `k` that is not a positive int or an int scalar tensor >= 0.
 
     Example:
     >>> import keras
@@ -173,8 +127,7 @@ def top_k_filter(logits, k):
 def _top_k(logits, k):
     vocabulary_size = logits.shape[-1]
     if _is_tensor(k):
-        # A run-time k: the k-th largest from a full descending sort (static
-        # shapes, so it also compiles under XLA, unlike a top_k of size k).
+        # A run-time k: the k-th largest of a full sort (static shapes: it compiles under XLA).
         k = ops.cast(k, "int32")
         size = ops.shape(logits)[-1]
         k = ops.where(ops.logical_or(k <= 0, k > size), size, k)
@@ -188,16 +141,11 @@ def _top_k(logits, k):
 
 
 def top_p_filter(logits, p):
-    """Nucleus filter: keeps the smallest set of most likely tokens whose
-    probability mass reaches `p`; the other logits become `-inf`.
-
-    Tokens are ranked by probability (ties in index order); a token is kept
-    when the mass of the tokens ranked before it is below `p`, so the most
-    likely token is always kept and the kept mass is >= p.
+    """Keeps the smallest set of most likely tokens whose mass reaches `p`; the others: `-inf`.
 
     Args:
         logits: (B, V) float (temperature already applied).
-        p: float in (0, 1] or a float scalar tensor. 1 keeps everything.
+        p: a number in (0, 1] or a float scalar tensor; 1 keeps everything.
 
     Returns:
         (B, V) logits, same dtype.
@@ -214,8 +162,7 @@ def top_p_filter(logits, p):
     [[True, True, False, False]]
 
     Reference:
-        Holtzman et al. 2019, "The Curious Case of Neural Text
-        Degeneration", section 3.1, equation 2.
+        Holtzman et al. 2019, "The Curious Case of Neural Text Degeneration", section 3.1.
     """
     return _top_p(logits, arguments.check_control("top_p", p, in_graph=False))
 
@@ -223,9 +170,7 @@ def top_p_filter(logits, p):
 def _top_p(logits, p):
     if isinstance(p, numbers.Real) and p >= 1.0:
         return logits
-    # Descending with ties in index order on every backend: argsort is
-    # stable on JAX and PyTorch and built on top_k (ties in index order) on
-    # TensorFlow, while PyTorch's top_k leaves the order of ties open.
+    # Descending, ties in index order on every backend (argsort is stable; PyTorch's top_k isn't).
     order = ops.argsort(ops.negative(logits), axis=-1)
     sorted_logits = ops.take_along_axis(logits, order, axis=-1)
     probs = ops.softmax(ops.cast(sorted_logits, "float32"), axis=-1)
@@ -236,12 +181,9 @@ def _top_p(logits, p):
     return ops.where(keep, logits, float("-inf"))
 
 
-# --------------------------------------------------------- stateless noise
-# 32-bit words are held in int32 (two's complement): addition and
-# multiplication wrap as they do on uint32, XOR is the same, and a logical
-# right shift is an arithmetic one with the sign bits masked off. The bits
-# are those of the uint32 hash, and every backend has these int32 ops
-# (PyTorch has only a few for uint32).
+# Stateless noise: 32-bit words held in int32 (two's complement), where addition and
+# multiplication wrap as on uint32 and a logical right shift is an arithmetic one with the sign
+# bits masked off; every backend has these int32 ops.
 _MASK32 = 0xFFFFFFFF
 
 
@@ -257,8 +199,7 @@ def _shift_right(h, bits):
 
 
 def _mix(h):
-    """The 32-bit finaliser of MurmurHash3 (a bijection with full
-    avalanche) on 32-bit words (int32 tensors)."""
+    """The 32-bit finaliser of MurmurHash3 (a bijection with full avalanche) on int32 words."""
     h = ops.bitwise_xor(h, _shift_right(h, 16))
     h = ops.multiply(h, _word(0x85EBCA6B))
     h = ops.bitwise_xor(h, _shift_right(h, 13))
@@ -267,18 +208,7 @@ def _mix(h):
 
 
 def _seed_key(seed):
-    """(R, 2) int32 keys (two 32-bit words a row) from an int or an int
-    tensor of shape (), (1,), (2,), (R, 1) or (R, 2): R = 1 for one seed
-    for the batch, R = B for one seed per row.
-
-    A scalar seed s gives the words (low 32 bits, next 32 bits) of s in
-    two's complement, whatever holds it: a Python or NumPy int, or an int32
-    or int64 tensor (eager or traced), so that one seed draws the same
-    tokens on every path. A negative int32 tensor is sign-extended as the
-    Python int is (-1 gives the words (-1, -1)); unsigned tensors are
-    zero-extended. A (2,) tensor gives the two words themselves. Per-row
-    seeds (R, 1) and words (R, 2) are read the same way, row by row.
-    """
+    """(R, 2) int32 keys from a checked seed: R = 1 for the batch, R = B one per row."""
     if isinstance(seed, (list, tuple)):
         seed = np.asarray(seed)
     if isinstance(seed, np.ndarray) and seed.size == 1:
@@ -286,8 +216,7 @@ def _seed_key(seed):
     if isinstance(seed, numbers.Integral):
         return ops.reshape(ops.stack([_word(int(seed)), _word(int(seed) >> 32)]), (1, 2))
     if isinstance(seed, np.ndarray) and seed.ndim == 2 and seed.shape[1] == 1:
-        # NumPy's words (JAX would truncate an int64 array): the cast to
-        # uint64 wraps negative ints in two's complement, sign-extended.
+        # NumPy's words (JAX would truncate int64): uint64 wraps negative ints, sign-extended.
         bits = seed[:, 0].astype(np.uint64)
         words = np.stack([bits & _MASK32, bits >> np.uint64(32)], axis=-1)
         return ops.convert_to_tensor(words.astype(np.uint32).view(np.int32))
@@ -299,9 +228,7 @@ def _seed_key(seed):
         # A cast to int32 keeps the low 32 bits of each word (wraps).
         return ops.reshape(ops.cast(seed, "int32"), (-1, 2))
     seed = ops.reshape(seed, (-1,))
-    # The cast keeps the low 32 bits (wraps); the high word is the next 32
-    # bits: an arithmetic shift of a 64-bit seed, else the sign extension
-    # of a signed one (0 for unsigned).
+    # Low word: the cast (wraps). High word: a shift of a 64-bit seed, else the sign extension.
     low = ops.cast(seed, "int32")
     if dtype.endswith("64"):
         high = ops.cast(ops.right_shift(seed, ops.convert_to_tensor(32, dtype)), "int32")
@@ -313,28 +240,14 @@ def _seed_key(seed):
 
 
 def gumbel_noise(key, position, shape):
-    """Standard Gumbel noise, a pure function of (key, position, index).
-
-    Args:
-        key: (R, 2) int32 words from the seed (`_seed_key`; a (2,) key is
-            read as (1, 2)). R = 1: one key for the batch, row b at the
-            counters b * V + v. R = B: row b's own key, at the counters v
-            (the noise row 0 of a batch draws with that key alone).
-        position: int32 scalar (the decoding position).
-        shape: (B, V).
-
-    Returns:
-        (B, V) float32 samples of -log(-log(U)), U uniform in (0, 1) on a
-        grid of 2**23 values.
-    """
+    """(B, V) float32 standard Gumbel noise, a pure function of (key, position, row, index)."""
     key = ops.reshape(key, (-1, 2))
     step = ops.cast(position, "int32")
     k1 = _mix(ops.bitwise_xor(key[:, 0], _mix(key[:, 1] + _word(0x9E3779B9))))
     k2 = _mix(ops.bitwise_xor(k1, _mix(step + _word(0x7F4A7C15))))[:, None]
     k3 = _mix(k2 + _word(0x632BE5AB))
     columns = ops.arange(shape[1], dtype="int32")[None, :]
-    # One key for the batch: one distinct counter per (row, token) while
-    # B * V < 2**31. One key per row: the row's own counters from 0.
+    # One key for the batch: a counter per (row, token) while B * V < 2**31; else per row.
     counter = columns
     if key.shape[0] in (1, None):
         offsets = ops.arange(shape[0], dtype="int32")[:, None] * ops.cast(shape[1], "int32")

@@ -20,77 +20,37 @@ def greedy_search(
 ):
     """Generates by taking the most likely next token at every step.
 
-    The prompt is prefilled in one pass, then one cached step runs per new
-    position; a step costs the same at every position (the caches have a
-    fixed size). Written with `keras.ops` and `ops.while_loop` on fixed
-    shapes, so it runs eagerly and inside `tf.function(jit_compile=True)`
-    (batch size may be dynamic, `max_length` is static; prompts padded to a
-    fixed width with their lengths given do not retrace).
-
-    Prompts of different lengths share a batch right-padded: each row keeps
-    its own positions and gets the tokens it would get alone (see
-    `keras_attn.generation.decoding`).
+    Prefill, then one cached step per position in an XLA-compilable loop; right-padded rows get
+    the tokens they would get alone (docs/guides/decoding.md).
 
     Args:
-        model: a functional `keras.Model` (adapted with `CachedDecoder`) or
-            a decoder object (`CachedDecoder`, `RecomputingDecoder`).
-        prompt: (B, P) int token ids, right-padded with `pad_token_id`; each
-            row holds at least one token (e.g. the start token). For a
-            translation model this is the decoder's start, e.g. (B, 1) of
-            the start-of-sentence id.
-        max_length: L, static int >= P: length of the returned sequences,
-            prompt included (also the cache size).
-        end_token_id: a row stops after generating this id (the prompt's own
-            end tokens do not count); later positions get `pad_token_id`.
-            None = always generate to `max_length`.
+        model: a functional `keras.Model` (run by a `CachedDecoder`) or a decoder object.
+        prompt: (B, P) int token ids, right-padded with `pad_token_id`, at least one per row.
+        max_length: L, static int >= P: length of the returned sequences, prompt included.
+        end_token_id: a row stops after generating it (then padding); None = never stop.
         pad_token_id: id of padding (0 in keras_attn models).
-        prompt_lengths: (B,) int prompt lengths in [0, P] (0: the row
-            starts from its first token); defaults to the number of tokens
-            != `pad_token_id` per row.
-        inputs: the model's other inputs by name, e.g.
-            `{"encoder_tokens": (B, S) int}` for a translation model; None for
-            decoder-only models.
-        suppressed_token_ids: ids that are never generated (probability
-            zero at every step; the prompt may hold them), a list of Python
-            ints: the ids the model's builder states, e.g.
-            `keras_attn.models.MUSIC_SUPPRESSED_TOKEN_IDS` (padding, start)
-            or `(tokenizer.pad_id, tokenizer.start_id)` for translation.
-            None = every id may be generated.
+        prompt_lengths: (B,) int in [0, P]; defaults to the count of ids != `pad_token_id`.
+        inputs: the model's other inputs by name, e.g. `{"encoder_tokens": (B, S) int}`.
+        suppressed_token_ids: ids never generated (a list of ints), or None.
 
     Returns:
-        (B, L) int32 tokens: the prompt, the generated tokens (end token
-        included), then `pad_token_id`.
+        (B, L) int32 tokens: the prompt, the generated tokens (end included), then padding.
 
     Raises:
-        ValueError: if the model cannot be adapted (see `CachedDecoder`);
-            `max_length` is not a positive int (or too long for a position
-            table); the prompt is not (B, P) integers with static
-            1 <= P <= max_length and B > 0; `prompt_lengths` is not (B,)
-            integers in [0, P]; `end_token_id` / `pad_token_id` lie outside
-            the vocabulary [0, V) (V: the width of the logits);
-            `suppressed_token_ids` hold ids outside it, the end id or every
-            id; `inputs` are not the model's other inputs; or the ids of the
-            prompt (within each row's length) or of an input an embedding
-            reads lie outside that embedding. Values known only when a graph
-            runs (a traced prompt, its batch, the inputs' ids and rows) are
-            checked there, once, before the loop: TensorFlow raises
-            `InvalidArgumentError` (not under XLA, which has no assertion),
-            JAX a `JaxRuntimeError` wrapping the ValueError.
+        ValueError: for a model `CachedDecoder` refuses, or an argument outside the above.
 
     Example:
     >>> import keras
     >>> from keras_attn.generation import greedy_search
     >>> from keras_attn.models import music_transformer
-    >>> lm = music_transformer(40, num_layers=1, hidden_dim=16, num_heads=2,
-    ...                        intermediate_dim=32, max_relative_position=8)
+    >>> lm = music_transformer(40, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32)
     >>> prompts = keras.ops.array([[1, 7, 9, 3], [1, 4, 0, 0]])  # right-padded
     >>> tokens = greedy_search(lm, prompts, max_length=10, end_token_id=2)
     >>> tuple(tokens.shape)
     (2, 10)
 
     Reference:
-        Vaswani et al. 2017, "Attention Is All You Need", section 3
-        (auto-regressive generation).
+        Vaswani et al. 2017, "Attention Is All You Need", section 3.
     """
 
     def choose(logits, position):
@@ -113,29 +73,20 @@ def length_penalty(length, alpha):
     """GNMT length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha.
 
     Args:
-        length: |Y|, number of generated tokens (end token included), an int
-            or int tensor.
+        length: |Y|, the generated tokens (end included), an int or int tensor.
         alpha: the exponent (0 = no normalisation; 0.6 in Vaswani et al.).
 
     Returns:
         float32 tensor of the shape of `length`.
 
-    Raises:
-        Nothing of its own: `length` and `alpha` are not validated.
-
     Example:
     >>> import keras
-    >>> from keras_attn.generation.search import length_penalty
-    >>> lengths = keras.ops.array([1, 7, 19])  # (5 + |Y|) / 6 = 1, 2, 4
-    >>> keras.ops.convert_to_numpy(length_penalty(lengths, 1.0)).tolist()
-    [1.0, 2.0, 4.0]
-    >>> penalty = keras.ops.convert_to_numpy(length_penalty(lengths, 0.6))
-    >>> [round(float(value), 4) for value in penalty]  # 1, 2 ** 0.6, 4 ** 0.6
-    [1.0, 1.5157, 2.2974]
+    >>> from keras_attn.generation import length_penalty
+    >>> round(float(length_penalty(7, 0.6)), 4)  # 2 ** 0.6
+    1.5157
 
     Reference:
-        Wu et al. 2016, "Google's Neural Machine Translation System",
-        section 7, equation 14.
+        Wu et al. 2016, "Google's Neural Machine Translation System", section 7, equation 14.
     """
     length = ops.cast(length, "float32")
     return ops.power((5.0 + length) / 6.0, alpha)
@@ -156,55 +107,28 @@ def beam_search(
 ):
     """Generates the most likely sequence found by beam search.
 
-    Each row keeps `num_beams` hypotheses. At every step each live
-    hypothesis is extended by every token, a hypothesis that has produced
-    `end_token_id` is kept frozen (extended by `pad_token_id` at no cost),
-    and the `num_beams` extensions with the best score
-    log P(Y) / lp(|Y|) survive, with the GNMT length penalty
-    lp(|Y|) = ((5 + |Y|) / 6) ** alpha and |Y| the number of generated
-    tokens, end token included (frozen hypotheses keep their length). The
-    result is the surviving hypothesis with the best score; a hypothesis
-    that reaches `max_length` without an end token competes with its
-    length. The search stops when every hypothesis of every row has ended or
-    at `max_length`. With one beam this is greedy search; with enough beams
-    to keep every hypothesis it is exact search. No coverage penalty
-    (GNMT's beta = 0).
-
-    The prompt is prefilled once per row, then the caches, the encoder's
-    cross-attention keys/values and its padding mask are repeated per beam;
-    at each step the self-attention caches follow their beams
-    (`reorder_state`). Prompts of different lengths: as `greedy_search`
-    (the prompt part of every beam is forced, at no cost).
+    Keeps the `num_beams` best hypotheses by log P(Y) / lp(|Y|) (docs/guides/decoding.md).
 
     Args:
         model: a functional `keras.Model` or a decoder object.
         prompt: (B, P) int, right-padded (see `greedy_search`).
         max_length: L, static int >= P (prompt included).
         num_beams: K, positive int (4 in Vaswani et al. 2017).
-        length_penalty_alpha: alpha, a finite number >= 0 (0.6 in Vaswani
-            et al. 2017; 0 = plain log-probability).
+        length_penalty_alpha: alpha, a finite number >= 0 (0.6 in Vaswani et al. 2017).
         end_token_id: id that ends a hypothesis, or None.
         pad_token_id: padding id, written after the end token.
         prompt_lengths: (B,) int; defaults to the non-pad count per row.
         inputs: the model's other inputs by name (e.g. `encoder_tokens`).
         return_all_beams: also return every final beam and its score.
-        suppressed_token_ids: ids never generated (see `greedy_search`): the
-            step distribution is renormalised over the other ids.
+        suppressed_token_ids: ids never generated (see `greedy_search`).
 
     Returns:
-        (B, L) int32 best sequences (prompt included). With
-        `return_all_beams=True`, `(best, beams, scores)`: beams (B, K, L)
-        int32 sorted best first, scores (B, K) float32 log P / lp (`-inf`
-        for beams that never held a distinct hypothesis, when fewer than K
-        exist; such beams are filler that holds `pad_token_id` where it
-        took no token, never a suppressed id).
+        (B, L) int32 best sequences. With `return_all_beams=True`, `(best, beams, scores)`:
+        beams (B, K, L) int32 best first, scores (B, K) float32 (`-inf` for empty beams).
 
     Raises:
-        ValueError: if `num_beams` is not a positive int,
-            `length_penalty_alpha` is not a finite number >= 0 or so large
-            that the penalty at `max_length` exceeds 1e30 (float32 scores
-            would lose every difference), `return_all_beams` is not a bool,
-            or for the reasons of `greedy_search`.
+        ValueError: for a bad `num_beams`, `length_penalty_alpha` or `return_all_beams`, or as
+            `greedy_search`.
 
     Example:
     >>> import keras
@@ -219,16 +143,10 @@ def beam_search(
     (1, 8)
 
     Reference:
-        Wu et al. 2016, "Google's Neural Machine Translation System:
-        Bridging the Gap between Human and Machine Translation", section 7
-        (beam search, length normalisation lp = ((5 + |Y|) / 6) ** alpha).
-        Vaswani et al. 2017, "Attention Is All You Need", section 6.1
-        (beam size 4, alpha = 0.6).
+        Wu et al. 2016, "Google's Neural Machine Translation System", section 7.
     """
     arguments.check_beam_arguments(num_beams, length_penalty_alpha, max_length)
-    checks.check_bool(
-        None, "return_all_beams", return_all_beams, "True = also return every beam and its score"
-    )
+    checks.check_bool(None, "return_all_beams", return_all_beams, "True = also every beam")
     decoder, suppressed, (tokens, lengths, prompt_mask, start, _), logits, state = (
         decoding.start_search(
             model,

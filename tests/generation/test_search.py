@@ -437,8 +437,7 @@ def test_other_inputs_must_have_the_rows_of_the_prompt(generate):
         with pytest.raises(
             ValueError,
             match=re.escape(
-                "The model input class_label must have one row per sequence decoded (the prompt's "
-                "rows, or `initial_state`'s batch_size): pass it for the same rows. Received: "
+                "The model input class_label must have one row per prompt row. Received: "
                 "class_label with batch size 3, expected 2."
             ),
         ):
@@ -458,8 +457,8 @@ def test_check_batch_size_compares_the_first_axis():
         assert check_batch_size("label", labels, batch_size) is labels
     with pytest.raises(
         ValueError,
-        match=r"The model input label must have one row per sequence "
-        r"decoded.*Received: label with batch size 3, expected 2\.",
+        match=r"The model input label must have one row per prompt "
+        r"row.*Received: label with batch size 3, expected 2\.",
     ):
         check_batch_size("label", labels, np.int64(2))
 
@@ -483,7 +482,7 @@ def test_other_inputs_rows_are_checked_in_the_graph():
     )
     with pytest.raises(
         tf.errors.InvalidArgumentError,
-        match=r"class_label must have one row per sequence decoded.*"
+        match=r"class_label must have one row per prompt row.*"
         r"Received: class_label with batch size.*3.*expected.*2",
     ):
         traced(prompt, np.array([0, 1, 2], "int32"))
@@ -509,7 +508,7 @@ def test_beam_search_refuses_a_length_penalty_float32_cannot_rank_with():
     for alpha in (200.0, 1e300):
         with pytest.raises(
             ValueError,
-            match=r"`length_penalty_alpha` is too large for float32 scores: .*"
+            match=r"`length_penalty_alpha` is too large for float32 scores "
             r"at max_length=16.*Use at most 55.1 here.*"
             rf"Received: length_penalty_alpha={re.escape(repr(alpha))}\.",
         ):
