@@ -1,22 +1,7 @@
-"""Sharding layouts of keras_attn models for `keras.distribution`.
+"""Megatron-style sharding layouts of keras_attn models for `keras.distribution`.
 
-`keras.distribution.DataParallel` needs nothing from a model: every
-variable is replicated and each device gets a slice of the batch. Model
-parallelism (`keras.distribution.ModelParallel`) needs a `LayoutMap` that
-says how each variable is split over the device mesh; `layout_map` gives
-the Megatron-style split (Shoeybi et al. 2019) of the blocks built by
-`TransformerEncoder` / `TransformerDecoder` and the attention layers:
-
-* the query/key/value projections and the feed-forward intermediate
-  kernel split their output features over `model_dim`;
-* the attention output and feed-forward output kernels split their input
-  features over `model_dim`, so each device's partial sums meet in one
-  reduction per sub-block;
-* everything else (embeddings, norms, biases, relative-position tables) is
-  replicated, and the batch is split over `batch_dim`.
-
-XLA inserts the communication (GSPMD); results equal one device's up to
-float rounding (tests/test_distribution.py, JAX with two host devices).
+Query/key/value and feed-forward intermediate kernels split their outputs, the attention and
+feed-forward output kernels their inputs; the rest is replicated (docs/guides/distribution.md).
 """
 
 import keras
@@ -36,18 +21,14 @@ KERNEL_LAYOUTS = {
 
 
 def layout_map(device_mesh, model_dim="model"):
-    """The `keras.distribution.LayoutMap` that shards keras_attn blocks'
-    kernels over one axis of a device mesh.
+    """The `keras.distribution.LayoutMap` sharding keras_attn kernels over a mesh axis.
 
     Args:
-        device_mesh: a `keras.distribution.DeviceMesh`, e.g. of shape
-            (data_parallel, model_parallel) with axis names
-            ("batch", "model").
+        device_mesh: a `keras.distribution.DeviceMesh`, e.g. axes ("batch", "model").
         model_dim: the mesh axis the kernels are split over.
 
     Returns:
-        `keras.distribution.LayoutMap` for
-        `keras.distribution.ModelParallel(layout_map=..., batch_dim_name=...)`.
+        `keras.distribution.LayoutMap` for `keras.distribution.ModelParallel`.
 
     Raises:
         ValueError: if `model_dim` is not an axis of `device_mesh`.
@@ -55,16 +36,14 @@ def layout_map(device_mesh, model_dim="model"):
     Example:
     >>> import keras
     >>> from keras_attn.distribution import layout_map
-    >>> mesh = keras.distribution.DeviceMesh(
-    ...     (1, 1), ["batch", "model"], keras.distribution.list_devices()[:1])
+    >>> devices = keras.distribution.list_devices()[:1]
+    >>> mesh = keras.distribution.DeviceMesh((1, 1), ["batch", "model"], devices)
     >>> layouts = layout_map(mesh)
     >>> layouts["decoder_layer_0/feedforward_intermediate/kernel"].axes
     (None, 'model')
 
     Reference:
-        Shoeybi et al. 2019, "Megatron-LM" (column- then row-split
-        projections); keras-hub backbones' `get_layout_map` do the same
-        for their models.
+        Shoeybi et al. 2019, "Megatron-LM" (column- then row-split projections).
     """
     axes = tuple(device_mesh.axis_names)
     require(model_dim in axes, "model_dim", model_dim, f"an axis of the device mesh, one of {axes}")

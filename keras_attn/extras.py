@@ -1,26 +1,8 @@
 """What the optional parts of keras_attn need, and the error that says how to install it.
 
-`pip install keras_attn` installs Keras, NumPy and ml-dtypes only: the
-layers, models, losses, metrics, schedules and generation run on every Keras
-backend (JAX, PyTorch, TensorFlow) with nothing else. The other parts name
-the extra that installs what they import:
-
-- `tensorflow` (tensorflow, tensorflow-text, sentencepiece): `keras_attn.export`
-  (TF Serving), the subword tokenizer, the tf.data pipelines, TensorFlow's image
-  ops, tf.distribute;
-- `music` (symusic): reading and writing MIDI;
-- `images` (Pillow): reading picture files;
-- `examples` (the three above, sacrebleu, tensorboard, matplotlib,
-  tensorflow-serving-api): `examples/`;
-- `tests` (`examples`, pytest, pytest-xdist, hypothesis, jax): the test suites;
-- `docs` (mkdocs, mkdocs-material, mkdocstrings): the API reference;
-- `benchmarks` (`tensorflow`, keras-hub): `benchmarks/`.
-
-A module that needs an extra imports through `needs_extra`, so that a
-missing package is reported with the `pip install` line that brings it:
-
-    with needs_extra("tensorflow", "keras_attn.export"):
-        import tensorflow as tf
+`pip install keras_attn` brings Keras, NumPy and ml-dtypes; the exporters and preprocessing
+import through `needs_extra`, which names the `pip install "keras_attn[...]"` line of a missing
+package (the extras: docs/guides/preprocessing.md).
 """
 
 import contextlib
@@ -42,9 +24,7 @@ def install_line(extra):
     pip install "keras_attn[music]"
     """
     if extra not in EXTRA_MODULES:
-        raise ValueError(
-            f"`extra` must be one of {sorted(EXTRA_MODULES)}. Received: extra={extra!r}."
-        )
+        raise ValueError(f"`extra` must be one of {sorted(EXTRA_MODULES)}. Received: {extra=}.")
     return f'pip install "keras_attn[{extra}]"'
 
 
@@ -52,21 +32,14 @@ def install_line(extra):
 def needs_extra(extra, user):
     """Turns a missing package of `extra` into an error that names its install line.
 
-    Imports inside the `with` block that fail because a module of `extra`
-    (see `EXTRA_MODULES`) is not installed raise `ModuleNotFoundError`
-    saying what needs it and the exact `pip install` line (`pip install
-    keras_attn` leaves the extras out); any other error passes through
-    unchanged (a broken install keeps its own message).
+    Other errors (a broken install) pass through unchanged.
 
     Args:
-        extra: the extra that installs the imported packages:
-            `"tensorflow"`, `"music"` or `"images"`.
-        user: what needs them, as the user knows it (a module or function
-            name), e.g. `"keras_attn.export"`.
+        extra: `"tensorflow"`, `"music"` or `"images"`.
+        user: what needs them, e.g. `"keras_attn.export"`.
 
     Raises:
-        ModuleNotFoundError: a module of `extra` is missing; its `name` is
-            the missing module's.
+        ModuleNotFoundError: a module of `extra` is missing (`name`: the missing module).
         ValueError: `extra` is not one of the extras above.
 
     Example:

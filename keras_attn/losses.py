@@ -11,12 +11,8 @@ from keras_attn.checks import is_number, require
 class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     """Token-level cross-entropy with label smoothing that ignores padding.
 
-    The target distribution puts `1 - label_smoothing` on the true token and
-    spreads `label_smoothing` uniformly over the vocabulary (Szegedy et al.
-    2016; the Transformer used 0.1). Positions whose target is `ignore_class`
-    (the padding id) contribute nothing, and the result is the mean over the
-    remaining tokens of the batch, so short and long batches weigh each token
-    the same.
+    `label_smoothing` is spread uniformly over the vocabulary (Szegedy et al. 2016); positions
+    whose target is `ignore_class` count nothing; the result is the mean over the real tokens.
 
     Args:
         label_smoothing: in [0, 1).
@@ -41,8 +37,7 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     >>> probabilities = np.array([[[0.1, 0.5, 0.2, 0.2],        # p(1) = 0.5
     ...                            [0.25, 0.25, 0.25, 0.25],    # p(2) = 0.25
     ...                            [1.0, 0.0, 0.0, 0.0]]])      # ignored
-    >>> loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.0,
-    ...                                            from_logits=False)
+    >>> loss = MaskedSparseCategoricalCrossentropy(label_smoothing=0.0, from_logits=False)
     >>> round(float(loss(y_true, probabilities)), 4)  # (ln 2 + ln 4) / 2
     1.0397
     >>> smoothed = MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
@@ -63,12 +58,8 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         dtype=None,
     ):
         super().__init__(name=name, reduction=reduction, dtype=dtype)
-        require(
-            is_number(label_smoothing, 0.0) and label_smoothing < 1.0,
-            "label_smoothing",
-            label_smoothing,
-            "a number in [0, 1)",
-        )
+        ok = is_number(label_smoothing, 0.0) and label_smoothing < 1.0
+        require(ok, "label_smoothing", label_smoothing, "a number in [0, 1)")
         self.label_smoothing = label_smoothing
         self.ignore_class = ignore_class
         self.from_logits = from_logits

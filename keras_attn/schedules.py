@@ -12,19 +12,13 @@ from keras_attn.checks import is_number, require
 class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """The Transformer's schedule: linear warmup, then inverse square root decay.
 
-        lr(step) = scale * d_model^-0.5 * min(n^-0.5, n * warmup_steps^-1.5),
-        n = step + 1
-
-    (the paper counts steps from 1; counting from the optimizer's 0 with
-    `n = step + 1` keeps the rate finite and positive at the first step).
-    The peak, reached at `n = warmup_steps` (the optimizer's step
-    `warmup_steps - 1`), is `scale / sqrt(d_model * warmup_steps)`.
+    `lr = scale * d_model^-0.5 * min(n^-0.5, n * warmup_steps^-1.5)` with `n = step + 1`; the
+    peak, at `n = warmup_steps`, is `scale / sqrt(d_model * warmup_steps)`.
 
     Args:
         d_model: the model width D (positive int).
         warmup_steps: steps of linear warmup (positive int; 4000 in the paper).
-        scale: multiplier of the whole curve (1.0 in the paper; small
-            datasets and batches often train better with 0.5-2).
+        scale: multiplier of the whole curve (1.0 in the paper).
 
     Call arguments:
         step: the optimizer's iteration count (int or scalar tensor).
@@ -33,8 +27,7 @@ class WarmupInverseSqrtSchedule(keras.optimizers.schedules.LearningRateSchedule)
         The float32 learning rate.
 
     Raises:
-        ValueError: if `d_model`, `warmup_steps` or `scale` is not a
-            positive finite number.
+        ValueError: if `d_model`, `warmup_steps` or `scale` is not a positive finite number.
 
     Example:
     >>> from keras_attn.schedules import WarmupInverseSqrtSchedule

@@ -1,24 +1,6 @@
 """Where a data set's files come from: an offline folder, the cache, or a download.
 
-Every loader of `keras_attn.datasets` finds each file it needs in this order:
-
-1. An offline folder, when one is given: the `data_dir` argument, else the
-   folder named by `$KERAS_ATTN_DATA`. It is laid out as
-   `<data_dir>/<data set>/<file>` (`multi30k/train.de.gz`,
-   `pop909/POP909/001/001.mid`, ...). When one is given it is the only
-   source: a missing file is an error, never a download.
-2. The cache, `<cache_dir>/datasets/keras_attn/<data set>/<file>`;
-   `cache_dir` defaults to Keras's own folder (`$KERAS_HOME`, else
-   `~/.keras`), so the files sit beside those of `keras.datasets`.
-3. A download from the data set's official public URL into the cache, with
-   `keras.utils.get_file`.
-
-Every file is checked against its sha256, wherever it comes from. A file
-whose bytes differ (corrupted, truncated by an interrupted download,
-replaced) is never returned: in the cache it is downloaded again (a partial
-download is redone, not resumed), and a download that still does not match
-raises a `ValueError` naming the path and both hashes (and is removed). In an
-offline folder it raises the same error and is left as it is.
+Each file is checked against its sha256 wherever it comes from (docs/guides/preprocessing.md).
 """
 
 import contextlib
@@ -41,10 +23,7 @@ def sha256(path, chunk_size=1 << 20):
 def offline_dir(data_dir):
     """The offline folder to read (`data_dir`, else `$KERAS_ATTN_DATA`), or None.
 
-    Returns:
-        `(folder, source)`: the folder, expanded, and how it was given
-        (`"data_dir"` or `"$KERAS_ATTN_DATA"`); `(None, None)` when neither
-        is set.
+    Returns `(folder, source)`, source `"data_dir"` or `"$KERAS_ATTN_DATA"`, or `(None, None)`.
     """
     if data_dir is not None and os.fspath(data_dir) != "":
         return os.path.expanduser(os.fspath(data_dir)), "data_dir"
@@ -55,11 +34,7 @@ def offline_dir(data_dir):
 
 
 def cache_root(cache_dir=None):
-    """`<cache_dir>/datasets/keras_attn`, with Keras's default for `cache_dir`.
-
-    Keras's default (`keras.utils.get_file`'s): `$KERAS_HOME` if set, else
-    `~/.keras`, or `/tmp/.keras` where the home folder is not writable.
-    """
+    """`<cache_dir>/datasets/keras_attn`, `cache_dir` defaulting as in `keras.utils.get_file`."""
     if cache_dir is None:
         if "KERAS_HOME" in os.environ:
             cache_dir = os.environ["KERAS_HOME"]
@@ -79,11 +54,8 @@ def check_file(path, expected, what="file"):
     names the file's origin."""
     received, accepted = sha256(path), _accepted(expected)
     if received not in accepted:
-        raise ValueError(
-            f"The {what} {path!r} is not the expected file: its sha256 is {received}, "
-            f"expected {' or '.join(accepted)}. It may be corrupted, truncated or "
-            "another version."
-        )
+        hashes = f"sha256 {received}, expected {' or '.join(accepted)}"
+        raise ValueError(f"The {what} {path!r} is corrupt or another version: {hashes}.")
 
 
 def _download(relative_path, expected, url, cache_dir):
@@ -113,16 +85,11 @@ def _download(relative_path, expected, url, cache_dir):
         received = sha256(target) if os.path.isfile(target) else "(no file)"
         if os.path.isfile(target):
             os.remove(target)
-        raise ValueError(
-            f"The file downloaded from {url} to {target!r} is not the expected file: "
-            f"its sha256 is {received}, expected {expected}. It was removed; call "
-            "again to download it again, or report the changed file."
-        ) from None
+        hashes = f"sha256 {received}, expected {expected}"
+        raise ValueError(f"{url} gave another file ({hashes}); {target!r} was removed.") from None
     except Exception as error:  # keras.utils.get_file's "URL fetch failure ..."
-        raise OSError(
-            f"Could not download {url} to {target!r}: {error}. Offline, pass `data_dir` "
-            f"(or set ${DATA_ENV_VAR}) to a folder holding the data set."
-        ) from error
+        fix = f"Offline, pass `data_dir` (or set ${DATA_ENV_VAR})."
+        raise OSError(f"Could not download {url} to {target!r}: {error}. {fix}") from error
     return path
 
 
@@ -130,11 +97,8 @@ def fetch_file(relative_path, expected, url, data_dir=None, cache_dir=None, what
     """The verified local path of one file of a data set.
 
     Args:
-        relative_path: the file's path in an offline folder and in the cache,
-            with "/" separators, e.g. `"multi30k/train.de.gz"`.
-        expected: its sha256; a tuple for several accepted versions, of
-            which the first is the one `url` serves (an offline folder may
-            hold any of them).
+        relative_path: the path in an offline folder and in the cache, e.g. `"multi30k/a.gz"`.
+        expected: its sha256, or a tuple of accepted ones (the first is what `url` serves).
         url: where to download it from.
         data_dir: the offline folder (else `$KERAS_ATTN_DATA`, else none).
         cache_dir: the Keras cache folder (default `~/.keras`).
@@ -153,10 +117,8 @@ def fetch_file(relative_path, expected, url, data_dir=None, cache_dir=None, what
         path = os.path.join(folder, *relative_path.split("/"))
         if not os.path.isfile(path):
             hint = f"unset ${DATA_ENV_VAR}" if source != "data_dir" else "pass data_dir=None"
-            raise FileNotFoundError(
-                f"No {what} at {path!r}, in the offline data folder (from "
-                f"{source}). Copy the data set there, or {hint} to download."
-            )
+            where = f"No {what} at {path!r} (offline folder from {source})"
+            raise FileNotFoundError(f"{where}. Copy the data set there, or {hint} to download.")
         check_file(path, expected, what=f"{what} in the offline folder")
         return path
     return _download(relative_path, _accepted(expected)[0], url, cache_dir)

@@ -1,27 +1,10 @@
 """CIFAR-10: 60,000 32x32 colour images in 10 classes, as uint8 arrays.
 
-The official archive, `cifar-10-python.tar.gz` of
-https://www.cs.toronto.edu/~kriz/cifar.html (the file and sha256
-`keras.datasets.cifar10.load_data` uses): 50,000 training and 10,000 test
-images, lossless, classes in the order airplane, automobile, bird, cat,
-deer, dog, frog, horse, ship, truck.
+The official archive, or this project's lossy JPEG copy of the training images (sources:
+docs/guides/preprocessing.md).
 
-Sources, in order (see `keras_attn.datasets`):
-
-1. an offline folder (`data_dir`, else `$KERAS_ATTN_DATA`) holding either
-   `cifar10/cifar-10-python.tar.gz` (the official archive) or
-   `cifar10/cifar10_train_jpeg.npz`, this project's copy of the 50,000
-   training images stored as JPEG (quality ~75, so lossy: bits/dim measured
-   on it is not comparable to published CIFAR-10 figures; images sorted by
-   class; no test split; decoding it needs Pillow, `pip install
-   "keras_attn[images]"`);
-2. the cache, `~/.keras/datasets/keras_attn/cifar10/cifar-10-python.tar.gz`;
-3. a download of the official archive (163 MB) from `BASE_URL`, checked
-   against `ARCHIVE_SHA256`.
-
-Citation:
-    Alex Krizhevsky. 2009. "Learning Multiple Layers of Features from Tiny
-    Images." Technical report, University of Toronto.
+Reference:
+    Krizhevsky 2009, "Learning Multiple Layers of Features from Tiny Images".
 """
 
 import io
@@ -69,30 +52,20 @@ def fetch(data_dir=None, cache_dir=None, base_url=None):
     """The local path of the CIFAR-10 data: the official archive, or the JPEG copy.
 
     Args:
-        data_dir: an offline folder holding `cifar10/cifar-10-python.tar.gz`
-            or `cifar10/cifar10_train_jpeg.npz` (default `$KERAS_ATTN_DATA`
-            if set; the archive is preferred when both are there); when
-            given, nothing is downloaded.
-        cache_dir: the Keras cache folder (default `$KERAS_HOME` or
-            `~/.keras`); the archive goes to
-            `<cache_dir>/datasets/keras_attn/cifar10/`.
+        data_dir: offline folder holding `cifar10/cifar-10-python.tar.gz` (else `$KERAS_ATTN_DATA`).
+        cache_dir: the Keras cache folder (default `$KERAS_HOME` or `~/.keras`).
         base_url: where to download the archive from (default `BASE_URL`).
 
     Returns:
-        the path (str) of a file whose sha256 is `ARCHIVE_SHA256` (a `.tar.gz`)
-        or `JPEG_COPY_SHA256` (a `.npz`, offline folders only).
+        the path (str) of the `.tar.gz` archive, or (offline folders only) the `.npz` JPEG copy.
 
     Raises:
-        ValueError: the file has another sha256 (the message names the path
-            and both hashes).
+        ValueError: the file has another sha256.
         FileNotFoundError: the offline folder holds neither file.
         OSError: the download failed.
 
     Example:
-
-    `cifar10.fetch()` downloads the archive once (163 MB), then returns the
-    cached copy; `cifar10.fetch(data_dir="../shared/data")` reads this
-    project's offline folder and never downloads.
+    `cifar10.fetch()` downloads the archive once (163 MB), then returns the cached copy.
     """
     folder, source = _files.offline_dir(data_dir)
     if folder is not None:
@@ -117,10 +90,7 @@ def fetch(data_dir=None, cache_dir=None, base_url=None):
 
 
 class _ArraysOnly(pickle.Unpickler):
-    """Unpickles NumPy arrays and plain containers, nothing else. The batches
-    are pickles: the archive's hash is checked first, and this refuses any
-    other global should a file still be tampered with (the globals
-    `keras.datasets` allows for the same files)."""
+    """Unpickles NumPy arrays and plain containers, nothing else (defence beyond the hash)."""
 
     _ALLOWED = frozenset(
         {
@@ -172,26 +142,18 @@ def load_data(split="train", data_dir=None, cache_dir=None, base_url=None):
     """One split of CIFAR-10 as uint8 arrays.
 
     Args:
-        split: `"train"` (50,000 images) or `"test"` (10,000; the official
-            archive only).
+        split: `"train"` (50,000 images) or `"test"` (10,000; the official archive only).
         data_dir, cache_dir, base_url: as for `fetch`.
 
     Returns:
-        `(images, labels)`: (N, 32, 32, 3) uint8 RGB and (N,) uint8 class ids
-        (`CLASS_NAMES`), in the archive's order, or the JPEG copy's (by
-        class). Unlike `keras.datasets.cifar10`, labels are flat and images
-        are always channels-last.
+        `(images, labels)`: (N, 32, 32, 3) uint8 RGB and (N,) uint8 class ids (`CLASS_NAMES`).
 
     Raises:
-        ValueError: an unknown split, the test split from the JPEG copy, or
-            a file with another sha256.
+        ValueError: an unknown split, or a file with another sha256.
         FileNotFoundError, OSError: as for `fetch`.
 
     Example:
-
-    `images, labels = cifar10.load_data("train")` (a download on the first
-    call, 163 MB): `images.shape == (50000, 32, 32, 3)`, `images.dtype ==
-    np.uint8`.
+    `images, labels = cifar10.load_data("train")` gives images of shape (50000, 32, 32, 3).
     """
     require(split in SPLITS, "split", split, f"a CIFAR-10 split, one of {SPLITS}")
     path = fetch(data_dir, cache_dir, base_url)

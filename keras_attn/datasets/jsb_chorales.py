@@ -1,33 +1,8 @@
-"""JSB Chorales: J.S. Bach's four-part chorales on a 16th-note grid.
+"""JSB Chorales: J.S. Bach's four-part chorales on a 16th-note grid (docs/guides/preprocessing.md).
 
-The JSON files of Cheng-Zhi Anna Huang's JSB-Chorales-dataset repository
-(github.com/czhuang/JSB-Chorales-dataset), with the train / valid / test split
-of Boulanger-Lewandowski et al. 2012 (229 / 76 / 77 chorales):
-
-* `Jsb16thSeparated.json` (`SEPARATED`): the grid of Coconet, exactly four
-  voices (soprano, alto, tenor, bass) per 16th note, `-1` for a rest; what
-  the Music Transformer paper (section 4) and `keras_attn`'s music example use.
-* `jsb-chorales-16th.json` (`PIANO_ROLL`): the same chorales as the MIDI
-  pitches sounding at each 16th note (no voices).
-
-Files are read from an offline folder (`data_dir`, else `$KERAS_ATTN_DATA`:
-`<folder>/jsb_chorales/<file>`), else the cache
-(`~/.keras/datasets/keras_attn/jsb_chorales/`), else downloaded from
-`BASE_URL` (see `keras_attn.datasets`).
-
-Two versions of each file are accepted: the official one (downloaded) and
-this project's copy (in its offline data folder and shipped as
-`examples/music/data/Jsb16thSeparated.json`), which is the official file
-without its `test` split and with compact separators:
-`json.dumps({"train": ..., "valid": ...}, separators=(",", ":"))` of it,
-byte for byte. Its `train` and `valid` chorales are the official ones.
-
-Citation:
-    Boulanger-Lewandowski, Bengio & Vincent. 2012. "Modeling Temporal
-    Dependencies in High-Dimensional Sequences: Application to Polyphonic
-    Music Generation and Transcription." ICML. Huang, Cooijmans, Roberts,
-    Courville & Eck. 2017. "Counterpoint by Convolution." ISMIR (the grid
-    with separated voices). The music is in the public domain.
+Reference:
+    Boulanger-Lewandowski et al. 2012, "Modeling Temporal Dependencies in High-Dimensional
+    Sequences"; Huang et al. 2017, "Counterpoint by Convolution" (separated voices).
 """
 
 import json
@@ -67,39 +42,29 @@ def fetch(name=SEPARATED, data_dir=None, cache_dir=None, base_url=None):
     """The local path of one JSB Chorales JSON file, checked.
 
     Args:
-        name: `SEPARATED` (`"Jsb16thSeparated.json"`) or `PIANO_ROLL`
-            (`"jsb-chorales-16th.json"`).
-        data_dir: an offline folder holding `jsb_chorales/<name>` (default
-            `$KERAS_ATTN_DATA` if set); when given, nothing is downloaded.
-        cache_dir: the Keras cache folder (default `$KERAS_HOME` or
-            `~/.keras`); the file goes to
-            `<cache_dir>/datasets/keras_attn/jsb_chorales/`.
+        name: `SEPARATED` (`"Jsb16thSeparated.json"`) or `PIANO_ROLL`.
+        data_dir: an offline folder holding `jsb_chorales/<name>` (default `$KERAS_ATTN_DATA`).
+        cache_dir: the Keras cache folder (default `$KERAS_HOME` or `~/.keras`).
         base_url: where to download from (default `BASE_URL`).
 
     Returns:
         the path (str) of the file, whose sha256 is one of `SHA256[name]`.
 
     Raises:
-        ValueError: an unknown `name`, or a file with another sha256 (the
-            message names the path and both hashes).
+        ValueError: an unknown `name`, or a file with another sha256.
         FileNotFoundError: the offline folder lacks the file.
         OSError: the download failed.
 
     Example:
-
-    `jsb_chorales.fetch()` downloads the official file once, then returns the
-    cached copy. Offline (nothing is downloaded):
-
     >>> import os, shutil, tempfile
     >>> from keras_attn.datasets import jsb_chorales
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     os.makedirs(os.path.join(folder, "jsb_chorales"))
     ...     _ = shutil.copy("examples/music/data/Jsb16thSeparated.json",
     ...                     os.path.join(folder, "jsb_chorales"))
-    ...     path = jsb_chorales.fetch(data_dir=folder)
-    ...     chorales = jsb_chorales.load_data("valid", data_dir=folder)
-    >>> os.path.basename(path), len(chorales), chorales[0].shape[1], chorales[0].dtype
-    ('Jsb16thSeparated.json', 76, 4, dtype('int32'))
+    ...     chorales = jsb_chorales.load_data("valid", data_dir=folder)  # offline: no download
+    >>> len(chorales), chorales[0].shape[1]
+    (76, 4)
     """
     require(name in SHA256, "name", name, f"a JSB Chorales file, one of {tuple(SHA256)}")
     return _files.fetch_file(
@@ -116,33 +81,20 @@ def load_data(split="train", data_dir=None, cache_dir=None, base_url=None):
     """The chorales of one split as four-voice grids (`Jsb16thSeparated.json`).
 
     Args:
-        split: `"train"` (229 chorales), `"valid"` (76) or `"test"` (77; not
-            in this project's offline copy, which holds train and valid).
+        split: `"train"` (229 chorales), `"valid"` (76) or `"test"` (77).
         data_dir, cache_dir, base_url: as for `fetch`.
 
     Returns:
-        list of np.int32 arrays (steps, 4): per 16th note the MIDI pitch of
-        soprano, alto, tenor and bass, `-1` for a rest.
+        list of np.int32 arrays (steps, 4): the pitches of S, A, T, B per 16th note, -1 = rest.
 
     Raises:
-        ValueError: an unknown split, a split the file does not hold, or a
-            file with another sha256.
+        ValueError: an unknown split, or a file with another sha256.
         FileNotFoundError, OSError: as for `fetch`.
-
-    Example:
-
-    `jsb_chorales.load_data("valid")` (the cache, or a download), or offline
-    as in `fetch`'s example.
     """
     require(split in SPLITS, "split", split, f"a JSB Chorales split, one of {SPLITS}")
     path = fetch(SEPARATED, data_dir, cache_dir, base_url)
     with open(path, encoding="utf-8") as handle:
         data = json.load(handle)
-    require(
-        split in data,
-        "split",
-        split,
-        f"one of the splits {sorted(data)} of {path!r} (this "
-        "project's offline copy leaves out the test split; the official file has it)",
-    )
+    fix = "(This project's offline copy leaves out the test split.)"
+    require(split in data, "split", split, f"one of the splits {sorted(data)} of {path!r}", fix)
     return [np.asarray(chorale, np.int32).reshape(-1, 4) for chorale in data[split]]

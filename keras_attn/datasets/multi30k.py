@@ -1,21 +1,10 @@
 """Multi30k task 1: English-German image captions, as published by its authors.
 
-The raw files of the authors' repository (github.com/multi30k/dataset,
-`data/task1/raw/<split>.<language>.gz`): gzip UTF-8 text, one untokenized
-sentence per line, the two languages of a split aligned by line. Splits
-`train` (29,000 pairs), `val` (1,014) and `test_2016_flickr` (1,000; the test
-set BLEU is customarily reported on).
+Splits `train` (29,000 pairs), `val` (1,014), `test_2016_flickr` (1,000); where files come from:
+docs/guides/preprocessing.md.
 
-Files are read from an offline folder (`data_dir`, else `$KERAS_ATTN_DATA`:
-`<folder>/multi30k/<split>.<language>.gz`), else the cache
-(`~/.keras/datasets/keras_attn/multi30k/`), else downloaded from `BASE_URL`
-and checked against `SHA256` (see `keras_attn.datasets`).
-
-Citation:
-    Desmond Elliott, Stella Frank, Khalil Sima'an, Lucia Specia. 2016.
-    "Multi30K: Multilingual English-German Image Descriptions." Proceedings
-    of the 5th Workshop on Vision and Language, 70-74. Derived from
-    Flickr30K (Young et al. 2014). For research and education use.
+Reference:
+    Elliott et al. 2016, "Multi30K: Multilingual English-German Image Descriptions".
 """
 
 import gzip
@@ -52,26 +41,19 @@ def fetch(splits=SPLITS, languages=LANGUAGES, data_dir=None, cache_dir=None, bas
     Args:
         splits: the splits to fetch, from `SPLITS`.
         languages: the languages to fetch, from `LANGUAGES`.
-        data_dir: an offline folder holding `multi30k/<split>.<language>.gz`
-            (default `$KERAS_ATTN_DATA` if set); when given, nothing is
-            downloaded.
-        cache_dir: the Keras cache folder (default `$KERAS_HOME` or
-            `~/.keras`); files go to `<cache_dir>/datasets/keras_attn/multi30k/`.
-        base_url: where to download from (default `BASE_URL`, the authors'
-            repository at a fixed commit).
+        data_dir: offline folder holding `multi30k/<split>.<language>.gz` (else `$KERAS_ATTN_DATA`).
+        cache_dir: the Keras cache folder (default `$KERAS_HOME` or `~/.keras`).
+        base_url: where to download from (default `BASE_URL`, at a fixed commit).
 
     Returns:
-        the folder (str) holding every requested file, each with its sha256
-        in `SHA256`: `<data_dir>/multi30k` or the cache folder.
+        the folder (str) holding every requested file, each with its sha256 in `SHA256`.
 
     Raises:
-        ValueError: an unknown split or language, or a file whose sha256 is
-            not the expected one (the message names the path and both hashes).
+        ValueError: an unknown split or language, or a file with another sha256.
         FileNotFoundError: the offline folder lacks a file.
         OSError: a download failed.
 
     Example:
-
     >>> from keras_attn.datasets import multi30k
     >>> folder = multi30k.fetch(["val"], data_dir="examples/translation/data")
     >>> sorted(os.listdir(folder))[-2:]
@@ -122,17 +104,13 @@ def load_data(
         data_dir, cache_dir, base_url: as for `fetch`.
 
     Returns:
-        `(source_sentences, target_sentences)`: lists of `str` of equal
-        length, exactly as published (case, punctuation and spacing kept;
-        only the line break removed).
+        `(source_sentences, target_sentences)`: aligned lists of `str`, exactly as published.
 
     Raises:
-        ValueError: an unknown split or language, equal languages, a file
-            with another sha256, or files of unequal lengths.
+        ValueError: an unknown split or language, or a file with another sha256.
         FileNotFoundError, OSError: as for `fetch`.
 
     Example:
-
     >>> from keras_attn.datasets import multi30k
     >>> german, english = multi30k.load_data("val", data_dir="examples/translation/data")
     >>> len(german), len(english)

@@ -1,22 +1,7 @@
-"""POP909: 909 pop songs arranged for piano, as Standard MIDI files.
+"""POP909: 909 pop songs arranged for piano, as Standard MIDI files (docs/guides/preprocessing.md).
 
-The songs of the authors' repository (github.com/music-x-lab/POP909-Dataset),
-`POP909/NNN/NNN.mid` for NNN = 001 .. 909: type-1 MIDI, 480 ticks per beat,
-tracks MELODY, BRIDGE and PIANO. The annotations beside them (beats, chords,
-keys) and the `versions/` folders are not fetched. No official split.
-
-Files are read from an offline folder (`data_dir`, else `$KERAS_ATTN_DATA`:
-`<folder>/pop909/POP909/NNN/NNN.mid`), else the cache
-(`~/.keras/datasets/keras_attn/pop909/POP909/`), else downloaded one by one
-from `BASE_URL` (909 files, 25 MB) and each checked against its own sha256
-(`SHA256`, read from `pop909_sha256.txt`; the repository's `POP909.zip` is not used, as its hash could not
-be computed for this package). A download also fetches the license,
-`pop909/LICENSE`.
-
-License and citation:
-    MIT (Copyright (c) 2020 Music X Lab). Ziyu Wang, Ke Chen, Junyan Jiang,
-    Yiyi Zhang, Maoran Xu, Shuqi Dai, Guxian Bin, Gus Xia. 2020. "POP909: A
-    Pop-song Dataset for Music Arrangement Generation." ISMIR.
+Reference:
+    Wang et al. 2020, "POP909: A Pop-song Dataset for Music Arrangement Generation" (MIT license).
 """
 
 import contextlib
@@ -30,8 +15,7 @@ NUM_SONGS = 909
 
 
 def _read_hashes():
-    """{song number "NNN": sha256} and the license's sha256, from
-    `pop909_sha256.txt` beside this module (one "name hash" line each)."""
+    """({song "NNN": sha256}, license sha256) from `pop909_sha256.txt` beside this module."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pop909_sha256.txt")
     with open(path) as file:
         hashes = dict(line.split() for line in file if line.strip() and not line.startswith("#"))
@@ -71,35 +55,20 @@ def fetch(songs=None, data_dir=None, cache_dir=None, base_url=None):
     """The folder holding POP909's `NNN/NNN.mid` files, each checked.
 
     Args:
-        songs: None for all 909 songs, or the songs to fetch, as numbers
-            (1 .. 909) or three-digit strings (`"001"`).
-        data_dir: an offline folder holding `pop909/POP909/NNN/NNN.mid`
-            (default `$KERAS_ATTN_DATA` if set); when given, nothing is
-            downloaded.
-        cache_dir: the Keras cache folder (default `$KERAS_HOME` or
-            `~/.keras`); files go to
-            `<cache_dir>/datasets/keras_attn/pop909/POP909/`.
-        base_url: the repository's root to download from (default
-            `BASE_URL`): songs at `<base_url>POP909/NNN/NNN.mid`, the license
-            at `<base_url>LICENSE`.
+        songs: None for all 909 songs, or numbers (1 .. 909) or three-digit strings (`"001"`).
+        data_dir: an offline folder holding `pop909/POP909/NNN/NNN.mid` (else `$KERAS_ATTN_DATA`).
+        cache_dir: the Keras cache folder (default `$KERAS_HOME` or `~/.keras`).
+        base_url: the repository's root to download from (default `BASE_URL`).
 
     Returns:
-        the `POP909` folder (str) in which every requested song's
-        `NNN/NNN.mid` has its sha256 in `SHA256` (the folder may hold other
-        songs too).
+        the `POP909` folder (str) in which every requested `NNN/NNN.mid` has its sha256 checked.
 
     Raises:
-        ValueError: an unknown song, or a file with another sha256 (the
-            message names the path and both hashes).
+        ValueError: an unknown song, or a file with another sha256.
         FileNotFoundError: the offline folder lacks a song.
         OSError: a download failed.
 
     Example:
-
-    `folder = pop909.fetch()` downloads the 909 songs once (25 MB), then
-    finds them in the cache; `pop909.fetch(data_dir="../shared/data")`
-    reads this project's offline folder.
-
     >>> import os, shutil, tempfile
     >>> from keras_attn.datasets import pop909
     >>> with tempfile.TemporaryDirectory() as folder:

@@ -1,15 +1,7 @@
-"""SavedModel exporters for TF Serving.
+"""SavedModel exporters for TF Serving (docs/guides/serving.md).
 
-Each exporter writes `export_dir/<version>/` (a positive integer folder, as
-TF Serving's `model_base_path` expects) with a `serving_default` signature
-whose inputs and outputs have names, dtypes and shapes a client can read
-with `saved_model_cli show --all`. The generation loop, with its cache,
-runs inside the graph; the exported models load in a process that imports
-only `tensorflow` (plus `tensorflow_text` where the graph tokenizes text).
-
-Exporting needs TensorFlow whatever the Keras backend: install it with
-`pip install "keras_attn[tensorflow]"` (importing this package without it
-raises a `ModuleNotFoundError` that says so).
+Each writes `export_dir/<version>/` with a `serving_default` signature; the generation loop runs
+in the graph. Needs TensorFlow: `pip install "keras_attn[tensorflow]"`.
 """
 
 from keras_attn.extras import needs_extra

@@ -12,10 +12,7 @@ from keras_attn.checks import is_int, require
 
 
 def versioned_export_path(export_dir, version, overwrite=False):
-    """`export_dir/<version>`, checked for TF Serving.
-
-    TF Serving watches `model_base_path` for numbered sub-folders and serves
-    the highest, so the version must be a positive integer.
+    """`export_dir/<version>`, checked for TF Serving (which serves the highest number).
 
     Args:
         export_dir: the model's base folder.
@@ -26,13 +23,11 @@ def versioned_export_path(export_dir, version, overwrite=False):
         The version folder's path (not created).
 
     Raises:
-        ValueError: a `version` that is not a positive integer, an
-            `export_dir` that is not a path or is a file, or an existing
-            version folder without `overwrite`.
+        ValueError: a `version` that is not a positive int, an `export_dir` that is not a
+            folder path, or an existing version folder without `overwrite`.
 
     Example:
-    >>> import os
-    >>> import tempfile
+    >>> import os, tempfile
     >>> from keras_attn.export import versioned_export_path
     >>> folder = tempfile.TemporaryDirectory()
     >>> path = versioned_export_path(folder.name, 3)
@@ -42,29 +37,15 @@ def versioned_export_path(export_dir, version, overwrite=False):
     >>> versioned_export_path(folder.name, 3)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
         ...
-    ValueError: ...3 already exists. Pass a new `version` ... or `overwrite=True`.
+    ValueError: ...3 already exists. Pass a new `version` or `overwrite=True`.
     >>> versioned_export_path(folder.name, 3, overwrite=True) == path
     True
-    >>> versioned_export_path(folder.name, 0)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-        ...
-    ValueError: `version` must be a positive integer ... Received: version=0.
     >>> folder.cleanup()
     """
-    require(
-        is_int(version, 1),
-        "version",
-        version,
-        "a positive integer (TF Serving serves the numbered folders under the model's base path)",
-    )
-    require(
-        isinstance(export_dir, (str, os.PathLike))
-        and (os.path.isdir(export_dir) or not os.path.exists(export_dir)),
-        "export_dir",
-        export_dir,
-        "a folder path (str or "
-        "os.PathLike), not a file: the model's base path, holding the version folders",
-    )
+    require(is_int(version, 1), "version", version, "a positive integer (a folder name)")
+    path_like = isinstance(export_dir, (str, os.PathLike))
+    ok = path_like and (os.path.isdir(export_dir) or not os.path.exists(export_dir))
+    require(ok, "export_dir", export_dir, "a folder path (str or os.PathLike), not a file")
     path = os.path.join(os.fspath(export_dir), str(int(version)))
     if os.path.lexists(path) and not overwrite:
         raise _exists_error(path)
@@ -72,31 +53,18 @@ def versioned_export_path(export_dir, version, overwrite=False):
 
 
 def _exists_error(path):
-    return ValueError(
-        f"{path} already exists. Pass a new `version` (TF Serving then switches to "
-        "it) or `overwrite=True`."
-    )
+    return ValueError(f"{path} already exists. Pass a new `version` or `overwrite=True`.")
 
 
 def xla_function(function, jit_compile, input_signature=None):
-    """`function` as the `tf.function` an exporter serves its decoding loop
-    through: XLA-compiled with `jit_compile=True`, else a plain graph.
-
-    XLA inside a SavedModel runs where the server can compile it: TF
-    Serving's GPU builds, and its CPU builds only with
-    `--xla_cpu_compilation_enabled=true` (experimental there; without it
-    the request fails). The default (False) runs on any server.
+    """`function` as the `tf.function` an exporter serves its decoding loop through.
 
     Args:
         function: a Python function of tensors (the exporter's loop).
-        jit_compile: compile it with XLA (True) or not (False, the
-            default of the exporters).
-        input_signature: optional list of `tf.TensorSpec`, as for
-            `tf.function`. An exporter whose endpoints call the loop with
-            different static shapes (the translator's text endpoint pads to
-            `max_length`, its token endpoint does not) passes the widest one,
-            so the loop is traced once per export context, not once per
-            endpoint.
+        jit_compile: compile it with XLA (served on CPU only with
+            `--xla_cpu_compilation_enabled=true`) or not (False: runs on any server).
+        input_signature: optional list of `tf.TensorSpec`; the widest one traces the loop once
+            for endpoints of different static shapes.
 
     Returns:
         A `tf.function` of `function` (autograph off).
@@ -121,47 +89,23 @@ def xla_function(function, jit_compile, input_signature=None):
 def write_archive(path, trackables, endpoints, overwrite=False):
     """Writes a SavedModel with `keras.export.ExportArchive`, atomically.
 
-    The archive route matters: a Keras model held by a plain `tf.Module` and
-    written with `tf.saved_model.save` loads in TF2 Python but fails under
-    the session-based loader TF Serving uses ("Could not find variable").
-
-    The SavedModel is written to a temporary sibling folder (a name that is
-    not a number, which TF Serving ignores) and renamed into place once
-    complete, so a server watching the base path never sees a half-written
-    version. Without `overwrite`, a `path` that appeared while the archive
-    was being written (another export of the same version) is kept and the
-    export refused: the final rename cannot replace it (Linux
-    `renameat2(RENAME_NOREPLACE)`; elsewhere a check just before the
-    rename). With `overwrite`, an existing `path` is swapped with the new
-    folder in one atomic step where the system allows it (Linux
-    `renameat2(RENAME_EXCHANGE)`), else moved aside and replaced by two
-    renames; the old folder (or link) is deleted only after the new one is
-    in place, and none of its files survive. If writing fails, the
-    temporary folder is removed and `path` is left as it was.
+    It is written to a temporary sibling folder, then renamed into place: a server never sees a
+    half-written version, and a failed write leaves `path` as it was (docs/guides/serving.md).
 
     Args:
         path: the version folder.
-        trackables: Keras models/layers and `tf.Module`s whose variables and
-            resources the endpoints use.
-        endpoints: dict name -> `tf.function` with an input signature; the
-            first one named "serving_default" becomes the default signature.
-        overwrite: replace an existing `path`; without it an existing one
-            is refused once written (check early with
-            `versioned_export_path`, before the slow write).
+        trackables: Keras models/layers and `tf.Module`s whose variables the endpoints use.
+        endpoints: dict name -> `tf.function` with an input signature ("serving_default" first).
+        overwrite: replace an existing `path` (swapped atomically where the system allows).
 
     Returns:
         `path`.
 
     Raises:
-        ValueError: if `path` exists (or appeared during the write) and
-            `overwrite` is False; nothing is changed then.
-        Exception: the errors of `keras.export.ExportArchive` (tracking,
-            tracing an endpoint, writing the files) and of the file system
-            propagate unchanged.
+        ValueError: if `path` exists (or appeared during the write) and `overwrite` is False.
 
     Example:
-    >>> import os
-    >>> import tempfile
+    >>> import os, tempfile
     >>> import keras
     >>> import tensorflow as tf
     >>> from keras_attn.export import write_archive
@@ -171,17 +115,12 @@ def write_archive(path, trackables, endpoints, overwrite=False):
     ... def total(x):
     ...     return {"total": model(x)}
     >>> folder = tempfile.TemporaryDirectory()
-    >>> path = write_archive(os.path.join(folder.name, "1"), [model],
-    ...                      {"serving_default": total})
+    >>> path = write_archive(os.path.join(folder.name, "1"), [model], {"serving_default": total})
     >>> sorted(os.listdir(folder.name))  # no temporary folder left behind
     ['1']
     >>> serve = tf.saved_model.load(path).signatures["serving_default"]
     >>> serve(x=tf.constant([[1.0, 2.0]]))["total"].numpy().tolist()  # 1 + 2
     [[3.0]]
-    >>> write_archive(path, [model], {"serving_default": total})  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-        ...
-    ValueError: ...1 already exists. Pass a new `version` ... or `overwrite=True`.
     >>> folder.cleanup()
     """
     import keras
@@ -210,8 +149,7 @@ def write_archive(path, trackables, endpoints, overwrite=False):
 
 
 def _rename_no_replace(source, destination):
-    """Moves the folder `source` to `destination` unless something is there
-    already; False (and nothing moved) if it is."""
+    """Moves `source` to `destination` unless something is there (then False)."""
     moved = _renameat2(source, destination, _RENAME_NOREPLACE)
     if moved is not None:
         return moved
@@ -227,9 +165,7 @@ def _rename_no_replace(source, destination):
 
 
 def _replace_folder(source, destination):
-    """Moves the folder `source` to `destination`, replacing what is there
-    (a folder or a link to one); the old one is deleted after the new folder
-    is in place."""
+    """Moves `source` to `destination`, deleting what was there once the new folder is in place."""
     if not os.path.lexists(destination):
         os.rename(source, destination)
         return
@@ -254,9 +190,7 @@ _RENAME_EXCHANGE = 2
 
 
 def _renameat2(source, destination, flags):
-    """Linux `renameat2`: True once done; False if `flags` has
-    RENAME_NOREPLACE and `destination` exists; None where the system, C
-    library or file system does not offer it (the caller falls back)."""
+    """Linux `renameat2`: True once done, False if NOREPLACE found a file, None if unsupported."""
     if not sys.platform.startswith("linux"):
         return None
     try:

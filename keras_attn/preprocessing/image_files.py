@@ -1,7 +1,6 @@
-"""Image files for the Image Transformer: the CIFAR-10 JPEG `.npz`, a folder of
-pictures (Pillow: RGB, centre crop, resize), and the deterministic split into
-training and validation images. `keras_attn.preprocessing.images` re-exports
-every public name here.
+"""Image files: the CIFAR-10 JPEG `.npz`, a folder of pictures, the training / validation split.
+
+`keras_attn.preprocessing.images` re-exports every public name here.
 """
 
 import os
@@ -28,12 +27,7 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".
 
 
 def split_indices(num_examples, validation_fraction=0.1, seed=0):
-    """Deterministic training / validation split.
-
-    A fixed permutation of `range(num_examples)` (NumPy's PCG64 with
-    `seed`); its first `round(num_examples * validation_fraction)` entries
-    (at least 1, at most N - 1) are the validation set. The same arguments
-    always give the same split, on every machine.
+    """Deterministic training / validation split of a seeded permutation of N examples.
 
     Args:
         num_examples: N, positive int.
@@ -44,30 +38,18 @@ def split_indices(num_examples, validation_fraction=0.1, seed=0):
         `(train_indices, validation_indices)`: sorted int64 arrays.
 
     Raises:
-        ValueError: on N that is not an int >= 2, a fraction outside
-            (0, 1), or a seed that is not an int.
+        ValueError: for an N that is not an int >= 2, a bad fraction or seed.
 
     Example:
-    >>> import numpy as np
     >>> from keras_attn.preprocessing.images import split_indices
     >>> train, validation = split_indices(10, validation_fraction=0.2)
     >>> len(train), len(validation)
     (8, 2)
-    >>> sorted(np.concatenate([train, validation]).tolist()) == list(range(10))
-    True
-    >>> np.array_equal(split_indices(10, 0.2)[1], validation)  # deterministic
-    True
     """
     fraction = validation_fraction
-    checks.require(
-        checks.is_number(fraction) and 0 < fraction < 1,
-        "validation_fraction",
-        fraction,
-        "a number in (0, 1)",
-    )
-    checks.require(
-        checks.is_int(num_examples, 2), "num_examples", num_examples, "an int >= 2 to split"
-    )
+    ok = checks.is_number(fraction) and 0 < fraction < 1
+    checks.require(ok, "validation_fraction", fraction, "a number in (0, 1)")
+    checks.require(checks.is_int(num_examples, 2), "num_examples", num_examples, "an int >= 2")
     checks.require(checks.is_int(seed), "seed", seed, "an int")
     order = np.random.default_rng(seed).permutation(num_examples)
     count = min(max(1, int(round(num_examples * validation_fraction))), num_examples - 1)
@@ -75,67 +57,45 @@ def split_indices(num_examples, validation_fraction=0.1, seed=0):
 
 
 def decode_jpegs(jpeg_bytes, offsets, indices=None, batch_size=1024):
-    """Decodes concatenated JPEG files with `tf.io.decode_jpeg` in tf.data.
-
-    The accurate integer DCT is used (`dct_method="INTEGER_ACCURATE"`), which
-    gives the same pixels as Pillow / libjpeg's default decoding.
+    """Decodes concatenated JPEG files with `tf.io.decode_jpeg` (the same pixels as Pillow).
 
     Args:
         jpeg_bytes: (total,) uint8, the files one after the other.
         offsets: (N + 1,) int, file i is `jpeg_bytes[offsets[i]:offsets[i+1]]`.
-        indices: which files to decode (default all), in this order; a
-            negative index counts from the end, as in NumPy (-1 is file N-1).
+        indices: which files to decode (default all), in order; negative ones count from the end.
         batch_size: files decoded per tf.data batch.
 
     Returns:
-        (len(indices), H, W, 3) uint8 (all files must share one size);
-        (0, 32, 32, 3) when `indices` is empty.
+        (len(indices), H, W, 3) uint8 (one size for all files); (0, 32, 32, 3) for no index.
 
     Raises:
-        ValueError: if the offsets do not fit the bytes (not rising from 0
-            to `len(jpeg_bytes)`, or an empty file), an index is not an int
-            in [-N, N), or a file cannot be decoded (naming its index).
+        ValueError: for offsets that do not fit the bytes, a bad index or an undecodable file.
 
     Example:
-    >>> import io
     >>> import numpy as np
-    >>> from PIL import Image
+    >>> import tensorflow as tf
     >>> from keras_attn.preprocessing.images import decode_jpegs
-    >>> files = []
-    >>> for level in (10, 200):  # two 4x4 gray JPEG files
-    ...     buffer = io.BytesIO()
-    ...     Image.new("L", (4, 4), level).save(buffer, "JPEG")
-    ...     files.append(buffer.getvalue())
-    >>> jpeg_bytes = np.frombuffer(b"".join(files), np.uint8)
+    >>> files = [tf.io.encode_jpeg(tf.fill((4, 4, 1), np.uint8(v))).numpy() for v in (10, 200)]
     >>> offsets = np.cumsum([0] + [len(f) for f in files])
-    >>> images = decode_jpegs(jpeg_bytes, offsets, indices=[1, 0])
-    >>> images.shape, images[:, 0, 0].tolist()
-    ((2, 4, 4, 3), [[200, 200, 200], [10, 10, 10]])
-    >>> pillow = np.asarray(Image.open(io.BytesIO(files[1])).convert("RGB"))
-    >>> np.array_equal(images[0], pillow)  # the same pixels as Pillow
-    True
+    >>> images = decode_jpegs(np.frombuffer(b"".join(files), np.uint8), offsets, indices=[1, 0])
+    >>> images[:, 0, 0, 0].tolist()
+    [200, 10]
     """
     with needs_extra("tensorflow", "keras_attn.preprocessing.images.decode_jpegs"):
         import tensorflow as tf
     offsets = np.asarray(offsets, np.int64)
     rising = offsets.ndim == 1 and offsets.size and offsets[0] == 0 and np.all(np.diff(offsets) > 0)
-    if not rising or offsets[-1] != len(jpeg_bytes):
-        raise ValueError(
-            f"`offsets` must rise from 0 to len(jpeg_bytes) = {len(jpeg_bytes)} (N + 1 "
-            f"entries). Received: {offsets.tolist()!r:.80}."
-        )
+    expected = f"rising from 0 to len(jpeg_bytes) = {len(jpeg_bytes)}"
+    ok = rising and offsets[-1] == len(jpeg_bytes)
+    checks.require(ok, "offsets", offsets.ravel().tolist()[:8], expected)
     count = len(offsets) - 1
     indices = np.arange(count) if indices is None else np.asarray(indices)
     integer = indices.ndim == 1 and (indices.dtype.kind in "iu" or not indices.size)
     checks.require(integer, "indices", indices, "a list of ints (file indices)")
-    for k in np.flatnonzero((indices < -count) | (indices >= count))[
-        :1
-    ]:  # the first outside, if any
+    outside = np.flatnonzero((indices < -count) | (indices >= count))[:1]
+    for k in outside:
         checks.require(
-            False,
-            f"indices[{k}]",
-            int(indices[k]),
-            f"a file index in [-{count}, {count}) ({count} files)",
+            False, f"indices[{k}]", int(indices[k]), f"a file index in [-{count}, {count})"
         )
     indices = np.where(indices < 0, indices + count, indices).astype(np.int64)
     data = np.asarray(jpeg_bytes, np.uint8).tobytes()
@@ -163,14 +123,10 @@ def decode_jpegs(jpeg_bytes, offsets, indices=None, batch_size=1024):
             try:
                 decode(files[k])
             except tf.errors.InvalidArgumentError as error:
-                reason = (
-                    error.message.split("}}")[-1].split("[Op:")[0].strip()
-                )  # without TF's node names
+                reason = error.message.split("}}")[-1].split("[Op:")[0].strip()  # no node names
                 start, end = offsets[indices[k]], offsets[indices[k] + 1]
-                raise ValueError(
-                    f"JPEG file {indices[k]} (bytes {start}:{end}) cannot be decoded: {reason} "
-                    "Replace or drop that file."
-                ) from None
+                where = f"JPEG file {indices[k]} (bytes {start}:{end})"
+                raise ValueError(f"{where} cannot be decoded: {reason}") from None
         raise
     if not decoded:
         return np.zeros((0, 32, 32, 3), np.uint8)
@@ -178,16 +134,7 @@ def decode_jpegs(jpeg_bytes, offsets, indices=None, batch_size=1024):
 
 
 def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
-    """CIFAR-10 images from the project's JPEG `.npz`, with a held-out split.
-
-    The file holds `jpeg` (all JPEG files concatenated, uint8), `offsets`
-    (N + 1,) int64, `labels` (N,) class ids in the order of
-    `CIFAR10_CLASS_NAMES`, and `names` (N,) (not read here) — the format of
-    `shared/data/cifar10/cifar10_train_jpeg.npz` (the 50,000 CIFAR-10
-    training images) and of the small sample shipped in
-    `examples/super_resolution/data/`. The images are decoded with
-    `tf.io.decode_jpeg`. Because they went through JPEG, bits/dim measured
-    on them is not comparable to published CIFAR-10 figures.
+    """CIFAR-10 images from the project's JPEG `.npz` (docs/guides/preprocessing.md).
 
     Args:
         path: the `.npz` file.
@@ -198,45 +145,28 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
         `(images, labels)`: (N', 32, 32, 3) uint8 and (N',) int32.
 
     Raises:
-        ValueError: on an unknown split, a file that is not a `.npz`
-            archive (or is truncated), one missing the arrays above, or
-            one whose images cannot be decoded (naming the path and the
-            image's index).
+        ValueError: for an unknown split, a file that is not the JPEG `.npz`, or a bad image.
         FileNotFoundError: if `path` does not exist.
 
     Example:
-    >>> import io
-    >>> import os
-    >>> import tempfile
+    >>> import os, tempfile
     >>> import numpy as np
-    >>> from PIL import Image
+    >>> import tensorflow as tf
     >>> from keras_attn.preprocessing.images import load_cifar10
-    >>> files = []
-    >>> for level in (0, 60, 120, 180):  # four flat gray 32x32 "images"
-    ...     buffer = io.BytesIO()
-    ...     Image.new("RGB", (32, 32), (level,) * 3).save(buffer, "JPEG")
-    ...     files.append(buffer.getvalue())
+    >>> files = [tf.io.encode_jpeg(tf.fill((32, 32, 3), np.uint8(v))).numpy() for v in range(4)]
+    >>> jpeg, offsets = np.frombuffer(b"".join(files), np.uint8), np.cumsum([0, *map(len, files)])
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     path = os.path.join(folder, "tiny_cifar10.npz")
-    ...     np.savez(path, jpeg=np.frombuffer(b"".join(files), np.uint8),
-    ...              offsets=np.cumsum([0] + [len(f) for f in files]),
-    ...              labels=np.array([3, 5, 3, 8]),
-    ...              names=np.array(["a.png", "b.png", "c.png", "d.png"]))
+    ...     np.savez(path, jpeg=jpeg, offsets=offsets, labels=np.array([3, 5, 3, 8]))
     ...     images, labels = load_cifar10(path, split="all")
-    ...     train, _ = load_cifar10(path, split="train")
-    ...     validation, _ = load_cifar10(path, split="validation")
-    >>> images.shape, labels.tolist(), images[:, 0, 0, 0].tolist()
-    ((4, 32, 32, 3), [3, 5, 3, 8], [0, 60, 120, 180])
-    >>> len(train), len(validation)  # round(4 * 0.1) = 0, raised to 1
-    (3, 1)
+    >>> images.shape, labels.tolist()
+    ((4, 32, 32, 3), [3, 5, 3, 8])
 
     Reference:
-        Krizhevsky 2009, "Learning Multiple Layers of Features from Tiny
-        Images" (CIFAR-10).
+        Krizhevsky 2009, "Learning Multiple Layers of Features from Tiny Images".
     """
-    checks.require(
-        split in ("train", "validation", "all"), "split", split, '"train", "validation" or "all"'
-    )
+    ok = split in ("train", "validation", "all")
+    checks.require(ok, "split", split, '"train", "validation" or "all"')
     if not os.path.exists(path):
         raise FileNotFoundError(f"No CIFAR-10 file at {path!r}.")
     keys = ("jpeg", "offsets", "labels")
@@ -253,10 +183,7 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
     ) as error:  # BadZipFile: truncated
         problem = f"is not a NumPy .npz archive (or is truncated or damaged: {error})"
     if problem:
-        raise ValueError(
-            f"{path!r} {problem}; expected the CIFAR-10 JPEG .npz of `load_cifar10` (for a "
-            "folder of pictures: `load_image_directory`)."
-        )
+        raise ValueError(f"{path!r} {problem}; for a folder of pictures: `load_image_directory`.")
     jpeg, offsets, labels = (arrays[key] for key in keys)
     count = len(offsets) - 1
     if split == "all":
@@ -272,13 +199,7 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
 
 
 def load_image(path, size=32):
-    """One picture as a `size` x `size` RGB image (Pillow).
-
-    Converted to RGB (grayscale is repeated, 16-bit grayscale scaled to 8
-    bits, 32-bit float grayscale read as 0-1 if no value exceeds 1, else
-    as 0-255, an alpha channel dropped), the
-    largest centred square is cropped and resized to `size` with Pillow's
-    antialiased bicubic filter (`PIL.ImageOps.fit`).
+    """One picture as a `size` x `size` RGB image: centre square, bicubic resize (Pillow).
 
     Args:
         path: an image file Pillow can open.
@@ -292,22 +213,16 @@ def load_image(path, size=32):
         ValueError: if `size` is not a positive int.
 
     Example:
-    >>> import os
-    >>> import tempfile
+    >>> import os, tempfile
     >>> import numpy as np
     >>> from PIL import Image
     >>> from keras_attn.preprocessing.images import load_image
-    >>> row = np.array([0, 40, 80, 120, 160, 200])  # a 6x2 gray picture
     >>> with tempfile.TemporaryDirectory() as folder:
-    ...     path = os.path.join(folder, "wide.png")
-    ...     Image.fromarray(np.stack([row, row]).astype(np.uint8)).save(path)
-    ...     image = load_image(path, size=2)  # the centred 2x2 square
-    ...     Image.fromarray(np.stack([row, row]).astype(np.uint16) * 257).save(path)
-    ...     deep = load_image(path, size=2)  # 16-bit: scaled to 8 bits
-    >>> image.shape, image[..., 0].tolist(), image[0, 0].tolist()
-    ((2, 2, 3), [[80, 120], [80, 120]], [80, 80, 80])
-    >>> np.array_equal(deep, image)
-    True
+    ...     path = os.path.join(folder, "gray.png")
+    ...     Image.new("L", (6, 2), 90).save(path)
+    ...     image = load_image(path, size=2)
+    >>> image.shape, image[0, 0].tolist()
+    ((2, 2, 3), [90, 90, 90])
     """
     checks.check_sizes(size=size)
     with needs_extra("images", "keras_attn.preprocessing.images.load_image"):
@@ -331,11 +246,9 @@ def load_image(path, size=32):
 
 
 def load_image_directory(directory, size=32):
-    """All pictures of a folder (not recursive) as `size` x `size` RGB images.
+    """The `IMAGE_EXTENSIONS` pictures of a folder, in name order, read with `load_image`.
 
-    Files are taken in sorted name order; those with an image extension
-    (`IMAGE_EXTENSIONS`) are read with `load_image` (RGB, centre crop,
-    bicubic resize). Files Pillow cannot read are skipped with a warning.
+    Files Pillow cannot read are skipped with a warning.
 
     Args:
         directory: a folder of images.
@@ -349,20 +262,15 @@ def load_image_directory(directory, size=32):
         FileNotFoundError: if `directory` does not exist (from `os.listdir`).
 
     Example:
-    >>> import os
-    >>> import tempfile
+    >>> import os, tempfile
     >>> from PIL import Image
     >>> from keras_attn.preprocessing.images import load_image_directory
     >>> with tempfile.TemporaryDirectory() as folder:
     ...     Image.new("RGB", (8, 8), (255, 0, 0)).save(os.path.join(folder, "red.png"))
     ...     Image.new("L", (8, 8), 90).save(os.path.join(folder, "gray.jpg"))
-    ...     with open(os.path.join(folder, "notes.txt"), "w") as notes:
-    ...         _ = notes.write("not an image: skipped")
     ...     images, names = load_image_directory(folder, size=4)
     >>> images.shape, names
     ((2, 4, 4, 3), ['gray.jpg', 'red.png'])
-    >>> images[:, 0, 0].tolist()
-    [[90, 90, 90], [255, 0, 0]]
     """
     import warnings
 
@@ -377,7 +285,5 @@ def load_image_directory(directory, size=32):
             continue
         names.append(name)
     if not images:
-        raise ValueError(
-            f"No readable image in {directory!r} (extensions {', '.join(IMAGE_EXTENSIONS)})."
-        )
+        raise ValueError(f"No readable image ({', '.join(IMAGE_EXTENSIONS)}) in {directory!r}.")
     return np.stack(images), names

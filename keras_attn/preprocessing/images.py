@@ -1,39 +1,10 @@
-"""Images for the Image Transformer: loading, splitting, downsampling and the
-raster order of channel intensities.
+"""Images for the Image Transformer: loading, splitting, downsampling, raster order.
 
-The layout every image model of the library uses (Parmar et al. 2018,
-section 3.1, the 1D local variant):
-
-    image (B, H, W, C) uint8  ->  sequence (B, H * W * C) int32 in 0..255
-
-in raster order of channel intensities: pixel by pixel, row by row, and the
-C channels (R, G, B) of a pixel one after the other, i.e. sequence index
-``(row * W + column) * C + channel``. This is NumPy's C-order reshape, so
-`to_raster` / `from_raster` are exact inverses.
-
-The decoder of an Image Transformer reads the target sequence shifted right
-by one with a start token in front (`decoder_inputs`):
-
-    decoder_tokens = [START_TOKEN] + targets[:-1]       START_TOKEN = 256
-
-so the decoder's input vocabulary has 257 ids (256 intensities and the start
-token) while its softmax has 256 (`keras_attn.models.image_transformer`).
-
-Super resolution (section 5.2) maps an 8x8 image to a 32x32 one; the low
-resolution input is made by `downsample`, an area (box) average of each
-4x4 block rounded to the nearest integer, as tensor2tensor's CIFAR-10
-super-resolution problems do (`resize_by_area`). The classical baseline is
-`upsample_bicubic`.
-
-Data: the CIFAR-10 training images as JPEG bytes in an `.npz` (format in
-`load_cifar10`), and a folder of the user's own pictures
-(`load_image_directory`, Pillow: RGB, centre crop, resize). The split into
-training and validation images is deterministic (`split_indices`).
+An image (B, H, W, C) uint8 is a sequence (B, H * W * C) of intensities 0..255 in raster order
+(docs/guides/preprocessing.md); the decoder reads it shifted right after `START_TOKEN` (256).
 
 Reference:
-    Parmar et al. 2018, "Image Transformer", sections 3.1 (pixels as
-    sequences of categorical channel intensities) and 5 (CIFAR-10
-    generation, 8x8 -> 32x32 super resolution).
+    Parmar et al. 2018, "Image Transformer", sections 3.1 and 5.
 """
 
 import numpy as np
@@ -58,10 +29,8 @@ START_TOKEN = 256
 def _check_images(images):
     images = np.asarray(images)
     if images.ndim != 4 or images.dtype != np.uint8:
-        raise ValueError(
-            "`images` must be uint8 of shape (batch, height, width, channels). "
-            f"Received: {images.dtype} {images.shape}."
-        )
+        expected = "`images` must be uint8 of shape (batch, height, width, channels)"
+        raise ValueError(f"{expected}. Received: {images.dtype} {images.shape}.")
     return images
 
 
@@ -77,8 +46,7 @@ def to_raster(images):
         images: (B, H, W, C) uint8.
 
     Returns:
-        (B, H * W * C) int32 in 0..255; index `(row * W + column) * C +
-        channel` holds `images[:, row, column, channel]`.
+        (B, H * W * C) int32 in 0..255; index `(row * W + column) * C + channel`.
 
     Raises:
         ValueError: if `images` is not a rank-4 uint8 array.
@@ -88,9 +56,6 @@ def to_raster(images):
     >>> from keras_attn.preprocessing.images import to_raster
     >>> to_raster(np.zeros((2, 32, 32, 3), np.uint8)).shape
     (2, 3072)
-
-    Reference:
-        Parmar et al. 2018, section 3.1.
     """
     return _flat(_check_images(images)).astype(np.int32)
 
@@ -106,8 +71,7 @@ def from_raster(sequences, height, width, channels=3):
         (B, H, W, C) uint8.
 
     Raises:
-        ValueError: if a size is not a positive int, or `sequences` is not
-            (B, `height * width * channels`) intensities in 0..255.
+        ValueError: for a bad size, or `sequences` not (B, H * W * C) in 0..255.
 
     Example:
     >>> import numpy as np
@@ -120,10 +84,8 @@ def from_raster(sequences, height, width, channels=3):
     size = height * width * channels
     low, high = (sequences.min(), sequences.max()) if sequences.size else (0, 0)
     if sequences.ndim != 2 or sequences.shape[1] != size or low < 0 or high >= NUM_INTENSITIES:
-        raise ValueError(
-            f"Expected sequences of shape (batch, {size}) of intensities in 0..255. "
-            f"Received shape {sequences.shape}, values in {low}..{high}."
-        )
+        received = f"shape {sequences.shape}, values in {low}..{high}"
+        raise ValueError(f"Expected (batch, {size}) intensities in 0..255. Received: {received}.")
     return sequences.astype(np.uint8).reshape(-1, height, width, channels)
 
 
@@ -147,22 +109,14 @@ def decoder_inputs(targets, start_token=START_TOKEN):
     [[256, 5, 6]]
     """
     targets = np.asarray(targets)
-    if targets.ndim != 2:
-        raise ValueError(
-            f"`targets` must be of shape (batch, length). Received shape {targets.shape}."
-        )
+    checks.require(targets.ndim == 2, "targets.shape", targets.shape, "(batch, length)")
     start = np.full((targets.shape[0], 1), start_token, np.int32)
     return np.concatenate([start, targets[:, :-1].astype(np.int32)], axis=1)
 
 
 # -------------------------------------------------------------- resampling
 def downsample(images, factor=4):
-    """Area (box) downsampling by an integer factor, rounded to nearest.
-
-    Each output pixel is the mean of a `factor` x `factor` block of input
-    pixels, per channel, rounded half up: `(sum + factor**2 // 2) //
-    factor**2` in exact integer arithmetic (tensor2tensor's CIFAR-10
-    super-resolution problems make their 8x8 inputs by area resizing).
+    """Area (box) downsampling by an integer factor, each block mean rounded half up.
 
     Args:
         images: (B, H, W, C) uint8 with H and W divisible by `factor`.
@@ -185,12 +139,9 @@ def downsample(images, factor=4):
     """
     images = _check_images(images)
     batch, height, width, channels = images.shape
+    ok = checks.is_int(factor, 1) and not (height % factor or width % factor)
     checks.require(
-        checks.is_int(factor, 1) and not (height % factor or width % factor),
-        "factor",
-        factor,
-        f"a positive int dividing the image sides {height}x{width}",
-        "Crop or resize the images.",
+        ok, "factor", factor, f"a positive int dividing the image sides {height}x{width}"
     )
     blocks = images.reshape(batch, height // factor, factor, width // factor, factor, channels)
     total = blocks.astype(np.int64).sum(axis=(2, 4))
@@ -199,12 +150,7 @@ def downsample(images, factor=4):
 
 
 def upsample_bicubic(images, size):
-    """Bicubic upsampling, the classical super-resolution baseline.
-
-    `tf.image.resize(method="bicubic")` (Keys' cubic convolution, a = -0.5,
-    half-pixel centres; at the borders the taps that fall outside the image
-    are dropped and the remaining weights renormalised), rounded and clipped
-    to 0..255.
+    """Bicubic upsampling (`tf.image.resize`), the super-resolution baseline, rounded.
 
     Args:
         images: (B, h, w, C) uint8.
@@ -214,23 +160,17 @@ def upsample_bicubic(images, size):
         (B, height, width, C) uint8.
 
     Raises:
-        ValueError: if `images` is not a rank-4 uint8 array, or `size` is
-            not a positive int or a pair of them.
+        ValueError: for `images` that are not rank-4 uint8, or a bad `size`.
 
     Example:
     >>> import numpy as np
     >>> from keras_attn.preprocessing.images import upsample_bicubic
-    >>> flat = np.full((1, 2, 2, 3), 7, np.uint8)
-    >>> upsampled = upsample_bicubic(flat, 4)  # a flat image stays flat
-    >>> upsampled.shape, np.unique(upsampled).tolist()
-    ((1, 4, 4, 3), [7])
     >>> row = np.array([100, 200], np.uint8).reshape(1, 1, 2, 1)
     >>> upsample_bicubic(row, (1, 4))[0, 0, :, 0].tolist()  # cubic overshoot
     [91, 121, 179, 209]
 
     Reference:
-        Keys 1981, "Cubic Convolution Interpolation for Digital Image
-        Processing" (a = -0.5).
+        Keys 1981, "Cubic Convolution Interpolation for Digital Image Processing".
     """
     with needs_extra("tensorflow", "keras_attn.preprocessing.images.upsample_bicubic"):
         import tensorflow as tf
@@ -247,14 +187,12 @@ def super_resolution_dataset(images, batch_size, factor=4, shuffle=False, seed=0
         images: (N, H, W, C) uint8 high-resolution images.
         batch_size: positive int.
         factor: downsampling factor (`downsample`).
-        shuffle: shuffle the images (each epoch, seeded).
-        seed: shuffle seed.
+        shuffle, seed: shuffle the images each epoch, with this seed.
         repeat: repeat forever (use with `steps_per_epoch`).
 
     Returns:
-        `tf.data.Dataset` of `({"low_resolution": (B, h * w * C) int32,
-        "decoder_tokens": (B, H * W * C) int32}, targets (B, H * W * C)
-        int32)`, with `decoder_tokens = decoder_inputs(targets)`.
+        `tf.data.Dataset` of `({"low_resolution": (B, h*w*C), "decoder_tokens": (B, H*W*C)},
+        targets (B, H*W*C))`, int32, with `decoder_tokens = decoder_inputs(targets)`.
 
     Raises:
         ValueError: as `downsample`, or if `batch_size` is not a positive int.
@@ -267,10 +205,6 @@ def super_resolution_dataset(images, batch_size, factor=4, shuffle=False, seed=0
     >>> inputs, targets = next(iter(dataset))
     >>> tuple(inputs["low_resolution"].shape), tuple(targets.shape)
     ((2, 12), (2, 192))
-    >>> inputs["decoder_tokens"][0, :3].numpy().tolist()  # start token first
-    [256, 50, 50]
-    >>> [int(batch[1].shape[0]) for batch in dataset]  # 3 images, batches of 2
-    [2, 1]
     """
     checks.check_sizes(batch_size=batch_size)
     low = downsample(images, factor)  # checks `images` and `factor`
@@ -279,8 +213,7 @@ def super_resolution_dataset(images, batch_size, factor=4, shuffle=False, seed=0
 
 
 def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, repeat=False):
-    """A tf.data pipeline of (inputs, targets) for (class-)conditional or
-    unconditional image generation.
+    """A tf.data pipeline of (inputs, targets) for (class-conditional) image generation.
 
     Args:
         images: (N, H, W, C) uint8.
@@ -293,8 +226,7 @@ def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, r
         [, "class_label": (B,) int32]}, targets (B, H * W * C) int32)`.
 
     Raises:
-        ValueError: if `images` is not uint8 (N, H, W, C) or the labels do
-            not match it.
+        ValueError: if `images` is not uint8 (N, H, W, C) or the labels do not match it.
 
     Example:
     >>> import numpy as np
@@ -302,8 +234,6 @@ def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, r
     >>> images = np.arange(2 * 2 * 2 * 3, dtype=np.uint8).reshape(2, 2, 2, 3)
     >>> dataset = generation_dataset(images, batch_size=2, labels=[7, 1])
     >>> inputs, targets = next(iter(dataset))
-    >>> sorted(inputs), inputs["class_label"].numpy().tolist()
-    (['class_label', 'decoder_tokens'], [7, 1])
     >>> targets[0, :4].numpy().tolist(), inputs["decoder_tokens"][0, :4].numpy().tolist()
     ([0, 1, 2, 3], [256, 0, 1, 2])
     """
@@ -314,20 +244,15 @@ def generation_dataset(images, batch_size, labels=None, shuffle=False, seed=0, r
         labels = np.asarray(labels)
         # An int32 cast read 1.5 as 1; -1 would index the class table from its end.
         numeric = labels.dtype.kind in "iuf"
-        if (
-            labels.shape != (len(images),)
-            or not numeric
-            or not np.all((labels >= 0) & (labels == np.floor(labels)))
-        ):
+        whole = numeric and np.all((labels >= 0) & (labels == np.floor(labels)))
+        if not whole or labels.shape != (len(images),):
             values = (
                 f"from {labels.min()} to {labels.max()}"
                 if numeric and labels.size
                 else labels.dtype
             )
-            raise ValueError(
-                f"`labels` must be class ids, whole numbers >= 0, of shape ({len(images)},). "
-                f"Received shape {labels.shape}, values {values}."
-            )
+            expected = f"`labels` must be class ids, whole numbers >= 0, of shape ({len(images)},)"
+            raise ValueError(f"{expected}. Received shape {labels.shape}, values {values}.")
         extra["class_label"] = labels.astype(np.int32)
     return _dataset(extra, _flat(images), batch_size, shuffle, seed, repeat)
 

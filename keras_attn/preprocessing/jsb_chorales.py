@@ -1,8 +1,6 @@
-"""JSB Chorales (Boulanger-Lewandowski et al. 2012) on the 16th-note grid of
-Huang et al. 2017: loading, tokens voice by voice per step, and MIDI.
+"""JSB Chorales on the 16th-note grid: loading, tokens voice by voice per step, and MIDI.
 
-The vocabulary is described in `keras_attn.preprocessing.music`, which
-re-exports every public name here.
+`keras_attn.preprocessing.music` re-exports every public name here.
 """
 
 import json
@@ -31,16 +29,11 @@ def _check_grid(grid):
     """`grid` as a (steps, 4) int64 array of MIDI pitches 0..127 and -1."""
     grid = np.asarray(grid)
     numeric = grid.dtype.kind in "iuf" and grid.size > 0
-    if not (
-        numeric
-        and grid.shape[1:] == (JSB_NUM_VOICES,)
-        and np.isin(grid, range(-1, NUM_PITCHES)).all()
-    ):
+    pitches = numeric and np.isin(grid, range(-1, NUM_PITCHES)).all()
+    if not (pitches and grid.shape[1:] == (JSB_NUM_VOICES,)):
         values = f"values from {grid.min()} to {grid.max()}" if numeric else f"dtype {grid.dtype}"
-        raise ValueError(
-            "Expected a chorale grid of shape (steps, 4) (S, A, T, B) of MIDI pitches 0..127 "
-            f"or -1 (rest). Received: shape {grid.shape}, {values}."
-        )
+        expected = "Expected a grid of shape (steps, 4) of pitches 0..127 or -1 (rest)"
+        raise ValueError(f"{expected}. Received: shape {grid.shape}, {values}.")
     return grid.astype(np.int64)
 
 
@@ -48,19 +41,14 @@ def load_jsb_chorales(path, split="train"):
     """Loads the JSB Chorales 16th-note grids with four separate voices.
 
     Args:
-        path: `Jsb16thSeparated.json`, or a folder holding it (e.g.
-            `examples/music/data`, or the project's full copy in
-            `jsb_chorales/` of the shared data folder).
+        path: `Jsb16thSeparated.json`, or a folder holding it (e.g. `examples/music/data`).
         split: a key of the file: `"train"` (229 chorales) or `"valid"` (76).
 
     Returns:
-        list of np.int32 arrays (steps, 4), columns soprano, alto, tenor,
-        bass, each a MIDI pitch or -1 for a rest, one row per 16th note.
+        list of np.int32 arrays (steps, 4): per 16th note the pitch of S, A, T, B, -1 = rest.
 
     Raises:
-        ValueError: if the file is missing or not the expected JSON,
-            `split` is not in it, or a chorale in it is not a (steps, 4) grid
-            of MIDI pitches 0..127 and -1.
+        ValueError: if the file is missing or not the expected JSON, or lacks `split`.
 
     Example:
     >>> import json, os, tempfile
@@ -70,14 +58,11 @@ def load_jsb_chorales(path, split="train"):
     ...     with open(os.path.join(folder, JSB_FILENAME), "w") as handle:
     ...         json.dump(data, handle)
     ...     chorales = load_jsb_chorales(folder)  # the folder or the file itself
-    >>> len(chorales), chorales[0].shape, chorales[0].dtype
-    (1, (2, 4), dtype('int32'))
     >>> chorales[0].tolist()
     [[74, 70, 65, 58], [74, -1, 65, 58]]
 
     Reference:
-        Boulanger-Lewandowski et al. 2012 (split); Huang et al. 2017, Coconet
-        (16th-note grid with separated voices); Huang et al. 2018, section 4.1.
+        Boulanger-Lewandowski et al. 2012; Huang et al. 2017 (Coconet); Huang et al. 2018, 4.1.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
@@ -86,10 +71,8 @@ def load_jsb_chorales(path, split="train"):
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError) as error:  # missing, not UTF-8 or not JSON
-        raise ValueError(
-            f"Expected the JSB Chorales JSON file {JSB_FILENAME} or its folder. Received: "
-            f"path {path!r} ({error})."
-        ) from None
+        expected = f"Expected the JSB Chorales JSON file {JSB_FILENAME} or its folder"
+        raise ValueError(f"{expected}. Received: path {path!r} ({error}).") from None
     available = sorted(data) if isinstance(data, dict) else type(data).__name__
     checks.require(isinstance(data, dict) and split in data, "split", split, f"one of {available}")
     return [_check_grid(chorale).astype(np.int32) for chorale in data[split]]
@@ -103,8 +86,7 @@ def chorale_to_tokens(grid, add_start_end=False):
         add_start_end: put `JSB_START_ID` first and `JSB_END_ID` last.
 
     Returns:
-        np.int32 array (4 * steps [+ 2],): `JSB_PITCH_OFFSET + pitch`, or
-        `JSB_REST_ID` for a rest.
+        np.int32 (4 * steps [+ 2],): `JSB_PITCH_OFFSET + pitch`, `JSB_REST_ID` for a rest.
 
     Raises:
         ValueError: if `grid` is not (steps, 4) with values in -1..127.
@@ -114,12 +96,6 @@ def chorale_to_tokens(grid, add_start_end=False):
     >>> grid = [[74, 70, 65, 58], [74, -1, 65, 58]]  # 2 steps; the alto rests in the second
     >>> chorale_to_tokens(grid).tolist()  # pitch + 4, rest = 3
     [78, 74, 69, 62, 78, 3, 69, 62]
-    >>> chorale_to_tokens(grid, add_start_end=True).tolist()
-    [1, 78, 74, 69, 62, 78, 3, 69, 62, 2]
-
-    Reference:
-        Huang et al. 2018, section 4.1 (JSB Chorales serialized in a
-        grid-like ordering, voice by voice per time step).
     """
     grid = _check_grid(grid)
     tokens = np.where(grid < 0, JSB_REST_ID, grid + JSB_PITCH_OFFSET).reshape(-1)
@@ -129,10 +105,7 @@ def chorale_to_tokens(grid, add_start_end=False):
 
 
 def tokens_to_chorale(tokens):
-    """Inverse of `chorale_to_tokens`.
-
-    `JSB_PAD_ID` and `JSB_START_ID` are skipped and `JSB_END_ID` ends the
-    chorale; what is left is read four tokens (S, A, T, B) per 16th note.
+    """Inverse of `chorale_to_tokens`: skips PAD and START, stops at END.
 
     Args:
         tokens: 1-D integer array of ids in [0, JSB_VOCABULARY_SIZE).
@@ -141,21 +114,13 @@ def tokens_to_chorale(tokens):
         np.int32 array (steps, 4) of MIDI pitches, -1 for a rest.
 
     Raises:
-        ValueError: if `tokens` is not 1-D integer, has ids outside the
-            vocabulary, or the tokens before `END` (specials removed) are not
-            a positive multiple of 4.
+        ValueError: for ids outside the vocabulary, or not a positive multiple of 4 notes.
 
     Example:
     >>> from keras_attn.preprocessing.music import chorale_to_tokens, tokens_to_chorale
-    >>> grid = [[74, 70, 65, 58], [74, -1, 65, 58]]
-    >>> tokens = chorale_to_tokens(grid, add_start_end=True)
+    >>> tokens = chorale_to_tokens([[74, 70, 65, 58]], add_start_end=True)
     >>> tokens_to_chorale(tokens).tolist()
-    [[74, 70, 65, 58], [74, -1, 65, 58]]
-    >>> tokens_to_chorale([1, 78, 74, 69, 62, 2, 0, 0]).tolist()  # stops at END, skips PAD
     [[74, 70, 65, 58]]
-
-    Reference:
-        Huang et al. 2018, section 4.1.
     """
     tokens = _check_ids(tokens, JSB_VOCABULARY_SIZE, "chorale token")
     ends = np.flatnonzero(tokens == JSB_END_ID)
@@ -163,21 +128,13 @@ def tokens_to_chorale(tokens):
         tokens = tokens[: ends[0]]
     tokens = tokens[tokens >= JSB_REST_ID]
     if tokens.size == 0 or tokens.size % JSB_NUM_VOICES:
-        raise ValueError(
-            "Expected a positive multiple of 4 tokens (S, A, T, B per step) besides PAD/START/"
-            f"END. Received: {tokens.size}. Generate or crop a multiple of 4 tokens."
-        )
+        raise ValueError(f"Expected a positive multiple of 4 note tokens. Received: {tokens.size}.")
     grid = np.where(tokens == JSB_REST_ID, -1, tokens - JSB_PITCH_OFFSET)
     return grid.reshape(-1, JSB_NUM_VOICES).astype(np.int32)
 
 
 def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
-    """Writes a chorale grid as MIDI: one instrument per voice.
-
-    Each step is a 16th note: `60 / tempo / 4` seconds (0.125 s at 120
-    quarter notes per minute). The grid does not mark re-struck notes, so a
-    pitch held by a voice over consecutive steps becomes one long note (a
-    repeated note in the score becomes one held note); a rest (-1) ends it.
+    """Writes a chorale grid as MIDI: one track per voice, a held pitch as one note.
 
     Args:
         grid: int array (steps, 4), soprano, alto, tenor, bass; -1 = rest.
@@ -186,28 +143,19 @@ def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
         velocity: velocity of every note (the data has none).
 
     Returns:
-        `symusic.Score` (in ticks, 480 per quarter note: 120 per 16th note,
-        so every onset is exact) with tracks "Soprano", "Alto", "Tenor",
-        "Bass" in that order; write it with `.dump_midi(path)`.
+        `symusic.Score` (480 ticks per quarter) with tracks "Soprano", "Alto", "Tenor", "Bass".
 
     Raises:
-        ValueError: if `grid` is not (steps, 4) with values in -1..127,
-            `tempo` is outside 3.58 .. 6e7 quarter notes per minute or
-            `program` outside 0..127 (what a MIDI file holds), or
-            `velocity` is not an int in 1..127.
+        ValueError: for a bad `grid`, `tempo`, `program` or `velocity`.
 
     Example:
     >>> from keras_attn.preprocessing.music import chorale_to_midi
     >>> score = chorale_to_midi([[74, 70, 65, 58], [74, -1, 65, 58]])
-    >>> [track.name for track in score.tracks]
-    ['Soprano', 'Alto', 'Tenor', 'Bass']
-    >>> [[(note.time, note.duration, note.pitch) for note in track.notes]
-    ...  for track in score.tracks[:2]]  # 120 ticks per step; the soprano holds, the alto rests
-    [[(0, 240, 74)], [(0, 120, 70)]]
+    >>> [(note.time, note.duration) for note in score.tracks[0].notes]  # 120 ticks a step
+    [(0, 240)]
 
     Reference:
-        Huang et al. 2017 (Coconet, 16th-note grid); Huang et al. 2018,
-        section 4.1.
+        Huang et al. 2018, section 4.1.
     """
     symusic = _symusic()
     grid = _check_grid(grid)

@@ -1,9 +1,7 @@
 """Performance events (Oore et al. 2018): the vocabulary, and notes <-> events.
 
-A performance is a stream of `NOTE_ON(pitch)`, `NOTE_OFF(pitch)`,
-`TIME_SHIFT(10 ms .. 1 s)` and `VELOCITY(bin)` events; the id layout, the
-quantization and the order of events at one instant are described in
-`keras_attn.preprocessing.music`, which re-exports every public name here.
+`keras_attn.preprocessing.music` re-exports every public name; layout in
+docs/guides/preprocessing.md.
 
 Reference:
     Oore et al. 2018, "This Time with Feeling: Learning Expressive Musical
@@ -63,13 +61,7 @@ Example:
 
 
 def _resolve_overlaps(starts, ends, pitches, velocities):
-    """One sounding note per pitch, and at most one onset per pitch and 10 ms step.
-
-    Notes of one pitch whose onsets round to the same 10 ms step become one
-    note (earliest start, latest end, loudest velocity); then a note of a
-    pitch ends at the next onset of that pitch if it sounds longer. Works on
-    seconds or on integer steps. Returns arrays sorted by (pitch, start).
-    """
+    """Merges notes of a pitch that overlap or share an onset step (guide: preprocessing.md)."""
     onset_steps = _to_steps(starts) if starts.dtype.kind == "f" else starts
     order = np.lexsort((starts, onset_steps, pitches))
     starts, ends, pitches = starts[order], ends[order], pitches[order]
@@ -97,25 +89,16 @@ def velocity_to_bin(velocity):
     """Quantizes MIDI velocities 1..127 to the 32 bins of the event vocabulary.
 
     Args:
-        velocity: int or int array, MIDI velocity (0 is treated as 1, values
-            above 127 as 127).
+        velocity: int or int array, MIDI velocity (clipped to 1..127).
 
     Returns:
         int or int array in 0..31: `(velocity - 1) // 4`.
 
-    Raises:
-        Nothing: out-of-range velocities are clipped to 1..127.
-
     Example:
     >>> import numpy as np
     >>> from keras_attn.preprocessing.music import velocity_to_bin
-    >>> velocity_to_bin(64)
-    15
-    >>> velocity_to_bin(np.array([0, 1, 4, 5, 127, 200])).tolist()
-    [0, 0, 0, 1, 31, 31]
-
-    Reference:
-        Oore et al. 2018, section 6.1 (32 velocity bins).
+    >>> velocity_to_bin(np.array([1, 5, 64, 127])).tolist()
+    [0, 1, 15, 31]
     """
     velocity = np.clip(np.asarray(velocity), 1, 127)
     bins = (velocity - 1) // VELOCITY_BIN_WIDTH
@@ -135,15 +118,9 @@ def bin_to_velocity(velocity_bin):
         ValueError: if a bin lies outside 0..31.
 
     Example:
-    >>> import numpy as np
-    >>> from keras_attn.preprocessing.music import bin_to_velocity, velocity_to_bin
-    >>> bin_to_velocity(velocity_to_bin(64))  # bin 15 decodes to its lowest velocity
+    >>> from keras_attn.preprocessing.music import bin_to_velocity
+    >>> bin_to_velocity(15)
     61
-    >>> bin_to_velocity(np.array([0, 1, 31])).tolist()
-    [1, 5, 125]
-
-    Reference:
-        Oore et al. 2018, section 6.1.
     """
     bins = np.asarray(velocity_bin)
     in_range = not bins.size or 0 <= bins.min() <= bins.max() < NUM_VELOCITY_BINS
@@ -158,37 +135,22 @@ def _to_steps(seconds):
 
 
 def notes_to_events(notes, add_start_end=False):
-    """Encodes notes as performance events (10 ms steps, 32 velocity bins).
-
-    Onsets and offsets are rounded to the nearest 10 ms step (errors up to
-    5 ms); a note that would round to zero length lasts one step, placed so
-    that its onset and offset move by at most 10 ms. Notes of one pitch
-    should not overlap (as `midi_to_notes` guarantees); otherwise the same
-    rules are applied on the rounded times: one note per pitch and step
-    (earliest start, latest end, loudest velocity), and a note sounding past
-    the next onset of its pitch ends there.
+    """Encodes notes as performance events (10 ms steps, 32 velocity bins; guide: preprocessing).
 
     Args:
-        notes: iterable of objects with `start`, `end` (seconds), `pitch`
-            (0..127) and `velocity` (1..127), e.g. `Note`.
+        notes: iterable of `Note`s (`start`, `end` in seconds, `pitch`, `velocity`).
         add_start_end: put `START_ID` first and `END_ID` last.
 
     Returns:
         np.int32 array (N,) of event ids in [0, VOCABULARY_SIZE).
 
     Raises:
-        ValueError: if there are no notes, a pitch or velocity is not a
-            whole number, a pitch is outside 0..127, a time is negative,
-            not finite or past `MAX_SECONDS`, or a note ends before it
-            starts.
+        ValueError: if there are no notes, or a pitch, velocity or time is out of range.
 
     Example:
     >>> from keras_attn.preprocessing.music import Note, notes_to_events
     >>> notes_to_events([Note(velocity=80, pitch=60, start=0.0, end=0.5)])
     array([378,  63, 308, 191], dtype=int32)
-
-    Reference:
-        Oore et al. 2018, section 6.1; Huang et al. 2018, section 5.2.
     """
     notes, fields = list(notes), ("start", "end", "pitch", "velocity")
     missing = [n for n in notes if not all(hasattr(n, f) for f in fields)] if notes else [notes]
@@ -220,8 +182,7 @@ def notes_to_events(notes, add_start_end=False):
 
 
 def _encode(starts, ends, pitches, velocities, add_start_end=False):
-    """`notes_to_events` on arrays: times in seconds, at least one note of a pitch in 0..127,
-    none ending before it starts. Refuses times that a file or a time stretch can still bring."""
+    """`notes_to_events` on arrays of checked notes (times in seconds, still range-checked)."""
     # Not `not a < b`: NaN is refused. One TIME_SHIFT per second: 1e12 s asked for terabytes.
     if not (starts.min() >= 0 and ends.max() < MAX_SECONDS):
         raise ValueError(
@@ -305,8 +266,7 @@ def _check_decoding(events, default_velocity, max_note_duration):
 
 
 def _decode(events, default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
-    """`events_to_notes` on checked arguments, as arrays: (start steps, end steps, pitches,
-    velocities), by onset."""
+    """`events_to_notes` on checked arguments: (starts, ends, pitches, velocities) in steps."""
     end_positions = np.flatnonzero(events == END_ID)
     if end_positions.size:
         events = events[: end_positions[0]]
@@ -346,53 +306,23 @@ def _decode(events, default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
 
 
 def events_to_notes(events, default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
-    """Decodes performance events to notes (seconds), tolerating bad sequences.
-
-    `PAD_ID` and `START_ID` are skipped; `END_ID` ends the performance (later
-    events are ignored). A `NOTE_OFF` without a sounding note is ignored; a
-    `NOTE_ON` of a sounding pitch ends the earlier note first; a note still
-    sounding at the end ends with the last event (one step after its onset
-    if that is later). Notes of zero duration are dropped. Model samples are
-    decoded without error.
-
-    A model can leave notes hanging: it samples a `NOTE_ON` and never the
-    matching `NOTE_OFF`, and the note sounds to the end of the sample.
-    `max_note_duration` ends every note at most that many seconds after its
-    onset (Magenta's Performance RNN cuts generated notes at 5 s). The
-    default, None, decodes the events exactly (encoding and decoding a
-    performance gives its notes back).
+    """Decodes performance events to notes, tolerating bad sequences (guide: preprocessing).
 
     Args:
         events: 1-D integer array-like of ids in [0, VOCABULARY_SIZE).
         default_velocity: velocity of notes before any `VELOCITY` event.
-        max_note_duration: None, or the longest a note may sound, in seconds
-            (rounded to 10 ms steps, at least one step).
+        max_note_duration: None, or the longest a note may sound, in seconds (>= 0.01).
 
     Returns:
-        list of `Note`, sorted by onset then pitch; times are multiples of
-        10 ms.
+        list of `Note`, sorted by onset then pitch; times are multiples of 10 ms.
 
     Raises:
-        ValueError: if `events` is not 1-D integer or has ids outside the
-            vocabulary, `default_velocity` is not an int in 1..127, or
-            `max_note_duration` is not None or a finite number >= 0.01.
+        ValueError: for bad `events`, `default_velocity` or `max_note_duration`.
 
     Example:
-    >>> from keras_attn.preprocessing.music import event_to_string, events_to_notes
-    >>> events = [378, 63, 308, 191]
-    >>> [event_to_string(event) for event in events]
-    ['VELOCITY(19)', 'NOTE_ON(60)', 'TIME_SHIFT(500ms)', 'NOTE_OFF(60)']
-    >>> events_to_notes(events)
+    >>> from keras_attn.preprocessing.music import events_to_notes
+    >>> events_to_notes([378, 63, 308, 191])  # VELOCITY(19) NOTE_ON(60) 500 ms NOTE_OFF(60)
     [Note(velocity=77, pitch=60, start=0.0, end=0.5)]
-    >>> events_to_notes([1, 63, 308, 2, 64])  # START skipped, nothing after END
-    [Note(velocity=64, pitch=60, start=0.0, end=0.5)]
-    >>> events_to_notes([63, 308, 308])  # no NOTE_OFF: sounds to the end
-    [Note(velocity=64, pitch=60, start=0.0, end=1.0)]
-    >>> events_to_notes([63, 308, 308], max_note_duration=0.75)
-    [Note(velocity=64, pitch=60, start=0.0, end=0.75)]
-
-    Reference:
-        Oore et al. 2018, section 6.1.
     """
     starts, ends, pitches, velocities = _decode(
         *_check_decoding(events, default_velocity, max_note_duration)
@@ -418,9 +348,6 @@ def event_to_string(event):
     >>> from keras_attn.preprocessing.music import event_to_string
     >>> [event_to_string(event) for event in (0, 1, 2, 63, 191, 283, 378)]
     ['PAD', 'START', 'END', 'NOTE_ON(60)', 'NOTE_OFF(60)', 'TIME_SHIFT(250ms)', 'VELOCITY(19)']
-
-    Reference:
-        Oore et al. 2018, section 6.1.
     """
     event = int(event)
     if event == PAD_ID:

@@ -55,7 +55,7 @@ def test_a_corrupted_download_is_refused_removed_and_fetched_again_later(server,
         multi30k.fetch(["val"], cache_dir=cache_dir, base_url=base_url)
     message = str(error.value)
     assert path in message and multi30k.SHA256["val.de.gz"] in message
-    received = message.split("sha256 is ")[1].split(",")[0]
+    received = message.split("sha256 ")[1].split(",")[0]
     assert len(received) == 64 and received != multi30k.SHA256["val.de.gz"]
     assert not os.path.exists(path)  # never left to be used
     server.modes.clear()

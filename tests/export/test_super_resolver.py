@@ -177,7 +177,7 @@ def test_wrong_images_and_temperature_give_clear_errors(exported, low_resolution
         default(image=tf.constant(low_resolution, tf.float32))
     for temperature in (0.0, float("inf"), float("nan")):
         with pytest.raises(
-            tf.errors.InvalidArgumentError, match="`temperature` must be a finite number > 0"
+            tf.errors.InvalidArgumentError, match="`temperature` must be finite and > 0"
         ):
             served.signatures["sample_with_options"](
                 image=tf.constant(low_resolution),
@@ -185,7 +185,7 @@ def test_wrong_images_and_temperature_give_clear_errors(exported, low_resolution
                 seed=tf.constant(1, tf.int64),
                 **NO_FILTER,
             )
-    empty = r"`image` must hold at least one row .*Received shape:\] \[0 2 2 3\]"
+    empty = r"`image` must hold at least one row. Received shape:\] \[0 2 2 3\]"
     with pytest.raises(tf.errors.InvalidArgumentError, match=empty):
         default(image=tf.zeros((0, 2, 2, 3), tf.uint8))
 
@@ -197,12 +197,12 @@ def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
     for bad in (0.0, float("inf"), float("nan"), True, 1e-46, 1e300):
         with pytest.raises(
             ValueError,
-            match=r"`default_temperature` must be a number from 1.17\d*e-38 to 3.40\d*e\+38 \(a finite temperature > 0 that float32 holds\)",
+            match=r"`default_temperature` must be a number in \[1.17\d*e-38, 3.40\d*e\+38\]\.",
         ):
             export_super_resolver(model, str(tmp_path), default_temperature=bad)
     with pytest.raises(
         ValueError,
-        match=r"`default_seed` must be an int from -9223372036854775808 to 9223372036854775807 \(an int that int64 holds\)\. Received: default_seed=1180591620717411303424",
+        match=r"`default_seed` must be an int in \[-2\*\*63, 2\*\*63\)\. Received: default_seed=1180591620717411303424",
     ):
         export_super_resolver(model, str(tmp_path), default_seed=2**70)
     with pytest.raises(ValueError, match=r"`temperature` must be .*temperature=inf"):
@@ -215,7 +215,7 @@ def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
     # Floats in [0, 1] were cast to 0: black inputs, without a word.
     with pytest.raises(
         ValueError,
-        match=r"^`low_resolution.dtype` must be an integer dtype \(intensities 0..255.*Received: low_resolution.dtype='float32'\. For floats in \[0, 1\], pass `np.round\(images \* 255\)",
+        match=r"^`low_resolution.dtype` must be integer \(0..255\)\. Received: low_resolution.dtype='float32'\. For floats in \[0, 1\], pass `np.round\(images \* 255\)",
     ):
         super_resolve(model, np.full((1, 2, 2, 3), 0.5, np.float32))
     # Nested lists are images too.
@@ -231,13 +231,13 @@ def test_exporter_and_sampler_argument_errors(model, tmp_path, low_resolution):
     for not_a_model in (None, "model.keras"):
         with pytest.raises(
             ValueError,
-            match=rf"^`model` must be a `keras_attn.models.super_resolution_transformer` model .*"
+            match=rf"^`model` must be a `super_resolution_transformer` model\. "
             rf"Received: model={re.escape(repr(not_a_model))}\.$",
         ):
             super_resolve(not_a_model, np.zeros((1, 2, 2, 3), np.uint8))
     with pytest.raises(
         ValueError,
-        match="`model` must be a `keras_attn.models.super_resolution_transformer`.*model='image_transformer'",
+        match="`model` must be a `super_resolution_transformer` model.*model='image_transformer'",
     ):
         export_super_resolver(
             image_transformer(
@@ -327,8 +327,7 @@ def test_a_seed_per_image_is_checked(exported, low_resolution):
     for seed in ([1, 2], [[1], [2], [3]]):
         with pytest.raises(
             tf.errors.InvalidArgumentError,
-            match=r"`seed` must be a scalar \(one "
-            r"seed for the batch\) or of shape \(batch,\), one seed per row",
+            match=r"`seed` must be a scalar or of shape \(batch,\). Received shape:",
         ):
             options(
                 image=tf.constant(low_resolution),

@@ -86,7 +86,7 @@ def test_bad_export_arguments_are_refused_before_tracing(translator, tmp_path):
     for bad in ("10", None, 2, 2**40, True):
         with pytest.raises(
             ValueError,
-            match=rf"^`max_length` must be an int from 3 .*Received: max_length={re.escape(repr(bad))}\.$",
+            match=rf"^`max_length` must be an int in \[3, 2\*\*31\)\. Received: max_length={re.escape(repr(bad))}\.$",
         ):
             export_translator(model, tokenizer, tmp_path, max_length=bad)
     for bad in (True, 0, 1.5):
@@ -99,7 +99,7 @@ def test_bad_export_arguments_are_refused_before_tracing(translator, tmp_path):
         export_translator(model, tokenizer, tmp_path, length_penalty_alpha=-1.0)
     with pytest.raises(
         ValueError,
-        match=r"^`tokenizer` must be the `SubwordTokenizer` the model was trained with .*tokenizer=None\.$",
+        match=r"^`tokenizer` must be the `SubwordTokenizer` the model was trained with\. Received: tokenizer=None\.$",
     ):
         export_translator(model, None, tmp_path)
     with pytest.raises(
@@ -158,13 +158,13 @@ def test_bad_requests_fail_with_the_engines_messages_also_under_xla(
     vocabulary = tokenizer.vocabulary_size
     for bad, low, high in (([[5, vocabulary, 2]], 2, vocabulary), ([[5, -3, 2]], -3, 5)):
         message = (
-            rf"`encoder_tokens` ids must be source tokens of the vocabulary, in "
-            rf"\[0, {vocabulary}\). Received ids from\] \[{low}\] \[to\] \[{high}\]"
+            rf"`encoder_tokens` ids must be in \[0, {vocabulary}\). Received min, max:\] "
+            rf"\[{low}\] \[{high}\]"
         )
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):
             tokens(encoder_tokens=tf.constant(bad, tf.int32))
     # TF prints an assertion's pieces in brackets: the received shape is [0 3].
-    empty = "`{0}` must hold at least one row (batch >= 1). Received shape:] [{1}]"
+    empty = "`{0}` must hold at least one row. Received shape:] [{1}]"
     with pytest.raises(
         tf.errors.InvalidArgumentError, match=re.escape(empty.format("encoder_tokens", "0 3"))
     ):
@@ -208,8 +208,7 @@ def test_a_source_longer_than_a_learned_position_table_is_refused(translator, tm
     assert tokens(encoder_tokens=tf.fill([1, 12], 5))["tokens"].shape == (1, 10)
     with pytest.raises(
         tf.errors.InvalidArgumentError,
-        match=r"longer than the learned position table: truncate sources to 12 "
-        r"tokens. Received length:\] \[13\]",
+        match=r"`encoder_tokens` must hold at most 12 tokens. Received:\] \[13\]",
     ):
         tokens(encoder_tokens=tf.fill([1, 13], 5))
 

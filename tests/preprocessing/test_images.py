@@ -43,10 +43,10 @@ def test_raster_errors():
         match=r"`images` must be uint8 of shape \(batch, height, width, channels\). Received: uint8 \(32, 32, 3\)\.",
     ):
         images.to_raster(np.zeros((32, 32, 3), np.uint8))
-    with pytest.raises(ValueError, match=r"Expected sequences of shape \(batch, 3072\)"):
+    with pytest.raises(ValueError, match=r"Expected \(batch, 3072\) intensities"):
         images.from_raster(np.zeros((1, 3000), np.int32), 32, 32)
     with pytest.raises(
-        ValueError, match=r"intensities in 0..255. Received shape \(1, 3\), values in 0..256"
+        ValueError, match=r"intensities in 0..255. Received: shape \(1, 3\), values in 0..256"
     ):
         images.from_raster(np.array([[0, 256, 3]]), 1, 1, 3)
 
@@ -241,7 +241,7 @@ def test_load_image_reads_float_grayscale_on_either_scale(tmp_path, scale):
 @pytest.mark.parametrize("offsets", [[], 0, [0, 3], [1, 4], [0, 2, 2, 4]])
 def test_decode_jpegs_refuses_offsets_that_do_not_fit_the_bytes(offsets):
     # An empty list raised IndexError (offsets[0]) before the check.
-    with pytest.raises(ValueError, match="`offsets` must rise from 0 to len"):
+    with pytest.raises(ValueError, match="`offsets` must be rising from 0 to len"):
         images.decode_jpegs(b"abcd", offsets)
 
 
@@ -279,13 +279,13 @@ def test_decode_jpegs_reads_negative_indices_as_numpy_does_and_names_one_out_of_
     assert red(np.array([2, -1], np.int32)).tolist() == [2, 2]
     with pytest.raises(
         ValueError,
-        match=r"`indices\[0\]` must be a file index in \[-3, 3\) \(3 files\). "
+        match=r"`indices\[0\]` must be a file index in \[-3, 3\). "
         r"Received: indices\[0\]=3.",
     ):
         images.decode_jpegs(jpeg_bytes, offsets, [3])
     with pytest.raises(
         ValueError,
-        match=r"`indices\[1\]` must be a file index in \[-3, 3\) \(3 files\). "
+        match=r"`indices\[1\]` must be a file index in \[-3, 3\). "
         r"Received: indices\[1\]=-4.",
     ):
         images.decode_jpegs(jpeg_bytes, offsets, [0, -4, 7])
@@ -305,7 +305,7 @@ def test_a_corrupt_jpeg_is_named_by_its_index(tmp_path):
     files[3] = files[3][: len(files[3]) // 2]  # a truncated file
     jpeg_bytes, offsets = _concatenated(files)
     where = rf"JPEG file 3 \(bytes {offsets[3]}:{offsets[4]}\) cannot be decoded: jpeg::Uncompress failed"
-    with pytest.raises(ValueError, match=where + r".* Replace or drop that file."):
+    with pytest.raises(ValueError, match=where):
         images.decode_jpegs(jpeg_bytes, offsets)
     # In a later batch and through indices, still named by its index in the set.
     with pytest.raises(ValueError, match=where):
@@ -331,7 +331,7 @@ def test_load_cifar10_names_a_truncated_file(tmp_path):
     with pytest.raises(
         ValueError,
         match=r"cut.npz' is not a NumPy .npz archive \(or is truncated or damaged: "
-        r"File is not a zip file\); expected the CIFAR-10 JPEG .npz",
+        r"File is not a zip file\); for a folder",
     ):
         images.load_cifar10(str(path))
 
@@ -348,7 +348,7 @@ def test_sizes_seeds_and_labels_are_checked(tmp_path):
         (lambda: images.upsample_bicubic(image, 0), r"`size` must be a positive int or a pair"),
         (
             lambda: images.split_indices(10.0),
-            r"`num_examples` must be an int >= 2 to split. Received: num_examples=10.0",
+            r"`num_examples` must be an int >= 2. Received: num_examples=10.0",
         ),
         (lambda: images.split_indices(10, seed="a"), r"`seed` must be an int. Received: seed='a'"),
         (lambda: images.generation_dataset(image, 0), r"`batch_size` must be a positive integer"),

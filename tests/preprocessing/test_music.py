@@ -456,26 +456,24 @@ def test_midi_writers_refuse_what_a_midi_file_cannot_hold(tmp_path):
     for tempo in (3.0, 0, -1, float("nan"), 1e9, True):
         with pytest.raises(
             ValueError,
-            match=r"`tempo` must be a number of quarter notes per minute from 3.58 "
-            rf"to 60000000.*Received: tempo={re.escape(repr(tempo))}\.",
+            match=r"`tempo` must be quarter notes per minute in \[3.58, "
+            rf"60000000\].*Received: tempo={re.escape(repr(tempo))}\.",
         ):
             music.events_to_midi(events, tempo=tempo)
-        with pytest.raises(
-            ValueError, match=r"`tempo` must be a number of quarter notes per minute"
-        ):
+        with pytest.raises(ValueError, match=r"`tempo` must be quarter notes per minute"):
             music.chorale_to_midi([[60, 60, 60, 60]], tempo=tempo)
     for resolution in (0, -5, 40000, 2.5):
         with pytest.raises(
             ValueError,
-            match=rf"`resolution` must be an int from 1 to 32767.*resolution={resolution!r}\.",
+            match=rf"`resolution` must be an int in \[1, 32767\].*resolution={resolution!r}\.",
         ):
             music.events_to_midi(events, resolution=resolution)
     for program in (-1, 128, 1000):
         with pytest.raises(
-            ValueError, match=rf"`program` must be a General MIDI program.*program={program}\."
+            ValueError, match=rf"`program` must be an int in \[0, 127\].*program={program}\."
         ):
             music.events_to_midi(events, program=program)
-        with pytest.raises(ValueError, match=r"`program` must be a General MIDI program"):
+        with pytest.raises(ValueError, match=r"`program` must be an int in \[0, 127\]"):
             music.chorale_to_midi([[60, 60, 60, 60]], program=program)
     # The limits themselves still round-trip: 500 ms at the slowest tempo.
     path = str(tmp_path / "slow.mid")
@@ -672,9 +670,7 @@ def test_error_empty_file(tmp_path):
 def test_error_not_a_midi_file(tmp_path):
     path = tmp_path / "song.mid"
     path.write_bytes(b"ID3\x04 an mp3 renamed to .mid")
-    with pytest.raises(
-        ValueError, match=r"type-1 MIDI file \(b'MThd'...\).*starting with b'ID3\\x04'"
-    ):
+    with pytest.raises(ValueError, match=r"type-1 MIDI file.*starting with b'ID3\\x04'"):
         music.midi_to_events(path)
     with pytest.raises(ValueError, match=r"the given bytes"):
         music.midi_to_events(b"hello")
@@ -683,7 +679,7 @@ def test_error_not_a_midi_file(tmp_path):
 def test_error_corrupt_midi_file(tmp_path):
     path = tmp_path / "truncated.mid"
     path.write_bytes(midi_bytes(1, [ONE_NOTE_TRACK])[:20])
-    with pytest.raises(ValueError, match=r"parse file .*truncated.mid.*corrupt or truncated"):
+    with pytest.raises(ValueError, match=r"file .*truncated.mid.* is corrupt or truncated"):
         music.midi_to_events(path)
 
 
@@ -698,9 +694,7 @@ def test_error_type_2_file(tmp_path):
 def test_error_no_notes(tmp_path):
     path = tmp_path / "silent.mid"
     score_with(symusic.Track(program=0)).dump_midi(path)
-    with pytest.raises(
-        ValueError, match=r"non-drum instrument \(a piano part\). Received: \d+ tracks without them"
-    ):
+    with pytest.raises(ValueError, match=r"non-drum instrument. Received: \d+ tracks without them"):
         music.midi_to_events(path)
     drums_only = score_with(instrument([(36, 100, 0.0, 0.1)], is_drum=True))
     with pytest.raises(ValueError, match=r"1 drum notes \(ignored\)"):
@@ -883,7 +877,7 @@ def test_scores_without_a_time_scale_are_refused():
 
     with pytest.raises(
         ValueError,
-        match=r"positive ticks per quarter and tempos \(corrupt file\). Received: ticks_per_quarter=0",
+        match=r"positive ticks per quarter and tempos. Received: ticks_per_quarter=0",
     ):
         music.midi_to_notes(score(0))
     with pytest.raises(

@@ -198,9 +198,9 @@ def test_survives_clearing_the_kernel_cache(corpus):
 
 
 def test_errors(tokenizer, corpus):
-    with pytest.raises(ValueError, match="could not be loaded as a SentencePiece"):
+    with pytest.raises(ValueError, match="is not a SentencePiece model"):
         SubwordTokenizer(b"not a model")
-    with pytest.raises(ValueError, match="must be the non-empty serialized"):
+    with pytest.raises(ValueError, match="must be the bytes of a SentencePiece model"):
         SubwordTokenizer("path/to/file.model")
     with pytest.raises(ValueError, match="rank-1"):
         tokenizer.tokenize([["Ein", "Hund"]])
@@ -211,7 +211,7 @@ def test_errors(tokenizer, corpus):
     with pytest.raises(
         ValueError,
         match=r"`path` must be a SentencePiece model file. Received: "
-        r"path='/nonexistent/dir/x.model'. Write one with",
+        r"path='/nonexistent/dir/x.model'.$",
     ):
         SubwordTokenizer.from_file("/nonexistent/dir/x.model")
     # A folder gave FailedPreconditionError, ids a TypeError.
@@ -221,14 +221,13 @@ def test_errors(tokenizer, corpus):
         SubwordTokenizer.from_file("/tmp")
     with pytest.raises(
         ValueError,
-        match=r"`strings` must be a rank-1 batch of sentences \(`str`\). Received: strings=\[1, 2\]\.",
+        match=r"`strings` must be a rank-1 batch of `str`. Received: strings=\[1, 2\]\. Wrap",
     ):
         tokenizer.tokenize([1, 2])
     # One string was trained on as a list of one-character sentences.
     with pytest.raises(
         ValueError,
-        match=r"`sentences` must be a non-empty list of `str`. Received: one string. "
-        r"Pass `\[text\]` or `text.splitlines\(\)`",
+        match=r"`sentences` must be a non-empty list of `str`. Received: one string.$",
     ):
         SubwordTokenizer.train("some text", vocabulary_size=300)
     with pytest.raises(ValueError, match="empty"):
@@ -249,8 +248,8 @@ def test_errors(tokenizer, corpus):
 def test_train_refuses_text_sentencepiece_cannot_use():
     # Each failed with SentencePiece's internal message, e.g.
     # "trainer_interface.cc(467) [!sentences_.empty()]".
-    usable = r"`sentences` must hold a non-blank sentence of at most 4192 UTF-8 bytes. Received: "
-    with pytest.raises(ValueError, match=usable + r"3 blank, 0 longer. Split long text."):
+    usable = r"`sentences` needs a non-blank one of <= 4192 bytes. Received: "
+    with pytest.raises(ValueError, match=usable + r"3 blank, 0 longer.$"):
         SubwordTokenizer.train(["", "", ""], vocabulary_size=300)
     with pytest.raises(ValueError, match=usable + r"3 blank, 0 longer."):
         SubwordTokenizer.train([" ", "\t ", " \n "], vocabulary_size=300)
@@ -295,13 +294,10 @@ def test_the_smallest_documented_vocabulary_trains(model_type):
     assert _texts(without_bytes.detokenize(without_bytes.tokenize(["a a"]))) == ["a a"]
     with pytest.raises(
         ValueError,
-        match=r"`vocabulary_size` must be an int >= 262 \(4 reserved ids, 256 byte pieces, "
-        r'"▁" and a character\). Received: vocabulary_size=261.',
+        match=r"`vocabulary_size` must be an int >= 262. Received: vocabulary_size=261.",
     ):
         SubwordTokenizer.train(["a"], vocabulary_size=261, model_type=model_type)
-    with pytest.raises(
-        ValueError, match=r"`vocabulary_size` must be an int >= 6 \(4 reserved ids, 0 byte pieces, "
-    ):
+    with pytest.raises(ValueError, match=r"`vocabulary_size` must be an int >= 6. Received"):
         SubwordTokenizer.train(["a"], vocabulary_size=5, byte_fallback=False)
 
 
@@ -319,8 +315,7 @@ def test_rejects_models_without_the_reserved_ids(corpus):
     )
     with pytest.raises(
         ValueError,
-        match=r"must have the control symbols 0 = padding, 2 = start, 3 = end and 1 = unknown. "
-        r"Received: 500 ids, unknown = 0\.",
+        match=r"must reserve ids 0-3 \(pad, unk, start, end\). Received: 500 ids, unknown = 0\.",
     ):
         SubwordTokenizer(writer.getvalue())
 
