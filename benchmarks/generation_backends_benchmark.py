@@ -49,6 +49,7 @@ def build_model(args, sequence_length):
     import keras
 
     import keras_attn.layers as attn
+    from keras_attn.layers.projection import Projection
 
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     x = attn.TokenAndPositionEmbedding(
@@ -68,7 +69,7 @@ def build_model(args, sequence_length):
             ),
             name=f"decoder_layer_{i}",
         )(x)
-    return keras.Model(tokens, attn.Projection(args.vocabulary_size, name="logits")(x))
+    return keras.Model(tokens, Projection(args.vocabulary_size, name="logits")(x))
 
 
 def worker(args):

@@ -91,6 +91,7 @@ def build_keras_attn(kind, args, max_length):
     import keras
 
     import keras_attn.layers as attn
+    from keras_attn.layers.projection import Projection
 
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     x = attn.TokenAndPositionEmbedding(
@@ -106,7 +107,7 @@ def build_keras_attn(kind, args, max_length):
             self_attention=self_attention(kind, args, i),
             name=f"decoder_layer_{i}",
         )(x)
-    logits = attn.Projection(args.vocabulary_size, name="logits")(x)  # as keras_attn.models do
+    logits = Projection(args.vocabulary_size, name="logits")(x)  # as keras_attn.models do
     return keras.Model(tokens, logits)
 
 

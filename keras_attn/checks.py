@@ -1,10 +1,8 @@
-"""Generic argument checks shared across keras_attn: positive ints, sizes,
-rates, bools, seeds, image sizes, indices, static shapes and values.
+"""Generic argument checks shared across keras_attn.
 
-Each raises a ValueError naming the argument, what was received and what is
-expected. A check that serves one area lives with it (sampling, beams and
-prompts in `generation/arguments.py`, requests in `export/`, MIDI limits in
-`preprocessing/`). This module imports nothing from keras_attn.
+Each raises one ValueError: "`name` must be <expected>. Received: name=<value>. <fix>". A check
+that serves one area lives with it (`generation/arguments.py`, `export/`, `preprocessing/`).
+This module imports nothing from keras_attn.
 """
 
 import math
@@ -27,10 +25,12 @@ def is_number(value, low=-math.inf, high=math.inf):
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and low <= value <= high
 
 
-def require(condition, name, value, expected, fix=""):
-    """Raises "`name` must be `expected`. Received: name=value. `fix`" unless `condition`."""
+def require(condition, name, value, expected, fix="", owner=None):
+    """Raises "[Owner: ]`name` must be `expected`. Received: name=value. `fix`" unless `condition`."""
     if not condition:
-        raise ValueError(f"`{name}` must be {expected}. Received: {name}={value!r}. {fix}".rstrip())
+        prefix = "" if owner is None else f"{type(owner).__name__}: "
+        message = f"{prefix}`{name}` must be {expected}. Received: {name}={value!r}. {fix}"
+        raise ValueError(message.rstrip())
 
 
 def static_int(value):
@@ -52,31 +52,16 @@ def known_value(value):
         return None
 
 
-def _prefix(owner):
-    return "" if owner is None else f"{type(owner).__name__}: "
-
-
-def _python_int_hint(name, value):
-    """What to do about a positive NumPy integer (a config must hold Python ints)."""
-    if is_int(value, 1) and not isinstance(value, int):
-        return (
-            f" It is a {type(value).__module__}.{type(value).__name__}: pass a "
-            f"Python int, e.g. `{name}=int({name})`."
-        )
-    return ""
-
-
-def _is_python_int(value, low):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+def _int_hint(name, value):
+    """The fix for a NumPy integer where a config needs a Python int."""
+    numpy_int = is_int(value) and type(value) is not int
+    return f"Pass a Python int: `{name}=int({name})`." if numpy_int else ""
 
 
 def check_positive_int(owner, name, value):
     """Refuses a `name` of layer `owner` that is not a positive Python int."""
-    if not _is_python_int(value, 1):
-        raise ValueError(
-            f"{_prefix(owner)}`{name}` must be a positive integer. "
-            f"Received: {name}={value!r}.{_python_int_hint(name, value)}"
-        )
+    ok = type(value) is int and value >= 1
+    require(ok, name, value, "a positive integer", _int_hint(name, value), owner)
 
 
 def check_sizes(**sizes):
@@ -89,72 +74,54 @@ def check_heads_divide(hidden_dim, num_heads):
     """Refuses a `num_heads` that does not divide `hidden_dim` (D = H x key_dim)."""
     if hidden_dim % num_heads:
         raise ValueError(
-            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` "
-            f"({num_heads}): each head gets hidden_dim // num_heads features."
+            f"`hidden_dim` ({hidden_dim}) must be divisible by `num_heads` ({num_heads})."
         )
 
 
 def check_finite_positive_number(owner, name, value, meaning):
     """Refuses a `value` that is not a finite real number > 0 (`meaning`: what it is)."""
-    if not is_number(value) or not 0 < value < math.inf:
-        raise ValueError(
-            f"{_prefix(owner)}`{name}` must be a finite number > 0 ({meaning}). "
-            f"Received: {name}={value!r}."
-        )
+    ok = is_number(value) and 0 < value < math.inf
+    require(ok, name, value, f"a finite number > 0 ({meaning})", owner=owner)
 
 
 def check_rate(owner, name, value):
     """Refuses a rate (a dropout) outside [0, 1)."""
-    if not is_number(value, 0.0) or not float(value) < 1.0:
-        raise ValueError(
-            f"{_prefix(owner)}`{name}` must be a number in [0, 1). Received: {name}={value!r}."
-        )
+    require(is_number(value, 0.0) and value < 1, name, value, "a number in [0, 1)", owner=owner)
 
 
 def check_bool(owner, name, value, meaning):
     """Refuses a flag that is not a Python bool (`meaning`: what True means)."""
-    if not isinstance(value, bool):
-        hint = f" Pass `{name}=bool({name})`." if isinstance(value, np.bool_) else ""
-        raise ValueError(
-            f"{_prefix(owner)}`{name}` must be True or False ({meaning}). "
-            f"Received: {name}={value!r}.{hint}"
-        )
+    fix = f"Pass `{name}=bool({name})`." if isinstance(value, np.bool_) else ""
+    require(isinstance(value, bool), name, value, f"True or False ({meaning})", fix, owner)
 
 
 def check_layer_seed(owner, seed):
     """Refuses a layer's dropout `seed` other than None or a Python int."""
-    if not (seed is None or _is_python_int(seed, -math.inf)):
-        raise ValueError(
-            f"{_prefix(owner)}`seed` must be None or an int (the seed of the "
-            f"dropout, for reproducible runs). Received: seed={seed!r}."
-            f"{_python_int_hint('seed', seed)}"
-        )
+    ok = seed is None or type(seed) is int
+    require(ok, "seed", seed, "None or an int (the dropout seed)", _int_hint("seed", seed), owner)
 
 
 def check_image_size(image_size, name="image_size", owner=None):
     """`(height, width)` from a positive int (square) or a pair of positive ints."""
     pair = image_size if isinstance(image_size, (tuple, list)) else (image_size, image_size)
-    if len(pair) != 2 or not all(is_int(v, 1) for v in pair):
-        raise ValueError(
-            f"{_prefix(owner)}`{name}` must be a positive int or a pair of positive "
-            f"ints (height, width). Received: {name}={image_size!r}."
-        )
+    ok = len(pair) == 2 and all(is_int(v, 1) for v in pair)
+    require(ok, name, image_size, "a positive int or a pair of positive ints", owner=owner)
     return tuple(int(v) for v in pair)
 
 
 def check_index(value, name):
     """Refuses a position that is not an integer scalar (int or rank-0 int tensor)."""
-    tensor = hasattr(value, "dtype") and hasattr(value, "shape")
-    dtype = keras.backend.standardize_dtype(value.dtype) if tensor else None
-    if not (is_int(value) or tensor and "int" in dtype and len(value.shape) == 0):
+    dtype = keras.backend.standardize_dtype(value.dtype) if hasattr(value, "dtype") else None
+    shape = tuple(getattr(value, "shape", ()))
+    if not (is_int(value) or dtype and "int" in dtype and shape == ()):
         described = (
-            f"{type(value).__name__} of dtype {dtype} and shape {tuple(value.shape)}"
-            if tensor
+            f"{type(value).__name__}, dtype {dtype}, shape {shape}"
+            if dtype
             else type(value).__name__
         )
         raise ValueError(
-            f"`{name}` must be an integer scalar (a Python int or a rank-0 int32 tensor): an "
-            f"absolute position. Received: {name}={value!r} ({described})."
+            f"`{name}` must be an integer scalar (an int or a rank-0 int32 tensor). "
+            f"Received: {name}={value!r} ({described})."
         )
 
 
@@ -173,13 +140,8 @@ def static_shape_mismatch(shape, expected):
 def check_cache(cache, expected_shape, origin):
     """Refuses a cache that is not a floating tensor of `expected_shape` (names: any size)."""
     shape = tuple(getattr(cache, "shape", ()))
-    if not shape or static_shape_mismatch(shape, expected_shape):
-        raise ValueError(
-            f"`cache` must have shape ({', '.join(map(str, expected_shape))}) {origin}. "
-            f"Received: cache.shape={shape or type(cache).__name__}."
-        )
+    layout = f"({', '.join(map(str, expected_shape))}) {origin}"
+    ok = shape and not static_shape_mismatch(shape, expected_shape)
+    require(ok, "cache.shape", shape or type(cache).__name__, layout)
     dtype = keras.backend.standardize_dtype(cache.dtype)
-    if "float" not in dtype:
-        raise ValueError(
-            f"`cache` must be a floating-point tensor {origin}. Received: cache.dtype={dtype}."
-        )
+    require("float" in dtype, "cache.dtype", dtype, f"floating-point, {origin}")

@@ -9,54 +9,24 @@ from keras_attn.layers.projection import Projection
 
 
 def clone_initializer(initializer):
-    """A fresh copy of `initializer` for one sublayer, as
-    `keras.layers.MultiHeadAttention` makes.
-
-    An initializer object repeats its draw: an unseeded one fixes its seed
-    when it is made (so does the one `keras.initializers.get("glorot_uniform")`
-    returns), and one object shared by several sublayers would give them
-    identical kernels (query = key = value projections). A copy made from
-    the config of an unseeded initializer draws a seed of its own; a
-    seeded one keeps its seed, as the user asked. A plain function (which
-    `keras.initializers.get` accepts) is returned as it is.
-    """
+    """A fresh copy of `initializer` for one sublayer, as `keras.layers.MultiHeadAttention`
+    makes: one shared initializer object would give its sublayers identical kernels."""
     if not isinstance(initializer, keras.initializers.Initializer):
         return initializer
     return initializer.__class__.from_config(initializer.get_config())
 
 
 def bound_call_arguments(layer, args, kwargs):
-    """The arguments of `layer.call(*args, **kwargs)` by name, defaults filled
-    in: what `compute_output_spec(self, *args, **kwargs)` reads, so the call
-    signature is written once, on `call`.
-
-    Args:
-        layer: the layer.
-        args, kwargs: the arguments Keras passes on (KerasTensors or values).
-
-    Returns:
-        A dict from each parameter name of `layer.call` to its value.
-    """
+    """The arguments of `layer.call(*args, **kwargs)` by name, defaults filled in (for
+    `compute_output_spec`, so the call signature is written once)."""
     bound = inspect.signature(layer.call).bind(*args, **kwargs)
     bound.apply_defaults()
     return bound.arguments
 
 
 class AttentionBase(ArgumentsConfig, keras.layers.Layer):
-    """Constructor arguments, config and sublayer factories shared by every
-    attention layer of the library (not exported: use a concrete layer).
-
-    The arguments (`num_heads`, `key_dim`, `value_dim`, `dropout`,
-    `use_bias`, `output_dim`, `kernel_initializer`, `bias_initializer`,
-    `seed`) are documented on the public layers, `MultiHeadSelfAttention`
-    and `MultiHeadAttention`, and mean what they mean in
-    `keras.layers.MultiHeadAttention`. Each projection gets its own copy of
-    an initializer (see `clone_initializer`).
-
-    Raises:
-        ValueError: if a size is not a positive integer or `dropout` is not
-            in [0, 1).
-    """
+    """Constructor arguments, config and sublayers of the attention layers (not exported);
+    the arguments are documented on `MultiHeadSelfAttention` and `MultiHeadAttention`."""
 
     def __init__(
         self,
@@ -102,9 +72,7 @@ class AttentionBase(ArgumentsConfig, keras.layers.Layer):
         )
 
     def _cached_keys_values(self, cache, dtype):
-        """The keys (B, H, K, L) and values (B, H, V, L) of a cache laid out
-        heads first, (B, H, K + V, L) (`MultiHeadSelfAttention.init_cache`,
-        `MultiHeadAttention.compute_cache`), read in place."""
+        """The keys (B, H, K, L) and values (B, H, V, L) of a (B, H, K + V, L) cache."""
         cache = ops.cast(cache, dtype)  # slices, not split: any axis may be unknown here
         return cache[:, :, : self.key_dim], cache[:, :, self.key_dim :]
 

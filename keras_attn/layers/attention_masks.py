@@ -5,24 +5,15 @@ from keras_attn.layers import attention_ops
 
 @dataclasses.dataclass(frozen=True)
 class AttentionMasks:
-    """The masks of one self-attention call, as the attention core receives them.
-
-    `MultiHeadSelfAttention.call` checks the masks once and hands this record
-    to `_attend`, the hook its subclasses (`LocalBlockAttention`,
-    `RelativeGlobalAttention`) replace; each core then lays the masks out as
-    its logits need (dense (B, H, T, S), or per block). One convention:
-    boolean, True = may attend.
+    """The masks of one self-attention call, as `MultiHeadSelfAttention` hands them (checked)
+    to its attention core `_attend`. Boolean, True = may attend.
 
     Args:
-        padding_mask: (B, S) bool or None: True for real keys.
+        padding_mask: (B, S) bool or None, True for real keys.
         attention_mask: (B, T, S) or (B, H, T, S) bool or None.
-        use_causal_mask: whether a query may see only keys at or before its
-            own absolute position.
-        cache_index: absolute position of query 0 (int or int32 scalar; 0
-            without a cache).
-        valid_key_length: with a cache, the number of cache positions filled
-            so far (`cache_index + T`; later slots are unwritten); None
-            without one.
+        use_causal_mask: whether a query sees only keys at or before its own position.
+        cache_index: absolute position of query 0 (int or int32 scalar).
+        valid_key_length: with a cache, the positions filled (`cache_index + T`); else None.
 
     Example:
     >>> from keras_attn.layers.attention_masks import AttentionMasks
@@ -34,8 +25,7 @@ class AttentionMasks:
     [[[[True, False], [True, True]]]]
 
     Reference:
-        Vaswani et al. 2017, "Attention Is All You Need", section 3.2.3
-        (masking illegal connections before the softmax).
+        Vaswani et al. 2017, "Attention Is All You Need", section 3.2.3.
     """
 
     padding_mask: object = None
@@ -51,15 +41,11 @@ class AttentionMasks:
 
     @property
     def may_have_empty_rows(self):
-        """Whether a query row may keep no key at all: only a padding or an
-        attention mask can empty one (a causal query always sees itself), so
-        without them the masked softmax may skip its empty-row guard."""
+        """Whether a query may see no key (only padding or attention masks can empty a row)."""
         return self.padding_mask is not None or self.attention_mask is not None
 
     def query_rows(self, start, stop):
-        """The masks of queries `start .. stop - 1` of an uncached causal
-        call against keys `0 .. stop - 1`, all those they can see (the
-        query-block core of `MultiHeadSelfAttention`)."""
+        """The masks of queries `start .. stop - 1` of a causal call against keys `0 .. stop - 1`."""
         padding, attention = self.padding_mask, self.attention_mask
         return AttentionMasks(
             padding_mask=None if padding is None else padding[:, :stop],
@@ -69,8 +55,7 @@ class AttentionMasks:
         )
 
     def merged(self, batch_size, query_length, key_length):
-        """All masks as one (B, 1 or H, T, S) bool tensor (see
-        `attention_ops.merge_masks`), or None when nothing is masked."""
+        """All masks as one (B, 1 or H, T, S) bool tensor, or None when nothing is masked."""
         return attention_ops.merge_masks(
             batch_size,
             query_length,

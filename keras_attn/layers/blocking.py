@@ -1,25 +1,14 @@
-"""Blocking helpers of the local attention of Parmar et al. 2018
-(`LocalBlockAttention`): query blocks and overlapping memory blocks.
+"""Query blocks and overlapping memory windows of `LocalBlockAttention` (Parmar et al. 2018).
 
-They treat axes 1 .. n of a tensor (B, *spatial, ...) as the positions of a
-sequence (n = 1) or an image (n = 2) and leave the trailing axes alone.
-Sizes may be static ints or scalar tensors (a `None` length in a functional
-model). `keras.ops` only.
+Axes 1 .. n of a tensor (B, *spatial, ...) are the positions of a sequence (n = 1) or an image
+(n = 2); sizes may be static ints or scalar tensors.
 """
 
 from keras import ops
 
 
 def dims(x):
-    """Returns the shape of `x` as a list: static ints where known, scalar
-    tensors elsewhere.
-
-    Args:
-        x: a tensor.
-
-    Returns:
-        A list of `int` or scalar int tensors, one per axis.
-    """
+    """The shape of `x` as a list: static ints where known, scalar tensors elsewhere."""
     dynamic = None
     result = []
     for i, d in enumerate(x.shape):
@@ -32,31 +21,12 @@ def dims(x):
 
 
 def num_blocks(length, block):
-    """ceil(length / block), as an int when `length` is static.
-
-    Args:
-        length: an int or scalar int tensor.
-        block: a positive int.
-
-    Returns:
-        The number of blocks of size `block` that cover `length` positions.
-    """
+    """ceil(length / block), an int when `length` is static."""
     return (length + block - 1) // block
 
 
 def pad_to_multiple(x, multiple, axis, constant_values=0):
-    """Pads `x` at the end of `axis` to the next multiple of `multiple`.
-
-    Args:
-        x: a tensor.
-        multiple: a positive int.
-        axis: the axis to pad (non-negative).
-        constant_values: the fill value (use `False` for boolean masks).
-
-    Returns:
-        `x` with `axis` of length `ceil(length / multiple) * multiple`; `x`
-        itself when the length is already a static multiple.
-    """
+    """Pads `x` at the end of `axis` (>= 0) to a multiple of `multiple` with `constant_values`."""
     length = dims(x)[axis]
     if isinstance(length, int) and length % multiple == 0:
         return x
@@ -67,19 +37,12 @@ def pad_to_multiple(x, multiple, axis, constant_values=0):
 
 
 def blockify(x, block_shape, constant_values=0):
-    """Splits the positions of `x` into non-overlapping blocks.
+    """(B, L1, ..., Ln, ...) -> (B, N, b1 * ... * bn, ...): positions padded to whole blocks and
+    cut into blocks, N = prod(ceil(Li / bi)); blocks and their positions in raster order.
 
-    Axes 1 .. n (n = len(block_shape)) are padded at the end to multiples
-    of the block and cut into blocks, which are listed in raster order of
-    the block grid; inside a block, positions are in raster order too.
-
-    Args:
-        x: (B, L1, ..., Ln, ...) tensor.
-        block_shape: tuple of n positive ints (b1, ..., bn).
-        constant_values: fill value of the padding.
-
-    Returns:
-        (B, N, b1 * ... * bn, ...) with N = prod(ceil(Li / bi)).
+    >>> import numpy as np
+    >>> np.asarray(blockify(np.arange(5)[None], (2,))).tolist()
+    [[[0, 1], [2, 3], [4, 0]]]
     """
     n = len(block_shape)
     for i, b in enumerate(block_shape):
@@ -93,16 +56,7 @@ def blockify(x, block_shape, constant_values=0):
 
 
 def unblockify(x, block_shape, spatial_shape):
-    """Inverse of `blockify`: puts blocks back in place and removes padding.
-
-    Args:
-        x: (B, N, b1 * ... * bn, ...) tensor, as returned by `blockify`.
-        block_shape: the tuple (b1, ..., bn) given to `blockify`.
-        spatial_shape: the unpadded (L1, ..., Ln) (ints or scalar tensors).
-
-    Returns:
-        (B, L1, ..., Ln, ...).
-    """
+    """Inverse of `blockify`: (B, N, b1 * ... * bn, ...) -> (B, *spatial_shape, ...)."""
     n = len(block_shape)
     shape = dims(x)
     rest = shape[3:]
@@ -120,11 +74,8 @@ def unblockify(x, block_shape, spatial_shape):
 
 
 def _overlap_axis(x, axis, block, before, after, constant_values):
-    """Replaces `axis` (length a multiple of `block`) by two axes
-    (num_blocks, before + block + after): window j covers positions
-    [j * block - before, (j + 1) * block + after), out-of-range positions
-    filled with `constant_values`. Built from shifted slices (no gather), so
-    the gradient is a plain sum of slices."""
+    """Replaces `axis` (a multiple of `block`) by (num_blocks, before + block + after): window j
+    covers [j * block - before, (j + 1) * block + after). Slices, no gather."""
     blocks_before = num_blocks(before, block)
     blocks_after = num_blocks(after, block)
     if blocks_before or blocks_after:
@@ -150,25 +101,13 @@ def _overlap_axis(x, axis, block, before, after, constant_values):
 
 
 def overlapping_blocks(x, block_shape, before, after, constant_values=0):
-    """Cuts the positions of `x` into overlapping windows, one per block.
+    """(B, L1, ..., Ln, ...) -> (B, N, w1 * ... * wn, ...): the window of each `blockify` block,
+    extended by `before[i]` and `after[i]` positions on axis i (wi = before + block + after);
+    positions outside `x` are `constant_values`.
 
-    The grid of blocks is the one of `blockify(x, block_shape)`; the window
-    of a block extends it by `before[i]` positions before and `after[i]`
-    after it along each spatial axis i (the memory flange of local
-    attention). Positions outside `x` (or in the padding to a multiple of
-    the block) are filled with `constant_values`. Memory and time are
-    O(prod(L) * window / block), never quadratic.
-
-    Args:
-        x: (B, L1, ..., Ln, ...) tensor.
-        block_shape: tuple of n positive ints.
-        before, after: tuples of n non-negative ints.
-        constant_values: fill value.
-
-    Returns:
-        (B, N, w1 * ... * wn, ...) with wi = before[i] + block_shape[i] +
-        after[i], windows in the same order as `blockify`'s blocks and
-        positions in raster order inside each window.
+    >>> import numpy as np
+    >>> np.asarray(overlapping_blocks(np.arange(1, 5)[None], (2,), (1,), (0,))).tolist()
+    [[[0, 1, 2], [2, 3, 4]]]
     """
     n = len(block_shape)
     for i, b in enumerate(block_shape):
@@ -180,9 +119,7 @@ def overlapping_blocks(x, block_shape, before, after, constant_values=0):
 
 
 def _merge_grid(x, n):
-    """(B, N1, w1, ..., Nn, wn, ...) -> (B, N1 * ... * Nn, w1 * ... * wn, ...):
-    blocks in raster order of their grid, positions in raster order inside
-    each block. The w's must be static."""
+    """(B, N1, w1, ..., Nn, wn, ...) -> (B, N1 * ... * Nn, w1 * ... * wn, ...), w's static."""
     shape = dims(x)
     rest = shape[1 + 2 * n :]
     if n > 1:  # (B, N1, w1, N2, w2, ...) -> (B, N1, N2, w1, w2, ...)

@@ -1,10 +1,7 @@
 """Attention over key chunks with an online softmax: memory linear in T.
 
-Queries and keys are cut into chunks of C; each query chunk visits the key chunks keeping a
-running maximum, sum and weighted sum of values, so no buffer larger than (B, H, C, C) exists.
-The gradient recomputes each chunk's probabilities from the saved log-sum-exp. Query-chunk loops
-are `ops.scan(unroll=1)` (one at a time on TensorFlow too), key-chunk loops `ops.fori_loop`.
-How relative logits and their gradient are chunked: docs/guides/relative_attention.md.
+No buffer larger than (B, H, C, C) exists; the gradient recomputes each chunk from the saved
+log-sum-exp. Loops and relative logits: docs/guides/relative_attention.md.
 
 Reference:
     Rabe & Staats 2021, "Self-attention Does Not Need O(n²) Memory"; Dao et al. 2022,
@@ -19,20 +16,15 @@ from keras_attn.layers.attention_ops import MASKED_LOGIT
 def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_embeddings=None):
     """softmax(Q·Kᵀ/√K) · V computed chunk by chunk (no (B, H, T, S) buffer).
 
-    Equal to `attention_ops.scaled_dot_product_attention` without dropout, to float tolerance:
-    the same masks (True = may attend); a row with no visible key gives zeros and zero gradients.
+    Equals the dense core without dropout, to float tolerance; a row with no key gives zeros.
 
     Args:
         query: (B, T, H, K) float queries.
         key: (B, S, H, K) float keys.
         value: (B, S, H, V) float values.
         masks: an `AttentionMasks` record or None; not a cached one (use the dense core).
-        chunk_size: C (int >= 1), positions per query and key chunk; T and S are padded to
-            multiples of C. Memory O(B·H·C²) per chunk pair in flight (one on JAX, up to 10
-            key chunks on TensorFlow).
-        relative_embeddings: optional float table E, (2M - 1, K) shared or (H, 2M - 1, K), row r
-            the distance r - (M - 1), clamped: adds q_t · E[s - t] to the logits before the
-            1/√K scaling, as `RelativeGlobalAttention`.
+        chunk_size: C (int >= 1), positions per query and key chunk (memory O(B·H·C²)).
+        relative_embeddings: optional table E, (2M - 1, K) or (H, 2M - 1, K): adds q_t · E[s - t].
 
     Returns:
         (B, T, H, V) outputs in the value's dtype (logits, softmax, sums in float32).
@@ -85,8 +77,7 @@ def _chunks(x, chunk_size):
 
 
 class _ChunkMask:
-    """The (B|1, H|1, C, C) bool mask of query chunk i against key chunk j, made per chunk
-    (causal from iotas, padding and attention masks sliced)."""
+    """The (B|1, H|1, C, C) bool mask of query chunk i against key chunk j, made per chunk."""
 
     def __init__(self, masks, query_length, key_length, chunk_size):
         self.chunk_size = chunk_size
@@ -158,8 +149,7 @@ class _ChunkMask:
 
 
 class _ChunkLogits:
-    """The scaled logits of query chunk i against key chunk j, (B, H, C, C), and the gradients
-    through them. Relative logits: the pair's 2C - 1 distances, one matmul, then `_skew`."""
+    """The scaled (B, H, C, C) logits of query chunk i against key chunk j, and their gradients."""
 
     def __init__(self, q, k, relative_embeddings, chunk_size):
         self.q, self.k, self.table = q, k, relative_embeddings
@@ -192,16 +182,14 @@ class _ChunkLogits:
         return grad + ops.einsum(equation, _unskew(ds, self.chunk_size), table)
 
     def table_gradient(self, i, j, ds):
-        """dE of chunk pair (i, j) by distance, (2C - 1, [H,] K): row r is
-        the distance (j - i) * C + r - (C - 1) (unclamped)."""
+        """dE (2C - 1, [H,] K) of chunk pair (i, j) by (unclamped) distance."""
         q_i = ops.take(self.q, i, axis=2)
         equation = "bhqw,bhqk->wk" if self.shared else "bhqw,bhqk->whk"
         return ops.einsum(equation, _unskew(ds, self.chunk_size), q_i)
 
 
 def _skew(x, size):
-    """(..., C, 2C - 1) logits by distance -> (..., C, C) by key: [r, c] = x[r, c - r + C - 1],
-    at flat offset (C - 1) + r (2C - 2) + c: drop C - 1 entries, read rows of 2C - 2, keep C."""
+    """(..., C, 2C - 1) logits by distance -> (..., C, C) by key: [r, c] = x[r, c - r + C - 1]."""
     if size == 1:
         return x
     lead = tuple(ops.shape(x)[:-2])
@@ -211,8 +199,7 @@ def _skew(x, size):
 
 
 def _unskew(x, size):
-    """The transpose of `_skew`: (..., C, C) by key -> (..., C, 2C - 1) by distance, zeros
-    where no key had that distance."""
+    """The transpose of `_skew`: (..., C, C) by key -> (..., C, 2C - 1) by distance."""
     if size == 1:
         return x
     lead = tuple(ops.shape(x)[:-2])
@@ -223,8 +210,7 @@ def _unskew(x, size):
 
 
 def _attention(q, k, v, relative_embeddings, chunk_mask):
-    """(B, H, nq, C, K), (B, H, nk, C, K), (B, H, nk, C, V) [, E] ->
-    (B, H, nq, C, V), with the gradient of `_backward`."""
+    """Chunked q, k, v [, E] -> (B, H, nq, C, V), with the gradient of `_backward`."""
 
     def forward(*tensors):
         q, k, v = tensors[:3]
@@ -243,9 +229,7 @@ def _attention(q, k, v, relative_embeddings, chunk_mask):
 
 
 def _serial_map(f, n, zeros):
-    """`f(i)` for i = 0 .. n - 1 stacked on a new first axis, one i at a time (`ops.map` runs
-    up to 10 at once on TensorFlow). `zeros`: `f`'s output structure (a TF scan's outputs must
-    match its carry)."""
+    """`f(i)` for i = 0 .. n - 1 stacked, one at a time; `zeros`: `f`'s output structure."""
 
     def step(carry, i):
         outputs = f(i)
@@ -255,8 +239,7 @@ def _serial_map(f, n, zeros):
 
 
 def _forward(logits, v, chunk_mask):
-    """Online softmax per query chunk: (outputs (B, H, nq, C, V), log-sum-exp
-    (B, H, nq, C), 0 for rows that see no key)."""
+    """Online softmax per query chunk: (outputs (B, H, nq, C, V), log-sum-exp (B, H, nq, C))."""
     num_key_chunks = ops.shape(v)[2]
     # One query chunk's (B, H, C) row sums and (B, H, C, V) outputs, zero.
     shape = tuple(ops.shape(logits.q)[:2]) + (chunk_mask.chunk_size,)
@@ -293,9 +276,7 @@ def _forward(logits, v, chunk_mask):
 
 
 def _backward(logits, v, outputs, logsumexp, upstream, chunk_mask):
-    """Gradients with respect to q, k, v (and E), recomputing each chunk's
-    probabilities P = exp(logits - lse) (FlashAttention, appendix B):
-    dV = Pᵀ dO, dS = P ∘ (dO Vᵀ - rowsum(dO ∘ O)), dQ = dS K, dK = dSᵀ Q."""
+    """Gradients of q, k, v (and E), recomputing P = exp(logits - lse) (FlashAttention, app. B)."""
     q, k = logits.q, logits.k
     upstream = ops.cast(upstream, "float32")
     # rowsum(dO ∘ O): (B, H, nq, C).
@@ -341,10 +322,7 @@ def _backward(logits, v, outputs, logsumexp, upstream, chunk_mask):
 
 
 def _table_gradient(logits, score_gradient, chunk_mask, num_query_chunks):
-    """dE one chunk diagonal d = j - i at a time. The pairs of a diagonal
-    use the same 2C - 1 distances, so a diagonal sums into a (2C - 1, [H,] K)
-    buffer; the (nq + nk - 1) buffers (linear in T) go into the table's rows
-    by one segment_sum, which also folds the clamped distances."""
+    """dE one chunk diagonal d = j - i at a time, summed into the table's rows."""
     size, table = chunk_mask.chunk_size, logits.table
     num_key_chunks = ops.shape(logits.k)[2]
     num_diagonals = num_query_chunks + num_key_chunks - 1

@@ -1,42 +1,10 @@
-"""The cache of `LocalBlockAttention` and its 1D cached decoding paths.
+"""The cache of `LocalBlockAttention` and its 1D cached paths (docs/guides/local_attention.md).
 
-The cache is positions first, (B, L, H, K + V): slot i holds the keys
-`[..., :K]` and values `[..., K:]` of position i, so that a step reads the
-few contiguous positions of its window. With `rolling_cache=True` (1D) it
-holds only the last W = block + flange positions before the call's
-`cache_index`, oldest first: the most a causal query can see, whatever the
-length generated.
-
-A 1D call with a cache takes one of two paths (`_attend_cached`):
-
-* the step (T <= block queries, static lengths): one dynamic slice of
-  `block + flange + T - 1` cached positions covers all their windows, so
-  the work of a step does not grow with the position;
-* the prefill (a longer chunk): the queries are cut into blocks aligned to
-  absolute positions, and each gathers its window's slots, as in the
-  uncached pass.
-
-Block-raster sequences have their own cached paths (`local_attention_raster`).
-
-Example (a rolling cache keeps W = 4 + 4 positions; decoding step by step
-equals the full causal pass):
->>> import keras
+Example:
 >>> from keras_attn.layers import LocalBlockAttention
->>> rolling = LocalBlockAttention(num_heads=2, key_dim=8, block_size=4,
-...                               memory_flange=4, rolling_cache=True)
->>> x = keras.random.normal((1, 11, 16))
->>> full = rolling(x, use_causal_mask=True)
->>> tuple(rolling.init_cache(batch_size=1, max_length=10_000).shape)
+>>> rolling = LocalBlockAttention(2, 8, block_size=4, memory_flange=4, rolling_cache=True)
+>>> tuple(rolling.init_cache(batch_size=1, max_length=10_000).shape)  # W = 4 + 4 positions
 (1, 8, 2, 16)
->>> cache = rolling.init_cache(batch_size=1, max_length=11)
->>> steps = []
->>> for i in range(11):
-...     y, cache = rolling(x[:, i:i + 1], cache=cache, cache_index=i,
-...                        use_causal_mask=True)
-...     steps.append(y)
->>> bool(keras.ops.all(keras.ops.isclose(
-...     keras.ops.concatenate(steps, axis=1), full, atol=1e-5)))
-True
 """
 
 import dataclasses
@@ -52,13 +20,7 @@ from keras_attn.layers.local_attention_windows import (
 
 
 class LocalCacheMixin:
-    """The cache layout, the rolling cache and the 1D cached paths of
-    `LocalBlockAttention`.
-
-    A mixin of that class only: it reads the layer's `_block`, `_flange`,
-    `rolling_cache`, `num_heads`, `key_dim`, `_value_dim`, `dropout_layer`
-    and `_structure_mask`.
-    """
+    """The cache and the 1D cached paths of `LocalBlockAttention` (a mixin of it only)."""
 
     @property
     def _rolling_length(self):
@@ -96,9 +58,7 @@ class LocalCacheMixin:
         return ops.split(ops.cast(key_value, dtype), [self.key_dim], axis=-1)
 
     def _attend_cached(self, query, key, value, masks, return_attention_scores, training):
-        """Causal 1D attention of T new queries at `cache_index` over the
-        cache (B, L, H, K + V) (`key`; `value` is None), reading only the
-        keys and values of their windows."""
+        """Causal 1D attention of T new queries over the cache `key`, reading their windows only."""
         length = blocking.dims(query)[1]
         cache_length = blocking.dims(key)[1]
         attention_mask = masks.attention_mask
@@ -122,9 +82,7 @@ class LocalCacheMixin:
         return (query_positions // b) * b - f
 
     def _attend_cached_step(self, query, key, masks, key_offset, return_attention_scores, training):
-        """Decoding step (T <= block): attends over one dynamic slice of the
-        cache `key` (B, L, H, K + V), whose slot j holds position
-        `key_offset + j`."""
+        """Decoding step (T <= block) over one dynamic slice of the cache `key`."""
         padding_mask, attention_mask = masks.padding_mask, masks.attention_mask
         cache_index = masks.cache_index
         (b,), (f,) = self._block, self._flange
@@ -179,8 +137,7 @@ class LocalCacheMixin:
     def _attend_cached_prefill(
         self, query, key, masks, key_offset, return_attention_scores, training
     ):
-        """Prefill of a long chunk: blocked attention over the cache blocks it
-        touches (slot j of the cache `key` holds position `key_offset + j`)."""
+        """Prefill of a long chunk: blocked attention over the cache blocks it touches."""
         cache_index = masks.cache_index
         (b,), (f,) = self._block, self._flange
         batch, length = blocking.dims(query)[:2]
@@ -245,9 +202,7 @@ class LocalCacheMixin:
         attention_mask,
         query_index,
     ):
-        """(B|1, H|1, N, Q, M) mask of a prefill's query blocks over their
-        memory (absolute positions; the cache holds `key_offset ..
-        key_offset + cache_length - 1`)."""
+        """(B|1, H|1, N, Q, M) mask of a prefill's query blocks over their memory."""
         count = blocking.dims(memory_positions)[0]
         key_ok = ops.logical_and(
             ops.greater_equal(memory_positions, ops.maximum(key_offset, 0)),

@@ -1,39 +1,6 @@
-"""Block-raster sequences: 2D local attention over pixels in block-raster order.
+"""2D local attention over sequences of pixels in block-raster order (`image_size` given).
 
-With `image_size=(height, width)` (and a pair `block_size` dividing it),
-`LocalBlockAttention` takes sequences (B, T, D) whose position i is pixel i
-of the image in *block-raster* order: blocks in raster order over the block
-grid, pixels in raster order inside a block. It is the layout of 2D-local
-generation: a token-sequence model that `keras_attn.generation` decodes with
-a cache, each step reading only the cached positions around its window, so
-a whole image takes time linear in its pixels. A sequence may stop early
-(a prefix of the image) and may have one position more than the image (a
-start token shifts the image right by one); that last position sees no key.
-
-Query blocks are a plain reshape of the sequence, and each block gathers
-its window through a table of positions (`_raster_memory`): the full pass,
-a cached prefill, and a step over a cache of dynamic length. A cached step
-of at most one block's queries over a cache of static length reads instead
-one contiguous run of the cache per block-row of its window
-(`_raster_step_runs`), and masks what the runs hold outside the window
-(`_raster_step_mask`). docs/guides/local_attention.md draws the windows.
-
-Example (a 4x6 image in 2x3 blocks, full pass and pixel by pixel):
->>> import keras
->>> from keras_attn.layers import LocalBlockAttention
->>> raster = LocalBlockAttention(2, 8, block_size=(2, 3),
-...                              memory_flange=(2, 3), image_size=(4, 6))
->>> pixels = keras.random.normal((1, 24, 16))
->>> full = raster(pixels, use_causal_mask=True)
->>> cache = raster.init_cache(batch_size=1, max_length=24)
->>> steps = []
->>> for i in range(24):
-...     y, cache = raster(pixels[:, i:i + 1], cache=cache, cache_index=i,
-...                       use_causal_mask=True)
-...     steps.append(y)
->>> bool(keras.ops.all(keras.ops.isclose(
-...     keras.ops.concatenate(steps, axis=1), full, atol=1e-5)))
-True
+Layout, windows, caches and an example: docs/guides/local_attention.md.
 """
 
 from keras import ops
@@ -47,13 +14,7 @@ from keras_attn.layers.local_attention_windows import (
 
 
 class BlockRasterMixin:
-    """Block-raster sequences (`image_size` given) of `LocalBlockAttention`.
-
-    A mixin of that class only: it reads the layer's `_block`, `_flange`,
-    `image_size`, `_max_positions`, `dropout_layer`, and its `_window`,
-    `_structure_mask`, `_structure_rows` (`local_attention_windows`) and
-    `_split_keys_values` (`local_attention_cache`).
-    """
+    """Block-raster sequences of `LocalBlockAttention`: a mixin of that class only."""
 
     # Block-raster cached steps read contiguous runs of the cache
     # (`_attend_raster_step`); False: the element gather of the window's
@@ -61,16 +22,7 @@ class BlockRasterMixin:
     _read_runs = True
 
     def _attend_block_raster(self, query, key, value, masks, return_attention_scores, training):
-        """2D local attention over a sequence in block-raster order
-        (`image_size` given), full pass or cached.
-
-        The queries are grouped (`_raster_query_groups`) and each group
-        gathers the memory window of its block through `_raster_memory`;
-        a cached step of at most one block's length (static cache length)
-        reads contiguous runs of the cache instead (`_attend_raster_step`).
-        `key` is (B, S, H, K) with `value` (B, S, H, V), or the cache
-        (B, L, H, K + V) with `value` None.
-        """
+        """Block-raster attention, full pass or cached (`value` None: `key` is the cache)."""
         length = blocking.dims(query)[1]
         key_length = blocking.dims(key)[1]
         static = isinstance(length, int) and isinstance(key_length, int)
@@ -125,22 +77,7 @@ class BlockRasterMixin:
         return outputs, scores
 
     def _raster_query_groups(self, query, start, masks):
-        """Groups the queries (B, T, H, K) of block-raster mode.
-
-        In the full pass and a cached prefill, one group per query block
-        touched (a plain reshape of the sequence, padded to whole blocks,
-        as the 1D prefill); in a cached step of at most one block's length
-        that gathers (a cache of dynamic length; `_attend_raster_step`
-        otherwise), one group per query, so that a step reads the M slots
-        of its window, never the whole cache.
-
-        Returns:
-            (groups (B, G, R, H, K), block_ids (G,) int32, query_rows (G, R)
-            int32 index of each grouped query in the input, structure
-            (G or 1, R, M) bool causal mask inside the window or None,
-            kept: what of the G * R grouped rows are the T queries — None
-            (all), a slice, or (T,) int32 indices).
-        """
+        """(groups, block_ids, query_rows, structure, kept) of the queries (B, T, H, K)."""
         block_length = self._block[0] * self._block[1]
         batch, length = blocking.dims(query)[:2]
         if masks.cached and isinstance(length, int) and length <= block_length:
@@ -174,11 +111,7 @@ class BlockRasterMixin:
         return groups, block_ids, ops.reshape(query_index, (count, block_length)), structure, kept
 
     def _raster_mask(self, memory, end, structure, query_rows, masks):
-        """(B or 1, H or 1, G, R, M) bool: which window slots `memory` (G, M)
-        each grouped query (`query_rows` (G, R)) may attend to — slots in
-        the image and before `end` (keys past the input, or not yet written
-        to the cache, are masked), AND the causal `structure`, the padding
-        mask and the attention mask gathered at those slots."""
+        """(B or 1, H or 1, G, R, M) bool: the window slots each grouped query may attend to."""
         mask = ops.logical_and(ops.greater_equal(memory, 0), ops.less(memory, end))[
             None, None, :, None, :
         ]
@@ -201,8 +134,7 @@ class BlockRasterMixin:
         return mask
 
     def _raster_geometry(self, causal):
-        """(grid width in blocks, window (before, after) per axis, window
-        height, window width) of block-raster mode."""
+        """(grid width in blocks, window (before, after) per axis, window height, width)."""
         (bh, bw) = self._block
         before, after = self._window(causal)
         return (
@@ -213,10 +145,7 @@ class BlockRasterMixin:
         )
 
     def _raster_memory(self, block_ids, causal):
-        """(G, M) int32: the block-raster position of every slot of the
-        memory window of blocks `block_ids` (G,) (slots in raster order over
-        the window, as `overlapping_blocks` lays them out), -1 outside the
-        image."""
+        """(G, M) int32 block-raster positions of the window slots of `block_ids`, -1 outside."""
         height, width = self.image_size
         (bh, bw) = self._block
         grid_width, before, window_h, window_w = self._raster_geometry(causal)
@@ -235,11 +164,7 @@ class BlockRasterMixin:
         return ops.where(inside, position, -1)
 
     def _raster_window_slots(self, query_positions, key_positions, causal):
-        """As `_window_slots`, over block-raster positions: for queries at
-        `query_positions` (T,) and keys at `key_positions` (S,), the key's
-        slot in the query block's window and whether it lies there ((T, S)
-        int32, (T, S) bool). Builds dense scores, and the window part of a
-        cached step's mask over the runs it reads."""
+        """As `_window_slots` over block-raster positions: ((T, S) int32 slots, (T, S) bool)."""
         (bh, bw) = self._block
         grid_width, before, window_h, window_w = self._raster_geometry(causal)
         query_block = query_positions // (bh * bw)
@@ -255,32 +180,14 @@ class BlockRasterMixin:
         return delta_row * window_w + delta_col, inside
 
     def _raster_pixel(self, position):
-        """Block-raster positions (any shape, int32) -> (row, column) of
-        their pixels (row height for the position past the image)."""
+        """Block-raster positions (int32) -> (row, column) of their pixels."""
         (bh, bw) = self._block
         grid_width = self.image_size[1] // bw
         block, inner = position // (bh * bw), position % (bh * bw)
         return ((block // grid_width) * bh + inner // bw, (block % grid_width) * bw + inner % bw)
 
     def _raster_step_runs(self, first_block, length, cache_length):
-        """The contiguous ranges of the cache that a cached step of `length`
-        <= one block's queries, the first in block `first_block`, reads.
-
-        In block-raster order the blocks of one block-row are consecutive,
-        so the blocks covering a window are one run of block ids per
-        block-row of the window: the ceil(fh / bh) block-rows above, from
-        ceil(fw / bw) blocks left to as many right of the query block, and
-        its own block-row up to the block (right of it is the future). A
-        chunk that reaches the next block reads one block more per run;
-        where that block starts the next block-row, each run covers the
-        next block-row's part of that block's window (the runs of the block
-        ids just after). Starts are clamped into the cache; runs longer
-        than it in all give one run, the whole cache.
-
-        Returns:
-            (starts: list of R int32 scalars, nondecreasing, sizes: list of
-            R ints), R = ceil(fh / bh) + 1 or 1.
-        """
+        """(starts, sizes): the contiguous cache runs a step's window covers (guide: local)."""
         (bh, bw), (fh, fw) = self._block, self._flange
         block_length = bh * bw
         grid_width = self.image_size[1] // bw
@@ -297,14 +204,7 @@ class BlockRasterMixin:
         return starts, sizes
 
     def _raster_step_mask(self, positions, fresh, query_positions, masks):
-        """(B or 1, H or 1, 1, T, N) bool: which of the N cache positions
-        read (`positions` (N,), `fresh` (N,) False where a run repeats a
-        position of an earlier one) each query at `query_positions` (T,)
-        may attend to: in its block's window, at or before it in
-        block-raster order (that is the causal structure: the rows above
-        and the left flange come before the block, the right flange of its
-        rows after), in the image, and allowed by the padding and attention
-        masks."""
+        """(B or 1, H or 1, 1, T, N) bool: which of the N positions read each query may see."""
         (bh, bw) = self._block
         height, width = self.image_size
         _, mask = self._raster_window_slots(query_positions, positions, causal=True)
@@ -326,13 +226,7 @@ class BlockRasterMixin:
         return mask
 
     def _attend_raster_step(self, query, cache, masks, return_attention_scores, training):
-        """Cached step of T <= one block's queries (B, T, H, K) in
-        block-raster mode: attends over the contiguous runs of the cache
-        (B, L, H, K + V) that cover the window (`_raster_step_runs`), read
-        with dynamic slices instead of an element gather of the window's
-        (fh + bh) * (bw + 2 fw) slots; the positions read outside the
-        window, or twice, are masked (`_raster_step_mask`) and their values
-        zeroed, so the result depends on the window's slots only."""
+        """Cached step of T <= one block's queries over the cache runs covering the window."""
         length = blocking.dims(query)[1]
         cache_dims = blocking.dims(cache)
         cache_length = cache_dims[1]
@@ -383,9 +277,7 @@ class BlockRasterMixin:
         return outputs, scores
 
     def _raster_step_scores(self, probs, starts, sizes, cache_length):
-        """Dense (B, H, T, L) scores from the probabilities (B, H, T, N) of
-        a step over the runs `starts`, `sizes`: position s takes the slot
-        of the first run that holds it (the others are masked)."""
+        """Dense (B, H, T, L) scores from a step's probabilities (B, H, T, N) over the runs."""
         position = ops.arange(cache_length, dtype="int32")
         slot = ops.zeros((cache_length,), "int32")
         found = ops.zeros((cache_length,), "bool")

@@ -1,16 +1,6 @@
-"""Local attention over query blocks and their memory windows (1D and 2D).
+"""The uncached pass of `LocalBlockAttention` and its window geometry (1D and 2D).
 
-The uncached pass of `LocalBlockAttention` over sequences (B, T, D) and
-images (B, height, width, D): the positions are cut into non-overlapping
-query blocks (`blocking.blockify`) and overlapping memory windows, each
-block plus its flange (`blocking.overlapping_blocks`), and every block
-attends to its window only. This module holds that pass
-(`LocalWindowsMixin._attend_blocks`), the geometry of the windows (which
-window slots a query sees: `_window`, `_structure_mask`, `_window_slots`),
-and the block softmax core and mask/score helpers that the cached paths
-(`local_attention_cache`) and block-raster sequences
-(`local_attention_raster`) share. docs/guides/local_attention.md draws the
-window of each mode.
+Query blocks attend to their memory windows only; docs/guides/local_attention.md draws them.
 
 Example (1D causal, block 2, flange 1: a window is the position before
 its block and the block; its first query does not see the second):
@@ -27,11 +17,7 @@ from keras_attn.layers import attention_ops, blocking
 
 
 class LocalWindowsMixin:
-    """The uncached pass and window geometry of `LocalBlockAttention`.
-
-    A mixin of that class only: it reads the layer's `_block` and `_flange`
-    (tuples of 1 or 2 ints), `num_heads` and `dropout_layer`.
-    """
+    """The uncached pass and window geometry of `LocalBlockAttention` (a mixin of it only)."""
 
     def _window(self, use_causal_mask):
         """(before, after) flange per axis of the memory of a query block."""
@@ -44,8 +30,7 @@ class LocalWindowsMixin:
         return before, (0, self._flange[1])
 
     def _structure_mask(self, use_causal_mask):
-        """(Q, M) bool: which memory slots of a block's window a query slot
-        of that block may see, before padding; None when all."""
+        """(Q, M) bool: the window slots a query slot of a block may see; None when all."""
         if not use_causal_mask:
             return None
         if len(self._block) == 1:
@@ -56,9 +41,7 @@ class LocalWindowsMixin:
         return self._structure_rows(ops.arange(self._block[0] * self._block[1], dtype="int32"))
 
     def _structure_rows(self, query_slots):
-        """The rows of the 2D causal `_structure_mask` of the query slots
-        `query_slots` (T,) inside their blocks: (T, M) bool, built directly
-        (a decoding step needs one row, not the (Q, M) mask)."""
+        """(T, M) bool rows of the 2D causal `_structure_mask` of `query_slots`, built directly."""
         (bh, bw), (fh, fw) = self._block, self._flange
         width = bw + 2 * fw
         query = query_slots[:, None]
@@ -74,8 +57,7 @@ class LocalWindowsMixin:
     def _attend_blocks(
         self, query, key, value, masks, spatial_shape, return_attention_scores, training
     ):
-        """The uncached pass: query blocks (B, H, N, Q, K) against their
-        memory windows (B, H, N, M, ·), masks laid out as the logits."""
+        """The uncached pass: query blocks against their memory windows."""
         block = self._block
         before, after = self._window(masks.use_causal_mask)
         batch = blocking.dims(query)[0]
@@ -123,9 +105,7 @@ class LocalWindowsMixin:
         return outputs, scores
 
     def _blocks_mask(self, masks, batch, spatial, length, before, after):
-        """(B or 1, H or 1, N, Q, M) bool mask of the uncached pass: keys in
-        the input (and real, by the padding mask), the causal structure
-        inside the window, and the attention mask gathered at the slots."""
+        """(B or 1, H or 1, N, Q, M) bool mask of the uncached pass."""
         block = self._block
         # Raster index of every memory slot, -1 outside the input: (N, M).
         positions = ops.reshape(ops.arange(length, dtype="int32"), [1] + spatial)
@@ -155,8 +135,7 @@ class LocalWindowsMixin:
         return mask
 
     def _gather_attention_mask(self, attention_mask, spatial, memory_positions, key_length):
-        """(B, [H,] T, S) -> (B, H or 1, N, Q, M): the entries of each query
-        block's rows at its memory slots."""
+        """(B, [H,] T, S) -> (B, H or 1, N, Q, M): each query block's rows at its memory slots."""
         if len(attention_mask.shape) == 3:
             attention_mask = attention_mask[:, None]
         mask_dims = blocking.dims(attention_mask)
@@ -167,9 +146,7 @@ class LocalWindowsMixin:
         return ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1)
 
     def _window_slots(self, spatial, before, after):
-        """For every (query, key) pair of raster indices: the key's slot in
-        the query block's memory window, and whether it lies in the window.
-        Returns ((T, S) int32, (T, S) bool). Only used to build dense scores."""
+        """((T, S) int32 slot, (T, S) bool inside) of each key in each query's window."""
         if len(self._block) == 1:
             (b,), (f_before,), (f_after,) = self._block, before, after
             positions = ops.arange(spatial[0], dtype="int32")
@@ -195,19 +172,7 @@ class LocalWindowsMixin:
 
 
 def local_attention(query, key, value, mask, dropout_layer, training, may_have_empty_rows):
-    """Attention inside each block: softmax(Q·Kᵀ/√K)·V over its memory.
-
-    Args:
-        query: (B, H, N, Q, K) query blocks.
-        key: (B, H, N, M, K); value: (B, H, N, M, V) memory blocks.
-        mask: bool broadcastable to (B, H, N, Q, M), True = may attend.
-        dropout_layer, training: attention dropout.
-        may_have_empty_rows: see `attention_ops.masked_softmax`.
-
-    Returns:
-        (outputs (B, H, N, Q, V) in the value's dtype, probabilities
-        (B, H, N, Q, M) float32 before dropout).
-    """
+    """Query blocks (B, H, N, Q, K) over memory (B, H, N, M, ·): (outputs, probabilities)."""
     scale = 1.0 / float(query.shape[-1]) ** 0.5
     # float32 logits, as in the dense core: the cast of the small operands
     # is cheaper than that of the logits and keeps sharp weights accurate.
@@ -222,15 +187,13 @@ def local_attention(query, key, value, mask, dropout_layer, training, may_have_e
 
 
 def take_positions(mask, positions, axis):
-    """The entries of a mask at absolute `positions` along `axis` (clipped
-    into the mask: positions outside it are masked by the caller)."""
+    """The entries of a mask at `positions` along `axis` (clipped; the caller masks outside)."""
     last = blocking.dims(mask)[axis] - 1
     return ops.take(mask, ops.clip(positions, 0, last), axis=axis)
 
 
 def scatter_rows(rows, slot, inside):
-    """Dense (B, H, T, S) scores from per-query window rows (B, H, T, M):
-    entry (t, s) is rows[t, slot[t, s]] where `inside`, else 0."""
+    """Dense (B, H, T, S) scores: rows[t, slot[t, s]] where `inside`, else 0."""
     window = rows.shape[-1]
     index = ops.clip(slot, 0, window - 1)[None, None]
     return ops.where(inside[None, None], ops.take_along_axis(rows, index, axis=-1), 0.0)

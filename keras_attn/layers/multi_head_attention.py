@@ -10,13 +10,7 @@ from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
 class MultiHeadAttention(AttentionBase):
     """Multi-head attention of a query sequence over a separate key/value sequence.
 
-    The cross-attention of encoder-decoder Transformers: each query position
-    attends to every position of `value` (and `key`, which defaults to
-    `value`). For a sequence attending to itself use `MultiHeadSelfAttention`,
-    whose fused projection and cache are made for that case.
-
-    The keys and values of a fixed memory (an encoder output) can be
-    projected once with `compute_cache` and reused at every decoding step.
+    `compute_cache` projects a fixed memory (an encoder output) once for every decoding step.
 
     Args:
         num_heads: H, number of attention heads (positive int).
@@ -25,8 +19,7 @@ class MultiHeadAttention(AttentionBase):
         dropout: dropout rate on the attention probabilities, in [0, 1).
         use_bias: whether the projections have biases.
         output_dim: width of the output; defaults to the query width D.
-        kernel_initializer: initializer of the projection kernels.
-        bias_initializer: initializer of the projection biases.
+        kernel_initializer, bias_initializer: initializers of the projections.
         seed: int seed of the attention dropout.
         **kwargs: base `keras.layers.Layer` arguments.
 
@@ -35,23 +28,16 @@ class MultiHeadAttention(AttentionBase):
         value: (B, S, Dv) float tensor; may be None when `cache` is given.
         key: (B, S, Dk) float tensor; defaults to `value`.
         attention_mask: (B, T, S) or (B, H, T, S) bool, True = may attend.
-        value_padding_mask: (B, S) bool, True = real key/value position.
-            Defaults to the Keras implicit mask of `value`.
-        cache: (B, H, K + V, S) keys and values from `compute_cache`; when
-            given, `key` and `value` are not projected again.
+        value_padding_mask: (B, S) bool, True = real position; defaults to `value`'s implicit mask.
+        cache: (B, H, K + V, S) keys and values from `compute_cache`, used instead of `value`.
         return_attention_scores: if True, also return the probabilities.
         training: Python bool; enables dropout.
 
     Returns:
-        `outputs` (B, T, output_dim), and `attention_scores` (B, H, T, S)
-        when `return_attention_scores=True`. The query's implicit mask is
-        propagated to the outputs.
+        `outputs` (B, T, output_dim), and `attention_scores` (B, H, T, S) when asked for.
 
     Raises:
-        ValueError: on invalid constructor arguments; inputs not (batch,
-            length, features) or with known batch sizes (or key/value
-            lengths) that differ; neither `value` nor `cache`; invalid masks
-            or cache. Sizes known only at run time are not checked here.
+        ValueError: on invalid arguments, inputs, masks or cache, or neither `value` nor `cache`.
 
     Example:
     >>> import keras
@@ -62,16 +48,12 @@ class MultiHeadAttention(AttentionBase):
     (2, 4, 16)
 
     Reference:
-        Vaswani et al. 2017, "Attention Is All You Need", sections 3.2.2-3.2.3
-        ("encoder-decoder attention").
+        Vaswani et al. 2017, "Attention Is All You Need", sections 3.2.2-3.2.3.
     """
 
     def build(self, query_shape, value_shape=None, key_shape=None):
         if value_shape is None:
-            raise ValueError(
-                "MultiHeadAttention builds on its first call, which needs `value` "
-                "(what it attends to): call `layer(query, value)` before a cache."
-            )
+            raise ValueError("MultiHeadAttention needs `value` on its first call (it builds then).")
         query_shape, value_shape = tuple(query_shape), tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
         self.query_dense = self._make_dense(self.num_heads * self.key_dim, "query")
@@ -93,10 +75,7 @@ class MultiHeadAttention(AttentionBase):
             key: optional (B, S, Dk) tensor; defaults to `value`.
 
         Returns:
-            (B, H, key_dim + value_dim, S) tensor in the layer's compute
-            dtype, heads first and positions last as
-            `MultiHeadSelfAttention.init_cache`: the keys of head h in
-            `[:, h, :key_dim]`, its values in `[:, h, key_dim:]`.
+            (B, H, key_dim + value_dim, S): keys in `[:, h, :key_dim]`, values after.
         """
         if not self.built:
             raise ValueError("MultiHeadAttention.compute_cache needs a built layer: call it first.")
@@ -156,6 +135,7 @@ class MultiHeadAttention(AttentionBase):
             dropout_layer=self.dropout_layer,
             training=training,
             cache_layout=cache is not None,
+            return_probabilities=return_attention_scores,
         )
         outputs = self.output_dense(
             ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim))
@@ -167,19 +147,12 @@ class MultiHeadAttention(AttentionBase):
     def _check_call(self, query, value, key, cache):
         """The static checks of a call's tensors (`query` None: `compute_cache`'s)."""
         if value is None and cache is None:
-            raise ValueError(
-                "MultiHeadAttention needs `value` (the sequence to attend to) or a "
-                "`cache` from `compute_cache`. Received neither."
-            )
+            raise ValueError("MultiHeadAttention needs `value` or a `cache`. Received neither.")
         tensors = {"query": query, "value": value, "key": value if key is None else key}
         shapes = {name: tuple(t.shape) for name, t in tensors.items() if t is not None}
         for name, shape in shapes.items():
-            checks.require(
-                len(shape) == 3 and shape[-1] is not None and 0 not in shape[:2],
-                f"{name}.shape",
-                shape,
-                "(batch, length, features), none empty, features known",
-            )
+            ok = len(shape) == 3 and shape[-1] is not None and 0 not in shape[:2]
+            checks.require(ok, f"{name}.shape", shape, "(batch, length, features), non-empty")
         if cache is not None:
             layout = ("batch", self.num_heads, self.key_dim + self._value_dim, "length")
             checks.check_cache(cache, layout, "as returned by `compute_cache`")
@@ -188,12 +161,11 @@ class MultiHeadAttention(AttentionBase):
         if len({shape[0] for shape in shapes.values() if shape} - {None}) > 1 or len(lengths) > 1:
             raise ValueError(
                 f"MultiHeadAttention needs one batch size for {' and '.join(shapes)}, and one "
-                f"length for key and value. Received shapes {shapes}. Pass one memory per query."
+                f"length for key and value. Received shapes {shapes}."
             )
 
     def _masks(self, query, value, cache, value_padding_mask, attention_mask):
-        """The call's masks as booleans, checked (`attention_ops.check_mask`);
-        the padding mask defaults to the value's implicit one."""
+        """The call's masks as checked booleans; the padding mask defaults to `value`'s."""
         keys = value.shape[1] if cache is None else cache.shape[-1]
         if value_padding_mask is None and value is not None:
             value_padding_mask = attention_ops.get_implicit_mask(value)

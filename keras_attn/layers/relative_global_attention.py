@@ -31,7 +31,7 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         As `MultiHeadSelfAttention.call`; distances count from the absolute `cache_index`.
 
     Returns:
-        As `MultiHeadSelfAttention`: outputs (B, T, output_dim)[, scores (B, H, T, S)][, cache].
+        As `MultiHeadSelfAttention`: outputs (B, T, output_dim), then scores and cache if asked.
 
     Raises:
         ValueError: on a bad `max_relative_position` or `heads_share_relative_embedding`.
@@ -46,6 +46,8 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
     Reference:
         Huang et al. 2018, "Music Transformer", section 3.4; Shaw et al. 2018, section 3.
     """
+
+    _fused_core_fits = False  # the relative logits are not a mask: our cores add them
 
     def __init__(
         self,

@@ -9,35 +9,23 @@ from keras_attn.layers.arguments_config import ArgumentsConfig
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
-    """Fixed sine/cosine position encoding of Vaswani et al. 2017.
+    """Fixed sine/cosine position encoding, to add to the inputs (it returns the encoding).
 
-    Returns the encoding to add to the inputs (as keras-hub's
-    `SinusoidalPositionEncoding`), not the sum, so it composes with any
-    embedding:
-
-        PE(pos, 2i)     = sin(pos / max_wavelength^(2i / D))
-        PE(pos, 2i + 1) = cos(pos / max_wavelength^(2i / D))
-
-    It has no weights and works at any length, which makes it the baseline
-    absolute position signal for generating past the training length.
+    PE(pos, 2i) = sin(pos / max_wavelength^(2i / D)), PE(pos, 2i + 1) = the cos of the same.
 
     Args:
-        max_wavelength: the longest wavelength, a finite number >= 1;
-            10000 in the paper.
+        max_wavelength: the longest wavelength, a finite number >= 1; 10000 in the paper.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        inputs: (B, T, D) tensor; only its shape is used.
-        start_index: int or int32 scalar, the absolute position of
-            `inputs[:, 0]` (the cache index during decoding). Defaults to 0.
+        inputs: (B, T, D) tensor, D even; only its shape is used.
+        start_index: int or int32 scalar, the position of `inputs[:, 0]` (default 0).
 
     Returns:
-        (B, T, D) encoding in the layer's compute dtype (broadcast over B).
+        (B, T, D) encoding in the layer's compute dtype.
 
     Raises:
-        ValueError: on a `max_wavelength` that is not a finite number >= 1;
-            inputs not (B, T, D) with D even; a `start_index` that is not an
-            integer scalar, or is known and negative.
+        ValueError: on a bad `max_wavelength`, inputs or a negative `start_index`.
 
     Example:
     >>> import keras
@@ -59,12 +47,8 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def build(self, inputs_shape):
         features = inputs_shape[-1]
-        checks.require(
-            features is not None and features % 2 == 0,
-            "inputs.shape[-1]",
-            features,
-            "a known, even number of features (sine/cosine pairs)",
-        )
+        ok = features is not None and features % 2 == 0
+        checks.require(ok, "inputs.shape[-1]", features, "known and even (sine/cosine pairs)")
 
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[1]
@@ -78,23 +62,14 @@ class SinusoidalPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
 
 def check_max_wavelength(value):
-    """Refuses a `max_wavelength` that is not a finite number >= 1: below 1
-    the frequencies grow with the feature index, and 1e-300 overflows
-    float32 into NaN."""
-    checks.require(
-        checks.is_number(value, 1) and value < math.inf,
-        "max_wavelength",
-        value,
-        "a finite number >= 1 (the longest wavelength, in positions; 10000 in the paper)",
-    )
+    """Refuses a `max_wavelength` that is not a finite number >= 1."""
+    ok = checks.is_number(value, 1) and value < math.inf
+    checks.require(ok, "max_wavelength", value, "a finite number >= 1 (10000 in the paper)")
 
 
 def check_positions(start_index, length, limit=None, table=""):
-    """Refuses a `start_index` that is not an integer scalar and, known
-    now, positions `start_index .. start_index + length - 1` below 0 or, with
-    a `limit`, past it (`table` says what holds them and how to fix it).
-    Traced positions are the caller's (the generation loops keep them in
-    range)."""
+    """Refuses a `start_index` that is not an integer scalar and, known now, positions below 0
+    or past `limit` (`table`: what holds them and the fix). Traced ones are the caller's."""
     checks.check_index(start_index, "start_index")
     start, length = checks.static_int(start_index), checks.static_int(length)
     if start is not None and (start < 0 or None not in (length, limit) and start + length > limit):
@@ -105,28 +80,14 @@ def check_positions(start_index, length, limit=None, table=""):
 
 
 def sinusoids(length, dim, start_index=0, max_wavelength=10000):
-    """The (length, dim) float32 sinusoid table for positions
-    `start_index .. start_index + length - 1` (sin on even, cos on odd
-    features). See `SinusoidalPositionEncoding`; `sinusoids_at` for
-    positions that are not consecutive."""
+    """The (length, dim) float32 table of positions `start_index ..` (see `sinusoids_at`)."""
     positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
     return sinusoids_at(positions, dim, max_wavelength)
 
 
 def sinusoids_at(positions, dim, max_wavelength=10000):
-    """The sinusoid encoding of arbitrary (possibly fractional) positions.
-
-    The one home of the formula of `SinusoidalPositionEncoding`:
-    feature 2i of position p is sin(p / max_wavelength^(2i / dim)) and
-    feature 2i + 1 its cos (Vaswani et al. 2017, section 3.5).
-
-    Args:
-        positions: (T,) positions, any real dtype (cast to float32).
-        dim: even number of features D.
-        max_wavelength: the longest wavelength, a finite number >= 1.
-
-    Returns:
-        (T, D) float32 table.
+    """The (T, dim) float32 sinusoid encoding of (T,) positions (fractional too): feature 2i
+    is sin(p / max_wavelength^(2i / dim)), feature 2i + 1 its cos.
 
     Example:
     >>> import numpy as np

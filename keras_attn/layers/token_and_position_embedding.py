@@ -16,48 +16,32 @@ from keras_attn.layers.token_embedding import check_ids
 class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
     """Token embedding plus a learned or sinusoidal position encoding.
 
-    The input of every sequence model in the library: token ids become
-    vectors, optionally scaled by √D (Vaswani et al. 2017, section 3.4), and
-    the position signal is added. With `mask_zero=True` id 0 is padding and
-    the Keras implicit mask (True = real token) is attached to the output, so
-    the attention layers downstream mask it without being told.
-
-    Ids outside the table, and positions beyond a learned table, are
-    refused where they are known when the layer is called (eagerly, or a
-    static length traced: a `ValueError`). Traced values are checked where
-    they enter (the generation functions, the exported signatures); the
-    layer clamps traced positions to the table (negative ones to row 0)
-    instead of gathering out of range. Sinusoidal positions work at any
-    length.
+    Token vectors are optionally scaled by √D, then the position signal is added. With
+    `mask_zero=True` id 0 is padding and the implicit mask (True = real token) is attached.
+    Ids outside the table and positions past a learned table are refused when known at the call;
+    traced positions are clamped to the table.
 
     Args:
         vocabulary_size: number of token ids (positive int).
         embedding_dim: D (positive int; even for sinusoidal positions).
-        sequence_length: rows of the learned position table (required for
-            `position="learned"`; unused for `"sinusoidal"`, but checked
-            when given).
+        sequence_length: rows of the learned position table (required for "learned").
         position: `"learned"` or `"sinusoidal"`.
         mask_zero: whether id 0 is padding.
         scale_token_embeddings: multiply token vectors by √D.
-        embeddings_initializer: initializer of the token (and learned
-            position) tables.
-        max_wavelength: longest wavelength of sinusoidal positions (a
-            finite number >= 1).
+        embeddings_initializer: initializer of the token (and learned position) tables.
+        max_wavelength: longest wavelength of sinusoidal positions (a finite number >= 1).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
         inputs: (B, T) integer token ids.
-        start_index: int or int32 scalar, absolute position of `inputs[:, 0]`
-            (the cache index during decoding). Defaults to 0.
+        start_index: int or int32 scalar, the position of `inputs[:, 0]` (default 0).
 
     Returns:
-        (B, T, D) embeddings in the compute dtype, with an implicit mask when
-        `mask_zero=True`.
+        (B, T, D) embeddings in the compute dtype.
 
     Raises:
-        ValueError: on invalid arguments; inputs that are not (B, T); ids
-            outside the table or a `start_index` that is not an integer
-            scalar, negative, or (learned) runs past the table, known now.
+        ValueError: on invalid arguments, inputs not (B, T), ids outside the table, or a
+            `start_index` that is not an integer scalar, negative, or runs past the table.
 
     Example:
     >>> import keras
@@ -89,21 +73,12 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         if learned or sequence_length is not None:
             sizes["sequence_length"] = sequence_length
         checks.check_sizes(**sizes)
-        checks.require(
-            position in ("learned", "sinusoidal"), "position", position, '"learned" or "sinusoidal"'
-        )
-        if not learned and embedding_dim % 2:
-            raise ValueError(
-                "Sinusoidal positions need an even `embedding_dim`. "
-                f"Received: embedding_dim={embedding_dim}."
-            )
+        kinds = ("learned", "sinusoidal")
+        checks.require(position in kinds, "position", position, f"one of {kinds}")
+        even = learned or embedding_dim % 2 == 0
+        checks.require(even, "embedding_dim", embedding_dim, "even for sinusoidal positions")
         checks.check_bool(self, "mask_zero", mask_zero, "True = id 0 is padding")
-        checks.check_bool(
-            self,
-            "scale_token_embeddings",
-            scale_token_embeddings,
-            "True = token embeddings times √D",
-        )
+        checks.check_bool(self, "scale_token_embeddings", scale_token_embeddings, "times √D")
         check_max_wavelength(max_wavelength)
         self.vocabulary_size = vocabulary_size
         self.embedding_dim = embedding_dim
@@ -115,14 +90,9 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.max_wavelength = max_wavelength
         self.supports_masking = True
         self.input_spec = keras.layers.InputSpec(ndim=2)
-        self._table = (
-            (  # for the message of a position past the learned table
-                f"the learned position table of {sequence_length} rows: truncate the sequence to "
-                "`sequence_length` tokens or build the layer with a larger `sequence_length`"
-            )
-            if learned
-            else ""
-        )
+        # For the message of a position past the learned table.
+        table = f"the learned position table of {sequence_length} rows: raise `sequence_length`"
+        self._table = table if learned else ""
         self.token_embedding = self._embedding(vocabulary_size, "token_embedding")
         self.position_embedding = None
         if learned:
@@ -146,20 +116,13 @@ class TokenAndPositionEmbedding(ArgumentsConfig, keras.layers.Layer):
 
     @property
     def max_positions(self):
-        """Positions the layer can encode: `sequence_length` with a learned
-        table, None (unbounded) with sinusoids. `CachedDecoder` checks a
-        generation length against it (its position-aware protocol)."""
+        """Positions the layer can encode (None: any); `CachedDecoder` checks lengths against it."""
         return self.sequence_length if self.position == "learned" else None
 
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[1]
         check_ids(
-            self,
-            "token ids",
-            inputs,
-            self.vocabulary_size,
-            "Map unknown tokens to an id "
-            "of the vocabulary, or build the layer with a larger vocabulary_size.",
+            self, "token ids", inputs, self.vocabulary_size, "Map unknown tokens to known ids."
         )
         check_positions(start_index, length, self.max_positions, self._table)
         embeddings = self.token_embedding(inputs)

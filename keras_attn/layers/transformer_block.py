@@ -10,43 +10,13 @@ from keras_attn.layers.projection import Projection
 
 
 class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
-    """What `TransformerEncoder` and `TransformerDecoder` share: the
-    self-attention sublayer, the position-wise feed-forward network, and the
-    residual + layer-norm wiring around each (not exported: use one of the two).
-
-    Args:
-        intermediate_dim: width of the feed-forward hidden layer (d_ff).
-        num_heads: heads of the default self-attention (and of the decoder's
-            cross-attention). May be omitted when `self_attention` is given
-            (that layer's own `num_heads` is used); `TransformerEncoder`,
-            with no other attention to size, refuses it then.
-        key_dim: per-head size; defaults to D // num_heads. Refused with a
-            `self_attention` layer by `TransformerEncoder`, as `num_heads`.
-        dropout: rate of the residual dropouts and the attention dropout.
-        activation: feed-forward activation ("relu" in the paper).
-        layer_norm_epsilon: epsilon of the layer norms, a finite number > 0.
-        normalize_first: a bool. False (default) = post-norm as in the paper,
-            `LayerNorm(x + Sublayer(x))`; True = pre-norm,
-            `x + Sublayer(LayerNorm(x))`, which trains deep stacks without warmup.
-        self_attention: optional self-attention layer with the library's call
-            contract (`MultiHeadSelfAttention`, `LocalBlockAttention`,
-            `RelativeGlobalAttention`); default a `MultiHeadSelfAttention`.
-        kernel_initializer, bias_initializer: of the dense sublayers, copied
-            for each (an initializer object repeats its draw).
-        seed: int seed of the dropout layers.
-        **kwargs: base `keras.layers.Layer` arguments.
-
-    Raises:
-        ValueError: on invalid arguments (also: neither `num_heads` nor a
-            keras_attn `self_attention`, or to a `TransformerEncoder` both);
-            when built, a width not divisible by `num_heads` (default
-            `key_dim`) or unlike the `self_attention`'s `output_dim`.
+    """The self-attention, feed-forward network and residual + layer-norm wiring that
+    `TransformerEncoder` and `TransformerDecoder` share (not exported). Arguments are
+    documented on those two classes.
     """
 
-    # True where `num_heads` and `key_dim` size nothing but the default
-    # self-attention (`TransformerEncoder`): given with a `self_attention`
-    # layer they would be silently ignored, so they are refused. A
-    # decoder's also size its cross-attention.
+    # True where `num_heads` and `key_dim` size only the default self-attention (the encoder):
+    # given with a `self_attention` layer they would be ignored, so they are refused.
     _sizes_only_self_attention = False
 
     def __init__(
@@ -70,36 +40,24 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             if value is not None or name == "intermediate_dim":
                 checks.check_positive_int(self, name, value)
         checks.check_rate(self, "dropout", dropout)
-        checks.check_finite_positive_number(
-            self, "layer_norm_epsilon", layer_norm_epsilon, "1e-5 by default"
-        )
-        checks.check_bool(
-            self, "normalize_first", normalize_first, "False = post-norm, True = pre-norm"
-        )
+        checks.check_finite_positive_number(self, "layer_norm_epsilon", layer_norm_epsilon, "1e-5")
+        checks.check_bool(self, "normalize_first", normalize_first, "True = pre-norm")
         checks.check_layer_seed(self, seed)
         if isinstance(self_attention, dict):
-            # Without its build config the nested layer is built by `build`,
-            # inside this block's name scope, as when the block was first
-            # made: its variables keep their paths ("<block>/<layer>/..."),
-            # instead of blocks of one model sharing "self_attention/...".
+            # Built by `build`, in this block's name scope, so its variables keep their paths.
             self_attention = keras.layers.deserialize(
                 {k: v for k, v in self_attention.items() if k != "build_config"}
             )
-        both = "one of the two" if self._sizes_only_self_attention else "or both"
-        if (self_attention is None and num_heads is None) or (
-            self_attention is not None
-            and (
-                not hasattr(self_attention, "init_cache")
-                or self._sizes_only_self_attention
-                and (num_heads, key_dim) != (None, None)
-            )
-        ):
-            raise ValueError(
-                f"{type(self).__name__} needs `num_heads` (and optionally `key_dim`) for a default "
-                f"MultiHeadSelfAttention, or a keras_attn `self_attention` layer ({both}). "
-                f"Received: num_heads={num_heads!r}, key_dim={key_dim!r}, "
-                f"self_attention={self_attention!r}."
-            )
+        if self_attention is None and num_heads is None:
+            raise ValueError("Pass `num_heads` or a `self_attention` layer. Received neither.")
+        if self_attention is not None:
+            ok = hasattr(self_attention, "init_cache")
+            checks.require(ok, "self_attention", self_attention, "a keras_attn attention layer")
+            if self._sizes_only_self_attention and (num_heads, key_dim) != (None, None):
+                raise ValueError(
+                    "Pass `num_heads` and `key_dim`, or `self_attention`, not both. Received: "
+                    f"num_heads={num_heads!r}, key_dim={key_dim!r}."
+                )
         self.intermediate_dim = intermediate_dim
         self.num_heads = num_heads
         self.key_dim = key_dim
@@ -156,21 +114,15 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         if key_dim is None:
             if hidden_dim % num_heads:
                 raise ValueError(
-                    f"{type(self).__name__}: the model width {hidden_dim} is not "
-                    f"divisible by num_heads={num_heads}. Pass `key_dim` "
-                    "explicitly or change `num_heads`."
+                    f"The model width {hidden_dim} is not divisible by num_heads={num_heads}. "
+                    "Pass `key_dim` or change `num_heads`."
                 )
             key_dim = hidden_dim // num_heads
         return num_heads, key_dim
 
     def _build_self_attention_and_feedforward(self, sequence_shape):
         sequence_shape = tuple(sequence_shape)  # its rank is checked by the self-attention layer
-        checks.require(
-            sequence_shape[-1] is not None,
-            "inputs.shape",
-            sequence_shape,
-            "(batch, length, features) with known features",
-        )
+        checks.require(sequence_shape[-1] is not None, "inputs.shape", sequence_shape, "known D")
         hidden_dim = sequence_shape[-1]
         self._hidden_dim = hidden_dim
         if self.self_attention is None:
@@ -182,9 +134,8 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             output_dim = getattr(self.self_attention, "output_dim", None)
             if output_dim not in (None, hidden_dim):
                 raise ValueError(
-                    f"{type(self).__name__}: the residual adds the self-attention output to the "
-                    f"input, so their widths must agree. Received output_dim={output_dim} for "
-                    f"inputs of shape {sequence_shape}. Use output_dim=None or {hidden_dim}."
+                    f"The self-attention and input widths must agree. Received output_dim="
+                    f"{output_dim}, inputs.shape={sequence_shape}. Use output_dim=None."
                 )
         # After `load_model` a nested layer arrives built: building it again
         # would create a second set of weights.
@@ -205,9 +156,8 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
 
     # ------------------------------------------------------------- wiring
     def _residual(self, x, norm, dropout, sublayer, training):
-        """Post-norm `norm(x + dropout(sublayer(x)))` or pre-norm
-        `x + dropout(sublayer(norm(x)))`. `sublayer` returns the output, or a
-        tuple whose first item is the output (the rest is passed through)."""
+        """`norm(x + dropout(sublayer(x)))`, or pre-norm `x + dropout(sublayer(norm(x)))`; a
+        tuple from `sublayer` passes its items after the first through."""
         result = sublayer(norm(x) if self.normalize_first else x)
         extras = ()
         if isinstance(result, tuple):
@@ -227,9 +177,7 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
 
     @staticmethod
     def _positions(shape):
-        """T, the number of positions of a sequence (B, T, D) or of an image
-        (B, height, width, D) (height * width, raster order): the query axis
-        of the attention scores. None when not static."""
+        """T of a sequence (B, T, D), height * width of an image; None when not static."""
         spatial = tuple(shape)[1:-1]
         return None if None in spatial else math.prod(spatial)
 

@@ -10,80 +10,41 @@ from keras_attn.layers.transformer_block import TransformerBlock
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class TransformerDecoder(TransformerBlock):
-    """One Transformer decoder block: causal self-attention, optional
-    cross-attention to an encoder sequence, and a feed-forward network, each
-    wrapped in dropout, a residual connection and layer norm.
+    """One Transformer decoder block: causal self-attention, optional cross-attention, feed-forward.
 
-    Without an encoder sequence it is the block of a decoder-only language
-    model (the Music Transformer, the Image Transformer's decoder); with one
-    it is the decoder of an encoder-decoder model (translation, super
-    resolution). The cross-attention sublayer is built when the block is
-    first called with an `encoder_sequence`, and is masked with the encoder's
-    padding mask. Both attentions have caches for token-by-token decoding.
-    With a 2D `LocalBlockAttention` it decodes images (B, height, width, D),
-    as `TransformerEncoder` encodes them; cross-attention then reads the
-    image's pixels as a sequence of height * width queries (raster order).
+    The cross-attention is built by the first call with an `encoder_sequence`; both have caches.
 
     Args:
         intermediate_dim: d_ff, width of the feed-forward hidden layer.
-        num_heads: heads of the default self-attention and of the
-            cross-attention; may be omitted when `self_attention` is given
-            (its `num_heads` is used).
+        num_heads: heads of the self- and cross-attention (default: `self_attention`'s).
         key_dim: per-head size; defaults to D // num_heads.
-        dropout: residual and attention dropout rate (0.1 in the paper).
+        dropout: residual and attention dropout rate, in [0, 1).
         activation: feed-forward activation.
-        layer_norm_epsilon: epsilon of the layer norms.
-        normalize_first: False = post-norm (the paper), True = pre-norm.
-        self_attention: optional self-attention layer (library call
-            contract), e.g. `RelativeGlobalAttention(...)`.
+        layer_norm_epsilon: epsilon of the layer norms, a finite number > 0.
+        normalize_first: bool; False = post-norm (the paper), True = pre-norm.
+        self_attention: optional keras_attn self-attention layer (e.g. `RelativeGlobalAttention`).
         kernel_initializer, bias_initializer: of the dense sublayers.
         seed: int seed of the dropout layers.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        decoder_sequence: (B, T, D) float tensor; with a 2D
-            `LocalBlockAttention`, an image (B, height, width, D), whose
-            T = height * width pixels (raster order) index the scores.
-        encoder_sequence: (B, S, De) float tensor, or None (decoder-only, or
-            when `cross_attention_cache` is given).
-        decoder_padding_mask: (B, T) bool, True = real token (without a
-            cache); (B, height, width) for an image; with a self-attention
-            cache, (B, max_length) over the whole cached sequence. Defaults
-            to the implicit mask of `decoder_sequence` when no cache is used.
-        encoder_padding_mask: (B, S) bool, True = real source token. Defaults
-            to the implicit mask of `encoder_sequence`.
+        decoder_sequence: (B, T, D) float tensor ((B, height, width, D) with 2D local attention).
+        encoder_sequence: (B, S, De) float tensor, or None.
+        decoder_padding_mask: (B, T) bool, True = real token; (B, max_length) with a cache.
+        encoder_padding_mask: (B, S) bool; defaults to the implicit mask of `encoder_sequence`.
         use_causal_mask: True (default) = position t sees positions <= t.
-        self_attention_cache: the self-attention layer's cache from
-            `init_cache` ((B, H, K + V, max_length) for
-            `MultiHeadSelfAttention`).
-        cache_index: int or int32 scalar, absolute position of
-            `decoder_sequence[:, 0]`; only with a `self_attention_cache`.
-        cross_attention_cache: (B, H, K + V, S), the encoder's projected keys
-            and values. Computed from `encoder_sequence` (and returned) when a
-            self-attention cache is given and this is None.
-        return_attention_scores: if True, also return the attention
-            probabilities as a dict: `"self_attention"` (B, H, T, T or
-            max_length) and, with cross-attention, `"cross_attention"`
-            (B, H, T, S) — e.g. to plot which source words a target word
-            looked at. A SavedModel signature takes only flat outputs: to
-            export a model that returns them, give each its own output
-            (`keras.Model(inputs, {"outputs": y, **scores})`), not the dict
-            nested in a list.
+        self_attention_cache: the self-attention layer's cache from `init_cache`.
+        cache_index: int or int32 scalar, position of `decoder_sequence[:, 0]` in the cache.
+        cross_attention_cache: (B, H, K + V, S) from `compute_cross_attention_cache`.
+        return_attention_scores: if True, also return a dict of the probabilities.
         training: Python bool; enables dropout.
 
     Returns:
-        `outputs`, of the shape of `decoder_sequence` ((B, T, D) or
-        (B, height, width, D)), without a self-attention cache; with one,
-        `(outputs, self_attention_cache)`, plus `cross_attention_cache` as a
-        third item when the block has cross-attention. With
-        `return_attention_scores=True` the scores dict is appended last.
+        `outputs` of the shape of `decoder_sequence`; with a self-attention cache,
+        `(outputs, self_attention_cache[, cross_attention_cache])`; the scores dict last.
 
     Raises:
-        ValueError: on invalid arguments (see `TransformerBlock`); an
-            encoder sequence or cross cache given to a block built without
-            cross-attention (or the reverse); masks of the wrong
-            dtype/rank/known shape; `cache_index` without
-            `self_attention_cache`; and as the attention sublayers.
+        ValueError: on invalid arguments, masks or caches, or an unexpected `encoder_sequence`.
 
     Example:
     >>> import keras
@@ -92,8 +53,6 @@ class TransformerDecoder(TransformerBlock):
     >>> target, source = keras.random.normal((2, 4, 16)), keras.random.normal((2, 7, 16))
     >>> tuple(decoder(target, source).shape)
     (2, 4, 16)
-    >>> cache = decoder.init_cache(batch_size=2, max_length=4)
-    >>> y, cache, memory = decoder(target[:, :1], source, self_attention_cache=cache, cache_index=0)
 
     Reference:
         Vaswani et al. 2017, "Attention Is All You Need", section 3.1.
@@ -120,37 +79,27 @@ class TransformerDecoder(TransformerBlock):
         self.built = True
 
     def init_cache(self, batch_size, max_length, dtype=None):
-        """The self-attention cache: see `MultiHeadSelfAttention.init_cache`.
-
-        Returns:
-            Its empty cache: zeros of shape (B, H, K + V, max_length) for
-            `MultiHeadSelfAttention` and `RelativeGlobalAttention`, (B,
-            max_length, H, K + V) for `LocalBlockAttention`, (B, W, H,
-            K + V) for a rolling one (see `rolling_cache`).
-        """
+        """The self-attention layer's empty cache (its `init_cache`)."""
         if not self.built:
             raise ValueError("TransformerDecoder.init_cache needs a built block: call it first.")
         return self._self_attention_layer.init_cache(batch_size, max_length, dtype)
 
     @property
     def rolling_cache(self):
-        """Whether the self-attention cache keeps only the last positions
-        (`LocalBlockAttention(rolling_cache=True)`): positions must then be
-        written in order, never again."""
+        """Whether the self-attention cache keeps only the last positions (written in order)."""
         return bool(getattr(self.self_attention, "rolling_cache", False))
 
     def compute_cross_attention_cache(self, encoder_sequence):
-        """Projects the encoder sequence once into the cross-attention keys
-        and values, (B, H, K + V, S) (see `MultiHeadAttention.compute_cache`)."""
+        """The cross-attention keys and values (B, H, K + V, S) of the encoder sequence."""
         self._check_cross_attention(True)
         return self._cross_attention_layer.compute_cache(encoder_sequence)
 
     def _check_cross_attention(self, wanted):
         if wanted != (self._cross_attention_layer is not None):
+            built, fix = ("without", "no") if wanted else ("with", "an")
             raise ValueError(
-                f"This TransformerDecoder {'has' if not wanted else 'was built without'} "
-                "cross-attention (built by the first call with an `encoder_sequence`): pass "
-                f"{'an' if not wanted else 'no'} `encoder_sequence` or `cross_attention_cache`."
+                f"This TransformerDecoder was built {built} cross-attention: pass {fix} "
+                "`encoder_sequence` (or `cross_attention_cache`)."
             )
 
     def call(
@@ -228,13 +177,8 @@ class TransformerDecoder(TransformerBlock):
 
     def _check_call(self, with_cross, self_attention_cache, cache_index):
         self._check_cross_attention(with_cross)
-        checks.require(
-            self_attention_cache is not None or cache_index is None,
-            "cache_index",
-            cache_index,
-            "None without a `self_attention_cache`",
-            "Pass the cache, or drop `cache_index`.",
-        )
+        ok = self_attention_cache is not None or cache_index is None
+        checks.require(ok, "cache_index", cache_index, "None without a `self_attention_cache`")
 
     def _masks(
         self,
@@ -245,10 +189,7 @@ class TransformerDecoder(TransformerBlock):
         self_attention_cache,
         cross_attention_cache,
     ):
-        """The padding masks as booleans, checked (`attention_ops.check_mask`),
-        defaulting to the implicit ones. The decoder's has the layout of the
-        positions, (B, T) or an image's (B, height, width); with a cache,
-        (B, the positions the cache holds) (any number for a rolling one)."""
+        """The padding masks as checked booleans, defaulting to the implicit ones."""
         cached, batch = self_attention_cache is not None, decoder_sequence.shape[0]
         if decoder_padding_mask is None and not cached:
             decoder_padding_mask = attention_ops.get_implicit_mask(decoder_sequence)
@@ -276,10 +217,7 @@ class TransformerDecoder(TransformerBlock):
         return decoder_padding_mask, encoder_padding_mask
 
     def _ask_self_attention(self, hook, cache):
-        """What the self-attention layer's cache hook says of `cache`:
-        `_cache_length` (its positions, as the layer lays it out) or
-        `_cache_capacity` (the positions it can hold; None for a rolling
-        cache or one unknown). None when the layer has no such hook."""
+        """The self-attention layer's `hook(cache)` (`_cache_length`, `_cache_capacity`) or None."""
         method = getattr(self._self_attention_layer, hook, None)
         return method(cache) if method is not None else None
 

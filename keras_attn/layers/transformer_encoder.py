@@ -6,51 +6,33 @@ from keras_attn.layers.transformer_block import TransformerBlock
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class TransformerEncoder(TransformerBlock):
-    """One Transformer encoder block: self-attention, then a feed-forward
-    network, each wrapped in dropout, a residual connection and layer norm.
-
-    Stack it to encode a source sentence, a low-resolution image or any
-    sequence that may be seen all at once. The self-attention layer is
-    pluggable (`self_attention=LocalBlockAttention(...)` for long inputs,
-    `RelativeGlobalAttention(...)` for relative positions).
+    """One Transformer encoder block: self-attention, then a feed-forward network, each wrapped
+    in dropout, a residual connection and layer norm.
 
     Args:
         intermediate_dim: d_ff, width of the feed-forward hidden layer.
-        num_heads: heads of the default `MultiHeadSelfAttention`; must be
-            omitted when `self_attention` is given (that layer's own
-            `num_heads` is used).
-        key_dim: per-head size of the default `MultiHeadSelfAttention`;
-            defaults to D // num_heads. Must be omitted when
-            `self_attention` is given, as `num_heads`.
-        dropout: residual and attention dropout rate (0.1 in the paper).
+        num_heads: heads of the default `MultiHeadSelfAttention`; omit with `self_attention`.
+        key_dim: per-head size of the default layer (default D // num_heads); as `num_heads`.
+        dropout: residual and attention dropout rate, in [0, 1).
         activation: feed-forward activation.
         layer_norm_epsilon: epsilon of the layer norms, a finite number > 0.
         normalize_first: bool; False = post-norm (the paper), True = pre-norm.
-        self_attention: optional self-attention layer (library call contract).
-        kernel_initializer, bias_initializer: of the dense sublayers.
-        seed: int seed of the dropout layers.
+        self_attention: optional keras_attn self-attention layer (e.g. `LocalBlockAttention`).
+        kernel_initializer, bias_initializer, seed: of the dense and dropout sublayers.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        inputs: (B, T, D) float tensor; with a 2D `LocalBlockAttention`, an
-            image (B, height, width, D), whose T = height * width positions
-            (raster order) index the attention masks and scores.
-        padding_mask: (B, T) bool, True = real token; (B, height, width) for
-            an image. Defaults to the Keras implicit mask of `inputs`.
+        inputs: (B, T, D) float tensor; (B, height, width, D) with a 2D `LocalBlockAttention`.
+        padding_mask: (B, T) or (B, height, width) bool, True = real token (default: implicit).
         attention_mask: (B, T, T) or (B, H, T, T) bool, True = may attend.
-        return_attention_scores: if True, also return the self-attention
-            probabilities (B, H, T, T).
+        return_attention_scores: if True, also return the probabilities (B, H, T, T).
         training: Python bool; enables dropout.
 
     Returns:
-        A tensor of the shape of `inputs`, carrying the input's implicit
-        mask; with `return_attention_scores=True`, `(outputs, scores)`.
+        A tensor of the shape of `inputs`; with `return_attention_scores=True`, `(outputs, scores)`.
 
     Raises:
-        ValueError: on invalid arguments (see `TransformerBlock`; among them
-            `num_heads` or `key_dim` given with a `self_attention` layer),
-            inputs of a rank the self-attention does not take, masks of the
-            wrong dtype/rank/shape.
+        ValueError: on invalid arguments (`num_heads` with `self_attention`), inputs or masks.
 
     Example:
     >>> import keras
@@ -63,8 +45,6 @@ class TransformerEncoder(TransformerBlock):
         Vaswani et al. 2017, "Attention Is All You Need", section 3.1.
     """
 
-    # `num_heads` and `key_dim` size only the default self-attention: they
-    # are refused with a `self_attention` layer (see `TransformerBlock`).
     _sizes_only_self_attention = True
 
     def build(self, inputs_shape):

@@ -3,12 +3,8 @@
 import keras
 
 from keras_attn.checks import check_heads_divide, check_rate, check_sizes
-from keras_attn.layers import (
-    Projection,
-    TokenAndPositionEmbedding,
-    TransformerDecoder,
-    TransformerEncoder,
-)
+from keras_attn.layers import TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
+from keras_attn.layers.projection import Projection
 
 
 def translation_transformer(
@@ -26,53 +22,36 @@ def translation_transformer(
 ):
     """Builds the encoder-decoder Transformer as a functional `keras.Model`.
 
-    Source tokens go through an embedding (scaled by √D, plus positions), a
-    stack of `TransformerEncoder` blocks, and are attended to by a stack of
-    `TransformerDecoder` blocks over the shifted target tokens; a final dense
-    layer gives next-token logits. Id 0 is padding on both sides: the
-    embeddings attach implicit masks, so padded source tokens are masked in
-    the encoder's self-attention and in every decoder cross-attention, and
-    padded target tokens in the decoder.
+    Source tokens are embedded (scaled by √D, plus positions) and encoded by `TransformerEncoder`
+    blocks; `TransformerDecoder` blocks over the shifted target tokens attend to them; a final
+    projection gives next-token logits. Id 0 is padding on both sides (implicit masks). Decode
+    with `suppressed_token_ids=(tokenizer.pad_id, tokenizer.start_id)`, as
+    `keras_attn.export.export_translator` does. The paper's base model is `num_layers=6,
+    hidden_dim=512, num_heads=8, intermediate_dim=2048`; the defaults train on a CPU.
 
-    Padding and the target start id (the tokenizer's, e.g.
-    `SubwordTokenizer.start_id`) are never to be generated: decode with
-    `suppressed_token_ids=(tokenizer.pad_id, tokenizer.start_id)`, as
-    `keras_attn.export.export_translator` does.
-
-    The defaults (3 layers, D 256, 8 heads, d_ff 512) train on a CPU in
-    minutes on Multi30k. The paper's base model is
-    `translation_transformer(V, num_layers=6, hidden_dim=512, num_heads=8,
-    intermediate_dim=2048, dropout=0.1)`.
-
-    The layers carry stable names (for `model.get_layer`, weight paths and
-    checkpoints): `encoder_embedding`, `encoder_layer_<i>`, `decoder_embedding`,
-    `decoder_layer_<i>`, `decoder_final_norm` / `encoder_final_norm`
-    (pre-norm only) and `logits`.
+    Layer names: `encoder_embedding`, `encoder_layer_<i>`, `decoder_embedding`,
+    `decoder_layer_<i>`, `encoder_final_norm` / `decoder_final_norm` (pre-norm), `logits`.
 
     Args:
         encoder_vocabulary_size: source vocabulary size (ids 0..V-1, 0 = pad).
-        decoder_vocabulary_size: target vocabulary size; defaults to the
-            source's (a joint vocabulary).
+        decoder_vocabulary_size: target vocabulary size; default the source's.
         num_layers: encoder and decoder blocks (N).
-        hidden_dim: model width D (d_model).
-        num_heads: attention heads H (D must be divisible by H).
+        hidden_dim: model width D (divisible by `num_heads`).
+        num_heads: attention heads H.
         intermediate_dim: feed-forward width (d_ff).
         dropout: dropout rate of embeddings, residuals and attention.
         position: "sinusoidal" (the paper; any length) or "learned".
         max_length: rows of learned position tables (required for learned).
-        normalize_first: pre-norm blocks (plus a final layer norm) instead of
-            the paper's post-norm.
+        normalize_first: pre-norm blocks (plus a final layer norm) instead of post-norm.
         name: model name.
 
     Returns:
-        `keras.Model` with inputs `encoder_tokens` (B, S) int32 and
-        `decoder_tokens` (B, T) int32, and output logits (B, T, V) float32
-        (float32 even under mixed precision, for a stable softmax).
+        `keras.Model` with inputs `encoder_tokens` (B, S) int32 and `decoder_tokens` (B, T)
+        int32, and output logits (B, T, V) float32 (also under mixed precision).
 
     Raises:
-        ValueError: on non-positive sizes, `hidden_dim` not divisible by
-            `num_heads`, `dropout` outside [0, 1), or a learned position
-            table without `max_length`.
+        ValueError: on non-positive sizes, `hidden_dim` not divisible by `num_heads`,
+            `dropout` outside [0, 1), a learned position table without `max_length`.
 
     Example:
     >>> import keras

@@ -6,7 +6,12 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.layers import MultiHeadSelfAttention, SequenceDelay, TransformerDecoder
+from keras_attn.layers import (
+    MultiHeadSelfAttention,
+    SinusoidalPositionEncoding,
+    TokenAndPositionEmbedding,
+    TransformerDecoder,
+)
 
 
 def _extra(layer):
@@ -43,8 +48,7 @@ def test_arguments_in_signature_order_serialized_as_keras_does():
         "bias_initializer",
         "seed",
     ]
-    assert list(_extra(SequenceDelay(delay=3, fill_value=-1))) == ["delay", "fill_value"]
-    assert _extra(SequenceDelay(delay=3, fill_value=-1)) == {"delay": 3, "fill_value": -1}
+    assert _extra(SinusoidalPositionEncoding(max_wavelength=100)) == {"max_wavelength": 100}
 
 
 class _ScaledAttention(MultiHeadSelfAttention):
@@ -78,7 +82,9 @@ def test_a_user_subclass_keeps_its_own_get_config():
 
 
 def test_a_missing_attribute_names_the_argument():
-    layer = SequenceDelay(delay=2)
-    object.__delattr__(layer, "fill_value")
-    with pytest.raises(AttributeError, match="SequenceDelay has no attribute `fill_value`"):
+    layer = TokenAndPositionEmbedding(10, 4, 6)
+    object.__delattr__(layer, "mask_zero")
+    with pytest.raises(
+        AttributeError, match="TokenAndPositionEmbedding has no attribute for argument `mask_zero`"
+    ):
         layer.get_config()

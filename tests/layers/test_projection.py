@@ -1,7 +1,7 @@
 import keras
 import numpy as np
 
-from keras_attn.layers import Projection
+from keras_attn.layers.projection import Projection
 from tests.test_case import gradients, run_layer_test
 
 

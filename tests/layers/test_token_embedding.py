@@ -40,8 +40,7 @@ def test_ids_outside_the_table(ids, lowest, highest):
     layer = TokenEmbedding(20, 4, name="tokens")
     message = (
         r"TokenEmbedding tokens: token ids must lie in \[0, 20\), the rows of its table\. "
-        r"Map unknown tokens to an id of the vocabulary, or build the layer with a larger "
-        r"input_dim\. Received: token ids from"
+        r"Map unknown tokens to known ids\. Received: token ids from"
     )
     with pytest.raises(ValueError, match=rf"{message} {lowest} to {highest}\."):
         layer(np.array(ids))

@@ -90,7 +90,7 @@ def test_rolling_cache_padding_mask_must_reach_the_inputs():
     layer = LocalBlockAttention(2, 4, block_size=2, memory_flange=2, rolling_cache=True)
     x = np.random.RandomState(0).rand(1, 1, 8).astype("float32")
     cache = layer.init_cache(1, 6)
-    message = r"`cache_index` \+ input length must fit in the cache \(a rolling cache: in `padding_mask`\)"
+    message = r"`cache_index` \+ input length must fit in the cache \(or a rolling cache's `padding_mask`\)"
     with pytest.raises(
         ValueError, match=message + r".*cache_index=5, input length 1, cache length 3"
     ):

@@ -138,14 +138,14 @@ def test_errors():
     decoder_only = TransformerDecoder(intermediate_dim=8, num_heads=2)
     decoder_only(_seq(1, 3))
     with pytest.raises(
-        ValueError, match="was built without cross-attention.*pass no `encoder_sequence`"
+        ValueError, match="was built without cross-attention: pass no `encoder_sequence`"
     ):
         decoder_only(_seq(1, 3), _seq(1, 4))
     with_cross = TransformerDecoder(intermediate_dim=8, num_heads=2)
     with_cross(_seq(1, 3), _seq(1, 4))
     with pytest.raises(
         ValueError,
-        match="has cross-attention .*pass an `encoder_sequence` or `cross_attention_cache`",
+        match="was built with cross-attention: pass an `encoder_sequence`",
     ):
         with_cross(_seq(1, 3))
     with pytest.raises(ValueError, match="cache_index=3, input length 2, cache length 4"):
@@ -300,7 +300,7 @@ def test_layer_norm_epsilon_and_normalize_first_are_checked():
         TransformerDecoder(16, num_heads=2, layer_norm_epsilon=-1.0)
     with pytest.raises(
         ValueError,
-        match=r"TransformerDecoder: `normalize_first` must be True or False \(False = post-norm.*Received: normalize_first='yes'",
+        match=r"TransformerDecoder: `normalize_first` must be True or False \(True = pre-norm.*Received: normalize_first='yes'",
     ):
         TransformerDecoder(16, num_heads=2, normalize_first="yes")
 

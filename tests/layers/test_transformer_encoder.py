@@ -52,7 +52,7 @@ def test_padding_does_not_change_real_positions():
 def test_errors():
     with pytest.raises(
         ValueError,
-        match="needs `num_heads`.*or a keras_attn `self_attention` layer.*num_heads=None",
+        match=r"Pass `num_heads` or a `self_attention` layer\. Received neither",
     ):
         TransformerEncoder(intermediate_dim=8)
     with pytest.raises(ValueError, match="width 10 is not divisible by num_heads=4"):
@@ -60,7 +60,8 @@ def test_errors():
     with pytest.raises(ValueError, match="intermediate_dim` must be a positive integer"):
         TransformerEncoder(intermediate_dim=0, num_heads=2)
     with pytest.raises(
-        ValueError, match="a keras_attn `self_attention` layer.*self_attention='dense'"
+        ValueError,
+        match="`self_attention` must be a keras_attn attention layer.*self_attention='dense'",
     ):
         TransformerEncoder(intermediate_dim=8, self_attention="dense")
 
@@ -92,8 +93,7 @@ def test_num_heads_and_key_dim_are_refused_with_a_self_attention_layer(sizes):
     # were silently ignored (its own num_heads=2, key_dim=4 were used).
     with pytest.raises(
         ValueError,
-        match=r"needs `num_heads` \(and optionally `key_dim`\) for a default MultiHeadSelfAttention, "
-        r"or a keras_attn `self_attention` layer \(one of the two\)\. Received: num_heads=",
+        match=r"Pass `num_heads` and `key_dim`, or `self_attention`, not both\. Received: num_heads=",
     ):
         TransformerEncoder(16, self_attention=MultiHeadSelfAttention(2, 4), **sizes)
 
@@ -111,6 +111,6 @@ def test_layer_norm_epsilon_must_be_a_finite_positive_number(epsilon):
 def test_normalize_first_must_be_a_bool(normalize_first):
     with pytest.raises(
         ValueError,
-        match=r"`normalize_first` must be True or False \(False = post-norm.*Received: normalize_first=",
+        match=r"`normalize_first` must be True or False \(True = pre-norm.*Received: normalize_first=",
     ):
         TransformerEncoder(16, num_heads=2, normalize_first=normalize_first)

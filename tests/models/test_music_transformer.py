@@ -168,7 +168,9 @@ def test_errors():
             ValueError, match=r"^`dropout` must be a number in \[0, 1\). Received: dropout="
         ):
             music_transformer(10, dropout=dropout)
-    with pytest.raises(ValueError, match=r"Sinusoidal positions need an even `embedding_dim`.*=9"):
+    with pytest.raises(
+        ValueError, match=r"`embedding_dim` must be even for sinusoidal positions.*=9"
+    ):
         music_transformer(10, hidden_dim=9, num_heads=3, attention="absolute")
 
 

@@ -71,6 +71,6 @@ def test_errors():
         translation_transformer(20, max_length=-1)
     with pytest.raises(
         ValueError,
-        match=r"Received: num_layers=np\.int64\(2\)\. It is a numpy\.int64: pass a Python int, e\.g\. `num_layers=int\(num_layers\)`\.$",
+        match=r"Received: num_layers=np\.int64\(2\)\. Pass a Python int: `num_layers=int\(num_layers\)`\.$",
     ):
         translation_transformer(20, num_layers=np.int64(2))

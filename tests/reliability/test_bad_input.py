@@ -18,13 +18,13 @@ from keras_attn.layers import (
     LocalBlockAttention,
     MultiHeadAttention,
     MultiHeadSelfAttention,
-    PixelEmbedding,
     RelativeGlobalAttention,
     TokenAndPositionEmbedding,
     TransformerDecoder,
     TransformerEncoder,
 )
 from keras_attn.models import translation_transformer
+from keras_attn.models.image_transformer import PixelEmbedding
 from tests import attention_kinds as kinds
 
 KINDS = kinds.SELF_ATTENTION_KINDS
@@ -154,15 +154,14 @@ def test_shared_masks_of_batch_or_heads_one_are_accepted(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_self_attention_input_errors(kind):
     layer = kinds.self_attention(kind)
-    name = type(layer).__name__
     with pytest.raises(
-        ValueError,
-        match=rf"{name} expects inputs of shape \(batch, length, features\).*none empty, features \(and an image's sides\) known\. Received inputs of shape \(5, 8\)",
+        ValueError, match=r"expected ndim=3, found ndim=2\. Full shape received: \(5, 8\)"
     ):
-        layer(X[0])
-    for bad in (X[:, :, None, None], X[:0], X[:, :0]):
+        layer(X[0])  # Keras's InputSpec
+    for bad in (X[:0], X[:, :0]):
         with pytest.raises(
-            ValueError, match=rf"Received inputs of shape {re.escape(str(bad.shape))}\."
+            ValueError,
+            match=rf"`inputs.shape` must be non-empty, .*Received: inputs.shape={re.escape(str(bad.shape))}\.",
         ):
             layer(bad)
     layer(X)  # Keras's InputSpec then refuses another width
@@ -185,7 +184,7 @@ def test_cache_index_outside_the_cache(kind, index):
     with pytest.raises(
         ValueError,
         match=rf"`cache_index` \+ input length must fit in the cache.*Received: "
-        rf"cache_index={position}, input length 1, cache length 6\. Pass a longer one \(`init_cache\(batch_size, 7\)`\)",
+        rf"cache_index={position}, input length 1, cache length 6\.",
     ):
         layer(X[:, :1], cache=cache, cache_index=index, use_causal_mask=True)
 
@@ -197,7 +196,7 @@ def test_cache_errors(kind):
     step = {"use_causal_mask": True}
     for index, received in (
         (1.5, r"1\.5 \(float\)"),
-        (np.array([1]), r"dtype int(64|32) and shape \(1,\)"),
+        (np.array([1]), r"dtype int(64|32), shape \(1,\)"),
         (keras.ops.convert_to_tensor(1.0), r"dtype float32"),
         (True, r"True \(bool\)"),
     ):
@@ -208,23 +207,23 @@ def test_cache_errors(kind):
     # Global layers lay a cache out (B, H, K + V, L), local ones (B, L, H, K + V).
     expected = r"\(2, (2, 8, max_length|max_length, 2, 8)\) as returned by `init_cache\(batch_size=2, max_length\)`"
     with pytest.raises(
-        ValueError, match=rf"`cache` must have shape {expected}.*Received: cache\.shape=\(3, "
+        ValueError, match=rf"`cache.shape` must be {expected}.*Received: cache\.shape=\(3, "
     ):
         layer(X[:, :1], cache=layer.init_cache(3, 6), cache_index=0, **step)
-    with pytest.raises(ValueError, match=rf"`cache` must have shape {expected}"):
+    with pytest.raises(ValueError, match=rf"`cache.shape` must be {expected}"):
         layer(X[:, :1], cache=np.zeros((2, 6, 2, 5), "float32"), cache_index=0, **step)
     with pytest.raises(
         ValueError,
-        match=r"`cache_index` must be >= 0 \(the position of the first input\)\. Received: cache_index=-1\.(?!.*longer)",
+        match=r"`cache_index` must be >= 0\. Received: cache_index=-1\.",
     ):
         layer(X[:, :1], cache=cache, cache_index=-1, **step)
     for dtype in ("int32", "bool"):
         with pytest.raises(
             ValueError,
-            match=rf"`cache` must be a floating-point tensor as returned by `init_cache.*Received: cache\.dtype={dtype}",
+            match=rf"`cache.dtype` must be floating-point, as returned by `init_cache.*Received: cache\.dtype='{dtype}'",
         ):
             layer(X[:, :1], cache=keras.ops.cast(cache, dtype), cache_index=0, **step)
-    with pytest.raises(ValueError, match=r"`cache` must have shape .*Received: cache\.shape=list"):
+    with pytest.raises(ValueError, match=r"`cache.shape` must be .*Received: cache\.shape='list'"):
         layer(X[:, :1], cache=[[0.0]], cache_index=0, **step)
     for args, received in (
         ((0, 6), "batch_size=0"),
@@ -240,13 +239,13 @@ def test_cache_errors(kind):
             layer.init_cache(*args)
     with pytest.raises(
         ValueError,
-        match=r"`dtype` must be the layer's compute dtype float32\. Received: dtype='float16'\. For float16",
+        match=r"`dtype` must be the layer's compute dtype float32\. Received: dtype='float16'\.$",
     ):
         layer.init_cache(2, 6, dtype="float16")
     for index in (0, 3):
         with pytest.raises(
             ValueError,
-            match=rf"`cache_index` must be None without a `cache` .*Received: cache_index={index}\. Pass a cache",
+            match=rf"`cache_index` must be None without a cache\. Received: cache_index={index}\.",
         ):
             layer(X, cache_index=index, **step)
 
@@ -296,7 +295,7 @@ def test_cache_errors(kind):
         ),
         (
             lambda: MultiHeadAttention(2, 4, dropout=0.1, seed=1.5),
-            r"^MultiHeadAttention: `seed` must be None or an int \(the seed of the dropout, for reproducible runs\)\. Received: seed=1\.5\.$",
+            r"^MultiHeadAttention: `seed` must be None or an int \(the dropout seed\)\. Received: seed=1\.5\.$",
         ),
         (
             lambda: TransformerEncoder(8, num_heads=2, seed="x"),
@@ -304,7 +303,7 @@ def test_cache_errors(kind):
         ),
         (
             lambda: TransformerDecoder(8, num_heads=2, seed=np.int64(3)),
-            r"Received: seed=np\.int64\(3\)\. It is a numpy\.int64: pass a Python int, e\.g\. `seed=int\(seed\)`\.$",
+            r"Received: seed=np\.int64\(3\)\. Pass a Python int: `seed=int\(seed\)`\.$",
         ),
         (
             lambda: TokenAndPositionEmbedding(10, 8, 6, mask_zero="False"),
@@ -334,10 +333,10 @@ def test_2d_local_attention_errors():
     image = np.ones((2, 3, 4, 8), "float32")
     with pytest.raises(
         ValueError,
-        match=r"expects inputs of shape \(batch, height, width, features\) for block_size=\(2, 2\).*Received inputs of shape \(2, 5, 8\)",
+        match=r"expected ndim=4, found ndim=3\. Full shape received: \(2, 5, 8\)",
     ):
         layer(X)
-    with pytest.raises(ValueError, match=r"none empty.*Received inputs of shape \(2, 0, 4, 8\)"):
+    with pytest.raises(ValueError, match=r"non-empty.*Received: inputs.shape=\(2, 0, 4, 8\)"):
         layer(image[:, :0])
     with pytest.raises(
         ValueError,
@@ -356,7 +355,7 @@ def test_cross_attention_errors():
     query, value = X[:, :4], np.ones((2, 7, 6), "float32")
     with pytest.raises(
         ValueError,
-        match=r"`query\.shape` must be \(batch, length, features\), none empty.*Received: query\.shape=\(4, 8\)",
+        match=r"`query\.shape` must be \(batch, length, features\), non-empty.*Received: query\.shape=\(4, 8\)",
     ):
         layer(query[0], value)
     with pytest.raises(
@@ -364,7 +363,7 @@ def test_cross_attention_errors():
     ):
         layer(query, value[:, None])
     with pytest.raises(
-        ValueError, match=r"`value\.shape` must be .*none empty.*Received: value\.shape=\(2, 0, 6\)"
+        ValueError, match=r"`value\.shape` must be .*non-empty.*Received: value\.shape=\(2, 0, 6\)"
     ):
         layer(query, value[:, :0])
     with pytest.raises(
@@ -374,7 +373,7 @@ def test_cross_attention_errors():
         layer(query, value, key=value[:, :3])
     with pytest.raises(
         ValueError,
-        match=r"one batch size for query and value and key.*'query': \(2, 4, 8\), 'value': \(1, 7, 6\).*one memory per query",
+        match=r"one batch size for query and value and key.*'query': \(2, 4, 8\), 'value': \(1, 7, 6\)",
     ):
         layer(query, value[:1])
     layer(query, value)
@@ -384,7 +383,7 @@ def test_cross_attention_errors():
         layer(query, cache=layer.compute_cache(value[:1]))
     with pytest.raises(
         ValueError,
-        match=r"`cache` must be a floating-point tensor as returned by `compute_cache`\. Received: cache\.dtype=int32",
+        match=r"`cache.dtype` must be floating-point, as returned by `compute_cache`\. Received: cache\.dtype='int32'",
     ):
         layer(query, cache=keras.ops.cast(layer.compute_cache(value), "int32"))
     with pytest.raises(
@@ -405,7 +404,7 @@ def test_cross_attention_errors():
 def test_block_errors(kind):
     with pytest.raises(
         ValueError,
-        match=r"model width 8 is not divisible by num_heads=3.*Pass `key_dim` explicitly",
+        match=r"model width 8 is not divisible by num_heads=3\. Pass `key_dim`",
     ):
         TransformerEncoder(intermediate_dim=8, num_heads=3)(X)
     with pytest.raises(ValueError, match=r"model width 8 is not divisible by num_heads=3"):
@@ -413,17 +412,17 @@ def test_block_errors(kind):
     wide = kinds.self_attention(kind, output_dim=6)
     with pytest.raises(
         ValueError,
-        match=r"widths must agree\. Received output_dim=6 for inputs of shape \(2, 5, 8\)\. Use output_dim=None or 8",
+        match=r"widths must agree\. Received output_dim=6, inputs.shape=\(2, 5, 8\)\. Use output_dim=None",
     ):
         TransformerEncoder(intermediate_dim=8, self_attention=wide)(X)
     encoder = kinds.encoder(kind)
     with pytest.raises(
-        ValueError, match=r"expects inputs of shape \(batch, length, features\).*\(5, 8\)"
+        ValueError, match=r"expected ndim=3, found ndim=2\. Full shape received: \(5, 8\)"
     ):
         encoder(X[0])
     with pytest.raises(ValueError, match=r"`padding_mask` must be boolean.*float32"):
         encoder(X, padding_mask=np.ones((2, 5), "float32"))
-    with pytest.raises(ValueError, match=r"none empty.*Received inputs of shape \(0, 5, 8\)"):
+    with pytest.raises(ValueError, match=r"non-empty.*Received: inputs.shape=\(0, 5, 8\)"):
         encoder(X[:0])
     decoder = kinds.decoder(kind)
     memory = np.ones((2, 7, 6), "float32")
@@ -443,7 +442,7 @@ def test_block_errors(kind):
         decoder(X[:, :1], memory, self_attention_cache=cache, cache_index=0.0)
     with pytest.raises(
         ValueError,
-        match=r"`cache_index` must be None without a `self_attention_cache`\. Received: cache_index=2",
+        match=r"`cache_index` must be None without a `self_attention_cache`\. Received: cache_index=2\.",
     ):
         decoder(X, memory, cache_index=2)
 
@@ -455,7 +454,7 @@ def test_sequence_longer_than_a_learned_position_table():
 
     layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
     ids = np.ones((1, 6), "int32")
-    fix = r"truncate the sequence to `sequence_length` tokens or build the layer with a larger"
+    fix = r"raise `sequence_length`"
     with pytest.raises(
         ValueError,
         match=rf"Positions \(from `start_index`\) must be >= 0 and fit the learned "
@@ -516,7 +515,7 @@ ID_CASES = {
         lambda: TokenAndPositionEmbedding(20, 8, 6, name="tokens"),
         np.array([[3, 20]]),
         r"TokenAndPositionEmbedding tokens: token ids must lie in \[0, 20\), the rows of its table\. "
-        r"Map unknown tokens to an id of the vocabulary.*Received: token ids from",
+        r"Map unknown tokens to known ids\. Received: token ids from",
         ("3", "20"),
     ),
     "negative_token_id": (
@@ -606,7 +605,7 @@ def test_low_resolution_images_must_match_the_rows_they_condition(which):
     # Three images for two sequences failed in the model's Add
     # ("Incompatible shapes: [2,17,16] vs. [3,17,16]"); a layer alone
     # broadcast nothing and failed in a gather.
-    from keras_attn.layers import LowResolutionEmbedding, LowResolutionLogitBias
+    from keras_attn.models.image_transformer import LowResolutionEmbedding, LowResolutionLogitBias
     from tests.test_case import traced
 
     sizes = dict(image_size=4, low_resolution_size=2, channels=1, name="low")

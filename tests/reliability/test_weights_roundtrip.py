@@ -15,6 +15,7 @@ import pytest
 
 from keras_attn import layers as attn
 from keras_attn import models
+from keras_attn.models.image_transformer import PixelEmbedding, PixelPositionEncoding
 from tests import attention_kinds as kinds
 
 RNG = np.random.default_rng(23)
@@ -68,12 +69,12 @@ LAYER_CASES = {
         {},
     ),
     "pixel_embedding": (
-        lambda: attn.PixelEmbedding(7, 8, image_size=(2, 3), channels=2, position="learned"),
+        lambda: PixelEmbedding(7, 8, image_size=(2, 3), channels=2, position="learned"),
         [((9,), "int32")],
         {},
     ),
     "pixel_position_encoding": (
-        lambda: attn.PixelPositionEncoding(image_size=(2, 3), channels=2, position="learned"),
+        lambda: PixelPositionEncoding(image_size=(2, 3), channels=2, position="learned"),
         [((9, 8), "float32")],
         {},
     ),

@@ -4,7 +4,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.layers import SequenceDelay
+from keras_attn.models.image_transformer import SequenceDelay
 from tests.test_case import run_layer_test
 
 

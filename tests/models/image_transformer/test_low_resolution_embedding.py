@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from keras_attn.layers import LowResolutionEmbedding
+from keras_attn.models.image_transformer import LowResolutionEmbedding
 from tests.test_case import run_layer_test
 
 

@@ -15,79 +15,46 @@ from keras_attn.layers.sinusoidal_position_encoding import (
 class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
     """2D position encoding of an image's channel intensities in raster order.
 
-    For a sequence of channel intensities in raster order (pixel by pixel,
-    row by row, the `channels` intensities of a pixel one after the other),
-    position `p` has the coordinates
-
-        row = p // (width * channels),   column_channel = p % (width * channels)
-
-    (`column_channel = column * channels + channel`). As in the Image
-    Transformer, half of the D features encode the row and the other half
-    the column and colour channel, either with sine/cosine functions of the
-    coordinate (Vaswani et al. 2017, section 3.5, sin on even and cos on odd
-    features of each half) or with learned tables, one row per coordinate
-    value. The layer returns the encoding to add to the embeddings, as
-    `SinusoidalPositionEncoding` does.
-
-    With `coordinate_scale` s (sinusoidal only) pixel (row, column) is
-    placed at the coordinates `((row + 0.5) * s - 0.5, (column + 0.5) * s -
-    0.5)` of an s-times finer grid, its centre there. A low-resolution image
-    encoded with s = 4 gets the coordinates of the 32x32 image it was made
-    from, so a super-resolution decoder's query and the encoder keys of the
-    pixel it refines carry nearly the same position features (the dot
-    product of two sinusoid vectors peaks where their positions agree), and
-    cross-attention finds the right low-resolution pixel without learning a
-    change of scale.
-
-    Positions `0 .. height * width * channels` are accepted: a whole image
-    plus one, so that a decoder input shifted right by a start token (whose
-    sampling loop feeds its last sample at position `height * width *
-    channels`) fits. A learned row table repeats its last row there. Other
-    positions are refused with a `ValueError` when the length and
-    `start_index` are known at the call; traced ones are the caller's (the
-    generation loops keep them inside the image).
+    Position `p` has the coordinates `row = p // (width * channels)` and `column_channel =
+    p % (width * channels)`; half of the D features encode each, with sinusoids (sin on even,
+    cos on odd features) or learned tables. Positions `0 .. H * W * C` are accepted (an image
+    behind a start token; a learned row table repeats its last row there). With
+    `coordinate_scale` s (sinusoidal only), pixel (row, column) sits at `((row + 0.5) * s - 0.5,
+    (column + 0.5) * s - 0.5)`: a low-resolution image encoded with the upscaling factor gets
+    the coordinates of the image it was made from (docs/guides/image_transformer.md).
 
     Args:
-        image_size: the image's (height, width), or one int for a square.
-        channels: colour channels per pixel (3 for RGB).
-        position: "sinusoidal" (default; needs D divisible by 4) or
-            "learned" (D even).
-        max_wavelength: longest wavelength of the sinusoids (a finite
-            number >= 1).
-        coordinate_scale: finite positive number s, the distance between pixel
-            centres (see above); 1.0 = plain pixel indices. Sinusoidal
-            positions only. The scaled coordinates must stay below 2**24,
-            where float32 stops telling neighbouring positions apart.
+        image_size: (height, width), or one int.
+        channels: colour channels per pixel.
+        position: "sinusoidal" (D divisible by 4) or "learned" (D even).
+        max_wavelength: longest wavelength of the sinusoids (a finite number >= 1).
+        coordinate_scale: finite positive distance between pixel centres; 1.0 = pixel indices.
+            The scaled coordinates must stay below 2**24.
         embeddings_initializer: initializer of the learned tables.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
         inputs: (B, T, D) embeddings; only the shape is used.
-        start_index: int or int32 scalar, the absolute position of
-            `inputs[:, 0]` (the cache index during decoding). Defaults to 0.
+        start_index: int or int32 scalar, the absolute position of `inputs[:, 0]`.
 
     Returns:
         (B, T, D) encoding in the compute dtype (broadcast over B).
 
     Raises:
-        ValueError: on invalid arguments (a `coordinate_scale` other than 1
-            with learned positions, or one that places a pixel at 2**24 or
-            beyond, among them); inputs not (B, T, D) with D divisible by 4
-            (sinusoidal) or 2 (learned); a `start_index` that is not an
-            integer scalar; known positions outside `0 .. H * W * C`.
+        ValueError: on invalid arguments (a `coordinate_scale` other than 1 with learned
+            positions among them); inputs not (B, T, D) with D divisible by 4 (sinusoidal) or
+            2 (learned); a non-integer `start_index`; known positions outside `0 .. H * W * C`.
 
     Example:
     >>> import keras
-    >>> from keras_attn.layers import PixelPositionEncoding
+    >>> from keras_attn.models.image_transformer import PixelPositionEncoding
     >>> encoding = PixelPositionEncoding(image_size=32, channels=3)
     >>> x = keras.ops.zeros((2, 3072, 64))
     >>> tuple((x + encoding(x)).shape)
     (2, 3072, 64)
 
     Reference:
-        Parmar et al. 2018, "Image Transformer", section 3.1 (d/2 features
-        for the row, d/2 for the column and colour channel; sinusoidal or
-        learned).
+        Parmar et al. 2018, "Image Transformer", section 3.1.
     """
 
     def __init__(
@@ -143,8 +110,7 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     @property
     def max_positions(self):
-        """`num_positions`, under the name `CachedDecoder` checks a
-        generation length against (its position-aware protocol)."""
+        """`num_positions`, under the name `CachedDecoder` reads."""
         return self.num_positions
 
     def _check_width(self, width, name="inputs.shape[-1]"):

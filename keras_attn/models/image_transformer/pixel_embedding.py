@@ -4,78 +4,52 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
-from keras_attn.layers.pixel_position_encoding import PixelPositionEncoding
 from keras_attn.layers.token_embedding import check_ids
+from keras_attn.models.image_transformer.pixel_position_encoding import PixelPositionEncoding
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
     """Channel-specific intensity embeddings plus 2D position encodings.
 
-    The input layer of the Image Transformer. An image is a sequence of
-    channel intensities in raster order (`keras_attn.preprocessing.images`);
-    the id at position `p` is looked up in the embedding table of channel
-    `p % channels` (one table of `vocabulary_size` rows per channel: the
-    paper's "channel-specific set of 256 d-dimensional embedding vectors"),
-    then the `PixelPositionEncoding` of `p` (row; column and channel) is
-    added.
-
-    The table is chosen by the position, not by the id's own channel. For a
-    decoder input shifted right by one (`[start, x_0, x_1, ...]`) the table
-    of position `p` therefore holds the intensities of channel `(p - 1) %
-    channels` (and, in table 0, the start token at position 0): still one
-    table per channel, only their order is rotated, so the same layer serves
-    the shifted decoder input and the unshifted encoder input. Use
-    `vocabulary_size=257` for a decoder input (256 intensities and the start
-    token 256) and 256 for an encoder input.
-
-    Its call takes a `start_index` (the generation engine's protocol for
-    position-aware layers), so `CachedDecoder` passes it the absolute
-    position of each decoding step. It never masks: intensity 0 is a real
-    value.
+    The id at position `p` of a raster sequence of channel intensities is looked up in the table
+    of channel `p % channels`, then the `PixelPositionEncoding` of `p` is added. The table follows
+    the position, so a decoder input shifted right by one uses the tables in rotated order:
+    `vocabulary_size=257` for a decoder input (with the start token 256), 256 for an encoder
+    input. Position-aware (`start_index`) for `keras_attn.generation.CachedDecoder`; never masks.
 
     Args:
         vocabulary_size: ids per channel (positive int).
-        embedding_dim: D (divisible by 4 for sinusoidal positions, by 2 for
-            learned).
-        image_size: (height, width) or one int for a square image.
-        channels: colour channels per pixel (3 for RGB).
-        position: "sinusoidal" (default) or "learned"; see
-            `PixelPositionEncoding`.
+        embedding_dim: D (divisible by 4 for sinusoidal positions, by 2 for learned).
+        image_size: (height, width) or one int.
+        channels: colour channels per pixel.
+        position: "sinusoidal" or "learned" (see `PixelPositionEncoding`).
         scale_token_embeddings: multiply the intensity vectors by √D.
         embeddings_initializer: initializer of the tables.
-        max_wavelength: longest wavelength of sinusoidal positions (a
-            finite number >= 1).
-        coordinate_scale: distance between pixel centres in the position
-            encoding (see `PixelPositionEncoding`; e.g. 4 for an 8x8 image
-            placed on the 32x32 grid it was made from).
+        max_wavelength: longest wavelength of sinusoidal positions (a finite number >= 1).
+        coordinate_scale: distance between pixel centres (see `PixelPositionEncoding`).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
-        inputs: (B, T) integer ids in `[0, vocabulary_size)`, T <= height *
-            width * channels + 1.
-        start_index: int or int32 scalar, absolute position of `inputs[:, 0]`
-            (the cache index during decoding). Defaults to 0.
+        inputs: (B, T) int ids in `[0, vocabulary_size)`, T <= height * width * channels + 1.
+        start_index: int or int32 scalar, the absolute position of `inputs[:, 0]`.
 
     Returns:
-        (B, T, D) embeddings in the compute dtype (no implicit mask).
+        (B, T, D) embeddings in the compute dtype.
 
     Raises:
-        ValueError: on invalid arguments; inputs that are not (B, T); ids
-            outside the table or positions outside the image, known now
-            (see `PixelPositionEncoding`).
+        ValueError: on invalid arguments; inputs not (B, T); ids outside the table or
+            positions outside the image, where known.
 
     Example:
     >>> import keras
-    >>> from keras_attn.layers import PixelEmbedding
+    >>> from keras_attn.models.image_transformer import PixelEmbedding
     >>> embed = PixelEmbedding(257, 64, image_size=32)
     >>> tuple(embed(keras.ops.full((2, 3072), 256, "int32")).shape)
     (2, 3072, 64)
 
     Reference:
-        Parmar et al. 2018, "Image Transformer", section 3.1 (channel
-        intensities as categories with channel-specific embeddings; 2D
-        position encodings).
+        Parmar et al. 2018, "Image Transformer", section 3.1.
     """
 
     def __init__(
@@ -135,14 +109,12 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
 
     @property
     def sequence_length(self):
-        """Positions accepted: height * width * channels + 1, a whole image
-        shifted right by a start token."""
+        """Positions accepted: height * width * channels + 1 (an image behind a start token)."""
         return self.position_encoding.num_positions
 
     @property
     def max_positions(self):
-        """`sequence_length`, under the name `CachedDecoder` checks a
-        generation length against (its position-aware protocol)."""
+        """`sequence_length`, under the name `CachedDecoder` reads."""
         return self.sequence_length
 
     def build(self, inputs_shape=None):

@@ -8,55 +8,36 @@ from keras_attn.layers.arguments_config import ArgumentsConfig
 
 @keras.saving.register_keras_serializable(package="keras_attn")
 class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
-    """The input sequence delayed by a fixed number of positions: what the
-    sequence held `delay` positions back, at every position.
+    """The input sequence delayed by `delay` positions, a causal layer with a cache.
 
-        outputs[:, t] = inputs[:, t - delay]    (t >= delay)
-        outputs[:, t] = fill_value              (t <  delay)
+        outputs[:, t] = inputs[:, t - delay]  (t >= delay),  fill_value  (t < delay)
 
-    A causal layer with a cache, so an autoregressive model can read a
-    token from further back than its input position without attention:
-    the Image Transformer's super resolver reads the red intensity of the
-    pixel to the left (three positions back in raster order, i.e. its
-    decoder input token delayed by 2) to centre its prior on red
-    (`LowResolutionLogitBias(left_intensities=...)`).
-
-    A cached layer in the sense of `keras_attn.generation.CachedDecoder`:
-    `init_cache` gives the last `delay` inputs, (B, delay, ...) filled with
-    `fill_value`, and a call with `cache` and `cache_index` returns the
-    delayed chunk and the new cache, so decoding one position at a time
-    equals the full pass. The cache does not grow with the output.
+    The super resolver reads the pixel to the left (the decoder input delayed by C - 1) and the
+    block sums one position back through it. A cached layer of
+    `keras_attn.generation.CachedDecoder`: the cache holds the last `delay` inputs.
 
     Args:
         delay: positions to delay by, an int >= 1.
-        fill_value: the output at the first `delay` positions (0): a finite
-            real number that the layer's dtype holds (a whole number in
-            range for an integer dtype; at most 65504 in size for float16).
-        **kwargs: base `keras.layers.Layer` arguments (for integer tokens,
-            pass `dtype="int32"`: the fill and the cache take that dtype).
+        fill_value: the output at the first `delay` positions: a finite number the layer's dtype
+            holds.
+        **kwargs: base `keras.layers.Layer` arguments (`dtype="int32"` for integer tokens).
 
     Call arguments:
-        inputs: (B, T, ...) tensor of any dtype, positions
-            `cache_index .. cache_index + T - 1`.
-        cache: None, or the (B, delay, ...) inputs before them, from
-            `init_cache` or the previous call.
-        cache_index: int or int32 scalar, the absolute position of
-            `inputs[:, 0]` (the cache protocol; the cache already holds what
-            came before, so it is not read). Defaults to 0.
+        inputs: (B, T, ...) tensor of any dtype, positions `cache_index ...`.
+        cache: None, or the (B, delay, ...) inputs before them, from `init_cache` or the last
+            call.
+        cache_index: the absolute position of `inputs[:, 0]` (the cache protocol; not read).
 
     Returns:
-        (B, T, ...) delayed inputs, in the inputs' dtype; with a cache,
-        `(outputs, new_cache)`.
+        (B, T, ...) delayed inputs in their dtype; with a cache, `(outputs, new_cache)`.
 
     Raises:
-        ValueError: on a `delay` that is not an int >= 1, a `fill_value`
-            that is not a finite number the layer's dtype holds, inputs of
-            rank < 2, or a cache whose static shape is not (B, delay, ...)
-            for the inputs.
+        ValueError: on a `delay` that is not an int >= 1, a `fill_value` the dtype does not
+            hold, inputs of rank < 2, a cache whose static shape is not (B, delay, ...).
 
     Example:
     >>> import keras
-    >>> from keras_attn.layers import SequenceDelay
+    >>> from keras_attn.models.image_transformer import SequenceDelay
     >>> delay = SequenceDelay(delay=2, fill_value=-1, dtype="int32")
     >>> tokens = keras.ops.array([[5, 6, 7, 8]], "int32")
     >>> keras.ops.convert_to_numpy(delay(tokens)).tolist()
@@ -81,8 +62,8 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
             and ("int" not in dtype or held == fill_value),
             "fill_value",
             fill_value,
-            "a finite real "
-            f"number that the layer's dtype {dtype} holds (whole and in range for integers)",
+            f"a finite real number that the layer's dtype {dtype} holds (whole and in range for "
+            "integers)",
         )
         self.delay = delay
         self.fill_value = fill_value
@@ -94,8 +75,7 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
             self._feature_shape = tuple(inputs_shape[2:])
 
     def init_cache(self, batch_size, max_length=None):
-        """(B, delay, ...) `fill_value`: nothing seen yet. `max_length` is
-        accepted for the cache protocol; the cache does not grow with it."""
+        """(B, delay, ...) `fill_value`; `max_length` is accepted for the cache protocol."""
         shape = (batch_size, self.delay) + (self._feature_shape or ())
         return ops.full(shape, self.fill_value, self.compute_dtype)
 

@@ -15,6 +15,7 @@ SAMPLE = os.path.join(
     os.path.dirname(__file__),
     "..",
     "..",
+    "..",
     "examples",
     "super_resolution",
     "data",

@@ -1,10 +1,7 @@
-"""Where a high-resolution raster position sits on the low-resolution image.
+"""Internal: where a high-resolution raster position sits on the low-resolution image.
 
-The geometry shared by `LowResolutionEmbedding`, `LowResolutionLogitBias`
-and `LowResolutionBlockSums` (one home): the low-resolution intensity at
-each position of a high-resolution raster sequence of channel intensities
-(`keras_attn.preprocessing.images` layout), by the covering pixel
-("nearest") or by bicubic upsampling. Internal; not a layer.
+The geometry shared by the `LowResolution*` layers; the formulas are derived in
+docs/guides/image_transformer.md.
 """
 
 import numpy as np
@@ -13,8 +10,7 @@ from keras import ops
 from keras_attn.checks import check_image_size, check_sizes, require, static_shape_mismatch
 
 INTERPOLATIONS = ("nearest", "bicubic")
-# How much of the left pixel's residual the first channel's prior centre
-# follows (`LowResolutionRaster.left_residual_values`; measured on CIFAR-10).
+# How much of the left pixel's residual the prior centre follows (measured on CIFAR-10).
 LEFT_RESIDUAL_WEIGHT = 0.75
 
 
@@ -22,16 +18,13 @@ class LowResolutionRaster:
     """Low-resolution intensities at high-resolution raster positions.
 
     Args:
-        image_size: high-resolution (height, width), or one int.
-        low_resolution_size: low-resolution (height, width), or one int;
-            each side must divide the high-resolution one.
-        channels: colour channels per pixel.
-        num_intensities: intensity values per channel.
+        image_size, low_resolution_size: (height, width) or one int; the second divides the first.
+        channels, num_intensities: colour channels per pixel, intensity values per channel.
         interpolation: "nearest" or "bicubic".
 
     Raises:
-        ValueError: on non-positive sizes, a low-resolution side that does
-            not divide the high-resolution one, an unknown `interpolation`.
+        ValueError: on non-positive sizes, a low-resolution side that does not divide the
+            high-resolution one, an unknown `interpolation` (the layers' constructor checks).
     """
 
     def __init__(self, image_size, low_resolution_size, channels, num_intensities, interpolation):
@@ -54,8 +47,7 @@ class LowResolutionRaster:
         self.channels = channels
         self.num_intensities = num_intensities
         self.interpolation = interpolation
-        # Fixed weights of the bicubic upsampling, made once (not state: they
-        # follow from the sizes).
+        # Fixed weights of the bicubic upsampling (not state: they follow from the sizes).
         self._bicubic_matrices = tuple(
             _bicubic_weights(small, big).astype("float32")
             for small, big in zip(self.low_resolution_size, self.image_size)
@@ -67,16 +59,12 @@ class LowResolutionRaster:
         return self.image_size[0] * self.image_size[1] * self.channels
 
     def positions(self, length, start_index=0):
-        """(length,) int32 absolute positions from `start_index`; the
-        positions past the image's last intensity repeat the last one."""
+        """(length,) int32 positions from `start_index`; past the image, the last one."""
         positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
         return ops.minimum(positions, self.num_positions - 1)
 
     def check_batch(self, low_resolution, reference, reference_name):
-        """Refuses, where static, a `low_resolution` input that is not
-        (B, h * w * C) for the batch B of `reference` (the model's inputs
-        meet first in this layer: another batch failed in a gather or an
-        `Add`)."""
+        """Refuses, where static, a `low_resolution` that is not (B, h * w * C) for `reference`."""
         (low_height, low_width), shape = self.low_resolution_size, tuple(low_resolution.shape)
         wanted = (reference.shape[0], low_height * low_width * self.channels)
         require(
@@ -88,11 +76,9 @@ class LowResolutionRaster:
         )
 
     def values(self, low_resolution, positions):
-        """(B, h*w*C) low-resolution raster, (T,) positions -> (B, T) int32
-        low-resolution intensities there (same channel)."""
+        """(B, h*w*C) raster, (T,) positions -> (B, T) int32 low-resolution intensities there."""
         if self.interpolation == "nearest":
-            # Gather straight from the low-resolution raster: a decoding step
-            # then reads one value instead of upsampling the whole image.
+            # A decoding step then reads one value instead of upsampling the image.
             return ops.take(
                 ops.cast(low_resolution, "int32"), self.covering_index(positions), axis=1
             )
@@ -109,23 +95,13 @@ class LowResolutionRaster:
         left_intensities=None,
         previous_block_sums=None,
     ):
-        """(B, h*w*C) low-resolution raster -> (B, length) int32 ids
-        `channel * num_intensities + value` of positions `start_index ..
-        start_index + length - 1`: the row of a per-channel table (C * N
-        rows) that both low-resolution layers look up. With `block_sums`
-        ((B, length) float), the value is `consistent_values` (its
-        correction capped at `max_correction` levels), or with
-        `left_intensities` too ((B, length) int) `left_residual_values`;
-        with `previous_intensities`
-        ((B, length) int), a pixel's second and later channels take
-        `previous_channel_values` instead, or with `block_sums` and
-        `previous_block_sums` ((B, length) float, the block sums one position
-        back) `previous_channel_consistent_values`."""
+        """(B, h*w*C) raster -> (B, length) int32 rows `channel * N + value` of a per-channel
+        table, at positions `start_index ...`. The optional (B, length) inputs pick the value
+        as `LowResolutionLogitBias` documents them."""
         positions = self.positions(length, start_index)
         upsampled = None
         if block_sums is not None or (previous_intensities is not None and self.channels > 1):
-            # Every correction reads the same float image: build it once (a
-            # decoding step calls this for every new intensity).
+            # Every correction reads the same float image: build it once.
             upsampled = self._float_image(low_resolution)
         if block_sums is None:
             values = self.values(low_resolution, positions)
@@ -167,8 +143,7 @@ class LowResolutionRaster:
         return (height // low_height) * (width // low_width)
 
     def order_in_block(self, positions):
-        """(T,) positions -> (T,) int32 how many pixels of the same block
-        come before each in raster order (0 .. block_area - 1)."""
+        """(T,) positions -> (T,) int32 pixels of the same block before each (raster order)."""
         height, width = self.image_size
         low_height, low_width = self.low_resolution_size
         pixel = positions // self.channels
@@ -179,45 +154,19 @@ class LowResolutionRaster:
     def consistent_values(
         self, low_resolution, positions, block_sums, max_correction=None, upsampled=None
     ):
-        """The interpolated value at each position, corrected so that its
-        block averages to the low-resolution value given what was generated.
+        """(B, T) int32 interpolated values corrected so each block averages to its input value:
+        `b[p] + (a * L - s - sum(b)) / r`, the block's deficit spread over its `r` pixels left.
 
-        With `a` = block_area pixels per block (one channel), `k` of them
-        already generated with sum `s`, the low-resolution value `L` and the
-        interpolated values `b` (bicubic, or `L` for nearest) of the pixels
-        from this one to the block's end (`r = a - k` of them, this one
-        included):
-
-            value = b_this + (a * L - s - sum(b)) / r
-
-        i.e. the block's remaining deficit spread evenly over the pixels
-        still to come (for the first pixel, about the bicubic value; for
-        the last, exactly what makes the block average L).
-
-        Args:
-            low_resolution: (B, h*w*C) int low-resolution raster.
-            positions: (T,) int32 high-resolution positions.
-            block_sums: (B, T) float sum `s` of the intensities generated
-                before each position in its block and channel
-                (`LowResolutionBlockSums`).
-            max_correction: None, or a bound in intensity levels on the
-                correction `(a * L - s - sum(b)) / r`: a block whose first
-                pixels went far off is then pulled back over its remaining
-                pixels without driving any single one to an extreme.
-            upsampled: None, or the (B, H*W*C) float bicubic image of
-                `low_resolution` (`rounded=False`), when the caller has it.
-
-        Returns:
-            (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
+        `block_sums` (B, T) float is `s`, the block's sum before each position
+        (`LowResolutionBlockSums`); `max_correction` bounds the correction; `upsampled` is the
+        (B, H*W*C) float bicubic image when the caller has it.
         """
         upsampled = self._float_image(low_resolution, upsampled)
         value = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
         return self._intensities(value)
 
     def _float_image(self, low_resolution, upsampled=None):
-        """The (B, H*W*C) float bicubic image the corrections read
-        (`upsampled` when given; None for nearest, which reads the
-        low-resolution raster)."""
+        """The (B, H*W*C) float bicubic image (`upsampled` when given; None for nearest)."""
         if upsampled is None and self.interpolation == "bicubic":
             upsampled = self._upsampled(low_resolution, rounded=False)
         return upsampled
@@ -227,8 +176,7 @@ class LowResolutionRaster:
         return ops.cast(ops.clip(ops.round(value), 0, self.num_intensities - 1), "int32")
 
     def _interpolated(self, low_resolution, positions, upsampled):
-        """(B, T) float interpolated values at `positions` (the covering
-        value for nearest)."""
+        """(B, T) float interpolated values at `positions` (the covering value for nearest)."""
         if self.interpolation == "nearest":
             return ops.take(
                 ops.cast(low_resolution, "float32"), self.covering_index(positions), axis=1
@@ -240,7 +188,7 @@ class LowResolutionRaster:
         low = ops.take(ops.cast(low_resolution, "float32"), self.covering_index(positions), axis=1)
         pixels_left = ops.cast(self.block_area - self.order_in_block(positions), "float32")
         if self.interpolation == "nearest":
-            # Every pixel of the block interpolates to L: no image to build.
+            # Every pixel of the block interpolates to L.
             interpolated, remaining = low, low * pixels_left[None, :]
         else:
             remaining = ops.take(self._remaining_sums(upsampled), positions, axis=1)
@@ -260,36 +208,9 @@ class LowResolutionRaster:
         max_correction=None,
         upsampled=None,
     ):
-        """The consistent value plus `LEFT_RESIDUAL_WEIGHT` times the
-        residual of the same channel of the pixel to the left:
-
-            value = c[p] + 0.75 * (x[p - C] - c[p - C])
-
-        with `c` the (unrounded) `consistent_values` and `C` channels. The
-        left pixel's own consistent value needs the block sum before it:
-        in the same block that is `s[p] - x[p - C]`; across a block's left
-        edge the sum is not at hand and the residual counts from the
-        interpolated value there instead (`x[p - C] - b[p - C]`). A pixel in
-        the image's first column has no left neighbour and keeps `c[p]`.
-        Neighbouring pixels of natural images deviate from a smooth
-        upsampling together: on 3,000 CIFAR-10 training images the entropy
-        of red's offsets falls from 5.93 bits (from `c`) to 5.48 bits (from
-        this value; 5.47 with the left sum at every edge). Weight 0.75
-        measured there (5.55 at 0.5, 5.54 at 1.0).
-
-        Args:
-            low_resolution: (B, h*w*C) int low-resolution raster.
-            positions: (T,) int32 high-resolution positions.
-            block_sums: (B, T) float, as for `consistent_values`.
-            left_intensities: (B, T) int intensity at `positions - C`, the
-                same channel of the pixel to the left (`SequenceDelay` of
-                the decoder input by C - 1); read only where a left
-                neighbour exists.
-            max_correction: as for `consistent_values`, for both pixels.
-            upsampled: None, or the (B, H*W*C) float bicubic image.
-
-        Returns:
-            (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
+        """(B, T) int32 `c[p] + 0.75 * (x[p - C] - c[p - C])`: the consistent value plus the
+        left pixel's residual (from its interpolated value across a block's left edge; none in
+        the first column). `left_intensities` (B, T) int is `x[p - C]`.
         """
         upsampled = self._float_image(low_resolution, upsampled)
         here = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
@@ -313,28 +234,8 @@ class LowResolutionRaster:
     def previous_channel_values(
         self, low_resolution, positions, previous_intensities, upsampled=None
     ):
-        """The interpolated value at each position plus the residual of the
-        position before it (generated minus interpolated there):
-
-            value = b[p] + (x[p - 1] - b[p - 1])
-
-        For a pixel's second and later channels, `p - 1` is the same pixel's
-        previous channel, and colours of natural images move together: on
-        3,000 CIFAR-10 training images the offsets of green and blue from
-        this value have an entropy of 3.2 and 3.4 bits, against 6.1 from
-        the bicubic value alone.
-
-        Args:
-            low_resolution: (B, h*w*C) int low-resolution raster.
-            positions: (T,) int32 high-resolution positions.
-            previous_intensities: (B, T) int intensities at `positions - 1`
-                (the decoder's input tokens; ids past N - 1, the start
-                token, are clipped and should not be used).
-            upsampled: None, or the (B, H*W*C) float bicubic image of
-                `low_resolution` (`rounded=False`), when the caller has it.
-
-        Returns:
-            (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
+        """(B, T) int32 `b[p] + (x[p - 1] - b[p - 1])`: the interpolated value plus the residual
+        of the previous position. `previous_intensities` (B, T) int is `x[p - 1]`.
         """
         upsampled = self._float_image(low_resolution, upsampled)
         before = ops.maximum(positions - 1, 0)
@@ -353,32 +254,9 @@ class LowResolutionRaster:
         max_correction=None,
         upsampled=None,
     ):
-        """The consistent value at each position plus the residual of the
-        position before it from *its* consistent value:
-
-            value = c[p] + (x[p - 1] - c[p - 1])
-
-        Like `previous_channel_values`, a pixel's second and later channels
-        follow the channel before them, but each keeps its own block at its
-        input's average (`previous_channel_values` counts both from the
-        interpolated value, so only the first channel's correction steers
-        the block). On 3,000 CIFAR-10 training images the offsets of green
-        and blue from this value have an entropy of 3.43 and 3.59 bits
-        (3.25 and 3.48 from `previous_channel_values`).
-
-        Args:
-            low_resolution: (B, h*w*C) int low-resolution raster.
-            positions: (T,) int32 high-resolution positions.
-            block_sums: (B, T) float block sums at `positions`, as for
-                `consistent_values`.
-            previous_intensities: (B, T) int intensities at `positions - 1`.
-            previous_block_sums: (B, T) float block sums at `positions - 1`
-                (`SequenceDelay` of `block_sums` by one).
-            max_correction: as for `consistent_values`, for both.
-            upsampled: None, or the (B, H*W*C) float bicubic image.
-
-        Returns:
-            (B, T) int32 intensities, rounded and clipped to 0 .. N - 1.
+        """(B, T) int32 `c[p] + (x[p - 1] - c[p - 1])`: the consistent value plus the previous
+        position's residual from its own consistent value (block sums there:
+        `previous_block_sums`).
         """
         upsampled = self._float_image(low_resolution, upsampled)
         here = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
@@ -390,9 +268,7 @@ class LowResolutionRaster:
         return self._intensities(here + previous - there)
 
     def _remaining_sums(self, raster):
-        """(B, H*W*C) float raster -> (B, H*W*C): at each position, the sum
-        of its block's values (same channel) from it to the block's end in
-        raster order."""
+        """(B, H*W*C) float -> (B, H*W*C): the sum of its block's values from each position on."""
         height, width = self.image_size
         low_height, low_width = self.low_resolution_size
         fy, fx = height // low_height, width // low_width
@@ -406,9 +282,7 @@ class LowResolutionRaster:
         return ops.reshape(ops.transpose(x, (0, 1, 4, 2, 5, 3)), (-1, self.num_positions))
 
     def covering_index(self, positions):
-        """(T,) high-resolution raster positions -> (T,) int32 raster index
-        of the same channel of the low-resolution pixel covering each (the
-        block it was averaged from)."""
+        """(T,) positions -> (T,) int32 raster index of the covering low-resolution intensity."""
         height, width = self.image_size
         low_height, low_width = self.low_resolution_size
         pixel, channel = positions // self.channels, positions % self.channels
@@ -417,16 +291,9 @@ class LowResolutionRaster:
         return low_pixel * self.channels + channel
 
     def _upsampled(self, low_resolution, rounded=True):
-        """(B, h*w*C) low-resolution raster -> (B, H*W*C) int32 raster of
-        its bicubic upsampling (float32, clipped but not rounded, with
-        `rounded=False`).
-
-        Bicubic upsampling is linear: one (H, h) and one (W, w) matrix of
-        cubic-convolution weights, applied with an einsum. That equals
-        `tf.image.resize(..., "bicubic")` (tested), runs under XLA, where
-        TensorFlow's bicubic resize has no kernel, and is the same on
-        every backend.
-        """
+        """(B, h*w*C) -> (B, H*W*C) int32 bicubic upsampling (float32 unrounded with
+        `rounded=False`): two matrices of cubic weights in an einsum, equal to
+        `tf.image.resize(..., "bicubic")` and compiled by XLA on every backend."""
         low_height, low_width = self.low_resolution_size
         image = ops.reshape(low_resolution, (-1, low_height, low_width, self.channels))
         rows, columns = self._bicubic_matrices
@@ -438,13 +305,7 @@ class LowResolutionRaster:
 
 
 class RasterGeometry:
-    """Mixin for the layers that hold a `LowResolutionRaster` as `self.raster`.
-
-    Their `image_size`, `low_resolution_size`, `channels`, `num_intensities`,
-    `interpolation` and `num_positions` are the raster's, read from it (one
-    home: the raster checks and normalizes them once). `ArgumentsConfig`
-    reads the config from these attributes like any other.
-    """
+    """Mixin: the sizes of a layer that holds a `LowResolutionRaster` as `self.raster`."""
 
     image_size = property(
         lambda self: self.raster.image_size, doc="(height, width) of the high-resolution image."
@@ -465,10 +326,8 @@ class RasterGeometry:
 
 
 def _bicubic_weights(size_in, size_out):
-    """(size_out, size_in) weights of 1D bicubic upsampling: Keys' cubic
-    convolution (a = -0.5), half-pixel centres, taps outside the image
-    dropped and the rest renormalised (TensorFlow's `resize_bicubic` with
-    `half_pixel_centers=True`)."""
+    """(size_out, size_in) 1D bicubic weights: Keys' cubic (a = -0.5), half-pixel centres,
+    outside taps dropped and the rest renormalised (TensorFlow's `resize_bicubic`)."""
 
     def cubic(x):
         x = abs(x)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from keras_attn.layers import LowResolutionBlockSums
+from keras_attn.models.image_transformer import LowResolutionBlockSums
 from tests.test_case import run_layer_test
 
 # A 4x6 RGB image over a 2x3 one: blocks of 2x2 pixels, 72 intensities.

@@ -1,0 +1,142 @@
+import keras
+import numpy as np
+from keras import ops
+
+from keras_attn import checks
+from keras_attn.layers.arguments_config import ArgumentsConfig
+from keras_attn.models.image_transformer.low_resolution_raster import (
+    LowResolutionRaster,
+    RasterGeometry,
+)
+
+
+@keras.saving.register_keras_serializable(package="keras_attn")
+class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer):
+    """Adds a learned log-prior over each intensity's offset from the low-resolution value.
+
+    `logits[b, t, k] += offset_bias[channel(t), k - value[b, t] + N - 1]`; the optional call
+    inputs move `value` (docs/guides/image_transformer.md).
+
+    Args:
+        image_size: high-resolution (height, width), or one int.
+        low_resolution_size: low-resolution (height, width) or one int; divides `image_size`.
+        channels: colour channels per pixel.
+        num_intensities: N, intensity values per channel.
+        interpolation: "bicubic" or "nearest": where the offsets count from.
+        prior_scale: b > 0, the initial Laplace scale in intensity levels, or None.
+        bias_initializer: initializer of the (channels, 2N - 1) weights when `prior_scale` is None.
+        max_correction: None, or a bound > 0 on the per-pixel consistency correction.
+        **kwargs: base `keras.layers.Layer` arguments (the builder passes `dtype="float32"`).
+
+    Call arguments:
+        logits: (B, T, N) float logits at positions `start_index ...` (T <= H * W * C + 1).
+        low_resolution: (B, h * w * C) int intensities, the low-resolution raster sequence.
+        start_index: int or int32 scalar, the absolute position of `logits[:, 0]`.
+        block_sums: optional (B, T) float from `LowResolutionBlockSums`.
+        previous_intensities: optional (B, T) int, the intensity one position back.
+        left_intensities: optional (B, T) int, with `block_sums`: the pixel to the left.
+        previous_block_sums: optional (B, T) float, the block sums one position back.
+
+    Returns:
+        (B, T, N) logits plus the offset bias, in the logits' dtype.
+
+    Raises:
+        ValueError: for bad sizes, `interpolation`, `prior_scale`, `max_correction` or inputs.
+
+    Example:
+    >>> import keras
+    >>> from keras_attn.models.image_transformer import LowResolutionLogitBias
+    >>> bias = LowResolutionLogitBias(image_size=8, low_resolution_size=2)
+    >>> logits = keras.ops.zeros((2, 192, 256))
+    >>> low = keras.ops.full((2, 12), 100, "int32")
+    >>> tuple(bias(logits, low).shape)
+    (2, 192, 256)
+
+    Reference:
+        After Dahl et al. 2017, "Pixel Recursive Super Resolution"; Parmar et al. 2018, 5.2.
+    """
+
+    def __init__(
+        self,
+        image_size,
+        low_resolution_size,
+        channels=3,
+        num_intensities=256,
+        interpolation="bicubic",
+        prior_scale=None,
+        bias_initializer="zeros",
+        max_correction=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.raster = LowResolutionRaster(
+            image_size, low_resolution_size, channels, num_intensities, interpolation
+        )
+        # Every call gathers a (C * N, N) float32 table from an (N, N) int32 offset matrix.
+        checks.require(
+            4 * num_intensities**2 * (channels + 1) <= 2**31,
+            "num_intensities",
+            num_intensities,
+            f"small enough for a bias table of at most 2 GiB (4 * N^2 * (channels + 1) bytes, "
+            f"channels={channels})",
+            "Use 8-bit intensities (num_intensities=256).",
+        )
+        for name, value in (("prior_scale", prior_scale), ("max_correction", max_correction)):
+            checks.require(
+                value is None or checks.is_number(value) and value > 0,
+                name,
+                value,
+                "a number > 0 (in intensity levels) or None",
+            )
+        self.input_spec = keras.layers.InputSpec(ndim=3, axes={-1: num_intensities})
+        self.prior_scale = prior_scale
+        self.max_correction = max_correction
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        # offsets[v, k] = k - v + N - 1: row v of the bias table, made once.
+        n = num_intensities
+        self._offsets = (np.arange(n)[None, :] - np.arange(n)[:, None] + n - 1).astype("int32")
+
+    def build(self, logits_shape=None, low_resolution_shape=None):
+        self.offset_bias = self.add_weight(
+            name="offset_bias",
+            shape=(self.channels, 2 * self.num_intensities - 1),
+            initializer=self.bias_initializer
+            if self.prior_scale is None
+            else self._laplace_log_prior,
+        )
+        self.built = True
+
+    def _laplace_log_prior(self, shape, dtype=None):
+        offsets = np.arange(shape[1]) - (self.num_intensities - 1)
+        prior = np.broadcast_to(-np.abs(offsets) / self.prior_scale, shape)
+        return ops.convert_to_tensor(prior, dtype=dtype or "float32")
+
+    def call(
+        self,
+        logits,
+        low_resolution,
+        start_index=0,
+        block_sums=None,
+        previous_intensities=None,
+        left_intensities=None,
+        previous_block_sums=None,
+    ):
+        self.raster.check_batch(low_resolution, logits, "logits")
+        # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
+        # one row gather per position (its gradient is a row scatter-add).
+        table = ops.take(self.offset_bias, self._offsets, axis=1)
+        table = ops.reshape(table, (self.channels * self.num_intensities, self.num_intensities))
+        ids = self.raster.channel_value_ids(
+            low_resolution,
+            ops.shape(logits)[1],
+            start_index,
+            block_sums,
+            previous_intensities,
+            self.max_correction,
+            left_intensities,
+            previous_block_sums,
+        )
+        return logits + ops.cast(ops.take(table, ids, axis=0), logits.dtype)
+
+    def compute_output_shape(self, logits_shape, low_resolution_shape=None, *args, **kwargs):
+        return tuple(logits_shape)
