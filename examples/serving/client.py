@@ -5,6 +5,7 @@
     python examples/serving/client.py translate-tokens --sentencepiece-model tokenizer.model "Ein Hund."
     python examples/serving/client.py super-resolve photo.png --output big.png --temperature 0.9 --seed 1
     python examples/serving/client.py generate-music --primer 1 --num-steps 64 --top-p 0.95 --seed 7
+    python examples/serving/client.py --grpc localhost:8500 stream-music --primer 1 --num-steps 64
 
 As a library (from this folder, or with it on `sys.path`):
 
@@ -69,6 +70,19 @@ _SAMPLE_MUSIC = Signature(
     },
     outputs={"events": Spec("int32", (None, None))},
 )
+# The streaming signatures: the request, then the loop's state (README.md, "Streaming").
+_STREAM_STATE = {
+    "events": Spec("int32", (None, 1)),
+    "cache": Spec("float32", (None, None, None)),  # (B, position, C): C fixed by the model
+    "finished": Spec("bool", (None,)),
+}
+_STREAM_OUTPUTS = Signature(
+    inputs=_SAMPLE_MUSIC.inputs,
+    outputs={**_STREAM_STATE, "position": Spec("int32", ()), "done": Spec("bool", ())},
+)
+_STEP_MUSIC = Signature(
+    inputs={**_SAMPLE_MUSIC.inputs, **_STREAM_STATE}, outputs=_STREAM_OUTPUTS.outputs
+)
 _IMAGE = Spec("uint8", (None, None, None, 3))
 
 # Model kind -> signature name -> Signature. The kinds are the default model
@@ -99,7 +113,12 @@ SIGNATURES = {
         ),
     },
     # export_music_generator(...)
-    "music_generator": {"serving_default": _SAMPLE_MUSIC, "generate": _SAMPLE_MUSIC},
+    "music_generator": {
+        "serving_default": _SAMPLE_MUSIC,
+        "generate": _SAMPLE_MUSIC,
+        "prefill": _STREAM_OUTPUTS,
+        "step": _STEP_MUSIC,
+    },
 }
 
 
@@ -713,6 +732,54 @@ def generate_music(primer, num_steps, temperature=1.0, top_k=0, top_p=1.0, seed=
     return [[int(e) for e in row if e != MUSIC_PAD_ID] for row in events]
 
 
+def stream_music(
+    primer, num_steps, temperature=1.0, top_k=0, top_p=1.0, seed=0, predict_fn=None, **connection
+):
+    """Events as the served `music_generator` samples them: `prefill`, then one `step` each.
+
+    The loop's state (the caches so far) goes back and forth with every call; the events equal
+    `generate_music`'s for the same arguments. Stop iterating to stop generating.
+
+    Args:
+        primer, num_steps, temperature, top_k, top_p, seed: as `music_generator_inputs`.
+        predict_fn: optional `(signature_name, inputs) -> outputs`; default `predict` over
+            REST or gRPC with `connection`.
+
+    Yields:
+        `(position, events)`: a position and each row's event there (0: the row has ended).
+    """
+    request = music_generator_inputs(primer, num_steps, temperature, top_k, top_p, seed)
+    if predict_fn is None:
+
+        def predict_fn(signature_name, inputs):
+            return predict("music_generator", inputs, signature_name, **connection)
+
+    width = request["primer"].shape[1] + int(num_steps)
+    out = predict_fn("prefill", request)
+    while True:
+        position = int(out["position"])
+        if position < width:  # past the request's width: padding only
+            yield position, [int(e) for e in out["events"][:, 0]]
+        if out["done"]:
+            return
+        state = {name: out[name] for name in _STREAM_STATE}
+        out = predict_fn("step", make_inputs("music_generator", "step", **request, **state))
+
+
+def _streamed_rows(primer, stream, on_events=None):
+    """The rows of `generate_music` built from `stream_music`'s events, as they come."""
+    rows = {}
+    for position, events in stream:
+        if on_events is not None:
+            on_events(position, events)
+        rows[position] = events
+    out = []
+    for b, row in enumerate(primer):
+        events = list(row) + [rows[p][b] for p in sorted(rows) if p >= len(row)]
+        out.append([int(e) for e in events if e != MUSIC_PAD_ID])
+    return out
+
+
 # ---------------------------------------------------------------- CLI
 
 
@@ -844,18 +911,22 @@ def main(argv=None):
     images.add_argument("--top-k", type=top_k, help="sample among the k most likely intensities")
     images.add_argument("--top-p", type=top_p, help="nucleus mass in (0, 1]")
 
-    music = commands.add_parser("generate-music", help="continue a primer of event ids")
-    music.add_argument(
-        "--primer",
-        type=_primer,
-        default=[[MUSIC_START_ID]],
-        help="comma-separated event ids starting with 1; ';' between rows",
-    )
-    music.add_argument("--num-steps", type=_bounded(int, "an int >= 0", low=0), default=128)
-    music.add_argument("--temperature", type=temperature, default=1.0)
-    music.add_argument("--top-k", type=top_k, default=0)
-    music.add_argument("--top-p", type=top_p, default=1.0)
-    music.add_argument("--seed", type=int, default=0)
+    for command, summary in (
+        ("generate-music", "continue a primer of event ids"),
+        ("stream-music", "the same, printing each position's events as they are sampled"),
+    ):
+        music = commands.add_parser(command, help=summary)
+        music.add_argument(
+            "--primer",
+            type=_primer,
+            default=[[MUSIC_START_ID]],
+            help="comma-separated event ids starting with 1; ';' between rows",
+        )
+        music.add_argument("--num-steps", type=_bounded(int, "an int >= 0", low=0), default=128)
+        music.add_argument("--temperature", type=temperature, default=1.0)
+        music.add_argument("--top-k", type=top_k, default=0)
+        music.add_argument("--top-p", type=top_p, default=1.0)
+        music.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.grpc and not args.verbose:
         _import_tensorflow_quietly()
@@ -897,15 +968,16 @@ def main(argv=None):
                 Image.fromarray(image).save(path)
                 print(f"wrote {path} {image.shape}")
         else:
-            rows = generate_music(
-                args.primer,
-                args.num_steps,
-                args.temperature,
-                args.top_k,
-                args.top_p,
-                args.seed,
-                **connection,
-            )
+            music_args = (args.primer, args.num_steps, args.temperature, args.top_k, args.top_p)
+            if args.command == "generate-music":
+                rows = generate_music(*music_args, args.seed, **connection)
+            else:
+
+                def show(position, events):
+                    print(json.dumps({"position": position, "events": events}), flush=True)
+
+                stream = stream_music(*music_args, args.seed, **connection)
+                rows = _streamed_rows(args.primer, stream, show)
             for row in rows:
                 print(json.dumps(row))
     except (ServingError, ValueError, OSError) as error:  # OSError: a local file or folder

@@ -70,20 +70,10 @@ def sample(
     top_k = None if top_k is None else arguments.check_control("top_k", top_k)
     top_p = None if top_p is None else arguments.check_control("top_p", top_p)
     arguments.check_seed(seed)
-    key = arguments.check_seed_rows(_seed_key(seed), prompt)
+    key = arguments.check_seed_rows(seed_key(seed), prompt)
 
     def choose(logits, position):
-        # Largest logit 0 first: a tiny temperature sends the others to -inf, not to +inf
-        # (where argmax would pick the first inf); below float32's smallest normal number a
-        # temperature would flush to 0 (0 / 0).
-        logits = logits - ops.max(logits, axis=-1, keepdims=True)
-        logits = logits / ops.maximum(ops.cast(temperature, "float32"), _SMALLEST_NORMAL)
-        if top_k is not None:
-            logits = _top_k(logits, top_k)
-        if top_p is not None:
-            logits = _top_p(logits, top_p)
-        noise = gumbel_noise(key, position, ops.shape(logits))
-        return ops.argmax(logits + noise, axis=-1)
+        return choose_token(logits, position, temperature, key, top_k, top_p)
 
     return decoding.token_loop(
         model,
@@ -96,6 +86,21 @@ def sample(
         inputs,
         suppressed_token_ids,
     )
+
+
+def choose_token(logits, position, temperature, key, top_k=None, top_p=None):
+    """The (B,) token `sample` draws at `position` from `logits` (B, V) float32, for checked
+    controls (numbers or scalar tensors; None: no filter) and `key` (R, 2) from `seed_key`."""
+    # Largest logit 0 first: a tiny temperature sends the others to -inf, not to +inf (where
+    # argmax would pick the first inf); below float32's smallest normal number a temperature
+    # would flush to 0 (0 / 0).
+    logits = logits - ops.max(logits, axis=-1, keepdims=True)
+    logits = logits / ops.maximum(ops.cast(temperature, "float32"), _SMALLEST_NORMAL)
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return ops.argmax(logits + gumbel_noise(key, position, ops.shape(logits)), axis=-1)
 
 
 def top_k_filter(logits, k):
@@ -207,7 +212,7 @@ def _mix(h):
     return ops.bitwise_xor(h, _shift_right(h, 16))
 
 
-def _seed_key(seed):
+def seed_key(seed):
     """(R, 2) int32 keys from a checked seed: R = 1 for the batch, R = B one per row."""
     if isinstance(seed, (list, tuple)):
         seed = np.asarray(seed)

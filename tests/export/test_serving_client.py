@@ -246,6 +246,51 @@ def test_music_generator_scalars_go_columnar(music):
     np.testing.assert_array_equal(got["events"], want)
 
 
+def test_stream_music_equals_the_one_shot_events_over_rest_grpc_and_the_cli(music, capsys):
+    exported, signatures = music
+    request = dict(num_steps=6, temperature=0.9, top_k=8, top_p=0.95, seed=5)
+    primer = [[1, 7, 9], [1]]
+    want = direct(signatures["serving_default"], client.music_generator_inputs(primer, **request))
+    want = [[int(e) for e in row if e != 0] for row in want["events"]]
+    models = fake_tf_serving.Models({"music_generator": {1: signatures}})
+
+    def over_rest(name, inputs):
+        return rest_round_trip("music_generator", signatures, inputs, name)[1]
+
+    def over_grpc(name, inputs):
+        return grpc_round_trip("music_generator", models, "music_generator", inputs, name)[1]
+
+    calls = []
+
+    def in_process(name, inputs):
+        calls.append(name)
+        return direct(signatures[name], inputs)
+
+    transports = {"direct": in_process, "rest": over_rest, "grpc": over_grpc}
+    for name, predict_fn in transports.items():
+        seen = []
+        stream = client.stream_music(primer, predict_fn=predict_fn, **request)
+        rows = client._streamed_rows(
+            primer, stream, lambda p, events, seen=seen: seen.append((p, events))
+        )
+        assert rows == want, name
+        assert [p for p, _ in seen] == list(range(1, 1 + len(seen)))  # from the shortest primer
+        assert seen[0][1][0] == 7  # the longer row's primer event, forced
+    # One call per position; stopping the iteration stops generating.
+    assert calls == ["prefill"] + ["step"] * (len(seen) - 1)
+    calls.clear()
+    stream = client.stream_music(primer, predict_fn=in_process, **request)
+    next(stream), next(stream)
+    assert calls == ["prefill", "step"]
+    # The command line, over (stand-in) REST: a line per position, then the rows.
+    with fake_tf_serving.RestServer(models) as rest:
+        flags = ["--primer", "1,7,9;1", "--num-steps", "6", "--temperature", "0.9", "--top-k", "8"]
+        client.main(["--rest", rest.url, "stream-music", *flags, "--top-p", "0.95", "--seed", "5"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == [json.dumps(row) for row in want]
+    assert json.loads(lines[0]) == {"position": 1, "events": [7, want[1][1]]}
+
+
 def test_bad_inputs_are_refused_before_sending():
     with pytest.raises(ValueError, match=r"Missing: \['seed'\]; unexpected: \['sed'\]"):
         client.make_inputs(
