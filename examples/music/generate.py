@@ -5,8 +5,12 @@
     # continue the first 256 events of a MIDI file:
     python examples/music/generate.py --run_dir runs/music_performance_relative \\
         --primer examples/music/data/pop909/005.mid --primer_length 256
-    # continue the start of validation pieces (both tasks):
+    # continue the start of validation pieces (both tasks); of one half of them
+    # (validation:choice to choose settings on, validation:report to report on):
     python examples/music/generate.py --run_dir runs/music_jsb_relative --primer validation
+    python examples/music/generate.py --run_dir runs/music_jsb_relative --primer validation:report
+    # continue the start of the chorales of any JSON file laid out as the data:
+    python examples/music/generate.py --run_dir runs/music_jsb_relative --primer held_out.json
 
 The two generation tasks of the paper (section 5): unconditioned, and
 continuation of a primer. Sampling runs through the generation engine
@@ -59,8 +63,15 @@ def parse_args(argv=None):
     parser.add_argument(
         "--primer",
         default="none",
-        help="'none' (default: start token only), 'validation' (start of validation "
-        "pieces) or a .mid file (performance task)",
+        help="'none' (default: start token only); 'validation' (start of validation "
+        "pieces), 'validation:choice' or 'validation:report' (of their first or second "
+        "half); a .mid file (performance task) or a .json chorale file laid out as the "
+        "data (jsb task; --primer_key)",
+    )
+    parser.add_argument(
+        "--primer_key",
+        default="valid",
+        help="the key of a .json --primer whose chorales are the primers (default 'valid')",
     )
     parser.add_argument(
         "--primer_length",
@@ -195,13 +206,21 @@ def parse_args(argv=None):
             "--primer_length takes events from a primer: pass --primer validation or a "
             ".mid file with it, or leave it out"
         )
-    if args.primer not in ("none", "validation"):
-        if not args.primer.lower().endswith((".mid", ".midi")):
+    halves = tuple(f"validation:{half}" for half in music_data.VALIDATION_HALVES)
+    if args.primer not in ("none", "validation", *halves):
+        kind = os.path.splitext(args.primer.lower())[1]
+        if kind not in (".mid", ".midi", ".json"):
             parser.error(
-                f"--primer must be 'none', 'validation' or a .mid file, received {args.primer!r}"
+                f"--primer must be 'none', 'validation', {' or '.join(map(repr, halves))}, "
+                f"a .mid or a .json file, received {args.primer!r}"
+            )
+        if (kind == ".json") != (args.task == "jsb"):
+            parser.error(
+                f"--primer {args.primer!r}: a jsb run takes .json chorale files, a "
+                "performance run .mid files"
             )
         if not os.path.isfile(args.primer):
-            parser.error(f"--primer {args.primer!r}: no such MIDI file")
+            parser.error(f"--primer {args.primer!r}: no such file")
     step = music_data.step_size(args.task)
     if args.primer_length is not None and args.primer_length % step:
         parser.error(
@@ -215,11 +234,7 @@ def parse_args(argv=None):
     )
     args.primer_length -= args.primer_length % step
     if args.name is None:
-        args.name = (
-            os.path.splitext(os.path.basename(args.primer))[0]
-            if args.primer.lower().endswith((".mid", ".midi"))
-            else args.primer
-        )
+        args.name = os.path.splitext(os.path.basename(args.primer))[0].replace(":", "_")
     return args
 
 
@@ -232,6 +247,17 @@ def validation_pieces(args):
         music_data.resolve_midi_dir(args.config.get("midi_dir"), args.config.get("data_dir"))[0],
         args.config.get("cache_dir") or music_data.DEFAULT_CACHE_DIR,
     )["valid"]
+
+
+def primer_pieces(args, pieces):
+    """The pieces the primers start and the statistics' reference windows
+    come from: the validation `pieces`, one half of them, or the chorales of
+    a .json --primer (for 'none' and .mid primers: all validation pieces)."""
+    if args.primer.startswith("validation:"):
+        return music_data.validation_half(pieces, args.primer.split(":")[1])
+    if args.primer.lower().endswith(".json"):
+        return music_data.load_chorale_file(args.primer, args.primer_key)
+    return pieces
 
 
 def suppressed_ids(args):
@@ -252,20 +278,14 @@ def suppressed_ids(args):
 
 
 def make_primers(args, pieces):
-    """(B, P) right-padded int32 primers, each starting with START;
-    `pieces`: the validation pieces (for --primer validation)."""
+    """(B, P) right-padded int32 primers, each starting with START; sample i
+    continues the start of `pieces[i % len(pieces)]` (`primer_pieces`)."""
     start = np.array([music.START_ID], np.int32)
     if args.primer == "none":
         return np.tile(start, (args.num_samples, 1))
-    if args.primer == "validation":
+    if not args.primer.lower().endswith((".mid", ".midi")):
         rows = [pieces[i % len(pieces)][: args.primer_length] for i in range(args.num_samples)]
     else:
-        if args.task != "performance":
-            raise ValueError(
-                f"--primer {args.primer}: a MIDI primer needs a model trained on "
-                "performances (train.py --task performance); this run is a JSB "
-                "model: pass --primer validation or none."
-            )
         events = music.midi_to_events(args.primer)
         rows = [events[: args.primer_length]] * args.num_samples
     width = 1 + max(len(r) for r in rows)
@@ -434,8 +454,8 @@ def validation_windows(pieces, length, step, limit=256):
 
 def compare_with_validation(args, tokens, lengths, pieces):
     """Prints the sampled events' note statistics beside those of the
-    validation `pieces` (windows as long as the samples); returns both for
-    the report."""
+    validation `pieces` (`primer_pieces`; windows as long as the samples);
+    returns both for the report."""
     sampled = [row[length:] for row, length in zip(tokens, lengths)]
     new_events = int(args.length - lengths.max())
     step = music_data.step_size(args.task)
@@ -577,7 +597,10 @@ def main(argv=None):
     import tensorflow as tf
 
     model = keras.saving.load_model(os.path.join(args.run_dir, "model.keras"), compile=False)
-    pieces = validation_pieces(args)  # primers, and the reference of the statistics
+    # The primers, and the reference of the statistics.
+    pieces = primer_pieces(args, validation_pieces(args))
+    if not pieces:
+        raise ValueError(f"--primer {args.primer}: no chorale to prime from; pass another")
     primers = make_primers(args, pieces)
     if primers.shape[1] >= args.length:
         raise ValueError(

@@ -139,7 +139,33 @@ def load_jsb(data_dir=None, split="train"):
         from keras_attn.datasets import jsb_chorales
 
         data_dir = jsb_chorales.fetch(data_dir=data_dir)
-    chorales = music.load_jsb_chorales(data_dir or SHIPPED_DATA_DIR, split)
+    return load_chorale_file(data_dir or SHIPPED_DATA_DIR, split)
+
+
+VALIDATION_HALVES = ("choice", "report")
+
+
+def validation_half(pieces, half):
+    """One half of the validation pieces, to choose sampling settings on one
+    and report figures on the other (in file order: "choice" is the first
+    half, "report" the rest; 38 + 38 of the 76 JSB validation chorales).
+
+    Args:
+        pieces: the validation pieces, in the order the data file holds them.
+        half: "choice" or "report".
+
+    Returns:
+        list: the pieces of that half, in order.
+    """
+    middle = len(pieces) // 2
+    return list(pieces[:middle] if half == "choice" else pieces[middle:])
+
+
+def load_chorale_file(path, key="valid"):
+    """The chorales of `key` in a JSON file laid out as the data
+    (`{"valid": [chorale: [step: [S, A, T, B]]]}`, -1 = rest), as token
+    arrays ending with END, as `load_jsb` returns them."""
+    chorales = music.load_jsb_chorales(path, key)
     return [
         np.append(music.chorale_to_tokens(c), music.JSB_END_ID).astype(np.int32) for c in chorales
     ]

@@ -100,12 +100,15 @@ def test_train_evaluate_export_and_generate(task, tmp_path):
         )["events"].numpy()
         assert (events >= 4).sum() > 100  # it sampled pitches
         assert not np.isin(events, unused).any()
-    # Both generation tasks: from nothing and continuing a primer.
-    primer = (
-        os.path.join(EXAMPLE, "data", "pop909", "005.mid")
-        if task == "performance"
-        else "validation"
-    )
+    # Both generation tasks: from nothing and continuing a primer (JSB: the
+    # chorales of a file laid out as the data, as a held-out set would be).
+    primer = os.path.join(EXAMPLE, "data", "pop909", "005.mid")
+    if task == "jsb":
+        with open(os.path.join(EXAMPLE, "data", "Jsb16thSeparated.json")) as f:
+            held_out = {"valid": json.load(f)["valid"][-3:]}
+        primer = str(tmp_path / "held_out.json")
+        with open(primer, "w") as f:
+            json.dump(held_out, f)
     for args in (["--primer", "none"], ["--primer", primer, "--primer_length", "16"]):
         out = _run(
             "generate.py",
@@ -122,6 +125,11 @@ def test_train_evaluate_export_and_generate(task, tmp_path):
             *args,
         )
         assert "events/s for the batch" in out
+    if task == "jsb":  # the samples against the file's 3 chorales
+        with open(os.path.join(run_dir, "samples", "held_out_report.json")) as f:
+            report = json.load(f)
+        assert report["primer"] == primer and report["num_samples"] == 2
+        assert report["statistics"]["validation"]["notes"] > 0
     # --speed 0: the samples without the two timing passes.
     out = _run(
         "generate.py",

@@ -193,13 +193,17 @@ def test_primer_flags(tmp_path, capsys):
         (
             "jsb",
             ["--primer", "foo"],
-            "--primer must be 'none', 'validation' or a .mid file, received 'foo'",
+            "--primer must be 'none', 'validation', 'validation:choice' or "
+            "'validation:report', a .mid or a .json file, received 'foo'",
         ),
+        ("jsb", ["--primer", "validation:train"], "received 'validation:train'"),
         (
             "performance",
             ["--primer", str(tmp_path / "missing.mid")],
-            "missing.mid': no such MIDI file",
+            "missing.mid': no such file",
         ),
+        ("jsb", ["--primer", str(midi)], "a jsb run takes .json chorale files"),
+        ("performance", ["--primer", "held_out.json"], "a jsb run takes .json chorale files"),
     ):
         with pytest.raises(SystemExit):
             _parse(tmp_path, task, *args)
@@ -229,3 +233,42 @@ def test_jsb_samples_leave_out_the_pitches_no_training_chorale_uses(tmp_path, ca
     )
     assert generate.suppressed_ids(_parse(tmp_path, "jsb", "--all_pitches")) == (0, 1)
     assert generate.suppressed_ids(_parse(tmp_path, "performance")) == (0, 1)
+
+
+def test_validation_halves_are_deterministic_and_disjoint():
+    music_data = load_script("music/music_data.py")
+    valid = music_data.load_jsb(None, "valid")
+    choice = music_data.validation_half(valid, "choice")
+    report = music_data.validation_half(valid, "report")
+    # The first 38 of the 76 validation chorales choose, the last 38 report.
+    assert len(valid) == 76 and len(choice) == len(report) == 38
+    assert all(a is b for a, b in zip(choice + report, valid))
+    assert [len(p) for p in music_data.validation_half(valid, "report")] == [len(p) for p in report]
+    assert not {p.tobytes() for p in choice} & {p.tobytes() for p in report}
+    assert music_data.validation_half(list(range(5)), "choice") == [0, 1]
+    assert music_data.validation_half(list(range(5)), "report") == [2, 3, 4]
+
+
+def test_a_chorale_file_primes_like_the_validation_half_it_holds(tmp_path):
+    import json
+
+    generate = _generate()
+    music_data = load_script("music/music_data.py")
+    with open(f"{music_data.SHIPPED_DATA_DIR}/Jsb16thSeparated.json") as f:
+        held_out = {"test": json.load(f)["valid"][38:]}  # the report half
+    path = tmp_path / "held_out.json"
+    path.write_text(json.dumps(held_out))
+
+    half = _parse(tmp_path, "jsb", "--primer", "validation:report", "--num_samples", "3")
+    from_file = _parse(tmp_path, "jsb", "--primer", str(path), "--primer_key", "test")
+    from_file.num_samples = 3
+    valid = music_data.load_jsb(None, "valid")
+    pieces = generate.primer_pieces(from_file, valid)
+    assert [p.tolist() for p in pieces] == [p.tolist() for p in valid[38:]]
+    assert [p.tolist() for p in generate.primer_pieces(half, valid)] == [p.tolist() for p in pieces]
+    primers = generate.make_primers(from_file, pieces)
+    assert primers.tolist() == generate.make_primers(half, valid[38:]).tolist()
+    # Each row: START, then the first 16 tokens (4 steps) of chorale 38, 39, 40.
+    assert primers.shape == (3, 17) and (primers[:, 0] == music.JSB_START_ID).all()
+    assert [row[1:].tolist() for row in primers] == [p[:16].tolist() for p in valid[38:41]]
+    assert from_file.name == "held_out" and half.name == "validation_report"
