@@ -38,7 +38,17 @@ translator's tokenizer training, the exports, the XLA compiles - is not
 counted); a batch size whose predicted timing does not fit what is left is
 reported as skipped.
 
-Run: `python benchmarks/served_generation_benchmark.py [--quick]
+Nodes per step: for each generator the nodes of one step of the default
+export's decoding loop (the largest While body under serving_default, with
+the functions it calls) are counted by op type and by source, each node
+attributed to the innermost keras_attn frame of the stack that created it
+(from the SavedModel's debug info): mask, cache (the layers' cache updates
+and CachedDecoder's plumbing), check, sampling/search, loop (the while
+loop's own bookkeeping), layer (everything else in layers/ and models/).
+They go to stderr as each generator is exported, to the table's last column
+and to the JSON; `--nodes` counts them without timing anything.
+
+Run: `python benchmarks/served_generation_benchmark.py [--quick] [--nodes]
 [--generators super_resolver translator music_generator] [--batch-sizes 1 8]
 [--repeats 3] [--budget 280]`. Prints a markdown table and writes
 benchmarks/results/served_generation.json (the results of generators not
@@ -46,6 +56,7 @@ measured in this run are kept).
 """
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
@@ -54,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -296,14 +308,149 @@ def _reply(worker):
     raise RuntimeError("the served worker stopped: " + worker.stderr.read()[-2000:])
 
 
-def _measure(tf, generator, batch_sizes, repeats, budget_s, tmp):
+# ------------------------------------------------------------ nodes per step
+# Where a served step's graph nodes come from: the body of the decoding loop
+# (the largest While body reachable from serving_default, with the functions
+# it calls) in the default export, each node attributed to the innermost
+# keras_attn frame of the Python stack that created it (the SavedModel's
+# debug info, written with `save_debug_info=True`).
+_SOURCES = [  # (substring of "path inside keras_attn/:function", source), first match wins
+    ("mask", "mask"),
+    ("cache", "cache"),
+    ("generation/decoder.py", "cache"),
+    ("check", "check"),
+    ("generation/sampling", "sampling/search"),
+    ("generation/search", "sampling/search"),
+    ("generation/decoding", "loop"),
+    ("layers/", "layer"),
+    ("models/", "layer"),
+]
+
+
+@contextlib.contextmanager
+def _debug_info_exports():
+    """Exports written inside also write debug/saved_model_debug_info.pb (node stack traces)."""
+    import keras
+    import tensorflow as tf
+
+    archive_class = type(keras.export.ExportArchive())
+    original = archive_class.write_out
+
+    def write_out(self, filepath, options=None, verbose=True):
+        return original(self, filepath, tf.saved_model.SaveOptions(save_debug_info=True), verbose)
+
+    archive_class.write_out = write_out
+    try:
+        yield
+    finally:
+        archive_class.write_out = original
+
+
+def _called(nodes):
+    for node in nodes:
+        for attr in node.attr.values():
+            if attr.HasField("func"):
+                yield attr.func.name
+            yield from (function.name for function in attr.list.func)
+
+
+def _loop_body(path, signature="serving_default"):
+    """(body FunctionDef name, [(node, function name)] of one step, library)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as file:
+        saved.ParseFromString(file.read())
+    graph = saved.meta_graphs[0].graph_def
+    library = {function.signature.name: function for function in graph.library.function}
+    outputs = saved.meta_graphs[0].signature_def[signature].outputs.values()
+    roots = {output.name.split(":")[0] for output in outputs}
+    stack = list(_called(node for node in graph.node if node.name in roots))
+
+    def reachable(stack):
+        seen = set()
+        while stack:
+            name = stack.pop()
+            if name in library and name not in seen:
+                seen.add(name)
+                stack.extend(_called(library[name].node_def))
+        return seen
+
+    bodies = {
+        node.attr["body"].func.name
+        for name in reachable(stack)
+        for node in library[name].node_def
+        if node.op in ("While", "StatelessWhile")
+    }
+    step = {body: reachable([body]) for body in bodies}
+    body = max(bodies, key=lambda b: sum(len(library[f].node_def) for f in step[b]))
+    nodes = [(node, name) for name in sorted(step[body]) for node in library[name].node_def]
+    return body, nodes
+
+
+def _source(frames):
+    """'file.py:function' of the innermost keras_attn frame, and its source."""
+    for file, function in reversed(frames):
+        if "keras_attn/" in file:
+            where = f"{file.rsplit('keras_attn/', 1)[1]}:{function}"
+            return where, next((s for part, s in _SOURCES if part in where.lower()), "other")
+    return "(no keras_attn frame)", "other"
+
+
+def count_step_nodes(path):
+    """Nodes in one step of the export at `path`: total, by op type, by source, by function."""
+    from tensorflow.core.framework import graph_debug_info_pb2
+
+    body, nodes = _loop_body(path)
+    info = graph_debug_info_pb2.GraphDebugInfo()
+    with open(os.path.join(path, "debug", "saved_model_debug_info.pb"), "rb") as file:
+        info.ParseFromString(file.read())
+    by_op, by_source, by_function = Counter(), Counter(), Counter()
+    for node, function in nodes:
+        trace = info.traces_by_id.get(info.name_to_trace_id.get(f"{node.name}@{function}", -1))
+        frames = [
+            (info.files[info.frames_by_id[i].file_index], info.frames_by_id[i].func)
+            for i in (trace.frame_id if trace else [])
+        ]
+        where, source = _source(frames)
+        by_op[node.op] += 1
+        by_source[source] += 1
+        by_function[where] += 1
+    return {
+        "body": body,
+        "nodes": len(nodes),
+        "by_op": dict(by_op.most_common()),
+        "by_source": dict(by_source.most_common()),
+        "by_function": dict(by_function.most_common()),
+    }
+
+
+def _node_report(title, counts):
+    top = ", ".join(f"{op} {n}" for op, n in list(counts["by_op"].items())[:10])
+    sources = ", ".join(f"{s} {n}" for s, n in counts["by_source"].items())
+    functions = "\n".join(
+        f"  {n:5d}  {where}" for where, n in list(counts["by_function"].items())[:15]
+    )
+    return (
+        f"{title}: {counts['nodes']} nodes per step (default export, {counts['body']})\n"
+        f"  by op (top 10): {top}\n  by source: {sources}\n"
+        f"  by keras_attn function (top 15):\n{functions}"
+    )
+
+
+def _measure(tf, generator, batch_sizes, repeats, budget_s, tmp, nodes_only=False):
+    """(results by batch size, nodes per step of the default export)."""
+    with _debug_info_exports():
+        plain = generator.export(os.path.join(tmp, "served"))
+    nodes = count_step_nodes(plain)
+    if nodes_only:
+        return {}, nodes
     workers = {}
     for name, jit_compile in SERVED.items():
         exporter = getattr(generator.export, "exporter", None)
         if jit_compile and "jit_compile" not in inspect.signature(exporter).parameters:
             continue  # this exporter has no XLA option
-        options = {"jit_compile": True} if jit_compile else {}
-        path = generator.export(os.path.join(tmp, name), **options)
+        path = generator.export(os.path.join(tmp, name), jit_compile=True) if jit_compile else plain
         for suffix, kind, extra in generator.workers:
             workers[name + suffix] = subprocess.Popen(
                 [sys.executable, "-c", _WORKER, path, kind, json.dumps(extra)],
@@ -323,7 +470,7 @@ def _measure(tf, generator, batch_sizes, repeats, budget_s, tmp):
         for worker in workers.values():
             worker.stdin.close()
             worker.wait(timeout=60)
-    return results
+    return results, nodes
 
 
 def main():
@@ -336,6 +483,9 @@ def main():
         default=list(GENERATORS),
         help="measure these; the others' results in the output file are kept",
     )
+    parser.add_argument(
+        "--nodes", action="store_true", help="only count the nodes per step (no timing)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.repeats = [1], 1
@@ -343,15 +493,20 @@ def main():
 
     total = harness.Budget(None)
     env_start = harness.environment()
-    results, titles = {}, {}
+    results, titles, nodes = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.generators:
             generator = GENERATORS[name](tf)
             titles[name] = generator.title
-            results[name] = _measure(
-                tf, generator, args.batch_sizes, args.repeats, args.budget, os.path.join(tmp, name)
+            folder = os.path.join(tmp, name)
+            results[name], nodes[name] = _measure(
+                tf, generator, args.batch_sizes, args.repeats, args.budget, folder, args.nodes
             )
+            print(_node_report(name, nodes[name]), file=sys.stderr, flush=True)
     env_end = harness.environment()
+    if args.nodes:
+        print("\n\n".join(_node_report(name, counts) for name, counts in nodes.items()))
+        return
 
     rows = []
     for name, by_batch in results.items():
@@ -371,6 +526,9 @@ def main():
                         f"{python['median_s_per_call']:.3f} ({python['median_ms_per_step']:.2f} ms)",
                         f"{served['median_s_per_call']:.3f} ({served['median_ms_per_step']:.2f} ms)",
                         f"{served['median_s_per_call'] / python['median_s_per_call']:.1f}x",
+                        nodes[name]["nodes"]
+                        if variant.startswith("served ") or variant == "served"
+                        else "-",
                     ]
                 )
     print(
@@ -390,6 +548,7 @@ def main():
                 "Python + XLA s/call (per step)",
                 "served s/call (per step)",
                 "served / Python",
+                "nodes per step (served)",
             ],
             rows,
         )
@@ -411,6 +570,7 @@ def main():
             "environment": env_start,
             "environment_end": env_end,
             "repeats": args.repeats,
+            "nodes_per_step": nodes[name],
         }
     harness.write_results(output, {"generators": kept})
 
