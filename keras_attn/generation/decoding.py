@@ -148,32 +148,14 @@ def start_search(
     return decoder, suppressed, prepared, logits, state
 
 
-def token_loop(
-    model,
-    prompt,
-    max_length,
-    choose,
-    end_token_id,
-    pad_token_id,
-    prompt_lengths,
-    inputs,
-    suppressed_token_ids=None,
-):
+def token_loop(choose, model, prompt, max_length, end_token_id, pad_token_id, *others):
     """The loop of greedy search and sampling: (B, max_length) int32 tokens.
 
     `choose(logits (B, V) float32, position int32 scalar) -> (B,) int` picks the token of
-    `position`, the suppressed ids' logits already `-inf`; the other arguments as `greedy_search`.
+    `position`, the suppressed ids' logits already `-inf`; the others as `start_search`'s.
     """
-    decoder, suppressed, (tokens, _, prompt_mask, first, _), logits, state = start_search(
-        model,
-        prompt,
-        max_length,
-        end_token_id,
-        pad_token_id,
-        prompt_lengths,
-        inputs,
-        suppressed_token_ids,
-    )
+    search = start_search(model, prompt, max_length, end_token_id, pad_token_id, *others)
+    decoder, suppressed, (tokens, _, prompt_mask, first, _), logits, state = search
     suppress = suppressor(suppressed, logits.shape[-1])
     pad = ops.cast(pad_token_id, "int32")
     finished = ops.zeros_like(prompt_mask[:, 0])

@@ -76,10 +76,10 @@ def sample(
         return choose_token(logits, position, temperature, key, top_k, top_p)
 
     return decoding.token_loop(
+        choose,
         model,
         prompt,
         max_length,
-        choose,
         end_token_id,
         pad_token_id,
         prompt_lengths,

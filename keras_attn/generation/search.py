@@ -57,10 +57,10 @@ def greedy_search(
         return ops.argmax(logits, axis=-1)
 
     return decoding.token_loop(
+        choose,
         model,
         prompt,
         max_length,
-        choose,
         end_token_id,
         pad_token_id,
         prompt_lengths,

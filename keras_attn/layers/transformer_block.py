@@ -167,6 +167,16 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
             y = norm(y)
         return (y,) + extras
 
+    def _self_attention_block(self, x, training, **kwargs):
+        """The self-attention sublayer with its residual; `kwargs` go to the attention layer."""
+
+        def sublayer(h):
+            return self._self_attention_layer(h, training=training, **kwargs)
+
+        return self._residual(
+            x, self._self_attention_norm, self._self_attention_dropout, sublayer, training
+        )
+
     def _feedforward(self, x, training):
         def sublayer(h):
             return self._feedforward_output(self._feedforward_intermediate(h))

@@ -127,25 +127,14 @@ class TransformerDecoder(TransformerBlock):
             cross_attention_cache,
         )
 
-        def self_attention(x):
-            kwargs = {}
-            if cached:
-                kwargs = {"cache": self_attention_cache, "cache_index": cache_index}
-            return self._self_attention_layer(
-                x,
-                padding_mask=decoder_padding_mask,
-                use_causal_mask=use_causal_mask,
-                return_attention_scores=return_attention_scores,
-                training=training,
-                **kwargs,
-            )
-
-        x, *extras = self._residual(
+        cache = {"cache": self_attention_cache, "cache_index": cache_index} if cached else {}
+        x, *extras = self._self_attention_block(
             decoder_sequence,
-            self._self_attention_norm,
-            self._self_attention_dropout,
-            self_attention,
             training,
+            padding_mask=decoder_padding_mask,
+            use_causal_mask=use_causal_mask,
+            return_attention_scores=return_attention_scores,
+            **cache,
         )
         scores = {}
         if return_attention_scores:

@@ -62,21 +62,12 @@ class TransformerEncoder(TransformerBlock):
         if padding_mask is None:
             padding_mask = attention_ops.get_implicit_mask(inputs)
 
-        def self_attention(x):
-            return self._self_attention_layer(
-                x,
-                padding_mask=padding_mask,
-                attention_mask=attention_mask,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
-
-        x, *scores = self._residual(
+        x, *scores = self._self_attention_block(
             inputs,
-            self._self_attention_norm,
-            self._self_attention_dropout,
-            self_attention,
             training,
+            padding_mask=padding_mask,
+            attention_mask=attention_mask,
+            return_attention_scores=return_attention_scores,
         )
         outputs = self._feedforward(x, training)
         if return_attention_scores:

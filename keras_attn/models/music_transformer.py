@@ -4,7 +4,7 @@ import math
 
 import keras
 
-from keras_attn.checks import check_heads_divide, check_rate, check_sizes, require
+from keras_attn.checks import require
 from keras_attn.layers import (
     RelativeGlobalAttention,
     TokenAndPositionEmbedding,
@@ -12,6 +12,7 @@ from keras_attn.layers import (
     TransformerDecoder,
 )
 from keras_attn.layers.projection import Projection
+from keras_attn.models._blocks import block_arguments, check_model_arguments, stack_blocks
 from keras_attn.preprocessing import music
 
 ATTENTION_TYPES = ("relative", "absolute")
@@ -80,15 +81,9 @@ def music_transformer(
         '"relative" (the Music Transformer) or "absolute" (the baseline with sinusoidal positions)',
     )
     # intermediate_dim, max_relative_position: the blocks check them.
-    check_sizes(
-        vocabulary_size=vocabulary_size,
-        num_layers=num_layers,
-        hidden_dim=hidden_dim,
-        num_heads=num_heads,
+    check_model_arguments(
+        hidden_dim, num_heads, dropout, vocabulary_size=vocabulary_size, num_layers=num_layers
     )
-    check_heads_divide(hidden_dim, num_heads)
-    check_rate(None, "dropout", dropout)
-    key_dim = hidden_dim // num_heads
 
     tokens = keras.Input((None,), dtype="int32", name="tokens")
     if attention == "relative":
@@ -107,26 +102,21 @@ def music_transformer(
             name="token_and_position_embedding",
         )(tokens)
     x = keras.layers.Dropout(dropout, name="embedding_dropout")(x)
-    for i in range(num_layers):
-        self_attention = None
-        if attention == "relative":
-            self_attention = RelativeGlobalAttention(
-                num_heads=num_heads,
-                key_dim=key_dim,
-                max_relative_position=max_relative_position,
-                heads_share_relative_embedding=heads_share_relative_embedding,
-                dropout=dropout,
-                name="self_attention",
-            )
-        x = TransformerDecoder(
-            intermediate_dim=intermediate_dim,
+
+    def relative_attention():
+        return RelativeGlobalAttention(
             num_heads=num_heads,
+            key_dim=hidden_dim // num_heads,
+            max_relative_position=max_relative_position,
+            heads_share_relative_embedding=heads_share_relative_embedding,
             dropout=dropout,
-            normalize_first=normalize_first,
-            self_attention=self_attention,
-            name=f"decoder_layer_{i}",
-        )(x)
-    if normalize_first:
-        x = keras.layers.LayerNormalization(epsilon=1e-5, name="final_norm")(x)
+            name="self_attention",
+        )
+
+    blocks = block_arguments(intermediate_dim, num_heads, dropout, normalize_first)
+    attention = relative_attention if attention == "relative" else None
+    x = stack_blocks(
+        x, TransformerDecoder, "decoder", num_layers, blocks, None, attention, "final_norm"
+    )
     logits = Projection(vocabulary_size, dtype="float32", name="logits")(x)
     return keras.Model(tokens, logits, name=name)

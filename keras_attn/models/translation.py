@@ -2,9 +2,9 @@
 
 import keras
 
-from keras_attn.checks import check_heads_divide, check_rate, check_sizes
 from keras_attn.layers import TokenAndPositionEmbedding, TransformerDecoder, TransformerEncoder
 from keras_attn.layers.projection import Projection
+from keras_attn.models._blocks import block_arguments, check_model_arguments, stack_blocks
 
 
 def translation_transformer(
@@ -69,16 +69,15 @@ def translation_transformer(
     if decoder_vocabulary_size is None:
         decoder_vocabulary_size = encoder_vocabulary_size
     # intermediate_dim: the blocks check it.
-    check_sizes(
+    check_model_arguments(
+        hidden_dim,
+        num_heads,
+        dropout,
         encoder_vocabulary_size=encoder_vocabulary_size,
         num_layers=num_layers,
         decoder_vocabulary_size=decoder_vocabulary_size,
-        hidden_dim=hidden_dim,
-        num_heads=num_heads,
         **({} if max_length is None else {"max_length": max_length}),
     )
-    check_heads_divide(hidden_dim, num_heads)
-    check_rate(None, "dropout", dropout)
     encoder_tokens = keras.Input((None,), dtype="int32", name="encoder_tokens")
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
 
@@ -94,24 +93,11 @@ def translation_transformer(
         )(tokens)
         return keras.layers.Dropout(dropout, name=f"{prefix}_embedding_dropout")(x)
 
-    block_kwargs = dict(
-        intermediate_dim=intermediate_dim,
-        num_heads=num_heads,
-        dropout=dropout,
-        normalize_first=normalize_first,
-    )
+    blocks = block_arguments(intermediate_dim, num_heads, dropout, normalize_first)
     x = embed(encoder_tokens, encoder_vocabulary_size, "encoder")
-    for i in range(num_layers):
-        x = TransformerEncoder(**block_kwargs, name=f"encoder_layer_{i}")(x)
-    if normalize_first:
-        x = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_final_norm")(x)
-    encoder_outputs = x
-
+    encoder_outputs = stack_blocks(x, TransformerEncoder, "encoder", num_layers, blocks)
     y = embed(decoder_tokens, decoder_vocabulary_size, "decoder")
-    for i in range(num_layers):
-        y = TransformerDecoder(**block_kwargs, name=f"decoder_layer_{i}")(y, encoder_outputs)
-    if normalize_first:
-        y = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")(y)
+    y = stack_blocks(y, TransformerDecoder, "decoder", num_layers, blocks, encoder_outputs)
     logits = Projection(decoder_vocabulary_size, dtype="float32", name="logits")(y)
     return keras.Model(
         {"encoder_tokens": encoder_tokens, "decoder_tokens": decoder_tokens}, logits, name=name

@@ -9,20 +9,9 @@ import zipfile
 import numpy as np
 
 from keras_attn import checks
+from keras_attn.datasets.cifar10 import CLASS_NAMES as CIFAR10_CLASS_NAMES  # noqa: F401
 from keras_attn.extras import needs_extra
 
-CIFAR10_CLASS_NAMES = (
-    "airplane",
-    "automobile",
-    "bird",
-    "cat",
-    "deer",
-    "dog",
-    "frog",
-    "horse",
-    "ship",
-    "truck",
-)
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 

@@ -5,14 +5,7 @@ Layout (raster intensities 0..255 behind the start token 256): docs/guides/image
 
 import keras
 
-from keras_attn.checks import (
-    check_bool,
-    check_heads_divide,
-    check_image_size,
-    check_rate,
-    check_sizes,
-    require,
-)
+from keras_attn.checks import check_bool, check_image_size, require
 from keras_attn.layers import (
     LocalBlockAttention,
     TokenEmbedding,
@@ -20,6 +13,7 @@ from keras_attn.layers import (
     TransformerEncoder,
 )
 from keras_attn.layers.projection import Projection
+from keras_attn.models._blocks import block_arguments, check_model_arguments, stack_blocks
 from keras_attn.models.image_transformer.low_resolution_block_sums import LowResolutionBlockSums
 from keras_attn.models.image_transformer.low_resolution_embedding import LowResolutionEmbedding
 from keras_attn.models.image_transformer.low_resolution_logit_bias import LowResolutionLogitBias
@@ -95,8 +89,8 @@ def image_transformer(
         channels=channels,
         num_classes=num_classes,
     )
-    block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
-
+    window = _local_window(block_size, memory_flange, width * channels)
+    blocks = block_arguments(intermediate_dim, num_heads, dropout, normalize_first)
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
     inputs = {"decoder_tokens": decoder_tokens}
     x = _decoder_embedding(decoder_tokens, hidden_dim, (height, width), channels, position)
@@ -108,18 +102,7 @@ def image_transformer(
             condition
         )
         x = keras.layers.Add(name="add_class_embedding")([x, condition])
-    logits = _decoder(
-        x,
-        None,
-        num_layers,
-        hidden_dim,
-        num_heads,
-        intermediate_dim,
-        block_size,
-        memory_flange,
-        dropout,
-        normalize_first,
-    )
+    logits = _decoder(x, None, num_layers, hidden_dim, window, blocks)
     return keras.Model(inputs, logits, name=name)
 
 
@@ -217,7 +200,8 @@ def super_resolution_transformer(
         flags,
     )
     low_height, low_width = sizes["low_resolution_size"]
-    block_size, memory_flange = _local_window(block_size, memory_flange, width * channels)
+    window = _local_window(block_size, memory_flange, width * channels)
+    blocks = block_arguments(intermediate_dim, num_heads, dropout, normalize_first)
     low_resolution = keras.Input(
         (low_height * low_width * channels,), dtype="int32", name="low_resolution"
     )
@@ -229,12 +213,9 @@ def super_resolution_transformer(
         channels,
         num_encoder_layers,
         hidden_dim,
-        num_heads,
-        intermediate_dim,
-        dropout,
         position,
-        normalize_first,
         align_positions,
+        blocks,
     )
     x = _decoder_embedding(decoder_tokens, hidden_dim, (height, width), channels, position)
     if low_resolution_embedding is not None:
@@ -245,18 +226,7 @@ def super_resolution_transformer(
             name="low_resolution_embedding",
         )(decoder_tokens, low_resolution)
         x = keras.layers.Add(name="add_low_resolution_embedding")([x, covering])
-    logits = _decoder(
-        x,
-        e,
-        num_layers,
-        hidden_dim,
-        num_heads,
-        intermediate_dim,
-        block_size,
-        memory_flange,
-        dropout,
-        normalize_first,
-    )
+    logits = _decoder(x, e, num_layers, hidden_dim, window, blocks)
     if low_resolution_logit_bias is not None:
         bias = LowResolutionLogitBias(
             **sizes,
@@ -369,12 +339,9 @@ def _low_resolution_encoder(
     channels,
     num_layers,
     hidden_dim,
-    num_heads,
-    intermediate_dim,
-    dropout,
     position,
-    normalize_first,
     align_positions,
+    blocks,
 ):
     """The encoder: low-resolution intensities (B, h * w * C) -> (B, h * w * C, hidden_dim)."""
     (low_height, low_width), height = low_resolution_size, image_size[0]
@@ -390,18 +357,8 @@ def _low_resolution_encoder(
         coordinate_scale=coordinate_scale,
         name="encoder_embedding",
     )(low_resolution)
-    e = keras.layers.Dropout(dropout, name="encoder_embedding_dropout")(e)
-    for i in range(num_layers):
-        e = TransformerEncoder(
-            intermediate_dim=intermediate_dim,
-            num_heads=num_heads,
-            dropout=dropout,
-            normalize_first=normalize_first,
-            name=f"encoder_layer_{i}",
-        )(e)
-    if normalize_first:
-        e = keras.layers.LayerNormalization(epsilon=1e-5, name="encoder_final_norm")(e)
-    return e
+    e = keras.layers.Dropout(blocks["dropout"], name="encoder_embedding_dropout")(e)
+    return stack_blocks(e, TransformerEncoder, "encoder", num_layers, blocks)
 
 
 def _decoder_embedding(decoder_tokens, hidden_dim, image_size, channels, position):
@@ -416,40 +373,25 @@ def _decoder_embedding(decoder_tokens, hidden_dim, image_size, channels, positio
     )(decoder_tokens)
 
 
-def _decoder(
-    x,
-    encoder_outputs,
-    num_layers,
-    hidden_dim,
-    num_heads,
-    intermediate_dim,
-    block_size,
-    memory_flange,
-    dropout,
-    normalize_first,
-):
-    x = keras.layers.Dropout(dropout, name="decoder_embedding_dropout")(x)
-    for i in range(num_layers):
-        attention = LocalBlockAttention(
+def _decoder(x, encoder_outputs, num_layers, hidden_dim, window, blocks):
+    """The decoder blocks over the embedded `x` (B, T, D), then the logits (B, T, 256)."""
+    num_heads, dropout = blocks["num_heads"], blocks["dropout"]
+
+    def local_attention():
+        return LocalBlockAttention(
             num_heads=num_heads,
             key_dim=hidden_dim // num_heads,
-            block_size=block_size,
-            memory_flange=memory_flange,
+            block_size=window[0],
+            memory_flange=window[1],
             dropout=dropout,
             rolling_cache=True,
             name="self_attention",
         )
-        block = TransformerDecoder(
-            intermediate_dim=intermediate_dim,
-            num_heads=num_heads,
-            dropout=dropout,
-            normalize_first=normalize_first,
-            self_attention=attention,
-            name=f"decoder_layer_{i}",
-        )
-        x = block(x) if encoder_outputs is None else block(x, encoder_outputs)
-    if normalize_first:
-        x = keras.layers.LayerNormalization(epsilon=1e-5, name="decoder_final_norm")(x)
+
+    x = keras.layers.Dropout(dropout, name="decoder_embedding_dropout")(x)
+    x = stack_blocks(
+        x, TransformerDecoder, "decoder", num_layers, blocks, encoder_outputs, local_attention
+    )
     return Projection(NUM_INTENSITIES, dtype="float32", name="logits")(x)
 
 
@@ -457,9 +399,7 @@ def _check_arguments(image_size, hidden_dim, num_heads, dropout, num_classes=Non
     """The argument checks both builders share; returns (height, width)."""
     if num_classes is not None:
         sizes["num_classes"] = num_classes
-    check_sizes(hidden_dim=hidden_dim, num_heads=num_heads, **sizes)
-    check_heads_divide(hidden_dim, num_heads)
-    check_rate(None, "dropout", dropout)
+    check_model_arguments(hidden_dim, num_heads, dropout, **sizes)
     return check_image_size(image_size)
 
 
