@@ -30,11 +30,13 @@ soprano. Validation uses the non-overlapping windows of each piece (every
 token is a target exactly once at any window length), so negative
 log-likelihoods at lengths L and 2L are averages over the same tokens.
 
-Augmentation (performances, training only), as in the paper's section 5.2:
+Augmentation (training only), as in the paper's section 5.2. Performances:
 each piece is time-stretched once per factor in 0.95, 0.975, 1, 1.025, 1.05
 (`music.time_stretch`, cached on disk), and every example draws one stretch
 and a transposition in -3..3 semitones (applied in the pipeline to the
 note ids; an example whose notes would leave 0..127 is left untransposed).
+Chorales (`train.py --transpose 1`): each chorale is transposed once by
+every shift in -3..3 (`transposed_chorales`) and every example draws one.
 
 Reference:
     Huang et al. 2018, "Music Transformer: Generating Music with Long-Term
@@ -52,6 +54,7 @@ import numpy as np
 
 from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS
 from keras_attn.preprocessing import music
+from keras_attn.preprocessing.jsb_chorales import transpose_chorale_tokens
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -79,12 +82,14 @@ def step_size(task):
 def unused_pitch_ids(task, train_pieces):
     """The pitch ids no training piece holds, to leave out of sampling.
 
-    JSB models train on the chorales as they are (no transposition), so a
-    pitch Bach's four voices never sing (below MIDI 36 or above 81) gets
-    only the probability an untrained output row starts with; sampled
-    thousands of times it shows up as a stray note far below the bass or
-    above the soprano. Performance models train on every piece transposed
-    by -3..3 semitones (`training_dataset`), so no pitch is left out there.
+    A pitch Bach's four voices never sing (below MIDI 36 or above 81) gets,
+    without transposition, only the probability an untrained output row
+    starts with; sampled thousands of times it shows up as a stray note far
+    below the bass or above the soprano. The chorales as they are decide
+    (also for a model trained with `--transpose 1`, which has seen 33..84):
+    samples keep to Bach's range. Performance models train on every piece
+    transposed by -3..3 semitones (`training_dataset`), so no pitch is left
+    out there.
 
     Args:
         task: "jsb" or "performance".
@@ -384,7 +389,7 @@ def training_dataset(
         seed: int; the stream of windows is a function of it.
         step: window starts are multiples of `step`.
         transpose: draw a transposition in -3..3 semitones per example
-            (performance events only).
+            (performance events only; chorales: `transposed_chorales`).
         skip_batches: start the stream after this many batches (a resumed
             run: the number of steps already trained), without computing
             them.
@@ -432,6 +437,34 @@ def training_dataset(
         .batch(batch_size, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
     )
+
+
+def transposed_chorales(pieces, semitones=music.AUGMENTATION_SEMITONES):
+    """Each chorale in every transposition of `semitones`, as variants for
+    `training_dataset` (one is drawn per example, as a performance's time
+    stretches are): the paper's transposition, applied once to the token
+    arrays (`transpose_chorale_tokens`) rather than in the pipeline. A
+    shift that would push a pitch outside 0..127 keeps the chorale as it is
+    (never for JSB: its pitches are 36..81).
+
+    Args:
+        pieces: list of chorale token arrays (`load_jsb`).
+        semitones: the shifts, one variant each.
+
+    Returns:
+        list (one per chorale) of lists (one per shift) of np.int32 arrays.
+    """
+    variants = []
+    for piece in pieces:
+        pitches = piece[piece >= music.JSB_PITCH_OFFSET] - music.JSB_PITCH_OFFSET
+        low, high = (int(pitches.min()), int(pitches.max())) if pitches.size else (0, 0)
+        variants.append(
+            [
+                transpose_chorale_tokens(piece, s) if 0 <= low + s and high + s < 128 else piece
+                for s in semitones
+            ]
+        )
+    return variants
 
 
 def transpose_events(events, semitones):

@@ -15,7 +15,8 @@ It measures the validation NLL per token at the training length and beyond.
 
 Training examples are random windows of --sequence_length (L) tokens, each
 preceded by START (see music_data.py); performances are augmented as in the
-paper (time stretch ±5 %, transposition ±3 semitones). After training, the
+paper (time stretch ±5 %, transposition ±3 semitones); with --transpose 1
+chorales are transposed by ±3 semitones too (--transpose 0 turns either off). After training, the
 best checkpoint's validation negative log-likelihood per token (nats) is
 measured on non-overlapping validation windows of each length in
 --eval_lengths (multiples of L, default 1 and 2; "full" = whole pieces):
@@ -85,6 +86,7 @@ RECORDED_FLAGS = (
     "learning_rate_scale",
     "seed",
     "max_eval_windows",
+    "transpose",
 )
 
 
@@ -142,6 +144,14 @@ def parse_args(argv=None):
         default=None,
         help="default: --sequence_length (every distance seen in training)",
     )
+    parser.add_argument(
+        "--transpose",
+        type=int,
+        choices=(0, 1),
+        default=None,
+        help="1 = transpose each training example by -3..3 semitones, as the paper "
+        "(default: 1 for performances, 0 for chorales, as the README's 800-step JSB tables)",
+    )
     parser.add_argument("--warmup_steps", type=int, default=500)
     parser.add_argument("--learning_rate_scale", type=float, default=1.0)
     parser.add_argument(
@@ -185,6 +195,8 @@ def parse_args(argv=None):
                 f"(e.g. 1,2,full), received {args.eval_lengths!r}"
             )
     args.output_dir = args.output_dir or os.path.join("runs", f"music_{args.task}_{args.attention}")
+    if args.transpose is None:  # JSB: at 800 steps transposed chorales are not yet better
+        args.transpose = int(args.task == "performance")
     run_folder.check_run_record(parser, args, RECORDED_FLAGS)
     run_folder.check_run_folders(parser, args, loads_model=args.skip_training)
     args.cache_dir = args.cache_dir or music_data.DEFAULT_CACHE_DIR
@@ -248,13 +260,15 @@ def train(args, train_pieces, valid_pieces, strategy=None, callbacks=()):
     # the batches already trained on and sees what an uninterrupted one would.
     start_step = backup.restore(model)
     step = music_data.step_size(args.task)
+    if args.task == "jsb" and args.transpose:  # 7 transpositions each, one drawn per example
+        train_pieces = music_data.transposed_chorales(train_pieces)
     train_data = music_data.training_dataset(
         train_pieces,
         args.sequence_length,
         args.batch_size,
         seed=args.seed,
         step=step,
-        transpose=args.task == "performance",
+        transpose=args.task == "performance" and bool(args.transpose),
         skip_batches=start_step,
     )
     inputs, targets = music_data.evaluation_windows(valid_pieces, args.sequence_length, step)

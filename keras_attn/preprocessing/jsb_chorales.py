@@ -133,6 +133,42 @@ def tokens_to_chorale(tokens):
     return grid.reshape(-1, JSB_NUM_VOICES).astype(np.int32)
 
 
+def transpose_chorale_tokens(tokens, semitones):
+    """Transposes chorale tokens by whole semitones: every pitch id moves, the rest are kept.
+
+    Args:
+        tokens: 1-D integer array of ids in [0, JSB_VOCABULARY_SIZE) (`chorale_to_tokens`).
+        semitones: whole number (the paper's augmentation: -3..3, `AUGMENTATION_SEMITONES`).
+
+    Returns:
+        np.int32 array like `tokens`: pitch ids plus `semitones`; PAD, START, END, REST kept.
+
+    Raises:
+        ValueError: for ids outside the vocabulary, a fractional shift, a pitch leaving 0..127.
+
+    Example:
+    >>> from keras_attn.preprocessing.music import chorale_to_tokens
+    >>> from keras_attn.preprocessing.jsb_chorales import transpose_chorale_tokens
+    >>> tokens = chorale_to_tokens([[74, -1, 65, 58]], add_start_end=True)  # alto rests
+    >>> transpose_chorale_tokens(tokens, 2).tolist()  # [START, 76 + 4, REST, 67 + 4, 60 + 4, END]
+    [1, 80, 3, 71, 64, 2]
+
+    Reference:
+        Huang et al. 2018, section 5.2 (transposition by -3..3 semitones).
+    """
+    tokens = _check_ids(tokens, JSB_VOCABULARY_SIZE, "chorale token")
+    ok = checks.is_number(semitones) and float(semitones).is_integer()
+    checks.require(ok, "semitones", semitones, "a whole number")
+    is_pitch = tokens >= JSB_PITCH_OFFSET
+    pitches = tokens[is_pitch] - JSB_PITCH_OFFSET + int(semitones)
+    if pitches.size and (pitches.min() < 0 or pitches.max() >= NUM_PITCHES):
+        received = f"pitches from {pitches.min()} to {pitches.max()}"
+        raise ValueError(
+            f"Expected pitches in 0..127 after {semitones} semitones. Received: {received}."
+        )
+    return np.where(is_pitch, tokens + int(semitones), tokens).astype(np.int32)
+
+
 def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
     """Writes a chorale grid as MIDI: one track per voice, a held pitch as one note.
 

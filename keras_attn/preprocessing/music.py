@@ -21,6 +21,7 @@ from keras_attn.preprocessing.jsb_chorales import (  # noqa: F401 (re-exported)
     chorale_to_tokens,
     load_jsb_chorales,
     tokens_to_chorale,
+    transpose_chorale_tokens,
 )
 from keras_attn.preprocessing.midi import (  # noqa: F401 (re-exported)
     events_to_midi,

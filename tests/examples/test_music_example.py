@@ -166,3 +166,29 @@ def test_train_evaluate_export_and_generate(task, tmp_path):
         *extra,
     )
     assert "holds a finished training run" in out
+
+
+def test_jsb_transposition_variants_and_their_windows():
+    from tests.examples.scripts import load_script
+
+    music_data = load_script("music/music_data.py")
+    # One step S 74, A rest, T 65, B 58 (ids pitch + 4, rest 3), then END; and a chorale
+    # whose soprano sings 126, which only shifts of at most +1 keep in 0..127.
+    low = np.array([78, 3, 69, 62, 2], np.int32)
+    high = np.array([130, 70, 60, 50, 2], np.int32)
+    variants = music_data.transposed_chorales([low, high])
+    assert [v.tolist() for v in variants[0][::3]] == [
+        [75, 3, 66, 59, 2],  # -3
+        [78, 3, 69, 62, 2],  # 0
+        [81, 3, 72, 65, 2],  # +3
+    ]
+    assert [v[0] for v in variants[1]] == [127, 128, 129, 130, 131, 130, 130]
+    # The pipeline draws one variant per example: every window is the chorale shifted.
+    windows = music_data.training_dataset(variants[:1], 4, 8, seed=0, step=4)
+    (inputs, targets) = next(iter(windows))
+    shifts = {int(t[0]) - 78 for t in targets.numpy()}
+    assert shifts <= set(range(-3, 4)) and len(shifts) > 1
+    for t in targets.numpy():
+        shift = int(t[0]) - 78
+        assert t.tolist() == [78 + shift, 3, 69 + shift, 62 + shift]
+    assert inputs.numpy()[:, 0].tolist() == [1] * 8

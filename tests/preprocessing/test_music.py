@@ -9,6 +9,7 @@ import pytest
 import symusic
 
 from keras_attn.preprocessing import music
+from keras_attn.preprocessing.jsb_chorales import transpose_chorale_tokens
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 DATA = os.path.join(ROOT, "examples", "music", "data")
@@ -754,6 +755,47 @@ def test_chorale_token_round_trip_on_every_real_chorale(jsb):
     grid = chorales[0]
     padded = np.concatenate([music.chorale_to_tokens(grid, add_start_end=True), [0, 0, 50]])
     np.testing.assert_array_equal(music.tokens_to_chorale(padded), grid)
+
+
+def test_transpose_chorale_tokens_by_hand():
+    # S 74, A rests, T 65, B 58, then S 76, A 72, T 67, B 60 (ids = pitch + 4, rest = 3).
+    tokens = [1, 78, 3, 69, 62, 80, 76, 71, 64, 2, 0]
+    np.testing.assert_array_equal(
+        transpose_chorale_tokens(tokens, 2), [1, 80, 3, 71, 64, 82, 78, 73, 66, 2, 0]
+    )
+    np.testing.assert_array_equal(
+        transpose_chorale_tokens(tokens, -3), [1, 75, 3, 66, 59, 77, 73, 68, 61, 2, 0]
+    )
+    assert transpose_chorale_tokens(tokens, 0).dtype == np.int32
+    assert transpose_chorale_tokens(np.array(tokens), 2.0).tolist()[1] == 80
+
+
+def test_transpose_chorale_tokens_out_of_range_and_bad_arguments():
+    top = [music.JSB_PITCH_OFFSET + 126, music.JSB_REST_ID, music.JSB_PITCH_OFFSET + 1]
+    np.testing.assert_array_equal(transpose_chorale_tokens(top, 1), [131, 3, 6])
+    with pytest.raises(
+        ValueError, match=r"0..127 after 2 semitones. Received: pitches from 3 to 128"
+    ):
+        transpose_chorale_tokens(top, 2)
+    with pytest.raises(ValueError, match=r"pitches from -1 to 124"):
+        transpose_chorale_tokens(top, -2)
+    with pytest.raises(ValueError, match=r"semitones.*whole number.*Received: semitones=0.5"):
+        transpose_chorale_tokens(top, 0.5)
+    with pytest.raises(
+        ValueError, match=r"chorale token ids in \[0, 132\). Received: ids from 3 to 132"
+    ):
+        transpose_chorale_tokens([3, 132], 1)
+
+
+def test_transposed_real_chorales_go_back(jsb):
+    tokens = music.chorale_to_tokens(jsb["valid"][0], add_start_end=True)
+    for semitones in (-3, -1, 1, 3):
+        moved = transpose_chorale_tokens(tokens, semitones)
+        np.testing.assert_array_equal(
+            music.tokens_to_chorale(moved)[music.tokens_to_chorale(tokens) >= 0],
+            music.tokens_to_chorale(tokens)[music.tokens_to_chorale(tokens) >= 0] + semitones,
+        )
+        np.testing.assert_array_equal(transpose_chorale_tokens(moved, -semitones), tokens)
 
 
 def test_tokens_to_chorale_errors():
