@@ -284,31 +284,16 @@ def main():
             + ", ".join(f"{n}: {1000 * r['median_s']:.0f}" for n, r in sweep.items()),
         ]
     lines += ["", f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}."]
-    print("\n".join(lines))
-    harness.write_results(
-        harness.output_path(args, "long_sequence"),
-        {
-            "config": {
-                "batch_size": BATCH,
-                "model_dim": MODEL_DIM,
-                "num_heads": NUM_HEADS,
-                "key_dim": KEY_DIM,
-                "chunk_size": args.chunk_size,
-                "repeats": args.repeats,
-                "quick": args.quick,
-                "budget_s": args.budget,
-            },
-            "environment": {"start": env_start, "end": env_end},
-            "timing": [
-                {"layer": n, "length": t, **r}
-                for t, records in compared.items()
-                for n, r in records.items()
-            ],
-            "chunk_size_sweep": [{"chunk_size": n, **r} for n, r in sweep.items()],
-            "peak_memory": [{"layer": n, "length": t, **r} for (n, t), r in memory.items()],
-            "table": "\n".join(lines),
-            "total_s": budget.elapsed(),
-        },
+    report(
+        args,
+        "long_sequence",
+        lines,
+        budget,
+        (env_start, env_end),
+        compared,
+        {"quick": args.quick, "budget_s": args.budget},
+        chunk_size_sweep=[{"chunk_size": n, **r} for n, r in sweep.items()],
+        peak_memory=[{"layer": n, "length": t, **r} for (n, t), r in memory.items()],
     )
 
 
@@ -361,28 +346,14 @@ def crossover(args, budget, env_start, tf):
         "",
         f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
-    print("\n".join(lines))
-    harness.write_results(
-        harness.output_path(args, "long_sequence_crossover"),
-        {
-            "config": {
-                "batch_size": BATCH,
-                "model_dim": MODEL_DIM,
-                "num_heads": NUM_HEADS,
-                "key_dim": KEY_DIM,
-                "chunk_size": args.chunk_size,
-                "repeats": args.repeats,
-                "quick": args.quick,
-            },
-            "environment": {"start": env_start, "end": env_end},
-            "timing": [
-                {"layer": n, "length": t, **r}
-                for t, records in compared.items()
-                for n, r in records.items()
-            ],
-            "table": "\n".join(lines),
-            "total_s": budget.elapsed(),
-        },
+    report(
+        args,
+        "long_sequence_crossover",
+        lines,
+        budget,
+        (env_start, env_end),
+        compared,
+        {"quick": args.quick},
     )
 
 
@@ -458,29 +429,15 @@ def relative_against_mhsa(args, budget, env_start, tf):
         "",
         f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
-    print("\n".join(lines))
-    harness.write_results(
-        harness.output_path(args, "long_sequence_relative"),
-        {
-            "config": {
-                "batch_size": BATCH,
-                "model_dim": MODEL_DIM,
-                "num_heads": NUM_HEADS,
-                "key_dim": KEY_DIM,
-                "chunk_size": args.chunk_size,
-                "max_relative_position": args.max_relative_position,
-                "repeats": args.repeats,
-            },
-            "environment": {"start": env_start, "end": env_end},
-            "timing": [
-                {"layer": n, "length": t, **r}
-                for t, recs in timing.items()
-                for n, r in recs.items()
-            ],
-            "peak_memory": [{**c, **r} for c, r in zip(configs, records)],
-            "table": "\n".join(lines),
-            "total_s": budget.elapsed(),
-        },
+    report(
+        args,
+        "long_sequence_relative",
+        lines,
+        budget,
+        (env_start, env_end),
+        timing,
+        {"max_relative_position": args.max_relative_position},
+        peak_memory=[{**c, **r} for c, r in zip(configs, records)],
     )
 
 
@@ -534,9 +491,25 @@ def any_length(args, budget, env_start, tf):
         "",
         f"Total {budget.elapsed():.0f} s; {harness.load_note(env_start, env_end)}.",
     ]
+    report(
+        args,
+        "long_sequence_any_length",
+        lines,
+        budget,
+        (env_start, env_end),
+        compared,
+        {"quick": args.quick},
+        peak_memory=[{**c, **r} for c, r in zip(configs, records)],
+    )
+
+
+def report(args, name, lines, budget, environment, timing, config, **sections):
+    """Prints the table `lines` and writes results/<name>.json: the configuration (the shapes,
+    chunk size and repeats, plus `config`), the (start, end) `environment`, `timing`
+    ({length: {layer: record}}), the extra `sections`, the table and the total time."""
     print("\n".join(lines))
     harness.write_results(
-        harness.output_path(args, "long_sequence_any_length"),
+        harness.output_path(args, name),
         {
             "config": {
                 "batch_size": BATCH,
@@ -545,15 +518,15 @@ def any_length(args, budget, env_start, tf):
                 "key_dim": KEY_DIM,
                 "chunk_size": args.chunk_size,
                 "repeats": args.repeats,
-                "quick": args.quick,
+                **config,
             },
-            "environment": {"start": env_start, "end": env_end},
+            "environment": {"start": environment[0], "end": environment[1]},
             "timing": [
                 {"layer": n, "length": t, **r}
-                for t, records in compared.items()
+                for t, records in timing.items()
                 for n, r in records.items()
             ],
-            "peak_memory": [{**c, **r} for c, r in zip(configs, records)],
+            **sections,
             "table": "\n".join(lines),
             "total_s": budget.elapsed(),
         },
