@@ -44,8 +44,6 @@ def static_int(value):
 
 def known_value(value):
     """`value` as a NumPy array when known now (not a traced tensor), else None."""
-    if isinstance(value, (numbers.Number, np.generic, np.ndarray)):
-        return np.asarray(value)
     try:
         return np.asarray(keras.ops.convert_to_numpy(value))
     except Exception:  # each backend refuses symbolic values its own way
@@ -114,14 +112,10 @@ def check_index(value, name):
     dtype = keras.backend.standardize_dtype(value.dtype) if hasattr(value, "dtype") else None
     shape = tuple(getattr(value, "shape", ()))
     if not (is_int(value) or dtype and "int" in dtype and shape == ()):
-        described = (
-            f"{type(value).__name__}, dtype {dtype}, shape {shape}"
-            if dtype
-            else type(value).__name__
-        )
+        described = f", dtype {dtype}, shape {shape}" if dtype else ""
         raise ValueError(
             f"`{name}` must be an integer scalar (an int or a rank-0 int32 tensor). "
-            f"Received: {name}={value!r} ({described})."
+            f"Received: {name}={value!r} ({type(value).__name__}{described})."
         )
 
 

@@ -62,9 +62,7 @@ def is_keras_op(operation):
 def call_has_training_arg(layer):
     """Args: layer: any object. Returns: whether it is a Layer whose `call`
     takes `training` (`_call_has_training_arg`)."""
-    return isinstance(layer, keras.layers.Layer) and bool(
-        getattr(layer, "_call_has_training_arg", False)
-    )
+    return bool(getattr(layer, "_call_has_training_arg", False))
 
 
 def get_mask(x):

@@ -43,8 +43,7 @@ class MaskedSparseCategoricalAccuracy(keras.metrics.Mean):
         y_true = ops.cast(y_true, "int32")
         predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
         correct = ops.cast(ops.equal(predicted, y_true), "float32")
-        weight = _token_weights(y_true, self.ignore_class, sample_weight)
-        return _update_per_token(super(), correct, weight)
+        return _update_per_token(super(), correct, y_true, self.ignore_class, sample_weight)
 
     def get_config(self):
         return {**super().get_config(), "ignore_class": self.ignore_class}
@@ -93,8 +92,7 @@ class BitsPerDimension(keras.metrics.Mean):
             y_true, ops.cast(y_pred, "float32"), from_logits=self.from_logits
         )
         bits = nats / math.log(2.0)
-        weight = _token_weights(y_true, self.ignore_class, sample_weight)
-        return _update_per_token(super(), bits, weight)
+        return _update_per_token(super(), bits, y_true, self.ignore_class, sample_weight)
 
     def get_config(self):
         config = super().get_config()
@@ -109,19 +107,12 @@ def _check_shapes(owner, y_true, y_pred):
         raise ValueError(f"{expected}. Received: y_true.shape={true}, y_pred.shape={pred}.")
 
 
-def _token_weights(y_true, ignore_class, sample_weight):
-    mask = None if ignore_class is None else ops.not_equal(y_true, ignore_class)
-    weight = None if mask is None else ops.cast(mask, "float32")
+def _update_per_token(mean_metric, values, y_true, ignore_class, sample_weight):
+    """Updates `mean_metric` with every real token counted once (keras.metrics.Mean would
+    average each sample first)."""
+    weight = ops.ones_like(values)
+    if ignore_class is not None:
+        weight = ops.cast(ops.not_equal(y_true, ignore_class), "float32")
     if sample_weight is not None:
-        sample_weight = ops.cast(sample_weight, "float32")
-        weight = sample_weight if weight is None else weight * sample_weight
-    return weight
-
-
-def _update_per_token(mean_metric, values, weight):
-    # keras.metrics.Mean averages each sample first; flattening makes every
-    # token count once.
-    values = ops.reshape(values, (-1,))
-    if weight is not None:
-        weight = ops.reshape(weight, (-1,))
-    return mean_metric.update_state(values, sample_weight=weight)
+        weight = weight * ops.cast(sample_weight, "float32")
+    return mean_metric.update_state(ops.reshape(values, (-1,)), ops.reshape(weight, (-1,)))

@@ -30,9 +30,14 @@ _CONTROLS = {  # name: (requirement, dtype, is_valid with operators a tensor tak
 
 
 def check_in_graph(condition, message, value):
-    """`value`, failing when the graph runs where `condition` is False; `message` is a string or
-    a list of strings and scalar tensors (shown at run time)."""
+    """`value`, refused where `condition` is False: now (a ValueError) when the condition is known,
+    else when the graph runs. `message` is a string or a list of strings and scalar tensors."""
     pieces = [message] if isinstance(message, str) else list(message)
+    known = checks.known_value(condition)
+    if known is not None:
+        if not known.all():
+            raise ValueError(_joined(pieces))
+        return value
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
 
@@ -43,15 +48,20 @@ def check_in_graph(condition, message, value):
 
         def fail_unless(ok, *received):
             received = iter(received)
-            shown = [
-                p if isinstance(p, str) else repr(np.asarray(next(received)).tolist())
-                for p in pieces
-            ]
             if not np.all(ok):
-                raise ValueError("".join(shown))
+                raise ValueError(
+                    _joined([p if isinstance(p, str) else next(received) for p in pieces])
+                )
 
         jax.debug.callback(fail_unless, condition, *(p for p in pieces if not isinstance(p, str)))
     return value
+
+
+def _joined(pieces):
+    """The message of `check_in_graph`'s pieces, their values known."""
+    return "".join(
+        p if isinstance(p, str) else repr(checks.known_value(p).tolist()) for p in pieces
+    )
 
 
 def check_control(name, value, in_graph=True):
@@ -68,12 +78,10 @@ def check_control(name, value, in_graph=True):
     if len(value.shape) or "int" not in kind and (integer or "float" not in kind):
         wanted, shape = "an integer" if integer else "a number", tuple(value.shape)
         raise ValueError(f"A tensor `{name}` must be {wanted} scalar. Received: {kind} {shape}.")
-    known = checks.known_value(value)
-    if known is not None and not is_valid(known.astype(dtype)):
-        raise ValueError(f"{requirement} Received: {name}={known.item()!r}.")
-    if known is not None or not in_graph:
+    known = checks.known_value(value)  # NumPy's: a device could flush a tiny float to 0
+    if known is None and not in_graph:
         return value
-    valid = is_valid(ops.cast(value, dtype))
+    valid = is_valid(ops.cast(value, dtype) if known is None else known.astype(dtype))
     return check_in_graph(valid, [f"{requirement} Received: {name}=", value, "."], value)
 
 
@@ -121,7 +129,7 @@ def check_suppressed_token_ids(suppressed_token_ids, end_token_id=None, vocabula
 def check_beam_arguments(num_beams, length_penalty_alpha, max_length=None):
     """Refuses a `num_beams` that is not a positive int, and a `length_penalty_alpha` that is not
     a finite number >= 0 or whose penalty at `max_length` leaves float32."""
-    valid = isinstance(num_beams, int) and checks.is_int(num_beams, 1)
+    valid = type(num_beams) is int and num_beams >= 1  # not a bool, not a NumPy int
     checks.require(valid, "num_beams", num_beams, "a positive int")
     alpha = length_penalty_alpha
     valid = checks.is_number(alpha, 0) and math.isfinite(alpha)
@@ -158,18 +166,13 @@ def check_seed(seed):
 def check_seed_rows(key, prompt):
     """`key` (a checked seed's (R, 2) words), refused unless R is 1 or the prompt's rows: now
     when both are known, else when the graph runs."""
-    rows = key.shape[0]
     try:
-        batch = prompt.shape[0] if hasattr(prompt, "shape") else np.shape(prompt)[0]
+        batch = ops.shape(prompt)[0] if hasattr(prompt, "shape") else np.shape(prompt)[0]
     except (ValueError, TypeError, IndexError):  # ragged, None, a scalar: `check_prompt` refuses
         return key
-    if rows == 1 or rows is not None and rows == batch:
-        return key
-    message = f"{SEED_REQUIREMENT} Received: a seed of shape (R, 1) or (R, 2) with R = "
-    if None not in (rows, batch):
-        raise ValueError(f"{message}{rows}, for a prompt of {batch} rows.")
-    rows, batch = ops.shape(key)[0], ops.shape(prompt)[0]
+    rows = ops.shape(key)[0]
     valid = ops.logical_or(ops.equal(rows, 1), ops.equal(rows, batch))
+    message = f"{SEED_REQUIREMENT} Received: a seed of shape (R, 1) or (R, 2) with R = "
     return check_in_graph(valid, [message, rows, ", for a prompt of ", batch, " rows."], key)
 
 
@@ -188,14 +191,9 @@ def check_prompt(prompt, max_length):
             f"{prompt!r:.80} (dtype {dtype}, shape {shape}), max_length={max_length}."
         )
     prompt = check_ids(prompt, -(2**31), 2**31, "`prompt` must hold ids that fit int32.")
-    empty = "`prompt` must hold at least one row. Received: prompt.shape="
-    if shape[0] == 0:
-        raise ValueError(f"{empty}{shape}.")
-    prompt = ops.cast(prompt, "int32")
-    if shape[0] is not None:
-        return prompt
     rows = ops.shape(prompt)[0]
-    return check_in_graph(rows > 0, [f"{empty}(", rows, f", {shape[1]})."], prompt)
+    message = ["`prompt` must hold at least one row. Received: prompt.shape=(", rows]
+    return ops.cast(check_in_graph(rows > 0, message + [f", {shape[1]})."], prompt), "int32")
 
 
 def check_prompt_lengths(prompt_lengths, prompt):
@@ -214,33 +212,23 @@ def check_prompt_lengths(prompt_lengths, prompt):
 
 
 def check_ids(ids, low, high, requirement):
-    """`ids` (an integer tensor), refused unless in [low, high) (None: no bound): now when known,
-    else when the graph runs. Bounds the dtype's range guarantees are not checked."""
+    """`ids` (an integer tensor), refused unless in [low, high): now when known, else when the
+    graph runs. Bounds the dtype's range guarantees are not checked."""
     bounds = np.iinfo(keras.backend.standardize_dtype(ids.dtype))
-    low = bounds.min if low is None else max(low, bounds.min)
-    top = bounds.max if high is None else min(high - 1, bounds.max)
+    low, top = max(low, bounds.min), min(high - 1, bounds.max)
     if (low, top) == (bounds.min, bounds.max) or 0 in tuple(ids.shape):
         return ids
-    known = checks.known_value(ids)
-    if known is not None:
-        if known.size and (known.min() < low or known.max() > top):
-            raise ValueError(f"{requirement} Received: ids from {known.min()} to {known.max()}.")
-        return ids
-    lowest, highest = ops.min(ids), ops.max(ids)
-    valid = ops.logical_and(lowest >= int(low), highest <= int(top))
+    known = checks.known_value(ids)  # NumPy's: a JAX array could wrap int64 ids around
+    lowest, highest = (ops.min(ids), ops.max(ids)) if known is None else (known.min(), known.max())
+    valid = ops.logical_and(lowest >= low, highest <= top)
     message = [f"{requirement} Received: ids from ", lowest, " to ", highest, "."]
     return check_in_graph(valid, message, ids)
 
 
 def check_batch_size(name, value, batch_size):
-    """A model input, refused unless it has `batch_size` rows (an int or scalar tensor; None:
-    a symbolic trace, not checked): now when both are known, else when the graph runs."""
-    message = f"The model input {name} must have one row per prompt row. Received: {name} with batch size "
-    rows, expected = value.shape[0], checks.static_int(batch_size)
-    if None not in (rows, expected) and rows != expected:
-        raise ValueError(f"{message}{rows}, expected {expected}.")
-    if batch_size is None or None not in (rows, expected) or ops.shape(value)[0] is None:
-        return value
+    """A model input, refused unless it has `batch_size` rows (an int or scalar tensor): now when
+    both are known, else when the graph runs."""
     rows = ops.shape(value)[0]
-    message = [message, rows, ", expected ", batch_size, "."]
+    message = f"The model input {name} must have one row per prompt row. Received: {name} with "
+    message = [f"{message}batch size ", rows, ", expected ", batch_size, "."]
     return check_in_graph(ops.equal(rows, batch_size), message, value)

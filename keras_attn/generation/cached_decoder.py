@@ -53,6 +53,9 @@ class CachedDecoder(Decoder):
         self.vocabulary_size = shapes[0][-1]
         super().__init__(model, token_input)
         self._plan = ReplayPlan(model.outputs[0], self._input_names, self.token_input)
+        # False when a cached layer keeps only the last positions (`rolling_cache = True`).
+        cached = [step["op"] for step in self._plan.steps if step["kind"] == "cached"]
+        self.keeps_every_position = not any(getattr(op, "rolling_cache", False) for op in cached)
 
     def check_max_length(self, max_length):
         """Refuses a `max_length` that is not a positive int or past a layer's `max_positions`."""
@@ -87,10 +90,8 @@ class CachedDecoder(Decoder):
             else:
                 _, op, sequence, mask = spec
                 encoded = values[id(sequence)]
-                mask = (
-                    _padding_mask(encoded) if mask is None else ops.cast(values[id(mask)], "bool")
-                )
-                memory.append((op.compute_cross_attention_cache(encoded), mask))
+                mask = _padding_mask(encoded) if mask is None else values[id(mask)]
+                memory.append((op.compute_cross_attention_cache(encoded), ops.cast(mask, "bool")))
         cached = [step["op"] for step in self._plan.steps if step["kind"] == "cached"]
         caches = tuple(op.init_cache(batch_size, max_length) for op in cached)
         masks = tuple(
@@ -131,36 +132,29 @@ class CachedDecoder(Decoder):
         for spec, value in zip(self._plan.memory_specs, memory):
             if spec[0] == "tensor":
                 values[id(spec[1])] = value
-        gathered = {}
+        first_position = ops.cast(cache_index, "int32")
+        # With `logits_index`, the tail steps (see `ReplayPlan`) run on that one position.
+        cut, tail = logits_index is not None, {}
 
-        def tail_value(tensor):
-            if id(tensor) in gathered:
-                return gathered[id(tensor)]
-            value = values[id(tensor)]
-            producer = self._plan.produced_by.get(id(tensor))
-            if (
-                logits_index is not None
-                and self._plan.is_dynamic(tensor)
-                and not (producer is not None and producer["tail"])
-            ):
-                value = _take_position(value, logits_index)
-            gathered[id(tensor)] = value
-            return value
+        def at_index(tensor):
+            if id(tensor) not in tail:
+                value = values[id(tensor)]
+                dynamic = self._plan.is_dynamic(tensor)
+                tail[id(tensor)] = _take_position(value, logits_index) if dynamic else value
+            return tail[id(tensor)]
 
         for step in self._plan.steps:
-            kind, op = step["kind"], step["op"]
+            kind, op, on_tail = step["kind"], step["op"], cut and step["tail"]
             if kind == "positionwise":
-                lookup = values
-                if step["tail"]:
-                    lookup = {id(t): tail_value(t) for t in step["node"].input_tensors}
+                lookup = (
+                    {id(t): at_index(t) for t in step["node"].input_tensors} if on_tail else values
+                )
                 args, kwargs = keras_internals.call_arguments(step["node"], lookup)
                 outputs = _call(op, args, kwargs)
             elif kind == "position":
                 args, kwargs = keras_internals.call_arguments(step["node"], values)
                 bound = step["signature"].bind(*args, **kwargs)
-                bound.arguments["start_index"] = (
-                    ops.cast(cache_index, "int32") + step["start_index"]
-                )
+                bound.arguments["start_index"] = first_position + step["start_index"]
                 outputs = op(*bound.args, **bound.kwargs)
             else:  # cached
                 outputs, caches[step["cache"]] = self._cached_step(
@@ -170,21 +164,10 @@ class CachedDecoder(Decoder):
             if kind == "cached":  # only the hidden states (checked in planning)
                 produced = produced[:1]
             for t, y in zip(produced, keras.tree.flatten(outputs)):
-                if step.get("tail") and logits_index is not None:
-                    gathered[id(t)] = y
-                values[id(t)] = y
+                (tail if on_tail else values)[id(t)] = y
         output = self.model.outputs[0]
-        logits = values[id(output)] if logits_index is None else tail_value(output)
+        logits = at_index(output) if cut else values[id(output)]
         return logits, {"caches": tuple(caches), "padding_masks": tuple(masks), "memory": memory}
-
-    @property
-    def keeps_every_position(self):
-        """False when a cached layer keeps only the last positions (`rolling_cache = True`)."""
-        return not any(
-            getattr(step["op"], "rolling_cache", False)
-            for step in self._plan.steps
-            if step["kind"] == "cached"
-        )
 
     def _check_step(self, token_ids, cache_index, state):
         checks.check_index(cache_index, "cache_index")
@@ -227,12 +210,9 @@ class CachedDecoder(Decoder):
         if step["mask_tensor"] is None:
             new = _padding_mask(values[id(step["sequence"])])
         else:
-            new = values[id(step["mask_tensor"])]
-        if keras.backend.standardize_dtype(new.dtype) != "bool":
-            new = ops.not_equal(new, 0)
-        buffer = ops.slice_update(masks[step["mask"]], (0, cache_index), new)
-        masks[step["mask"]] = buffer
-        return buffer
+            new = ops.cast(values[id(step["mask_tensor"])], "bool")
+        masks[step["mask"]] = ops.slice_update(masks[step["mask"]], (0, cache_index), new)
+        return masks[step["mask"]]
 
 
 def _padding_mask(sequence):

@@ -75,11 +75,6 @@ def _variables(models):
             "`models` must be the built Keras models (or layers, or decoders with a `model`) "
             f"whose weights `fn` reads: build one by calling it. Received: models={models!r}."
         )
-    variables, seen = [], set()
-    for layer in layers:
-        # `variables` includes non-trainable ones and seed-generator states.
-        for variable in layer.variables:
-            if id(variable) not in seen:
-                seen.add(id(variable))
-                variables.append(variable)
-    return variables
+    # `variables` includes non-trainable ones and seed-generator states; shared ones count once.
+    unique = {id(variable): variable for layer in layers for variable in layer.variables}
+    return list(unique.values())

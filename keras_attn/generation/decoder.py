@@ -2,7 +2,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_attn import keras_internals
+from keras_attn import checks, keras_internals
 from keras_attn.generation import arguments
 
 
@@ -84,8 +84,9 @@ class Decoder:
                 message = f"The model input {name} must hold ids in [0, {bound[0]}), the ids "
                 message += f"its layer {bound[1]} takes."
                 value = arguments.check_ids(value, 0, bound[0], message)
-            value = ops.convert_to_tensor(value, dtype=dtype)
-            values[name] = arguments.check_batch_size(name, value, batch_size)
+            values[name] = ops.convert_to_tensor(value, dtype=dtype)
+            if batch_size is not None:
+                values[name] = arguments.check_batch_size(name, values[name], batch_size)
         return values
 
     def check_inputs(self, inputs):
@@ -131,21 +132,18 @@ class Decoder:
         tensor = self._input_names.get(name)
         found = []
         for layer in self.model.layers:
-            reads_input = any(
-                any(t is tensor for t in node.input_tensors)
-                for node in keras_internals.inbound_nodes(layer)
-            )
+            inputs = [
+                t for node in keras_internals.inbound_nodes(layer) for t in node.input_tensors
+            ]
             size = getattr(layer, "input_dim", getattr(layer, "vocabulary_size", None))
-            if reads_input and isinstance(size, int) and not isinstance(size, bool):
+            if checks.is_int(size) and any(t is tensor for t in inputs):
                 found.append((size, layer))
         return found
 
 
 def _find_token_input(input_names, token_input, owner):
     names = list(input_names)
-    found = token_input
-    if found is None:
-        found = names[0] if len(names) == 1 else "decoder_tokens"
+    found = token_input or (names[0] if len(names) == 1 else "decoder_tokens")
     if found not in input_names:
         raise ValueError(
             f"{owner}: `token_input` must name the model input that holds the tokens to "

@@ -23,20 +23,6 @@ def as_decoder(model):
     )
 
 
-def vocabulary_size(decoder):
-    """V, the width of the decoder's logits when known before it runs (its `vocabulary_size`,
-    else its `model`'s single output), else None."""
-    size = getattr(decoder, "vocabulary_size", None)
-    if size is not None:
-        return size
-    try:
-        (logits,) = decoder.model.outputs
-        size = logits.shape[-1]
-    except (AttributeError, TypeError, ValueError, IndexError):
-        return None
-    return size if isinstance(size, int) else None
-
-
 def input_vocabulary_size(decoder):
     """The number of ids the decoder's token input takes when an embedding reading it says so
     (it can exceed V: an Image Transformer embeds its start token too), else None."""
@@ -72,7 +58,7 @@ def prepare_prompt(prompt, max_length, pad_token_id, prompt_lengths, input_vocab
     prompt = ops.where(prompt_mask[:, :width], prompt, ops.cast(pad_token_id, "int32"))
     size = input_vocabulary_size
     ids = f"in [0, {size}), the ids the model embeds" if size else ">= 0"
-    prompt = arguments.check_ids(prompt, 0, size, f"`prompt` must hold token ids {ids}.")
+    prompt = arguments.check_ids(prompt, 0, size or 2**31, f"`prompt` must hold token ids {ids}.")
     tokens = ops.pad(prompt, [[0, 0], [0, max_length - width]], constant_values=pad_token_id)
     return tokens, lengths, prompt_mask, ops.min(lengths), width
 
@@ -84,8 +70,7 @@ def prefill(decoder, tokens, width, start, max_length, inputs):
     Returns:
         `(logits, state)`: logits (B, V) float32 predicting position `start`, the state.
     """
-    batch_size = ops.shape(tokens)[0]
-    state = decoder.initial_state(batch_size, max_length, inputs)
+    state = decoder.initial_state(ops.shape(tokens)[0], max_length, inputs)
 
     def whole_prompt():
         return decoder(tokens[:, :width], 0, state, logits_index=start - 1)
@@ -131,7 +116,7 @@ def start_search(
         `(decoder, suppressed ids, prepare_prompt's tuple, logits, state)`, as `prefill`'s.
     """
     decoder = as_decoder(model)
-    size = vocabulary_size(decoder)
+    size = getattr(decoder, "vocabulary_size", None)  # V, when known before the decoder runs
     suppressed = arguments.check_vocabulary_ids(
         size, end_token_id, pad_token_id, suppressed_token_ids
     )
@@ -157,22 +142,17 @@ def token_loop(choose, model, prompt, max_length, end_token_id, pad_token_id, *o
     search = start_search(model, prompt, max_length, end_token_id, pad_token_id, *others)
     decoder, suppressed, (tokens, _, prompt_mask, first, _), logits, state = search
     suppress = suppressor(suppressed, logits.shape[-1])
-    pad = ops.cast(pad_token_id, "int32")
     finished = ops.zeros_like(prompt_mask[:, 0])
 
     def cond(index, tokens, finished, logits, state):
         return ops.logical_and(ops.less(index, max_length), ops.logical_not(ops.all(finished)))
 
     def body(index, tokens, finished, logits, state):
-        chosen = ops.cast(choose(suppress(logits), index), "int32")
-        forced = ops.take(prompt_mask, index, axis=1)
-        next_token = ops.where(
-            forced, ops.take(tokens, index, axis=1), ops.where(finished, pad, chosen)
+        chosen = choose(suppress(logits), index)
+        next_token, finished = place_token(
+            chosen, index, tokens, prompt_mask, finished, end_token_id, pad_token_id
         )
         tokens = ops.slice_update(tokens, (0, index), next_token[:, None])
-        if end_token_id is not None:
-            ended = ops.logical_and(ops.logical_not(forced), ops.equal(next_token, end_token_id))
-            finished = ops.logical_or(finished, ended)
         step_logits, state = decoder(next_token[:, None], index, state)
         return index + 1, tokens, finished, ops.cast(step_logits[:, 0], "float32"), state
 
@@ -182,19 +162,47 @@ def token_loop(choose, model, prompt, max_length, end_token_id, pad_token_id, *o
     return tokens
 
 
+def place_token(chosen, position, tokens, prompt_mask, finished, end_token_id, pad_token_id):
+    """The token of `position` once chosen: the prompt's own token where the prompt reaches
+    `position`, padding in a finished row, else `chosen`; a row finishes on choosing the end id.
+
+    The one rule of the token loop, also run by the exported streaming step (keras.ops only).
+
+    Args:
+        chosen: (B,) int, the strategy's pick.
+        position: int32 scalar.
+        tokens: (B, L) int32 and prompt_mask: (B, L) bool, as `prepare_prompt` lays them out.
+        finished: (B,) bool, the rows that ended before `position`.
+        end_token_id: int or None (rows never end).
+        pad_token_id: int.
+
+    Returns:
+        `(token (B,) int32, finished (B,) bool)`.
+
+    Example:
+    >>> from keras import ops
+    >>> from keras_attn.generation.decoding import place_token
+    >>> tokens = ops.array([[5, 6, 0], [5, 0, 0], [5, 0, 0]], "int32")
+    >>> mask = ops.array([[True, True, False], [True, False, False], [True, False, False]])
+    >>> token, finished = place_token(ops.array([2, 2, 9]), 1, tokens, mask,
+    ...                               ops.array([False, False, True]), 2, 0)
+    >>> ops.convert_to_numpy(token).tolist(), ops.convert_to_numpy(finished).tolist()
+    ([6, 2, 0], [False, True, True])
+    """
+    forced = ops.take(prompt_mask, position, axis=1)
+    pad = ops.cast(pad_token_id, "int32")
+    chosen = ops.where(finished, pad, ops.cast(chosen, "int32"))
+    token = ops.where(forced, ops.take(tokens, position, axis=1), chosen)
+    if end_token_id is not None:
+        ended = ops.logical_and(ops.logical_not(forced), ops.equal(token, end_token_id))
+        finished = ops.logical_or(finished, ended)
+    return token, finished
+
+
 def suppressor(suppressed, vocabulary_size):
     """`suppress(logits (..., V)) -> logits` with `-inf` at the `suppressed` (checked) ids."""
     if not suppressed:
         return lambda logits: logits
-
-    def suppress(logits):
-        if vocabulary_size is not None:
-            # A small (V,) constant: one `where` per step.
-            blocked = np.zeros((vocabulary_size,), bool)
-            blocked[list(suppressed)] = True
-        else:
-            ids = ops.arange(ops.shape(logits)[-1], dtype="int32")[:, None]
-            blocked = ops.any(ops.equal(ids, np.array(suppressed, "int32")[None, :]), axis=1)
-        return ops.where(blocked, float("-inf"), logits)
-
-    return suppress
+    blocked = np.zeros((vocabulary_size,), bool)  # a small (V,) constant: one `where` per step
+    blocked[list(suppressed)] = True
+    return lambda logits: ops.where(blocked, float("-inf"), logits)

@@ -42,13 +42,14 @@ class RecomputingDecoder(Decoder):
         # A subclassed model has no symbolic inputs (`model.input` raises): called on the tokens.
         self._subclassed = not isinstance(getattr(model, "inputs", None), (list, tuple, dict))
         if self._subclassed:
-            self.model = model
+            self.model, self.vocabulary_size = model, None
             self.token_input = token_input or "tokens"
             self._input_names = {self.token_input: None}
         else:
             super().__init__(model, token_input)
             for output in keras.tree.flatten(model.outputs):
                 _check_logits_shape(output.shape)
+            self.vocabulary_size = model.outputs[0].shape[-1]
 
     def initial_state(self, batch_size, max_length, inputs=None):
         """`{"tokens": (B, L) int32 zeros, "inputs": {name: tensor}}` (as `CachedDecoder`'s)."""
@@ -61,16 +62,9 @@ class RecomputingDecoder(Decoder):
         tokens = ops.slice_update(state["tokens"], (0, cache_index), ops.cast(token_ids, "int32"))
         length = ops.shape(token_ids)[1]
         feed = dict(state["inputs"], **{self.token_input: tokens})
-        structure = None if self._subclassed else self.model.input
-        if structure is None:
-            model_inputs = tokens
-        elif isinstance(structure, dict):
-            model_inputs = feed
-        else:
-            model_inputs = [feed[t.name] for t in keras.tree.flatten(structure)]
-            if len(model_inputs) == 1:
-                model_inputs = model_inputs[0]
-        logits = self.model(model_inputs, training=False)
+        # Keras matches a dict to the model's inputs by name; one input (not a dict) takes a tensor.
+        one = self._subclassed or len(feed) == 1 and not isinstance(self.model.input, dict)
+        logits = self.model(tokens if one else feed, training=False)
         _check_logits_shape(logits.shape)
         first = cache_index if logits_index is None else cache_index + logits_index
         size = length if logits_index is None else 1

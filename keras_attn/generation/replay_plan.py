@@ -49,39 +49,12 @@ _LAST_AXIS_LAYERS = (
     keras.layers.Softmax,
     keras.layers.Concatenate,
 )
-# Element-wise `keras.ops` recorded in a functional graph (e.g. `x + y`).
-_ELEMENTWISE_OPS = {
-    "Add",
-    "Subtract",
-    "Multiply",
-    "Divide",
-    "TrueDivide",
-    "Negative",
-    "Cast",
-    "Maximum",
-    "Minimum",
-    "Power",
-    "Sqrt",
-    "Square",
-    "Exp",
-    "Log",
-    "Abs",
-    "Tanh",
-    "Sigmoid",
-    "Relu",
-    "Gelu",
-    "Silu",
-    "Softplus",
-    "Equal",
-    "NotEqual",
-    "Greater",
-    "GreaterEqual",
-    "Less",
-    "LessEqual",
-    "LogicalAnd",
-    "LogicalOr",
-    "LogicalNot",
-}
+# Element-wise `keras.ops` recorded in a functional graph (e.g. `x + y`), by class name.
+_ELEMENTWISE_OPS = frozenset(
+    "Add Subtract Multiply Divide TrueDivide Negative Maximum Minimum Power Sqrt Square Abs Cast "
+    "Exp Log Tanh Sigmoid Relu Gelu Silu Softplus "
+    "Equal NotEqual Greater GreaterEqual Less LessEqual LogicalAnd LogicalOr LogicalNot".split()
+)
 
 
 class ReplayPlan:
@@ -89,7 +62,7 @@ class ReplayPlan:
 
     Attributes: `steps` (the decoder-path steps, a dict each, in execution order), `static_nodes`
     (the encoder-path nodes, in order), `memory_specs` (what `initial_state` computes), `static_inputs`
-    (`{name: KerasTensor}` the encoder path reads), `num_masks`, `produced_by` (`{id(tensor): step}`).
+    (`{name: KerasTensor}` the encoder path reads), `num_masks`.
 
     Args:
         logits: the model's output, a KerasTensor (B, T, V).
@@ -114,7 +87,7 @@ class ReplayPlan:
                 step["mask"], self.num_masks = self.num_masks, self.num_masks + 1
         ids = self._static_input_ids
         self.static_inputs = {name: t for name, t in input_names.items() if id(t) in ids}
-        self.produced_by = self._mark_tail()
+        self._mark_tail()
 
     def is_dynamic(self, tensor):
         """Whether `tensor` depends on the token input (memoised)."""
@@ -168,7 +141,7 @@ class ReplayPlan:
             signature = inspect.signature(op.call)
             start = _recorded_start(name, _given_arguments(op, node), signature.parameters)
             return dict(step, kind="position", start_index=start, signature=signature)
-        if _is_positionwise(op):
+        if _is_positionwise(op, node):
             return step
         raise ValueError(
             f"CachedDecoder: layer {name}, between `{self.token_input}` and the logits, is not "
@@ -216,11 +189,8 @@ class ReplayPlan:
 
     def _plan_cross_attention(self, step, name, given):
         """Cross-attention: its cache and the encoder padding mask become memory."""
-        op, sequence, mask = (
-            step["op"],
-            given["encoder_sequence"],
-            given.get("encoder_padding_mask"),
-        )
+        op = step["op"]
+        sequence, mask = given["encoder_sequence"], given.get("encoder_padding_mask")
         has_cache = callable(getattr(op, "compute_cross_attention_cache", None))
         if not has_cache or "cross_attention_cache" not in step["call"]["parameters"]:
             raise ValueError(f"CachedDecoder: {name} has no `compute_cross_attention_cache`.")
@@ -233,18 +203,15 @@ class ReplayPlan:
                 self._plan_static(tensor)
 
     def _mark_tail(self):
-        """Marks the position-wise steps after the last sequence-mixing one (when only the last
-        position's logits are wanted, they run on it alone); returns `{id(tensor): step}`."""
-        consumers, produced_by = {}, {}
+        """Marks the tail: the position-wise steps after the last sequence-mixing one, read only
+        by the tail (when one position's logits are wanted, they run on it alone)."""
+        consumers = {}
         for step in self.steps:
             for t in step["reads"]:
                 consumers.setdefault(id(t), []).append(step)
-            for t in step["node"].outputs:
-                produced_by[id(t)] = step
         for step in reversed(self.steps):
             downstream = [c for t in step["node"].outputs for c in consumers.get(id(t), [])]
             step["tail"] = step["kind"] == "positionwise" and all(c["tail"] for c in downstream)
-        return produced_by
 
 
 def _cached_call(op):
@@ -283,23 +250,17 @@ def _recorded_start(name, given, parameters):
 
 def _is_position_aware(op):
     """A layer whose `call` takes `start_index`."""
-    call = getattr(op, "call", None)
-    if not isinstance(op, keras.layers.Layer) or call is None:
-        return False
-    return "start_index" in inspect.signature(call).parameters
+    return (
+        isinstance(op, keras.layers.Layer)
+        and "start_index" in inspect.signature(op.call).parameters
+    )
 
 
-def _is_positionwise(op):
-    if isinstance(op, _POSITIONWISE_LAYERS):
-        return True
+def _is_positionwise(op, node):
+    """Whether the layer or op of `node` acts on each position on its own."""
     if isinstance(op, _LAST_AXIS_LAYERS):
-        axis = getattr(op, "axis", -1)
-        axes = list(axis) if isinstance(axis, (list, tuple)) else [axis]
-        rank = None
-        nodes = keras_internals.inbound_nodes(op)
-        if nodes and nodes[0].outputs:
-            rank = len(nodes[0].outputs[0].shape)
-        return all(a == -1 or (rank is not None and a == rank - 1) for a in axes)
-    if not isinstance(op, keras.layers.Layer):
-        return keras_internals.is_keras_op(op) and type(op).__name__ in _ELEMENTWISE_OPS
-    return False
+        axes = op.axis if isinstance(op.axis, (list, tuple)) else [op.axis]
+        return all(axis in (-1, len(node.outputs[0].shape) - 1) for axis in axes)
+    if isinstance(op, keras.layers.Layer):
+        return isinstance(op, _POSITIONWISE_LAYERS)
+    return keras_internals.is_keras_op(op) and type(op).__name__ in _ELEMENTWISE_OPS

@@ -147,28 +147,30 @@ def beam_search(
     """
     arguments.check_beam_arguments(num_beams, length_penalty_alpha, max_length)
     checks.check_bool(None, "return_all_beams", return_all_beams, "True = also every beam")
-    decoder, suppressed, (tokens, lengths, prompt_mask, start, _), logits, state = (
-        decoding.start_search(
-            model,
-            prompt,
-            max_length,
-            end_token_id,
-            pad_token_id,
-            prompt_lengths,
-            inputs,
-            suppressed_token_ids,
-        )
+    search = decoding.start_search(
+        model,
+        prompt,
+        max_length,
+        end_token_id,
+        pad_token_id,
+        prompt_lengths,
+        inputs,
+        suppressed_token_ids,
     )
-    vocabulary_size = logits.shape[-1]
+    decoder, suppressed, (tokens, lengths, prompt_mask, start, _), logits, state = search
+    vocabulary_size, batch_size = logits.shape[-1], ops.shape(tokens)[0]
     suppress = decoding.suppressor(suppressed, vocabulary_size)
-    beams = num_beams
-    batch_size = ops.shape(tokens)[0]
-    state = decoder.repeat_state(state, beams)
-    logits = ops.repeat(logits, beams, axis=0)
-    sequences, log_probs, generated, finished = _first_beams(tokens, beams)
+    vocabulary = ops.arange(vocabulary_size, dtype="int32")
     pad = ops.cast(pad_token_id, "int32")
-    frozen_extension = _certain_token_log_probs(vocabulary_size, pad)  # (V,)
-    rows = ops.arange(batch_size, dtype="int32")[:, None] * beams
+    rows = ops.arange(batch_size, dtype="int32")[:, None] * num_beams
+    state = decoder.repeat_state(state, num_beams)
+    logits = ops.repeat(logits, num_beams, axis=0)
+    sequences = ops.repeat(tokens[:, None, :], num_beams, axis=1)
+    # Only beam 0 is live at first: the K copies of the prompt are one hypothesis, not K.
+    first = ops.where(ops.equal(ops.arange(num_beams), 0), 0.0, _NEG_INF)
+    log_probs = first + ops.zeros((batch_size, 1))
+    generated = ops.zeros((batch_size, num_beams), "int32")
+    finished = ops.zeros((batch_size, num_beams), "bool")
 
     def cond(index, sequences, log_probs, generated, finished, logits, state):
         # Done when every beam has ended or holds no hypothesis.
@@ -177,23 +179,26 @@ def beam_search(
 
     def body(index, sequences, log_probs, generated, finished, logits, state):
         step_log_probs = ops.reshape(
-            ops.log_softmax(suppress(logits), axis=-1), (batch_size, beams, vocabulary_size)
+            ops.log_softmax(suppress(logits), axis=-1), (batch_size, num_beams, vocabulary_size)
         )
-        forced = ops.take(prompt_mask, index, axis=1)  # (B,)
-        forced_token = ops.take(tokens, index, axis=1)
-        candidate_log_probs = log_probs[..., None] + _extension_log_probs(
-            step_log_probs, finished, forced, forced_token, frozen_extension
-        )  # (B, K, V)
+        # The next token is certain inside the prompt (the prompt's) and after the end (padding).
+        forced = ops.take(prompt_mask, index, axis=1)[:, None]  # (B, 1)
+        certain_token = ops.where(forced, ops.take(tokens, index, axis=1)[:, None], pad)
+        certain = ops.where(ops.equal(vocabulary, certain_token[..., None]), 0.0, _NEG_INF)
+        extension = ops.where(ops.logical_or(forced, finished)[..., None], certain, step_log_probs)
         length_now = ops.maximum(index - lengths + 1, 0)  # (B,)
         candidate_length = ops.where(finished, generated, length_now[:, None])  # (B, K)
         beam, token, log_probs = _best_candidates(
-            candidate_log_probs, candidate_length, length_penalty_alpha
+            log_probs[..., None] + extension, candidate_length, length_penalty_alpha
         )
-        token = _fill_empty_beams(token, log_probs, forced, forced_token, pad)
+        # A beam holding no hypothesis (fewer than K exist) took a -inf candidate, maybe a
+        # suppressed id: it gets the certain token.
+        token = ops.where(ops.equal(log_probs, _NEG_INF), certain_token, token)
         generated = ops.take_along_axis(candidate_length, beam, axis=1)
-        finished = _end_beams(
-            ops.take_along_axis(finished, beam, axis=1), token, forced, end_token_id
-        )
+        finished = ops.take_along_axis(finished, beam, axis=1)
+        if end_token_id is not None:
+            ended = ops.logical_and(ops.logical_not(forced), ops.equal(token, end_token_id))
+            finished = ops.logical_or(finished, ended)
         sequences = ops.take_along_axis(sequences, beam[..., None], axis=1)
         sequences = ops.slice_update(sequences, (0, 0, index), token[..., None])
         state = decoder.reorder_state(state, ops.reshape(rows + beam, (-1,)))
@@ -213,64 +218,14 @@ def beam_search(
     return best
 
 
-def _first_beams(tokens, beams):
-    """(sequences, log_probs, generated, finished) of K prompt copies, only beam 0 live."""
-    batch_size = ops.shape(tokens)[0]
-    sequences = ops.repeat(tokens[:, None, :], beams, axis=1)
-    # Only beam 0 is live at first: the K copies of the prompt are one
-    # hypothesis, not K.
-    first_beam = ops.arange(beams, dtype="int32")[None, :] == 0
-    log_probs = ops.where(ops.broadcast_to(first_beam, (batch_size, beams)), 0.0, _NEG_INF)
-    generated = ops.zeros((batch_size, beams), "int32")
-    finished = ops.zeros((batch_size, beams), "bool")
-    return sequences, log_probs, generated, finished
-
-
-def _certain_token_log_probs(vocabulary_size, token):
-    """Log-probabilities (..., V): 0 for `token`, -inf for every other id."""
-    vocabulary = ops.arange(vocabulary_size, dtype="int32")
-    return ops.where(ops.equal(vocabulary, token), 0.0, _NEG_INF)
-
-
-def _extension_log_probs(step_log_probs, finished, forced, forced_token, frozen_extension):
-    """Log-probs (B, K, V) of extending each beam: padding if finished, prompt if forced."""
-    vocabulary_size = step_log_probs.shape[-1]
-    extension = ops.where(finished[..., None], frozen_extension[None, None, :], step_log_probs)
-    forced_extension = _certain_token_log_probs(vocabulary_size, forced_token[:, None])  # (B, V)
-    return ops.where(forced[:, None, None], forced_extension[:, None, :], extension)
-
-
-def _fill_empty_beams(token, log_probs, forced, forced_token, pad):
-    """Gives the prompt token or padding to beams that hold no hypothesis."""
-    # Such a beam (fewer than K hypotheses exist) took a -inf candidate,
-    # maybe a suppressed id.
-    return ops.where(
-        ops.equal(log_probs, _NEG_INF),
-        ops.where(forced[:, None], forced_token[:, None], pad),
-        token,
-    )
-
-
-def _end_beams(finished, token, forced, end_token_id):
-    """Also marks as finished the beams that took the end token outside the prompt."""
-    if end_token_id is None:
-        return finished
-    ended = ops.logical_and(ops.logical_not(forced)[:, None], ops.equal(token, end_token_id))
-    return ops.logical_or(finished, ended)
-
-
 def _best_candidates(candidate_log_probs, candidate_length, length_penalty_alpha):
     """(beam, token, log_probs) (B, K) of the K best-scoring of the K * V candidates."""
     batch_size, beams, vocabulary_size = ops.shape(candidate_log_probs)
-    penalty = length_penalty(candidate_length, length_penalty_alpha)
-    keys = candidate_log_probs / penalty[..., None]
-    _, flat_index = ops.top_k(ops.reshape(keys, (batch_size, beams * vocabulary_size)), beams)
+    keys = candidate_log_probs / length_penalty(candidate_length, length_penalty_alpha)[..., None]
+    flat = (batch_size, beams * vocabulary_size)
+    _, flat_index = ops.top_k(ops.reshape(keys, flat), beams)
     flat_index = ops.cast(flat_index, "int32")
-    log_probs = ops.take_along_axis(
-        ops.reshape(candidate_log_probs, (batch_size, beams * vocabulary_size)),
-        flat_index,
-        axis=1,
-    )
+    log_probs = ops.take_along_axis(ops.reshape(candidate_log_probs, flat), flat_index, axis=1)
     return flat_index // vocabulary_size, flat_index % vocabulary_size, log_probs
 
 

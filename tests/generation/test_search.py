@@ -449,20 +449,6 @@ def test_other_inputs_must_have_the_rows_of_the_prompt(generate):
         )
 
 
-def test_check_batch_size_compares_the_first_axis():
-    from keras_attn.generation.arguments import check_batch_size
-
-    labels = np.zeros((3,), "int32")
-    for batch_size in (3, keras.ops.convert_to_tensor(3), None):  # None: a functional trace's batch
-        assert check_batch_size("label", labels, batch_size) is labels
-    with pytest.raises(
-        ValueError,
-        match=r"The model input label must have one row per prompt "
-        r"row.*Received: label with batch size 3, expected 2\.",
-    ):
-        check_batch_size("label", labels, np.int64(2))
-
-
 def test_other_inputs_rows_are_checked_in_the_graph():
     # A batch known only at run time (a serving signature).
     labels = _class_conditional()
