@@ -65,7 +65,6 @@ def _download(relative_path, expected, url, cache_dir):
 
     target = os.path.join(cache_root(cache_dir), *relative_path.split("/"))
     folder, name = os.path.split(target)
-    os.makedirs(folder, exist_ok=True)
     try:
         # An absolute cache_subdir is used as the folder itself. get_file
         # returns a cached file whose hash matches without any network access,

@@ -24,6 +24,12 @@ def bound_call_arguments(layer, args, kwargs):
     return bound.arguments
 
 
+def call_results(*results):
+    """A call's results less the Nones (those not asked for): one alone, else a tuple."""
+    results = tuple(result for result in results if result is not None)
+    return results[0] if len(results) == 1 else results
+
+
 class AttentionBase(ArgumentsConfig, keras.layers.Layer):
     """Constructor arguments, config and sublayers of the attention layers (not exported);
     the arguments are documented on `MultiHeadSelfAttention` and `MultiHeadAttention`."""
@@ -61,8 +67,9 @@ class AttentionBase(ArgumentsConfig, keras.layers.Layer):
         self.supports_masking = True
         self._value_dim = value_dim or key_dim
 
-    def _make_dense(self, units, name):
-        return Projection(
+    def _make_dense(self, units, name, inputs_shape):
+        """A projection to `units` features, built for inputs of `inputs_shape`."""
+        dense = Projection(
             units,
             use_bias=self.use_bias,
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -70,6 +77,8 @@ class AttentionBase(ArgumentsConfig, keras.layers.Layer):
             dtype=self.dtype_policy,
             name=name,
         )
+        dense.build(inputs_shape)
+        return dense
 
     def _cached_keys_values(self, cache, dtype):
         """The keys (B, H, K, L) and values (B, H, V, L) of a (B, H, K + V, L) cache."""

@@ -9,15 +9,9 @@ from keras import ops
 
 def dims(x):
     """The shape of `x` as a list: static ints where known, scalar tensors elsewhere."""
-    dynamic = None
-    result = []
-    for i, d in enumerate(x.shape):
-        if d is None:
-            if dynamic is None:
-                dynamic = ops.shape(x)
-            d = dynamic[i]
-        result.append(d)
-    return result
+    static = list(x.shape)
+    # `ops.shape` reads the dynamic sizes (in TensorFlow a Shape op: none when all are static).
+    return static if None not in static else list(ops.shape(x))
 
 
 def num_blocks(length, block):

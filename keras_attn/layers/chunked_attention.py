@@ -10,6 +10,7 @@ Reference:
 
 from keras import ops
 
+from keras_attn.layers.attention_masks import AttentionMasks
 from keras_attn.layers.attention_ops import MASKED_LOGIT
 
 
@@ -22,15 +23,14 @@ def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_em
         query: (B, T, H, K) float queries.
         key: (B, S, H, K) float keys.
         value: (B, S, H, V) float values.
-        masks: an `AttentionMasks` record or None; not a cached one (use the dense core).
-        chunk_size: C (int >= 1), positions per query and key chunk (memory O(B·H·C²)).
+        masks: an `AttentionMasks` record (None: nothing masked); not a cached one (the layers
+            run the dense core on a cache).
+        chunk_size: C (int >= 1, checked by the layers), positions per query and key chunk
+            (memory O(B·H·C²)).
         relative_embeddings: optional table E, (2M - 1, K) or (H, 2M - 1, K): adds q_t · E[s - t].
 
     Returns:
         (B, T, H, V) outputs in the value's dtype (logits, softmax, sums in float32).
-
-    Raises:
-        ValueError: on a cached `masks` record or `chunk_size` < 1.
 
     Example:
     >>> import numpy as np
@@ -40,13 +40,6 @@ def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_em
     >>> tuple(out.shape)
     (1, 6, 2, 4)
     """
-    cached = masks is not None and masks.cached
-    if cached or type(chunk_size) is not int or chunk_size < 1:
-        raise ValueError(
-            "chunked_attention takes no cached call (use the dense core) and a "
-            f"`chunk_size` int >= 1. Received: chunk_size={chunk_size!r}, a cached "
-            f"call: {cached}."
-        )
     output_dtype = value.dtype
     scale = 1.0 / float(query.shape[-1]) ** 0.5
     # (B, H, n, C, K): heads in front and the sequences cut into chunks.
@@ -54,7 +47,7 @@ def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_em
     q = _chunks(ops.cast(query, "float32") * scale, chunk_size)
     k = _chunks(ops.cast(key, "float32"), chunk_size)
     v = _chunks(ops.cast(value, "float32"), chunk_size)
-    chunk_mask = _ChunkMask(masks, query_length, key_length, chunk_size)
+    chunk_mask = _ChunkMask(masks or AttentionMasks(), query_length, key_length, chunk_size)
     if relative_embeddings is not None:
         # A tensor (not the layer's variable) enters the custom gradient.
         relative_embeddings = ops.cast(relative_embeddings, "float32")
@@ -82,15 +75,15 @@ class _ChunkMask:
     def __init__(self, masks, query_length, key_length, chunk_size):
         self.chunk_size = chunk_size
         self.key_length = key_length
-        self.causal = masks is not None and masks.use_causal_mask
-        self.cache_index = masks.cache_index if masks is not None else 0
+        self.causal = masks.use_causal_mask
+        self.cache_index = masks.cache_index
         self.padding = None
         self.attention = None
-        if masks is not None and masks.padding_mask is not None:
+        if masks.padding_mask is not None:
             padding = ops.cast(masks.padding_mask, "bool")
             padding = ops.pad(padding, ((0, 0), (0, (-key_length) % chunk_size)))
             self.padding = ops.reshape(padding, (ops.shape(padding)[0], -1, chunk_size))
-        if masks is not None and masks.attention_mask is not None:
+        if masks.attention_mask is not None:
             attention = ops.cast(masks.attention_mask, "bool")
             if len(attention.shape) == 3:
                 attention = attention[:, None]

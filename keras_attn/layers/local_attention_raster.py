@@ -10,6 +10,7 @@ from keras_attn.layers.local_attention_windows import (
     local_attention,
     scatter_rows,
     take_positions,
+    window_slot,
 )
 
 
@@ -153,10 +154,7 @@ class BlockRasterMixin:
         block_ids = block_ids[:, None]
         row = (block_ids // grid_width) * bh - before[0] + slots // window_w
         col = (block_ids % grid_width) * bw - before[1] + slots % window_w
-        inside = ops.logical_and(
-            ops.logical_and(ops.greater_equal(row, 0), ops.less(row, height)),
-            ops.logical_and(ops.greater_equal(col, 0), ops.less(col, width)),
-        )
+        _, inside = window_slot((row, col), (height, width))
         # A block past the image (the position after its last pixel) has
         # no memory, though the window above it would reach into the image.
         inside = ops.logical_and(inside, ops.less(block_ids, (height // bh) * grid_width))
@@ -171,13 +169,8 @@ class BlockRasterMixin:
         top = (query_block // grid_width) * bh - before[0]
         left = (query_block % grid_width) * bw - before[1]
         key_row, key_col = self._raster_pixel(key_positions)
-        delta_row = key_row[None, :] - top[:, None]
-        delta_col = key_col[None, :] - left[:, None]
-        inside = ops.logical_and(
-            ops.logical_and(ops.greater_equal(delta_row, 0), ops.less(delta_row, window_h)),
-            ops.logical_and(ops.greater_equal(delta_col, 0), ops.less(delta_col, window_w)),
-        )
-        return delta_row * window_w + delta_col, inside
+        deltas = (key_row[None, :] - top[:, None], key_col[None, :] - left[:, None])
+        return window_slot(deltas, (window_h, window_w))
 
     def _raster_pixel(self, position):
         """Block-raster positions (int32) -> (row, column) of their pixels."""
@@ -245,11 +238,9 @@ class BlockRasterMixin:
             fresh.append(ops.greater_equal(run_positions, read_end))
             read_end = ops.maximum(read_end, run_start + size)
         read = runs[0] if len(runs) == 1 else ops.concatenate(runs, axis=1)
+        positions = ops.concatenate(positions, axis=0)
         mask = self._raster_step_mask(
-            ops.concatenate(positions, axis=0),
-            ops.concatenate(fresh, axis=0),
-            query_positions,
-            masks,
+            positions, ops.concatenate(fresh, axis=0), query_positions, masks
         )
         keys, values = self._split_keys_values(read, query.dtype)
         # Masked slots get zero weight; zero their values too, so that what
@@ -273,28 +264,8 @@ class BlockRasterMixin:
         outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
         scores = None
         if return_attention_scores:
-            scores = self._raster_step_scores(probs[:, :, 0], starts, sizes, cache_length)
+            # Dense (B, H, T, L): each read position's probability at its place in the cache (a
+            # position read twice has probability 0 the second time: not `fresh`).
+            spread = ops.one_hot(positions, cache_length, dtype=probs.dtype)  # (N, L)
+            scores = ops.einsum("bhtn,nl->bhtl", probs[:, :, 0], spread)
         return outputs, scores
-
-    def _raster_step_scores(self, probs, starts, sizes, cache_length):
-        """Dense (B, H, T, L) scores from a step's probabilities (B, H, T, N) over the runs."""
-        position = ops.arange(cache_length, dtype="int32")
-        slot = ops.zeros((cache_length,), "int32")
-        found = ops.zeros((cache_length,), "bool")
-        offset = 0
-        for run_start, size in zip(starts, sizes):
-            here = ops.logical_and(
-                ops.logical_and(
-                    ops.greater_equal(position, run_start), ops.less(position, run_start + size)
-                ),
-                ops.logical_not(found),
-            )
-            slot = ops.where(here, offset + position - run_start, slot)
-            found = ops.logical_or(found, here)
-            offset += size
-        length = blocking.dims(probs)[2]
-        return scatter_rows(
-            probs,
-            ops.broadcast_to(slot, (length, cache_length)),
-            ops.broadcast_to(found, (length, cache_length)),
-        )

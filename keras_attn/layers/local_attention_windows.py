@@ -11,6 +11,8 @@ its block and the block; its first query does not see the second):
 [[1, 1, 0], [1, 1, 1]]
 """
 
+import math
+
 from keras import ops
 
 from keras_attn.layers import attention_ops, blocking
@@ -63,7 +65,7 @@ class LocalWindowsMixin:
         batch = blocking.dims(query)[0]
         heads = self.num_heads
         spatial = [blocking.dims(query)[1]] if len(block) == 1 else list(spatial_shape)
-        length = spatial[0] if len(block) == 1 else spatial[0] * spatial[1]
+        length = math.prod(spatial)
 
         # Head-major layout (B * H, *spatial, ·): the block matmuls then run
         # on contiguous batches, with no transpose of the large logits.
@@ -74,18 +76,15 @@ class LocalWindowsMixin:
         def split_heads(x):
             return ops.reshape(x, [batch, heads] + blocking.dims(x)[1:])
 
+        def memory(x):
+            return split_heads(blocking.overlapping_blocks(heads_first(x), block, before, after))
+
         query_blocks = split_heads(blocking.blockify(heads_first(query), block))
-        key_memory = split_heads(
-            blocking.overlapping_blocks(heads_first(key), block, before, after)
-        )
-        value_memory = split_heads(
-            blocking.overlapping_blocks(heads_first(value), block, before, after)
-        )
         mask = self._blocks_mask(masks, batch, spatial, length, before, after)
         outputs, probs = local_attention(
             query_blocks,
-            key_memory,
-            value_memory,
+            memory(key),
+            memory(value),
             mask,
             self.dropout_layer,
             training,
@@ -147,28 +146,25 @@ class LocalWindowsMixin:
 
     def _window_slots(self, spatial, before, after):
         """((T, S) int32 slot, (T, S) bool inside) of each key in each query's window."""
-        if len(self._block) == 1:
-            (b,), (f_before,), (f_after,) = self._block, before, after
-            positions = ops.arange(spatial[0], dtype="int32")
-            origin = (positions // b) * b - f_before
-            slot = positions[None, :] - origin[:, None]
-            inside = ops.logical_and(
-                ops.greater_equal(slot, 0), ops.less(slot, f_before + b + f_after)
-            )
-            return slot, inside
-        height, width = spatial
-        (bh, bw) = self._block
-        window_h = before[0] + bh + after[0]
-        window_w = before[1] + bw + after[1]
-        positions = ops.arange(height * width, dtype="int32")
-        row, col = positions // width, positions % width
-        delta_row = row[None, :] - ((row // bh) * bh - before[0])[:, None]
-        delta_col = col[None, :] - ((col // bw) * bw - before[1])[:, None]
-        inside = ops.logical_and(
-            ops.logical_and(ops.greater_equal(delta_row, 0), ops.less(delta_row, window_h)),
-            ops.logical_and(ops.greater_equal(delta_col, 0), ops.less(delta_col, window_w)),
-        )
-        return delta_row * window_w + delta_col, inside
+        positions = ops.arange(math.prod(spatial), dtype="int32")
+        deltas, windows = [], []
+        for axis, (size, block) in enumerate(zip(spatial, self._block)):
+            coordinate = positions // math.prod(spatial[axis + 1 :]) % size
+            corner = (coordinate // block) * block - before[axis]  # of the query's window
+            deltas.append(coordinate[None, :] - corner[:, None])
+            windows.append(before[axis] + block + after[axis])
+        return window_slot(deltas, windows)
+
+
+def window_slot(deltas, windows):
+    """(slot, inside): the raster index in a window of sides `windows` of the offsets `deltas`
+    (one per axis) from its corner, and whether they fall inside it."""
+    slot, inside = 0, True
+    for delta, window in zip(deltas, windows):
+        within = ops.logical_and(ops.greater_equal(delta, 0), ops.less(delta, window))
+        inside = ops.logical_and(inside, within)
+        slot = slot * window + delta
+    return slot, inside
 
 
 def local_attention(query, key, value, mask, dropout_layer, training, may_have_empty_rows):

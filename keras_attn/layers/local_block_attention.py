@@ -84,9 +84,8 @@ class LocalBlockAttention(
         self.image_size = None
         if image_size is not None:
             self.image_size = checks.check_image_size(image_size, owner=self)
-            fits = len(self._block) == 2 and not any(
-                n % b for n, b in zip(self.image_size, self._block)
-            )
+            sides = zip(self.image_size, self._block)
+            fits = len(self._block) == 2 and not any(n % b for n, b in sides)
             want = f"divisible by a pair `block_size` (here {self.block_size!r})"
             checks.require(fits, "image_size", image_size, want)
         rank = 3 if self.image_size else 2 + len(self._block)

@@ -56,14 +56,13 @@ class MultiHeadAttention(AttentionBase):
             raise ValueError("MultiHeadAttention needs `value` on its first call (it builds then).")
         query_shape, value_shape = tuple(query_shape), tuple(value_shape)
         key_shape = value_shape if key_shape is None else tuple(key_shape)
-        self.query_dense = self._make_dense(self.num_heads * self.key_dim, "query")
-        self.query_dense.build(query_shape)
-        self.key_dense = self._make_dense(self.num_heads * self.key_dim, "key")
-        self.key_dense.build(key_shape)
-        self.value_dense = self._make_dense(self.num_heads * self._value_dim, "value")
-        self.value_dense.build(value_shape)
-        self.output_dense = self._make_dense(self.output_dim or query_shape[-1], "attention_output")
-        self.output_dense.build(query_shape[:-1] + (self.num_heads * self._value_dim,))
+        key_width, value_width = self.num_heads * self.key_dim, self.num_heads * self._value_dim
+        self.query_dense = self._make_dense(key_width, "query", query_shape)
+        self.key_dense = self._make_dense(key_width, "key", key_shape)
+        self.value_dense = self._make_dense(value_width, "value", value_shape)
+        heads_shape = query_shape[:-1] + (value_width,)
+        output_dim = self.output_dim or query_shape[-1]
+        self.output_dense = self._make_dense(output_dim, "attention_output", heads_shape)
         self.dropout_layer = self._make_dropout()
         self.built = True
 
@@ -104,9 +103,8 @@ class MultiHeadAttention(AttentionBase):
         return_attention_scores=False,
         training=None,
     ):
-        self._check_call(query, value, key, cache)
         value_padding_mask, attention_mask = self._masks(
-            query, value, cache, value_padding_mask, attention_mask
+            query, value, key, attention_mask, value_padding_mask, cache
         )
         batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
         projected_query = ops.reshape(
@@ -164,8 +162,12 @@ class MultiHeadAttention(AttentionBase):
                 f"length for key and value. Received shapes {shapes}."
             )
 
-    def _masks(self, query, value, cache, value_padding_mask, attention_mask):
-        """The call's masks as checked booleans; the padding mask defaults to `value`'s."""
+    def _masks(
+        self, query, value=None, key=None, attention_mask=None, value_padding_mask=None, cache=None
+    ):
+        """The static checks of a call; returns its masks as booleans, the padding mask
+        defaulting to `value`'s."""
+        self._check_call(query, value, key, cache)
         keys = value.shape[1] if cache is None else cache.shape[-1]
         if value_padding_mask is None and value is not None:
             value_padding_mask = attention_ops.get_implicit_mask(value)
@@ -187,22 +189,14 @@ class MultiHeadAttention(AttentionBase):
 
     def compute_output_spec(self, *args, **kwargs):
         arguments = bound_call_arguments(self, args, kwargs)
+        return_attention_scores = arguments.pop("return_attention_scores")
+        del arguments["training"]
+        self._masks(**arguments)
         query, cache = arguments["query"], arguments["cache"]
-        value, return_attention_scores = arguments["value"], arguments["return_attention_scores"]
-        self._check_call(query, value, arguments["key"], cache)
-        self._masks(
-            query, value, cache, arguments["value_padding_mask"], arguments["attention_mask"]
-        )
-        outputs = keras.KerasTensor(
-            self.compute_output_shape(tuple(query.shape)), self.compute_dtype
-        )
+        output_shape = self.compute_output_shape(tuple(query.shape))
+        outputs = keras.KerasTensor(output_shape, self.compute_dtype)
         if not return_attention_scores:
             return outputs
-        key_length = cache.shape[-1] if cache is not None else value.shape[1]
-        scores = keras.KerasTensor(
-            (query.shape[0], self.num_heads, query.shape[1], key_length), self.compute_dtype
-        )
-        return outputs, scores
-
-    def compute_mask(self, query, previous_mask=None):
-        return previous_mask
+        key_length = arguments["value"].shape[1] if cache is None else cache.shape[-1]
+        scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
+        return outputs, keras.KerasTensor(scores_shape, self.compute_dtype)

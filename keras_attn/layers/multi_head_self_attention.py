@@ -5,7 +5,7 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers import attention_ops
-from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
+from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments, call_results
 from keras_attn.layers.attention_masks import AttentionMasks
 from keras_attn.layers.chunked_attention import chunked_attention
 
@@ -81,10 +81,10 @@ class MultiHeadSelfAttention(AttentionBase):
         # Keras refuses inputs of another rank or width from now on.
         self.input_spec = keras.layers.InputSpec(ndim=self.input_spec.ndim, axes={-1: feature_dim})
         heads_width = self.num_heads * (2 * self.key_dim + self._value_dim)
-        self.query_key_value_dense = self._make_dense(heads_width, "query_key_value")
-        self.query_key_value_dense.build(inputs_shape)
-        self.output_dense = self._make_dense(self.output_dim or feature_dim, "attention_output")
-        self.output_dense.build(inputs_shape[:-1] + (self.num_heads * self._value_dim,))
+        self.query_key_value_dense = self._make_dense(heads_width, "query_key_value", inputs_shape)
+        heads_shape = inputs_shape[:-1] + (self.num_heads * self._value_dim,)
+        output_dim = self.output_dim or feature_dim
+        self.output_dense = self._make_dense(output_dim, "attention_output", heads_shape)
         self.dropout_layer = self._make_dropout()
         self._build_attention_core(inputs_shape)
         self.built = True
@@ -157,8 +157,9 @@ class MultiHeadSelfAttention(AttentionBase):
         return_attention_scores=False,
         training=None,
     ):
-        self._check_call(inputs, padding_mask, cache, cache_index, use_causal_mask)
-        padding_mask, attention_mask = self._masks(inputs, padding_mask, attention_mask, cache)
+        padding_mask, attention_mask = self._masks(
+            inputs, padding_mask, attention_mask, use_causal_mask, cache, cache_index
+        )
         spatial_shape, batch_size = tuple(inputs.shape[1:-1]), ops.shape(inputs)[0]
         if len(spatial_shape) > 1:
             inputs = ops.reshape(inputs, (batch_size, -1, inputs.shape[-1]))
@@ -180,21 +181,8 @@ class MultiHeadSelfAttention(AttentionBase):
         outputs = self.output_dense(outputs)
         if len(spatial_shape) > 1:
             outputs = ops.reshape(outputs, (batch_size,) + spatial_shape + (outputs.shape[-1],))
-
-        results = (outputs,)
-        if return_attention_scores:
-            results += (ops.cast(scores, self.compute_dtype),)
-        if cache is not None:
-            results += (cache,)
-        return results[0] if len(results) == 1 else results
-
-    def _check_call(self, inputs, padding_mask, cache, cache_index, use_causal_mask):
-        """The static checks of a call; run-time values are checked where they enter."""
-        self._check_inputs_shape(tuple(inputs.shape))
-        if cache is None:
-            checks.require(cache_index is None, "cache_index", cache_index, "None without a cache")
-        else:
-            self._check_cache(cache, cache_index, inputs, use_causal_mask, padding_mask)
+        scores = ops.cast(scores, self.compute_dtype) if return_attention_scores else None
+        return call_results(outputs, scores, cache)
 
     def _check_cache(self, cache, cache_index, inputs, use_causal_mask, padding_mask):
         """A cache laid out as `init_cache` makes it, and a `cache_index` the inputs fit after."""
@@ -218,9 +206,23 @@ class MultiHeadSelfAttention(AttentionBase):
                 f"longer one (`init_cache(batch_size, {index + length})`)."
             )
 
-    def _masks(self, inputs, padding_mask, attention_mask, cache):
-        """The padding (B, S) and attention masks, as checked booleans."""
+    def _masks(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        cache=None,
+        cache_index=None,
+    ):
+        """The static checks of a call (run-time values are checked where they enter); returns
+        its padding (B, S) and attention masks as booleans."""
         shape = tuple(inputs.shape)
+        self._check_inputs_shape(shape)
+        if cache is None:
+            checks.require(cache_index is None, "cache_index", cache_index, "None without a cache")
+        else:
+            self._check_cache(cache, cache_index, inputs, use_causal_mask, padding_mask)
         queries = None if None in shape[1:-1] else math.prod(shape[1:-1])
         keys = queries if cache is None else self._cache_capacity(cache)
         if padding_mask is None and cache is None:
@@ -369,27 +371,17 @@ class MultiHeadSelfAttention(AttentionBase):
 
     def compute_output_spec(self, *args, **kwargs):
         arguments = bound_call_arguments(self, args, kwargs)
-        inputs, cache = arguments["inputs"], arguments["cache"]
-        return_attention_scores = arguments["return_attention_scores"]
-        shape = tuple(inputs.shape)
-        padding_mask = arguments["padding_mask"]
-        self._check_call(
-            inputs, padding_mask, cache, arguments["cache_index"], arguments["use_causal_mask"]
-        )
-        self._masks(inputs, padding_mask, arguments["attention_mask"], cache)
+        return_attention_scores = arguments.pop("return_attention_scores")
+        del arguments["training"]
+        self._masks(**arguments)
+        shape, cache = tuple(arguments["inputs"].shape), arguments["cache"]
         outputs = keras.KerasTensor(self.compute_output_shape(shape), self.compute_dtype)
-        results = (outputs,)
+        scores = None
         if return_attention_scores:
             length = None if None in shape[1:-1] else math.prod(shape[1:-1])
-            key_length = self._cache_length(cache) if cache is not None else length
-            results += (
-                keras.KerasTensor(
-                    (shape[0], self.num_heads, length, key_length), self.compute_dtype
-                ),
-            )
+            key_length = length if cache is None else self._cache_length(cache)
+            scores_shape = (shape[0], self.num_heads, length, key_length)
+            scores = keras.KerasTensor(scores_shape, self.compute_dtype)
         if cache is not None:
-            results += (keras.KerasTensor(cache.shape, cache.dtype),)
-        return results[0] if len(results) == 1 else results
-
-    def compute_mask(self, inputs, previous_mask=None):
-        return previous_mask
+            cache = keras.KerasTensor(cache.shape, cache.dtype)
+        return call_results(outputs, scores, cache)

@@ -3,7 +3,7 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers import attention_ops
-from keras_attn.layers.attention_base import bound_call_arguments
+from keras_attn.layers.attention_base import bound_call_arguments, call_results
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.transformer_block import TransformerBlock
 
@@ -115,18 +115,16 @@ class TransformerDecoder(TransformerBlock):
         return_attention_scores=False,
         training=None,
     ):
-        cached = self_attention_cache is not None
-        with_cross = encoder_sequence is not None or cross_attention_cache is not None
-        self._check_call(with_cross, self_attention_cache, cache_index)
         decoder_padding_mask, encoder_padding_mask = self._masks(
             decoder_sequence,
             encoder_sequence,
             decoder_padding_mask,
             encoder_padding_mask,
             self_attention_cache,
+            cache_index,
             cross_attention_cache,
         )
-
+        cached = self_attention_cache is not None
         cache = {"cache": self_attention_cache, "cache_index": cache_index} if cached else {}
         x, *extras = self._self_attention_block(
             decoder_sequence,
@@ -140,63 +138,70 @@ class TransformerDecoder(TransformerBlock):
         if return_attention_scores:
             scores["self_attention"] = extras.pop(0)
 
-        if with_cross:
+        if encoder_sequence is not None or cross_attention_cache is not None:
             if cross_attention_cache is None and cached:
                 cross_attention_cache = self._cross_attention_layer.compute_cache(encoder_sequence)
-            x, *cross_scores = self._cross_attention_block(
+
+            def cross_attention(h):
+                image = len(h.shape) > 3  # its pixels are the queries, in raster order
+                queries = ops.reshape(h, (ops.shape(h)[0], -1, h.shape[-1])) if image else h
+                result = self._cross_attention_layer(
+                    queries,
+                    encoder_sequence,
+                    value_padding_mask=encoder_padding_mask,
+                    cache=cross_attention_cache,
+                    return_attention_scores=return_attention_scores,
+                    training=training,
+                )
+                outputs, *cross_scores = result if return_attention_scores else (result,)
+                outputs = ops.reshape(outputs, ops.shape(h)) if image else outputs
+                return (outputs, *cross_scores)
+
+            x, *cross_scores = self._residual(
                 x,
-                encoder_sequence,
-                encoder_padding_mask,
-                cross_attention_cache,
-                return_attention_scores,
+                self._cross_attention_norm,
+                self._cross_attention_dropout,
+                cross_attention,
                 training,
             )
             if return_attention_scores:
                 scores["cross_attention"] = cross_scores[0]
 
         outputs = self._feedforward(x, training)
-        results = (outputs,)
-        if cached:
-            results += (extras[0],)
-            if with_cross:
-                results += (cross_attention_cache,)
-        if return_attention_scores:
-            results += (scores,)
-        return results[0] if len(results) == 1 else results
-
-    def _check_call(self, with_cross, self_attention_cache, cache_index):
-        self._check_cross_attention(with_cross)
-        ok = self_attention_cache is not None or cache_index is None
-        checks.require(ok, "cache_index", cache_index, "None without a `self_attention_cache`")
+        caches = (extras[0], cross_attention_cache) if cached else ()
+        return call_results(outputs, *caches, scores or None)
 
     def _masks(
         self,
         decoder_sequence,
-        encoder_sequence,
-        decoder_padding_mask,
-        encoder_padding_mask,
-        self_attention_cache,
-        cross_attention_cache,
+        encoder_sequence=None,
+        decoder_padding_mask=None,
+        encoder_padding_mask=None,
+        self_attention_cache=None,
+        cache_index=None,
+        cross_attention_cache=None,
     ):
-        """The padding masks as checked booleans, defaulting to the implicit ones."""
+        """The static checks of a call; returns its padding masks as booleans, defaulting to the
+        implicit ones."""
+        self._check_cross_attention(
+            encoder_sequence is not None or cross_attention_cache is not None
+        )
+        memory = None if encoder_sequence is None else encoder_sequence.shape[1]
+        if cross_attention_cache is not None:
+            memory = cross_attention_cache.shape[-1]
         cached, batch = self_attention_cache is not None, decoder_sequence.shape[0]
+        ok = cached or cache_index is None
+        checks.require(ok, "cache_index", cache_index, "None without a `self_attention_cache`")
         if decoder_padding_mask is None and not cached:
             decoder_padding_mask = attention_ops.get_implicit_mask(decoder_sequence)
         if encoder_sequence is not None and encoder_padding_mask is None:
             encoder_padding_mask = attention_ops.get_implicit_mask(encoder_sequence)
-        memory = (
-            cross_attention_cache.shape[-1]
-            if cross_attention_cache is not None
-            else (None if encoder_sequence is None else encoder_sequence.shape[1])
-        )
         encoder_padding_mask = attention_ops.check_mask(
             encoder_padding_mask, "encoder_padding_mask", (2,), (batch, memory)
         )
-        positions = (
-            tuple(decoder_sequence.shape[1:-1])
-            if not cached
-            else (self._ask_self_attention("_cache_capacity", self_attention_cache),)
-        )
+        positions = tuple(decoder_sequence.shape[1:-1])
+        if cached:
+            positions = (self._self_attention_layer._cache_capacity(self_attention_cache),)
         decoder_padding_mask = attention_ops.check_mask(
             decoder_padding_mask,
             "decoder_padding_mask",
@@ -205,103 +210,38 @@ class TransformerDecoder(TransformerBlock):
         )
         return decoder_padding_mask, encoder_padding_mask
 
-    def _ask_self_attention(self, hook, cache):
-        """The self-attention layer's `hook(cache)` (`_cache_length`, `_cache_capacity`) or None."""
-        method = getattr(self._self_attention_layer, hook, None)
-        return method(cache) if method is not None else None
-
-    def _cross_attention_block(
-        self,
-        x,
-        encoder_sequence,
-        encoder_padding_mask,
-        cross_attention_cache,
-        return_attention_scores,
-        training,
-    ):
-        """Cross-attention sublayer with its residual: `x`, then its scores if asked for."""
-
-        def cross_attention(x):
-            # An image's pixels are the queries, in raster order.
-            image_shape = tuple(x.shape[1:]) if len(x.shape) > 3 else None
-            if image_shape is not None:
-                x = ops.reshape(x, (ops.shape(x)[0], -1, x.shape[-1]))
-            result = self._cross_attention_layer(
-                x,
-                encoder_sequence,
-                value_padding_mask=encoder_padding_mask,
-                cache=cross_attention_cache,
-                return_attention_scores=return_attention_scores,
-                training=training,
-            )
-            if image_shape is None:
-                return result
-            outputs, *scores = result if return_attention_scores else (result,)
-            return (ops.reshape(outputs, (ops.shape(x)[0],) + image_shape), *scores)
-
-        return self._residual(
-            x, self._cross_attention_norm, self._cross_attention_dropout, cross_attention, training
-        )
-
     def compute_output_shape(self, decoder_sequence_shape, encoder_sequence_shape=None):
         return tuple(decoder_sequence_shape)
 
     def compute_output_spec(self, *args, **kwargs):
         arguments = bound_call_arguments(self, args, kwargs)
-        decoder_sequence, encoder_sequence = (
-            arguments["decoder_sequence"],
-            arguments["encoder_sequence"],
-        )
-        self_attention_cache = arguments["self_attention_cache"]
-        cross_attention_cache = arguments["cross_attention_cache"]
-        return_attention_scores = arguments["return_attention_scores"]
-        with_cross = encoder_sequence is not None or cross_attention_cache is not None
-        self._check_call(with_cross, self_attention_cache, arguments["cache_index"])
-        self._masks(
-            decoder_sequence,
-            encoder_sequence,
-            arguments["decoder_padding_mask"],
-            arguments["encoder_padding_mask"],
-            self_attention_cache,
-            cross_attention_cache,
-        )
+        return_attention_scores = arguments.pop("return_attention_scores")
+        del arguments["training"], arguments["use_causal_mask"]
+        self._masks(**arguments)
+        sequence, self_cache = arguments["decoder_sequence"], arguments["self_attention_cache"]
+        memory, cross_cache = arguments["encoder_sequence"], arguments["cross_attention_cache"]
 
         def spec(shape, dtype=None):
             return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)
 
-        batch, length = decoder_sequence.shape[0], self._positions(decoder_sequence.shape)
-        results = (spec(decoder_sequence.shape),)
-        memory_length = (
-            cross_attention_cache.shape[-1]
-            if cross_attention_cache is not None
-            else (None if encoder_sequence is None else encoder_sequence.shape[1])
-        )
-        num_heads = self._self_attention_layer.num_heads
-        if self_attention_cache is not None:
-            results += (spec(self_attention_cache.shape, self_attention_cache.dtype),)
-            if with_cross:
-                if cross_attention_cache is not None:
-                    shape, dtype = cross_attention_cache.shape, cross_attention_cache.dtype
-                else:
-                    cross = self._cross_attention_layer
-                    shape = (
-                        batch,
-                        cross.num_heads,
-                        cross.key_dim + cross._value_dim,
-                        memory_length,
-                    )
-                    dtype = None
-                results += (spec(shape, dtype),)
+        batch, length = sequence.shape[0], self._positions(sequence.shape)
+        results = [spec(sequence.shape)]
+        if self_cache is not None:
+            results.append(spec(self_cache.shape, self_cache.dtype))
+        with_cross = memory is not None or cross_cache is not None
+        if with_cross:
+            cross = self._cross_attention_layer
+            memory_length = memory.shape[1] if cross_cache is None else cross_cache.shape[-1]
+        if with_cross and self_cache is not None:
+            if cross_cache is None:
+                layout = (cross.num_heads, cross.key_dim + cross._value_dim, memory_length)
+                cross_cache = spec((batch,) + layout)
+            results.append(spec(cross_cache.shape, cross_cache.dtype))
         if return_attention_scores:
-            key_length = (
-                self._ask_self_attention("_cache_length", self_attention_cache)
-                if self_attention_cache is not None
-                else length
-            )
-            scores = {"self_attention": spec((batch, num_heads, length, key_length))}
+            attention = self._self_attention_layer
+            key_length = length if self_cache is None else attention._cache_length(self_cache)
+            scores = {"self_attention": spec((batch, attention.num_heads, length, key_length))}
             if with_cross:
-                scores["cross_attention"] = spec(
-                    (batch, self._cross_attention_layer.num_heads, length, memory_length)
-                )
-            results += (scores,)
-        return results[0] if len(results) == 1 else results
+                scores["cross_attention"] = spec((batch, cross.num_heads, length, memory_length))
+            results.append(scores)
+        return call_results(*results)

@@ -83,9 +83,7 @@ class TransformerEncoder(TransformerBlock):
         training=None,
     ):
         # A float or wrong-length mask is refused when the model is built.
-        masks = getattr(self._self_attention_layer, "_masks", None)
-        if masks is not None:
-            masks(inputs, padding_mask, attention_mask, None)
+        self._self_attention_layer._masks(inputs, padding_mask, attention_mask)
         outputs = keras.KerasTensor(inputs.shape, self.compute_dtype)
         if not return_attention_scores:
             return outputs

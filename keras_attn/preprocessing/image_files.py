@@ -163,13 +163,8 @@ def load_cifar10(path, split="train", validation_fraction=0.1, seed=0):
         with np.load(path) as data:
             arrays = {key: data[key] for key in keys if key in data.files}
         problem = f"lacks the arrays {sorted(set(keys) - set(arrays))}" if len(arrays) < 3 else ""
-    except (
-        ValueError,
-        OSError,
-        TypeError,
-        AttributeError,
-        zipfile.BadZipFile,
-    ) as error:  # BadZipFile: truncated
+    except (ValueError, OSError, TypeError, AttributeError, zipfile.BadZipFile) as error:
+        # BadZipFile: a truncated archive.
         problem = f"is not a NumPy .npz archive (or is truncated or damaged: {error})"
     if problem:
         raise ValueError(f"{path!r} {problem}; for a folder of pictures: `load_image_directory`.")

@@ -164,10 +164,7 @@ def _midi_note_arrays(midi, sustain):
         received = f"{len(score.tracks)} tracks without them, {drums} drum notes (ignored)"
         raise ValueError(f"Expected notes on a non-drum instrument. Received: {received}.")
     starts, ends, pitches, velocities = _resolve_overlaps(
-        np.concatenate(starts),
-        np.concatenate(ends),
-        np.concatenate(pitches),
-        np.concatenate(velocities),
+        *map(np.concatenate, (starts, ends, pitches, velocities))
     )
     order = np.lexsort((pitches, starts))
     return starts[order], ends[order], pitches[order], velocities[order]

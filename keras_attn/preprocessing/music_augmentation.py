@@ -127,10 +127,7 @@ def _time_stretch(events, factor):
     # Seconds first, then the factor: the same arithmetic as stretching
     # decoded `Note`s, so a stretch is reproducible to the last bit.
     stretched = _encode(
-        starts / STEPS_PER_SECOND * factor,
-        ends / STEPS_PER_SECOND * factor,
-        pitches,
-        velocities,
+        starts / STEPS_PER_SECOND * factor, ends / STEPS_PER_SECOND * factor, pitches, velocities
     )
     return _with_special(stretched, has_start, has_end)
 

@@ -210,12 +210,7 @@ def _encode(starts, ends, pitches, velocities, add_start_end=False):
     event_pitches = np.concatenate([pitches, pitches])
     bins = np.concatenate([np.zeros(count, np.int64), velocity_to_bin(velocities)])
     order = np.lexsort((event_pitches, kinds, times))
-    times, kinds, event_pitches, bins = (
-        times[order],
-        kinds[order],
-        event_pitches[order],
-        bins[order],
-    )
+    times, kinds, event_pitches, bins = (a[order] for a in (times, kinds, event_pitches, bins))
     # Each row writes: the time shifts from the previous row's step (full
     # 1 s shifts, then the remainder), a VELOCITY if it is a note-on whose
     # bin differs from the previous note-on's, then its NOTE_ON / NOTE_OFF.

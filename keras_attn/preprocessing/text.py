@@ -150,23 +150,18 @@ def make_translation_dataset(
         received = " and ".join(f"a {type(side).__name__} of {len(side)}" for side in sentences)
         expected = "`source_sentences` and `target_sentences` must be aligned, non-empty lists"
         raise ValueError(f"{expected}. Received: {received}.")
-    for name, tokenizer in (
-        ("source_tokenizer", source_tokenizer),
-        ("target_tokenizer", target_tokenizer),
-    ):
-        checks.require(
-            isinstance(tokenizer, SubwordTokenizer), name, tokenizer, "a `SubwordTokenizer`"
-        )
+    tokenizers = {"source_tokenizer": source_tokenizer, "target_tokenizer": target_tokenizer}
+    for name, tokenizer in tokenizers.items():
+        ok = isinstance(tokenizer, SubwordTokenizer)
+        checks.require(ok, name, tokenizer, "a `SubwordTokenizer`")
     checks.require(checks.is_int(max_length, 2), "max_length", max_length, "an int >= 2")
     by_tokens = tokens_per_batch is not None
     size_name, size = (
         ("tokens_per_batch", tokens_per_batch) if by_tokens else ("batch_size", batch_size)
     )
     checks.require(checks.is_int(size, 1), size_name, size, "a positive int")
-    for flag, used in (
-        ("tokens_per_batch", by_tokens),
-        ("pad_to_bucket_boundary", pad_to_bucket_boundary),
-    ):
+    bucketed = {"tokens_per_batch": by_tokens, "pad_to_bucket_boundary": pad_to_bucket_boundary}
+    for flag, used in bucketed.items():
         checks.require(bucketing or not used, "bucketing", bucketing, f"True with `{flag}`")
     # tf.data raised a TypeError on a float seed and read a buffer of 0 as the whole corpus.
     integer_tensor = hasattr(seed, "dtype") and tf.as_dtype(seed.dtype).is_integer
@@ -185,53 +180,11 @@ def make_translation_dataset(
     above = f", ending above max_length={max_length}" if pad_to_bucket_boundary else ""
     ok = increasing and (not above or boundaries[-1] > max_length)
     checks.require(ok, "boundaries", boundaries, f"a non-empty, strictly increasing list{above}")
-    dataset = _tokenized_pairs(
-        source_sentences,
-        target_sentences,
-        source_tokenizer,
-        target_tokenizer,
-        max_length,
-        shuffle,
-        seed,
-        shuffle_buffer_size,
-    )
-    if not bucketing:
-        dataset = dataset.padded_batch(
-            batch_size, padding_values=PAD_ID, drop_remainder=drop_remainder
-        )
-    else:
-        dataset = _bucket_by_length(
-            dataset,
-            boundaries,
-            max_length,
-            batch_size,
-            tokens_per_batch,
-            pad_to_bucket_boundary,
-            drop_remainder,
-        )
-    options = tf.data.Options()
-    options.deterministic = True
-    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
-
-def _tokenized_pairs(
-    source_sentences,
-    target_sentences,
-    source_tokenizer,
-    target_tokenizer,
-    max_length,
-    shuffle,
-    seed,
-    shuffle_buffer_size,
-):
-    """The (shuffled) sentence pairs as unbatched `(inputs, targets)` rows of ids."""
-    pairs = [
-        tf.constant(list(sentences), tf.string)
-        for sentences in (source_sentences, target_sentences)
-    ]
+    pairs = [tf.constant(list(side), tf.string) for side in sentences]
     dataset = tf.data.Dataset.from_tensor_slices(tuple(pairs))
     if shuffle:
-        buffer_size = shuffle_buffer_size or len(source_sentences)
+        buffer_size = shuffle_buffer_size or count
         dataset = dataset.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True)
 
     def encode(source, target):
@@ -246,39 +199,35 @@ def _tokenized_pairs(
     )
     # Unbatched ragged rows have a RaggedTensorSpec of ragged rank 0, which
     # `padded_batch` refuses; an identity map turns them into plain tensors.
-    return dataset.unbatch().map(lambda inputs, targets: (inputs, targets))
-
-
-def _bucket_by_length(
-    dataset,
-    boundaries,
-    max_length,
-    batch_size,
-    tokens_per_batch,
-    pad_to_bucket_boundary,
-    drop_remainder,
-):
-    """Pads the pairs into batches of rows of similar length (longer of the two sides)."""
-    if tokens_per_batch is not None:
-        upper = [b - 1 for b in boundaries] + [max_length]
-        batch_sizes = [max(1, int(tokens_per_batch) // max(u, 1)) for u in upper]
-    else:
-        batch_sizes = [int(batch_size)] * (len(boundaries) + 1)
-
-    def element_length(inputs, targets):
-        del targets
-        return tf.maximum(
-            tf.shape(inputs["encoder_tokens"])[0], tf.shape(inputs["decoder_tokens"])[0]
+    dataset = dataset.unbatch().map(lambda inputs, targets: (inputs, targets))
+    if not bucketing:
+        dataset = dataset.padded_batch(
+            batch_size, padding_values=PAD_ID, drop_remainder=drop_remainder
         )
+    else:
+        # Rows of similar length (the longer of the two sides) batched together.
+        if by_tokens:
+            upper = [b - 1 for b in boundaries] + [max_length]
+            batch_sizes = [max(1, int(tokens_per_batch) // max(u, 1)) for u in upper]
+        else:
+            batch_sizes = [int(batch_size)] * (len(boundaries) + 1)
+        dataset = dataset.bucket_by_sequence_length(
+            element_length_func=_pair_length,
+            bucket_boundaries=boundaries,
+            bucket_batch_sizes=batch_sizes,
+            padding_values=PAD_ID,
+            pad_to_bucket_boundary=pad_to_bucket_boundary,
+            drop_remainder=drop_remainder,
+        )
+    options = tf.data.Options()
+    options.deterministic = True
+    return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
-    return dataset.bucket_by_sequence_length(
-        element_length_func=element_length,
-        bucket_boundaries=boundaries,
-        bucket_batch_sizes=batch_sizes,
-        padding_values=PAD_ID,
-        pad_to_bucket_boundary=pad_to_bucket_boundary,
-        drop_remainder=drop_remainder,
-    )
+
+def _pair_length(inputs, targets):
+    """The longer side of a pair of id rows."""
+    del targets
+    return tf.maximum(tf.shape(inputs["encoder_tokens"])[0], tf.shape(inputs["decoder_tokens"])[0])
 
 
 def padding_fraction(dataset, max_batches=None):

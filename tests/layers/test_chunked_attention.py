@@ -147,17 +147,6 @@ def test_mixed_precision_inputs_give_their_dtype_and_the_float32_result():
     np.testing.assert_allclose(keras.ops.convert_to_numpy(out).astype("float32"), want, atol=2e-3)
 
 
-def test_errors():
-    query, key, value = _qkv()
-    with pytest.raises(
-        ValueError, match=r"a `chunk_size` int >= 1\. Received: chunk_size=0, a cached call: False"
-    ):
-        chunked_attention(query, key, value, None, 0)
-    cached = AttentionMasks(use_causal_mask=True, valid_key_length=3)
-    with pytest.raises(ValueError, match="takes no cached call.*a cached call: True"):
-        chunked_attention(query, key, value, cached, 4)
-
-
 # ------------------------------------------------------------------ the layer
 def _layer_pair(chunk_size=5, **kwargs):
     dense = MultiHeadSelfAttention(num_heads=2, key_dim=4, chunk_size=None, **kwargs)

@@ -80,15 +80,11 @@ def image_transformer(
     Reference:
         Parmar et al. 2018, "Image Transformer": sections 3.1-3.2, 4 and 5.1.
     """
-    height, width = _check_arguments(
-        image_size,
-        hidden_dim,
-        num_heads,
-        dropout,
-        num_layers=num_layers,
-        channels=channels,
-        num_classes=num_classes,
+    classes = {} if num_classes is None else {"num_classes": num_classes}
+    check_model_arguments(
+        hidden_dim, num_heads, dropout, num_layers=num_layers, channels=channels, **classes
     )
+    height, width = check_image_size(image_size)
     window = _local_window(block_size, memory_flange, width * channels)
     blocks = block_arguments(intermediate_dim, num_heads, dropout, normalize_first)
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
@@ -174,8 +170,7 @@ def super_resolution_transformer(
     Reference:
         Parmar et al. 2018, "Image Transformer": sections 3.1-3.2 and 5.2.
     """
-    height, width = _check_arguments(
-        image_size,
+    check_model_arguments(
         hidden_dim,
         num_heads,
         dropout,
@@ -183,6 +178,7 @@ def super_resolution_transformer(
         num_layers=num_layers,
         channels=channels,
     )
+    height, width = check_image_size(image_size)
     flags = dict(
         align_positions=align_positions,
         low_resolution_consistency=low_resolution_consistency,
@@ -190,33 +186,42 @@ def super_resolution_transformer(
         low_resolution_left_residual=low_resolution_left_residual,
         low_resolution_channel_consistency=low_resolution_channel_consistency,
     )
-    sizes = _check_low_resolution_parts(
+    align = align_positions and position == "sinusoidal"
+    low_height, low_width = _check_low_resolution_parts(
         low_resolution_size,
         (height, width),
-        channels,
-        position,
+        align,
         low_resolution_embedding,
         low_resolution_logit_bias,
         flags,
     )
-    low_height, low_width = sizes["low_resolution_size"]
+    sizes = dict(
+        image_size=(height, width),
+        low_resolution_size=(low_height, low_width),
+        channels=channels,
+        num_intensities=NUM_INTENSITIES,
+    )
     window = _local_window(block_size, memory_flange, width * channels)
     blocks = block_arguments(intermediate_dim, num_heads, dropout, normalize_first)
     low_resolution = keras.Input(
         (low_height * low_width * channels,), dtype="int32", name="low_resolution"
     )
     decoder_tokens = keras.Input((None,), dtype="int32", name="decoder_tokens")
-    e = _low_resolution_encoder(
-        low_resolution,
-        (low_height, low_width),
-        (height, width),
-        channels,
-        num_encoder_layers,
+
+    # The encoder over the low-resolution intensities (B, h * w * C).
+    e = PixelEmbedding(
+        NUM_INTENSITIES,
         hidden_dim,
-        position,
-        align_positions,
-        blocks,
-    )
+        image_size=(low_height, low_width),
+        channels=channels,
+        position=position,
+        scale_token_embeddings=True,
+        coordinate_scale=height // low_height if align else 1,  # one factor: checked above
+        name="encoder_embedding",
+    )(low_resolution)
+    e = keras.layers.Dropout(dropout, name="encoder_embedding_dropout")(e)
+    e = stack_blocks(e, TransformerEncoder, "encoder", num_encoder_layers, blocks)
+
     x = _decoder_embedding(decoder_tokens, hidden_dim, (height, width), channels, position)
     if low_resolution_embedding is not None:
         covering = LowResolutionEmbedding(
@@ -274,45 +279,26 @@ def _add_logit_bias(bias, logits, low_resolution, decoder_tokens, sizes, flags):
 
 
 def _check_low_resolution_parts(
-    low_resolution_size, image_size, channels, position, embedding, logit_bias, flags
+    low_resolution_size, image_size, align, embedding, logit_bias, flags
 ):
-    """`super_resolution_transformer`'s own checks; returns its low-resolution layers' sizes."""
-    (low_height, low_width), (height, width) = (
-        check_image_size(low_resolution_size, "low_resolution_size"),
-        image_size,
-    )
+    """`super_resolution_transformer`'s own checks; returns the low-resolution (height, width)."""
+    low_height, low_width = check_image_size(low_resolution_size, "low_resolution_size")
+    height, width = image_size
     for flag, value in flags.items():  # read with `if`: "False" would switch a part on
         check_bool(None, flag, value, "see the docstring of super_resolution_transformer")
-    for name, value in (
-        ("low_resolution_embedding", embedding),
-        ("low_resolution_logit_bias", logit_bias),
-    ):
-        require(
-            value is None or value in INTERPOLATIONS,
-            name,
-            value,
-            f"one of {INTERPOLATIONS} (how the low-resolution value is read) or None",
-        )
-    align = flags["align_positions"] and position == "sinusoidal"
-    needing = [
-        part
-        for part, on in (
-            ("align_positions", align),
-            ("low_resolution_embedding", embedding is not None),
-            ("low_resolution_logit_bias", logit_bias is not None),
-        )
-        if on
-    ]
-    one_factor = not (
-        height % low_height
-        or width % low_width
-        or align
-        and height // low_height != width // low_width
-    )
+    parts = {"low_resolution_embedding": embedding, "low_resolution_logit_bias": logit_bias}
+    for name, value in parts.items():
+        ok = value is None or value in INTERPOLATIONS
+        expected = f"one of {INTERPOLATIONS} (how the low-resolution value is read) or None"
+        require(ok, name, value, expected)
+    needing = ["align_positions"] * bool(align)
+    needing += [name for name, value in parts.items() if value is not None]
+    divides = not (height % low_height or width % low_width)
+    one_factor = divides and (not align or height // low_height == width // low_width)
     require(
         one_factor or not needing,
         "image_size",
-        (height, width),
+        image_size,
         f"a multiple of `low_resolution_size`={(low_height, low_width)} on each side (the "
         f"same factor for both sides with align_positions) for {', '.join(needing)}",
     )
@@ -324,41 +310,7 @@ def _check_low_resolution_parts(
         "False without low_resolution_consistency=True and a `low_resolution_logit_bias` "
         "(it corrects their consistent value)",
     )
-    return dict(
-        image_size=(height, width),
-        low_resolution_size=(low_height, low_width),
-        channels=channels,
-        num_intensities=NUM_INTENSITIES,
-    )
-
-
-def _low_resolution_encoder(
-    low_resolution,
-    low_resolution_size,
-    image_size,
-    channels,
-    num_layers,
-    hidden_dim,
-    position,
-    align_positions,
-    blocks,
-):
-    """The encoder: low-resolution intensities (B, h * w * C) -> (B, h * w * C, hidden_dim)."""
-    (low_height, low_width), height = low_resolution_size, image_size[0]
-    # Checked by `_check_low_resolution_parts`: one upscaling factor.
-    coordinate_scale = height // low_height if align_positions and position == "sinusoidal" else 1
-    e = PixelEmbedding(
-        NUM_INTENSITIES,
-        hidden_dim,
-        image_size=(low_height, low_width),
-        channels=channels,
-        position=position,
-        scale_token_embeddings=True,
-        coordinate_scale=coordinate_scale,
-        name="encoder_embedding",
-    )(low_resolution)
-    e = keras.layers.Dropout(blocks["dropout"], name="encoder_embedding_dropout")(e)
-    return stack_blocks(e, TransformerEncoder, "encoder", num_layers, blocks)
+    return low_height, low_width
 
 
 def _decoder_embedding(decoder_tokens, hidden_dim, image_size, channels, position):
@@ -393,14 +345,6 @@ def _decoder(x, encoder_outputs, num_layers, hidden_dim, window, blocks):
         x, TransformerDecoder, "decoder", num_layers, blocks, encoder_outputs, local_attention
     )
     return Projection(NUM_INTENSITIES, dtype="float32", name="logits")(x)
-
-
-def _check_arguments(image_size, hidden_dim, num_heads, dropout, num_classes=None, **sizes):
-    """The argument checks both builders share; returns (height, width)."""
-    if num_classes is not None:
-        sizes["num_classes"] = num_classes
-    check_model_arguments(hidden_dim, num_heads, dropout, **sizes)
-    return check_image_size(image_size)
 
 
 def _local_window(block_size, memory_flange, row_length):

@@ -83,8 +83,6 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.max_wavelength = max_wavelength
         self.coordinate_scale = coordinate_scale
-        self.mask_zero = False
-        self.supports_masking = True
         self.input_spec = keras.layers.InputSpec(ndim=2)
         self.token_embedding = keras.layers.Embedding(
             vocabulary_size * channels,
@@ -112,10 +110,7 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         """Positions accepted: height * width * channels + 1 (an image behind a start token)."""
         return self.position_encoding.num_positions
 
-    @property
-    def max_positions(self):
-        """`sequence_length`, under the name `CachedDecoder` reads."""
-        return self.sequence_length
+    max_positions = sequence_length  # the name `CachedDecoder` reads
 
     def build(self, inputs_shape=None):
         self.token_embedding.build()
@@ -139,9 +134,6 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
         if self.scale_token_embeddings:
             embeddings = embeddings * ops.cast(self.embedding_dim**0.5, embeddings.dtype)
         return embeddings + self.position_encoding(embeddings, start_index=start_index)
-
-    def compute_mask(self, inputs, previous_mask=None):
-        return None
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape) + (self.embedding_dim,)

@@ -71,9 +71,8 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         self.image_size = checks.check_image_size(image_size, owner=self)
         checks.check_positive_int(self, "channels", channels)
         check_max_wavelength(max_wavelength)
-        checks.require(
-            position in ("sinusoidal", "learned"), "position", position, '"sinusoidal" or "learned"'
-        )
+        ok = position in ("sinusoidal", "learned")
+        checks.require(ok, "position", position, '"sinusoidal" or "learned"')
         # Float32 tells neighbouring positions apart only below 2**24.
         extent = max(self.image_size[0], self.image_size[1] * channels)
         checks.require(
@@ -99,8 +98,6 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
         self.supports_masking = True
         self.input_spec = keras.layers.InputSpec(ndim=3)
-        self._row_embedding = None
-        self._column_channel_embedding = None
 
     @property
     def num_positions(self):
@@ -108,44 +105,36 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         height, width = self.image_size
         return height * width * self.channels + 1
 
-    @property
-    def max_positions(self):
-        """`num_positions`, under the name `CachedDecoder` reads."""
-        return self.num_positions
+    max_positions = num_positions  # the name `CachedDecoder` reads
 
     def _check_width(self, width, name="inputs.shape[-1]"):
         multiple = 4 if self.position == "sinusoidal" else 2
-        checks.require(
-            width is not None and width % multiple == 0,
-            name,
-            width,
-            f"divisible by "
-            f"{multiple} for {self.position} positions (half encodes the row, half the "
-            "column and channel)",
-        )
+        ok = width is not None and width % multiple == 0
+        halves = "half encodes the row, half the column and channel"
+        expected = f"divisible by {multiple} for {self.position} positions ({halves})"
+        checks.require(ok, name, width, expected)
 
     def build(self, inputs_shape):
         self._check_width(inputs_shape[-1])
         if self.position == "learned":
-            half = inputs_shape[-1] // 2
             height, width = self.image_size
-            self._row_embedding = keras.layers.Embedding(
-                height,
-                half,
-                embeddings_initializer=clone_initializer(self.embeddings_initializer),
-                dtype=self.dtype_policy,
-                name="row_embedding",
+            self._row_embedding = self._learned_table(height, inputs_shape[-1], "row_embedding")
+            self._column_channel_embedding = self._learned_table(
+                width * self.channels, inputs_shape[-1], "column_channel_embedding"
             )
-            self._row_embedding.build()
-            self._column_channel_embedding = keras.layers.Embedding(
-                width * self.channels,
-                half,
-                embeddings_initializer=clone_initializer(self.embeddings_initializer),
-                dtype=self.dtype_policy,
-                name="column_channel_embedding",
-            )
-            self._column_channel_embedding.build()
         self.built = True
+
+    def _learned_table(self, rows, dim, name):
+        """A built learned table of `rows` vectors, half the width `dim`."""
+        table = keras.layers.Embedding(
+            rows,
+            dim // 2,
+            embeddings_initializer=clone_initializer(self.embeddings_initializer),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+        table.build()
+        return table
 
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[1]
@@ -184,6 +173,3 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape)
-
-    def compute_mask(self, inputs, previous_mask=None):
-        return previous_mask

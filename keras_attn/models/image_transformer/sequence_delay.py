@@ -86,12 +86,9 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
             history = ops.concatenate([ops.full(shape, self.fill_value, inputs.dtype), inputs], 1)
             return history[:, :length]
         shape, wanted = tuple(cache.shape), (inputs.shape[0], self.delay) + tuple(inputs.shape[2:])
-        checks.require(
-            not checks.static_shape_mismatch(shape, wanted),
-            "cache.shape",
-            shape,
-            f"(batch, delay={self.delay}, ...) as `init_cache` returns",
-        )
+        ok = not checks.static_shape_mismatch(shape, wanted)
+        expected = f"(batch, delay={self.delay}, ...) as `init_cache` returns"
+        checks.require(ok, "cache.shape", shape, expected)
         history = ops.concatenate([ops.cast(cache, inputs.dtype), inputs], axis=1)
         return history[:, :length], history[:, length:]
 

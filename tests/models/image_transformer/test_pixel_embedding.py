@@ -27,7 +27,7 @@ def test_chunks_with_start_index_equal_the_full_sequence():
     full = np.asarray(layer(ids))
     pieces = [np.asarray(layer(ids[:, s : s + 5], start_index=s)) for s in range(0, 49, 5)]
     np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-6)
-    assert layer.compute_mask(ids) is None
+    assert layer.compute_mask(ids, None) is None  # it never masks
 
 
 def test_declares_its_positions_to_the_generation_engine():
