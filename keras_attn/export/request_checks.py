@@ -65,3 +65,16 @@ def primer_checks(primer, num_steps, vocabulary_size, max_length, max_primer_len
         (right_padded, "`primer` rows must be right-padded: events, then 0s. Received:", lengths),
         (ok, f"`num_steps` must be in [0, {max_length} - width]. Received:", num_steps, width),
     ]
+
+
+def stream_state_checks(state, position, max_length):
+    """The state a streaming `step` gets back: `state` {name: tensor} of one row count, and a
+    cache of `position` positions, in [1, max_length - 2] (a step writes position + 1)."""
+    rows = [tf.shape(value)[0] for value in state.values()]
+    same_rows = tf.reduce_all(tf.equal(tf.stack(rows), rows[0]))
+    names = ", ".join(f"`{name}`" for name in state)
+    fits = (position >= 1) & (position <= max_length - 2)
+    return [
+        (same_rows, f"{names} need the same rows. Received:", *rows),
+        (fits, f"`cache` must hold 1 to {max_length - 2} positions. Received:", position),
+    ]

@@ -4,7 +4,15 @@ import tensorflow as tf
 
 from keras_attn.checks import is_int, require
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
-from keras_attn.export.request_checks import batch_check, checked, id_range_check
+from keras_attn.export.request_checks import (
+    batch_check,
+    checked,
+    id_range_check,
+    row_seeds,
+    sampling_checks,
+    stream_state_checks,
+)
+from keras_attn.export.streaming import PackedState, TokenStream, greedy_or_sample_choice
 from keras_attn.generation import arguments
 
 
@@ -20,6 +28,7 @@ def export_translator(
     include_text_signature=True,
     overwrite=False,
     jit_compile=False,
+    streaming=True,
 ):
     """Writes a translation model as a SavedModel for TF Serving: string in, string out.
 
@@ -29,9 +38,13 @@ def export_translator(
     - `serving_default`: `text` (B,) string -> `translation` (B,) string.
     - `translate_tokens`: `encoder_tokens` (B, S) int32 ids as `encode_source` makes them ->
       `tokens` (B, max_length) int32 (start id, pieces, end id, then 0s).
+    - With `streaming`: `sample_tokens` (`encoder_tokens`, `temperature`, `top_k`, `top_p`,
+      `seed` -> `tokens`: sampled; `top_k=1` is greedy search), and `prefill` and `step`,
+      which give the same greedy or sampled tokens one position per call, the decoding state
+      in tensors the client carries (docs/guides/serving.md, "Streaming translation").
 
-    With `include_text_signature=False` only the token signature is written, as
-    `serving_default`, and the graph has no TF Text op. A bad request (an empty batch, ids
+    With `include_text_signature=False` the token signatures are written, `translate_tokens`
+    as `serving_default`, `prefill` taking `encoder_tokens`, and the graph has no TF Text op. A bad request (an empty batch, ids
     outside the vocabulary, a source longer than a learned position table) fails with an
     `InvalidArgumentError` naming what was received.
 
@@ -48,14 +61,15 @@ def export_translator(
         overwrite: replace an existing version folder, atomically.
         jit_compile: XLA-compile the search (TF Serving on CPU then needs
             `--xla_cpu_compilation_enabled=true`).
+        streaming: also write `sample_tokens`, `prefill` and `step`.
 
     Returns:
         The path of the version folder.
 
     Raises:
         ValueError: for a bad `version`, `max_length`, `num_beams`, `length_penalty_alpha` or
-            tokenizer, a model `CachedDecoder` cannot adapt, or an existing folder without
-            `overwrite`.
+            tokenizer, a model `CachedDecoder` cannot adapt (or, with `streaming`, whose state
+            cannot stream), or an existing folder without `overwrite`.
 
     Example:
     >>> import os
@@ -92,51 +106,78 @@ def export_translator(
     decoding_loop = xla_function(
         translation_function(model, tokenizer, max_length, num_beams, length_penalty_alpha),
         jit_compile,
-        input_signature=[tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")],
+        input_signature=[_SOURCE],
     )
-    embedding = next((layer for layer in model.layers if layer.name == "encoder_embedding"), None)
-    vocabulary_size = getattr(embedding, "vocabulary_size", getattr(embedding, "input_dim", None))
-    max_positions = getattr(embedding, "max_positions", None)
+    source_conditions = _source_conditions(model)
 
     def generate(tokens):
         # The request is checked here, before the loop (XLA drops assertions;
         # the layers trust their inputs). A TF2 client calling a signature is
         # not stopped by its static shape: EnsureShape refuses another rank.
         tokens = tf.ensure_shape(tokens, (None, None))
-        conditions = [batch_check("encoder_tokens", tokens)]
-        if vocabulary_size is not None:
-            conditions.append(id_range_check("encoder_tokens", tokens, vocabulary_size))
-        if max_positions is not None:
-            length = tf.shape(tokens)[1]
-            message = f"`encoder_tokens` must hold at most {max_positions} tokens. Received:"
-            conditions.append((length <= max_positions, message, length))
-        return decoding_loop(checked(tokens, conditions))
+        return decoding_loop(checked(tokens, source_conditions(tokens)))
+
+    def encode(text):
+        tokens = encode_source(source_tokenizer, text, max_length)
+        return tokens.to_tensor(default_value=0, shape=[None, max_length])
 
     @tf.function(input_signature=[tf.TensorSpec((None,), tf.string, name="text")])
     def serve_text(text):
         text = tf.ensure_shape(text, (None,))
         text = checked(text, [batch_check("text", text)])
-        tokens = encode_source(source_tokenizer, text, max_length)
-        tokens = tokens.to_tensor(default_value=0, shape=[None, max_length])
-        translation = tokenizer.detokenize(tf.cast(generate(tokens), tf.int32))
-        empty = tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
-        return {"translation": tf.where(empty, tf.constant(""), translation)}
+        translation = tokenizer.detokenize(tf.cast(generate(encode(text)), tf.int32))
+        return {"translation": tf.where(_blank(text), tf.constant(""), translation)}
 
-    @tf.function(input_signature=[tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")])
+    @tf.function(input_signature=[_SOURCE])
     def serve_tokens(encoder_tokens):
         return {"tokens": tf.cast(generate(encoder_tokens), tf.int32)}
 
-    if not include_text_signature:
-        return write_archive(path, [model], {"serving_default": serve_tokens}, overwrite=overwrite)
-    trackables = [model, tokenizer] + (
-        [source_tokenizer] if source_tokenizer is not tokenizer else []
-    )
-    return write_archive(
-        path,
-        trackables,
-        {"serving_default": serve_text, "translate_tokens": serve_tokens},
-        overwrite=overwrite,
-    )
+    if include_text_signature:
+        endpoints = {"serving_default": serve_text, "translate_tokens": serve_tokens}
+        trackables = [model, tokenizer] + (
+            [source_tokenizer] if source_tokenizer is not tokenizer else []
+        )
+    else:
+        endpoints, trackables = {"serving_default": serve_tokens}, [model]
+    if streaming:
+        text_encoder = encode if include_text_signature else None
+        settings = (model, tokenizer, max_length, source_conditions, text_encoder)
+        endpoints.update(_streaming_endpoints(*settings, jit_compile))
+    return write_archive(path, trackables, endpoints, overwrite=overwrite)
+
+
+_SOURCE = tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")
+_CONTROLS = [
+    tf.TensorSpec((), tf.float32, name="temperature"),
+    tf.TensorSpec((), tf.int32, name="top_k"),
+    tf.TensorSpec((), tf.float32, name="top_p"),
+    tf.TensorSpec(None, tf.int32, name="seed"),  # () or (B,)
+]
+
+
+def _blank(text):
+    """(B,) bool: the empty or whitespace-only sentences (translated to "")."""
+    return tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
+
+
+def _source_conditions(model):
+    """`conditions(encoder_tokens)`: the checks of a served source (`request_checks.checked`):
+    rows, ids in the vocabulary, a length that fits a learned position table."""
+    embedding = next((layer for layer in model.layers if layer.name == "encoder_embedding"), None)
+    vocabulary_size = getattr(embedding, "vocabulary_size", getattr(embedding, "input_dim", None))
+    max_positions = getattr(embedding, "max_positions", None)
+
+    def conditions(tokens):
+        found = [batch_check("encoder_tokens", tokens)]
+        if vocabulary_size is not None:
+            found.append(id_range_check("encoder_tokens", tokens, vocabulary_size))
+        if max_positions is not None:
+            length = tf.shape(tokens)[1]
+            message = f"`encoder_tokens` must hold at most {max_positions} tokens. Received:"
+            found.append((length <= max_positions, message, length))
+        return found
+
+    return conditions
 
 
 def translation_function(model, tokenizer, max_length, num_beams=4, length_penalty_alpha=0.6):
@@ -202,3 +243,147 @@ def translation_function(model, tokenizer, max_length, num_beams=4, length_penal
         )
 
     return generate
+
+
+def _streaming_endpoints(model, tokenizer, max_length, source_conditions, encode, jit_compile):
+    """`sample_tokens`, `prefill` and `step`: greedy (`top_k=1`) or sampled decoding as one
+    loop and as a loop a client drives (docs/guides/serving.md, "Streaming translation").
+
+    The state a step needs: the target tokens so far, the self-attention caches (`cache`, one
+    position per token fed), the encoder's memory (`memory`: each layer's cross-attention keys
+    and values and the source mask, computed once by `prefill`; cheaper per step than the
+    encoder's output, whose keys and values every step would project again), the finished
+    flags; the sampling noise is a function of the seed and the position.
+
+    Args:
+        model, tokenizer, max_length: as `export_translator`'s.
+        source_conditions: `_source_conditions(model)`.
+        encode: `text (B,) -> encoder_tokens (B, max_length)`: `prefill` takes text and both
+            signatures return the `translation` so far; None: `prefill` takes `encoder_tokens`.
+        jit_compile: XLA-compile the decoding (the checks and text stay outside).
+
+    Returns:
+        `{name: tf.function}`.
+
+    Raises:
+        ValueError: if the model's state cannot be carried as position-major tensors.
+    """
+    from keras_attn.generation import CachedDecoder, decoding
+
+    decoder = CachedDecoder(model)
+    size, end_id, pad_id = decoder.vocabulary_size, tokenizer.end_id, tokenizer.pad_id
+    packed = PackedState(
+        decoder, max_length, lambda n: {"encoder_tokens": tf.ones((1, n), tf.int32)}
+    )
+    suppressed = arguments.check_suppressed_token_ids(
+        (tokenizer.pad_id, tokenizer.start_id), end_id, size
+    )
+    stream = TokenStream(decoder, packed, size, suppressed, end_id, pad_id, greedy_or_sample_choice)
+
+    def start(rows):
+        """The decoder's prompt, the start id of each row, and its length."""
+        return tf.fill([rows, 1], tokenizer.start_id), tf.ones([rows], tf.int32)
+
+    def sample_core(encoder_tokens, *controls):
+        def choose(logits, position):
+            return greedy_or_sample_choice(logits, position, *controls)
+
+        prompt, _ = start(tf.shape(encoder_tokens)[0])
+        inputs = {"encoder_tokens": encoder_tokens}
+        return decoding.token_loop(
+            choose, decoder, prompt, max_length, end_id, pad_id, None, inputs, suppressed
+        )
+
+    def prefill_core(encoder_tokens, *controls):
+        prompt, lengths = start(tf.shape(encoder_tokens)[0])
+        inputs = {"encoder_tokens": encoder_tokens}
+        return stream.prefill_with_memory(prompt, lengths, controls, inputs)
+
+    def step_core(token, position, cache, memory, finished, *controls):
+        prompt, lengths = start(tf.shape(token)[0])
+        return stream.step(prompt, lengths, controls, token, position, cache, finished, memory)
+
+    sample_loop, prefill_loop, step_loop = (
+        xla_function(core, jit_compile) for core in (sample_core, prefill_core, step_core)
+    )
+
+    def outputs(tokens, position, cache, finished, **more):
+        """The outputs of `prefill` and `step`: the cache cut to the positions fed."""
+        done = tf.reduce_all(finished) | (position + 1 >= max_length)
+        if encode is not None:
+            more["translation"] = tokenizer.detokenize(tokens)
+        state = {"tokens": tokens, "cache": cache[:, :position], "finished": finished}
+        return dict(state, position=position, done=done, **more)
+
+    def checked_request(values, rows, conditions, controls):
+        """`values` and the controls once the checks hold, the seed as the loop takes it."""
+        conditions = conditions + sampling_checks(*controls, rows)
+        values, *controls = checked((values, *controls), conditions)
+        return values, controls[:3] + [row_seeds(controls[3])]
+
+    def checked_source(tokens, controls):
+        tokens = tf.ensure_shape(tokens, (None, None))
+        return checked_request(tokens, tf.shape(tokens)[0], source_conditions(tokens), controls)
+
+    def sample_tokens(encoder_tokens, temperature, top_k, top_p, seed):
+        tokens, controls = checked_source(encoder_tokens, (temperature, top_k, top_p, seed))
+        return {"tokens": tf.cast(sample_loop(tokens, *controls), tf.int32)}
+
+    def prefill_tokens(encoder_tokens, temperature, top_k, top_p, seed):
+        tokens, controls = checked_source(encoder_tokens, (temperature, top_k, top_p, seed))
+        return first_token(tokens, controls)
+
+    def prefill_text(text, temperature, top_k, top_p, seed):
+        text = tf.ensure_shape(text, (None,))
+        controls = (temperature, top_k, top_p, seed)
+        rows = tf.shape(text)[0]
+        text, controls = checked_request(text, rows, [batch_check("text", text)], controls)
+        # An empty sentence translates to "" (as `serving_default`): its row ends at once.
+        return first_token(encode(text), controls, blank=_blank(text))
+
+    def first_token(encoder_tokens, controls, blank=None):
+        token, position, cache, memory, finished = prefill_loop(encoder_tokens, *controls)
+        tokens = tf.concat([start(tf.shape(token)[0])[0], token[:, None]], axis=1)
+        if blank is not None:
+            tokens = tf.where(blank[:, None], [[tokenizer.start_id, pad_id]], tokens)
+            finished = finished | blank
+        return outputs(tokens, position, cache, finished, memory=memory)
+
+    def step(temperature, top_k, top_p, seed, tokens, cache, memory, finished):
+        cache = tf.ensure_shape(cache, (None, None, packed.width))
+        memory = tf.ensure_shape(memory, (None, None, packed.memory_width))
+        state = {"tokens": tokens, "cache": cache, "memory": memory, "finished": finished}
+        position, sources = tf.shape(cache)[1], tf.shape(memory)[1]
+        width = tf.shape(tokens)[1]
+        conditions = stream_state_checks(state, position, max_length) + [
+            (width == position + 1, "`tokens` must hold the cache positions + 1. Received:", width),
+            id_range_check("tokens", tokens, size),
+            (sources > 0, "`memory` must hold at least one source position. Received:", sources),
+        ]
+        controls = (temperature, top_k, top_p, seed)
+        state, controls = checked_request(state, tf.shape(tokens)[0], conditions, controls)
+        full = tf.pad(state["cache"], [[0, 0], [0, max_length - position], [0, 0]])
+        full = tf.ensure_shape(full, (None, max_length, packed.width))
+        token, cache, finished = step_loop(
+            state["tokens"][:, -1], position, full, state["memory"], state["finished"], *controls
+        )
+        tokens = tf.concat([state["tokens"], token[:, None]], axis=1)
+        return outputs(tokens, position + 1, cache, finished)
+
+    text = tf.TensorSpec((None,), tf.string, name="text")
+    prefill = (prefill_tokens, _SOURCE) if encode is None else (prefill_text, text)
+    state = [
+        tf.TensorSpec((None, None), tf.int32, name="tokens"),
+        tf.TensorSpec((None, None, packed.width), tf.float32, name="cache"),
+        tf.TensorSpec((None, None, packed.memory_width), tf.float32, name="memory"),
+        tf.TensorSpec((None,), tf.bool, name="finished"),
+    ]
+    signatures = {
+        "sample_tokens": (sample_tokens, [_SOURCE] + _CONTROLS),
+        "prefill": (prefill[0], [prefill[1]] + _CONTROLS),
+        "step": (step, _CONTROLS + state),
+    }
+    return {
+        name: tf.function(function, input_signature=specs, autograph=False)
+        for name, (function, specs) in signatures.items()
+    }

@@ -173,7 +173,7 @@ def test_bad_step_requests_get_clear_errors(exported, change, message):
         signatures["step"](**request, **state)
 
 
-def test_a_model_with_other_inputs_cannot_stream():
+def test_a_model_with_other_inputs_streams_only_with_its_memory_inputs():
     model = translation_transformer(30, num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8)
-    with pytest.raises(ValueError, match="Streaming needs a model with one input, the tokens"):
+    with pytest.raises(ValueError, match="inputs besides the tokens needs `memory_inputs`"):
         PackedState(CachedDecoder(model), 8)

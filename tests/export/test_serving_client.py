@@ -25,6 +25,7 @@ pytestmark = pytest.mark.requires_tensorflow
 
 client = serving_models.example_module("client")
 demo = serving_models.example_module("export_demo_models")
+import client_commands  # beside client.py, which put its folder on sys.path
 
 MAX_LENGTH = serving_models.MAX_LENGTH
 README = os.path.join(serving_models.SERVING_EXAMPLE, "README.md")
@@ -289,6 +290,71 @@ def test_stream_music_equals_the_one_shot_events_over_rest_grpc_and_the_cli(musi
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2:] == [json.dumps(row) for row in want]
     assert json.loads(lines[0]) == {"position": 1, "events": [7, want[1][1]]}
+
+
+def test_stream_translate_equals_the_one_shot_translation_over_rest_grpc_and_the_cli(
+    translator, capsys
+):
+    exported, text_signatures, token_signatures = translator
+    sentences = SENTENCES + ["   "]
+    greedy = direct(text_signatures["serving_default"], client.translator_inputs(sentences))
+    greedy = [t.decode() for t in greedy["translation"]]
+    codec = client.SentencePieceCodec(exported.sentencepiece_file, MAX_LENGTH)
+    controls = dict(temperature=0.9, top_k=0, top_p=0.95, seed=5)
+    inputs = client.make_inputs(
+        "translator_tokens", "sample_tokens", encoder_tokens=codec.encode(sentences), **controls
+    )
+    sampled_tokens = direct(token_signatures["sample_tokens"], inputs)["tokens"]
+    sampled = client_commands._blanked(sentences, codec.decode(sampled_tokens))
+    assert sampled != greedy and sampled[-1] == greedy[-1] == ""
+    models = fake_tf_serving.Models(
+        {"translator": {1: text_signatures}, "translator_tokens": {1: token_signatures}}
+    )
+    for kind, signatures, options, want in (
+        ("translator", text_signatures, {}, greedy),
+        ("translator_tokens", token_signatures, dict(codec=codec, **controls), sampled),
+    ):
+        calls, last = [], {}
+
+        def in_process(name, inputs, signatures=signatures, calls=calls, last=last):
+            calls.append(name)
+            last.update(direct(signatures[name], inputs))
+            return dict(last)
+
+        def over_rest(name, inputs, kind=kind, signatures=signatures):
+            return rest_round_trip(kind, signatures, inputs, name)[1]
+
+        def over_grpc(name, inputs, kind=kind):
+            return grpc_round_trip(kind, models, kind, inputs, name)[1]
+
+        for name, predict_fn in (("direct", in_process), ("rest", over_rest), ("grpc", over_grpc)):
+            seen = []
+            stream = client.stream_translate(sentences, predict_fn=predict_fn, **options)
+            texts = client._streamed_translations(stream, lambda *w, seen=seen: seen.append(w))
+            assert texts == want, (kind, name)
+            for row, text in enumerate(want):  # each word once, in order
+                assert [w for r, words in seen if r == row for w in words] == text.split()
+        # One call per target position until done; the tokens are the one-shot ones.
+        assert calls == ["prefill"] + ["step"] * (len(calls) - 1)
+        assert 1 < len(calls) <= MAX_LENGTH - 1
+        if kind == "translator_tokens":
+            tokens = np.zeros_like(sampled_tokens)
+            tokens[:, : last["tokens"].shape[1]] = last["tokens"]
+            np.testing.assert_array_equal(tokens, sampled_tokens)
+    # The command line, over (stand-in) REST: one sentence's words on a line as they come.
+    codec_flags = ["--sentencepiece-model", exported.sentencepiece_file, "--max-length", "10"]
+    with fake_tf_serving.RestServer(models) as rest:
+        client.main(["--rest", rest.url, "stream-translate", SENTENCES[0]])
+        # (Compared as whole strings: an untrained model's pieces may hold \r or \n.)
+        lines = [" ".join(greedy[0].split()), SENTENCES[0], f"  -> {greedy[0]}", ""]
+        assert capsys.readouterr().out == "\n".join(lines)
+        flags = ["--top-k", "0", "--temperature", "0.9", "--top-p", "0.95", "--seed", "5"]
+        client.main(["--rest", rest.url, "stream-translate", *SENTENCES, *flags, *codec_flags])
+    out = capsys.readouterr().out
+    pairs = "".join(f"{s}\n  -> {t}\n" for s, t in zip(SENTENCES, sampled))
+    assert out.endswith(pairs)
+    words = [line.split(" ", 1) for line in out[: -len(pairs)].splitlines()]
+    assert " ".join(w for row, w in words if row == "[1]") == " ".join(sampled[1].split())
 
 
 def test_bad_inputs_are_refused_before_sending():

@@ -34,7 +34,13 @@ def translator(tmp_path_factory):
     base = tmp_path_factory.mktemp("translator")
     path = export_translator(model, tokenizer, base / "text", max_length=10, num_beams=1)
     tokens_path = export_translator(
-        model, tokenizer, base / "tokens", max_length=10, num_beams=1, include_text_signature=False
+        model,
+        tokenizer,
+        base / "tokens",
+        max_length=10,
+        num_beams=1,
+        include_text_signature=False,
+        streaming=False,  # streaming: test_translator_streaming.py
     )
     return model, tokenizer, path, tokens_path
 
@@ -54,9 +60,12 @@ def _expected(model, tokenizer, sentences):
 
 
 def test_versioned_layout_and_signatures(translator, tmp_path):
-    model, tokenizer, path, _ = translator
+    model, tokenizer, path, tokens_path = translator
     assert os.path.basename(path) == "1" and os.path.exists(os.path.join(path, "saved_model.pb"))
     loaded = tf.saved_model.load(path)
+    streaming = ["prefill", "sample_tokens", "serving_default", "step", "translate_tokens"]
+    assert sorted(loaded.signatures.keys()) == streaming
+    assert list(tf.saved_model.load(tokens_path).signatures.keys()) == ["serving_default"]
     serving = loaded.signatures["serving_default"]
     assert serving.structured_input_signature[1]["text"].dtype == tf.string
     assert set(serving.structured_outputs) == {"translation"}
@@ -136,7 +145,7 @@ def test_both_endpoints_share_one_trace_of_the_decoding_loop(translator, tmp_pat
         return greedy(*args, **kwargs)
 
     monkeypatch.setattr(generation, "greedy_search", counted)
-    export_translator(model, tokenizer, tmp_path, max_length=10, num_beams=1)
+    export_translator(model, tokenizer, tmp_path, max_length=10, num_beams=1, streaming=False)
     # The text endpoint's (B, 10) tokens reuse the token endpoint's (B, S)
     # trace. TF traces once when an endpoint is added and once more while
     # saving (the save context is part of its cache key): two traces, not four.
@@ -151,7 +160,13 @@ def test_bad_requests_fail_with_the_engines_messages_also_under_xla(
     model, tokenizer, path, _ = translator
     if jit_compile:  # XLA drops assertions: the request is checked before the loop
         path = export_translator(
-            model, tokenizer, tmp_path, max_length=10, num_beams=1, jit_compile=True
+            model,
+            tokenizer,
+            tmp_path,
+            max_length=10,
+            num_beams=1,
+            jit_compile=True,
+            streaming=False,
         )
     served = tf.saved_model.load(path).signatures
     tokens = served["translate_tokens"]
@@ -202,7 +217,13 @@ def test_a_source_longer_than_a_learned_position_table_is_refused(translator, tm
         max_length=12,
     )
     path = export_translator(
-        model, tokenizer, tmp_path, max_length=10, num_beams=1, include_text_signature=False
+        model,
+        tokenizer,
+        tmp_path,
+        max_length=10,
+        num_beams=1,
+        include_text_signature=False,
+        streaming=False,
     )
     tokens = tf.saved_model.load(path).signatures["serving_default"]
     assert tokens(encoder_tokens=tf.fill([1, 12], 5))["tokens"].shape == (1, 10)
@@ -244,14 +265,13 @@ def test_runs_in_fresh_processes_and_under_the_session_loader(translator):
 @pytest.mark.slow
 def test_xla_compiled_export_runs_in_a_fresh_process_like_the_default_one(translator, tmp_path):
     model, tokenizer, path, _ = translator
+    common = dict(max_length=10, streaming=False)
     xla_path = export_translator(
-        model, tokenizer, tmp_path, max_length=10, num_beams=1, jit_compile=True
+        model, tokenizer, tmp_path, num_beams=1, jit_compile=True, **common
     )
-    beams_path = export_translator(
-        model, tokenizer, tmp_path, version=2, max_length=10, num_beams=3
-    )
+    beams_path = export_translator(model, tokenizer, tmp_path, version=2, num_beams=3, **common)
     xla_beams_path = export_translator(
-        model, tokenizer, tmp_path, version=3, max_length=10, num_beams=3, jit_compile=True
+        model, tokenizer, tmp_path, version=3, num_beams=3, jit_compile=True, **common
     )
     source = encode_source(tokenizer, tf.constant(SENTENCES), 10).to_tensor().numpy().tolist()
     out = run_fresh_python(f"""
