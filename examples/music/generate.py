@@ -15,11 +15,16 @@
 The two generation tasks of the paper (section 5): unconditioned, and
 continuation of a primer. Sampling runs through the generation engine
 (`keras_attn.generation.sample`, cached, batched), with temperature, top-k
-and top-p, under tf.function (XLA by default). For every sample it writes a
-.mid file and a piano-roll PNG (primer shaded) to <run_dir>/samples/, and it
-reports the sampling speed (new events per second for the batch) and the
-cost of one cached step at several positions (flat: every step attends over
-the fixed-size cache).
+and top-p (by default the task's recommended settings, those of the exported
+generator: `RECOMMENDED_SAMPLING` in keras_attn.export.music_generator), under
+tf.function (XLA by default). JSB samples are drawn in windows of the training
+length by default (--context, context_window.py): past it, the samples drift
+into held chords. For every sample it writes a .mid file and a piano-roll PNG
+(primer shaded; below it, the piece the primer came from as written) to
+<run_dir>/samples/, prints the samples' note statistics beside the validation
+data's (note_statistics.py), and reports the sampling speed (new events per
+second for the batch) and the cost of one cached step at several positions
+(flat: every step attends over the fixed-size cache).
 
 JSB: pitches no training chorale uses (below MIDI 36 or above 81) are never
 sampled, as in the exported SavedModel; --all_pitches samples them too.
@@ -42,17 +47,16 @@ import quiet  # noqa: E402,F401  (first: TensorFlow's start-up logs only with --
 
 # isort: split
 
+import context_window  # noqa: E402
 import keras  # noqa: E402
 import music_data  # noqa: E402
+import note_statistics  # noqa: E402
 import numpy as np  # noqa: E402
+import piano_roll  # noqa: E402
 
 from keras_attn.generation import CachedDecoder, sample  # noqa: E402
 from keras_attn.models import MUSIC_SUPPRESSED_TOKEN_IDS  # noqa: E402
 from keras_attn.preprocessing import music  # noqa: E402
-
-# Where Magenta's Performance RNN cuts the notes its samples leave hanging
-# (the default of --max_note_duration), and "long" in the statistics.
-LONG_NOTE_SECONDS = 5.0
 
 
 def parse_args(argv=None):
@@ -92,21 +96,34 @@ def parse_args(argv=None):
     parser.add_argument(
         "--temperature",
         type=float,
-        default=1.0,
-        help="> 0; below 1 sharpens the model's distribution, above 1 flattens it (default 1)",
+        default=None,
+        help="> 0; below 1 sharpens the model's distribution, above 1 flattens it "
+        "(default: the task's recommended setting, RECOMMENDED_SAMPLING in "
+        "keras_attn.export.music_generator: 1.0 for chorales, 0.9 for performances)",
     )
     parser.add_argument(
         "--top_k",
         type=int,
         default=None,
-        help="sample among the k most likely events (default: all)",
+        help="sample among the k most likely events, 0 = all (default: the task's "
+        "recommended setting: all for chorales, 40 for performances)",
     )
     parser.add_argument(
         "--top_p",
         type=float,
         default=None,
         help="sample among the most likely events whose probabilities sum to p, in (0, 1] "
-        "(default: all)",
+        "(default: the task's recommended setting: 0.9 for chorales, 1 = all for performances)",
+    )
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help="condition every sampled event on at most this many events, START included: "
+        "past it, each row is primed again with its last context/2 events and continued "
+        "(context_window.py); 0 = the whole sample (default: the training length L for "
+        "chorales, whose samples drift into held chords past L; 0 for performances, as "
+        "measured in the README)",
     )
     parser.add_argument(
         "--all_pitches",
@@ -136,7 +153,7 @@ def parse_args(argv=None):
         type=float,
         default=None,
         help=f"performance task: cut notes the model leaves sounding longer than this "
-        f"many seconds in the written .mid files (default {LONG_NOTE_SECONDS:g}; "
+        f"many seconds in the written .mid files (default {note_statistics.LONG_NOTE_SECONDS:g}; "
         "0 = keep them)",
     )
     parser.add_argument(
@@ -159,13 +176,14 @@ def parse_args(argv=None):
         value = getattr(args, flag)
         if value is not None and value <= 0:
             parser.error(f"--{flag} must be > 0, received {value}")
-    if args.temperature <= 0:
+    if args.temperature is not None and args.temperature <= 0:
         parser.error(f"--temperature must be > 0, received {args.temperature}")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         parser.error(f"--top_p must be in (0, 1], received {args.top_p}")
     if args.top_k is not None and args.top_k < 0:
         parser.error(f"--top_k must be >= 0 (0 = sample among all events), received {args.top_k}")
-    args.top_k = args.top_k or None
+    if args.context is not None and args.context < 0:
+        parser.error(f"--context must be >= 0 (0 = the whole sample), received {args.context}")
     cut = args.max_note_duration
     if cut:  # 0 keeps every note; any other value the library's own check, before sampling
         try:
@@ -198,9 +216,12 @@ def parse_args(argv=None):
             "have no notes left sounding: leave it out"
         )
     args.max_note_duration = (
-        None if args.task == "jsb" else (LONG_NOTE_SECONDS if cut is None else cut or None)
+        None
+        if args.task == "jsb"
+        else (note_statistics.LONG_NOTE_SECONDS if cut is None else cut or None)
     )
     args.length = args.length if args.length is not None else 2 * args.config["sequence_length"]
+    _sampling_defaults(args)
     if args.primer == "none" and args.primer_length is not None:
         parser.error(
             "--primer_length takes events from a primer: pass --primer validation or a "
@@ -233,9 +254,36 @@ def parse_args(argv=None):
         else args.config["sequence_length"] // 2
     )
     args.primer_length -= args.primer_length % step
+    if 0 < args.context < args.length:
+        # The first window holds the primer and START; the later ones context // 2
+        # events (and up to a time step more) and START, with room to sample.
+        primed = 0 if args.primer == "none" else args.primer_length
+        shortest = max(2 * step + 4, primed + 2)
+        if args.context < shortest:
+            parser.error(
+                f"--context must be at least {shortest} here (the primer, START and a time "
+                f"step of {step} events to sample), or 0 for the whole sample; received "
+                f"{args.context}"
+            )
     if args.name is None:
         args.name = os.path.splitext(os.path.basename(args.primer))[0].replace(":", "_")
     return args
+
+
+def _sampling_defaults(args):
+    """Fills the sampling flags left out with the task's recommended settings
+    (`RECOMMENDED_SAMPLING`, the exported generator's; JSB: --context L);
+    --top_k 0 and --top_p 1 mean no filter, as in the SavedModel."""
+    from keras_attn.export.music_generator import RECOMMENDED_SAMPLING
+
+    recommended = RECOMMENDED_SAMPLING[args.task]
+    for flag in ("temperature", "top_k", "top_p"):
+        if getattr(args, flag) is None:
+            setattr(args, flag, recommended[flag])
+    args.top_k = args.top_k or None
+    args.top_p = None if args.top_p == 1 else args.top_p
+    if args.context is None:
+        args.context = args.config["sequence_length"] if args.task == "jsb" else 0
 
 
 def validation_pieces(args):
@@ -277,17 +325,24 @@ def suppressed_ids(args):
     return ids
 
 
-def make_primers(args, pieces):
-    """(B, P) right-padded int32 primers, each starting with START; sample i
-    continues the start of `pieces[i % len(pieces)]` (`primer_pieces`)."""
-    start = np.array([music.START_ID], np.int32)
+def primer_sources(args, pieces):
+    """The whole event array each sample's primer is cut from: sample i's is
+    `pieces[i % len(pieces)]` (`primer_pieces`), or the events of the .mid
+    --primer; None for --primer none."""
     if args.primer == "none":
+        return None
+    if args.primer.lower().endswith((".mid", ".midi")):
+        return [music.midi_to_events(args.primer)] * args.num_samples
+    return [pieces[i % len(pieces)] for i in range(args.num_samples)]
+
+
+def make_primers(args, sources):
+    """(B, P) right-padded int32 primers, each starting with START and then
+    the first --primer_length events of its `primer_sources` row."""
+    start = np.array([music.START_ID], np.int32)
+    if sources is None:
         return np.tile(start, (args.num_samples, 1))
-    if not args.primer.lower().endswith((".mid", ".midi")):
-        rows = [pieces[i % len(pieces)][: args.primer_length] for i in range(args.num_samples)]
-    else:
-        events = music.midi_to_events(args.primer)
-        rows = [events[: args.primer_length]] * args.num_samples
+    rows = [source[: args.primer_length] for source in sources]
     width = 1 + max(len(r) for r in rows)
     primers = np.zeros((len(rows), width), np.int32)
     for i, row in enumerate(rows):
@@ -296,32 +351,11 @@ def make_primers(args, pieces):
     return primers
 
 
-def before_end(tokens):
-    """The tokens of a row before its first END (END is 2 in both tasks)."""
-    end = np.flatnonzero(tokens == music.END_ID)
-    return tokens[: end[0]] if end.size else tokens
-
-
-def chorale_body(tokens):
-    """A JSB row's chorale tokens: before END, PAD/START dropped, cut to
-    whole steps (soprano, alto, tenor, bass)."""
-    body = before_end(tokens)
-    body = body[body >= music.JSB_REST_ID]
-    return body[: len(body) - len(body) % music.JSB_NUM_VOICES]
-
-
-def performance_seconds(events):
-    """Seconds a row of performance events spans: its time shifts before END."""
-    events = before_end(events)
-    shifts = events[(events >= music.TIME_SHIFT_OFFSET) & (events < music.VELOCITY_OFFSET)]
-    return float(np.sum(shifts - music.TIME_SHIFT_OFFSET + 1)) / music.STEPS_PER_SECOND
-
-
 def to_midi(task, tokens, max_note_duration=None):
     """A `symusic.Score` for one generated row (specials dropped); performance
     notes cut at `max_note_duration` seconds (None: as sampled)."""
     if task == "jsb":
-        body = chorale_body(tokens)
+        body = note_statistics.chorale_body(tokens)
         if not body.size:
             import symusic
 
@@ -333,123 +367,10 @@ def to_midi(task, tokens, max_note_duration=None):
 def primer_seconds(task, primer_row):
     """Duration of the primer, to shade it in the piano roll."""
     if task == "jsb":
-        return len(chorale_body(primer_row)) // music.JSB_NUM_VOICES * 0.125  # 16ths at 120 bpm
-    return performance_seconds(primer_row)
-
-
-# Note statistics that tell by number what a listener hears first: whether
-# the samples move like the training music. Each: (label, unit, scale).
-STATISTICS = {
-    "jsb": {
-        "note_length": ("note length", "16th notes", 1),
-        "long_notes": ("notes held a bar or longer", "%", 100),
-        "moving_steps": ("steps where a voice moves", "%", 100),
-        "dissonant_steps": ("steps with a second, 7th or tritone", "%", 100),
-    },
-    "performance": {
-        "notes_per_second": ("notes per second", "", 1),
-        "note_duration": ("note duration", "s", 1),
-        "polyphony": ("notes sounding at once", "", 1),
-        "long_notes": (f"notes longer than {LONG_NOTE_SECONDS:g} s", "%", 100),
-    },
-}
-BAR = 16  # 16th notes in a 4/4 bar
-DISSONANT_INTERVAL_CLASSES = (1, 2, 6)  # seconds and sevenths (folded), the tritone
-
-
-def _chorale_statistics(rows):
-    lengths, moves, steps, dissonant, sounding = [], 0, 0, 0, 0
-    for row in rows:
-        body = chorale_body(row)
-        if len(body) < 2 * music.JSB_NUM_VOICES:
-            continue
-        grid = music.tokens_to_chorale(body)
-        moved = np.any(grid[1:] != grid[:-1], axis=1)
-        moves, steps = moves + int(moved.sum()), steps + len(moved)
-        # Interval classes between every two sounding voices of a step.
-        pairs = np.abs(grid[:, :, None] - grid[:, None, :]) % 12
-        both = (grid[:, :, None] >= 0) & (grid[:, None, :] >= 0)
-        clash = np.isin(np.minimum(pairs, 12 - pairs), DISSONANT_INTERVAL_CLASSES) & both
-        dissonant += int(clash.any(axis=(1, 2)).sum())
-        sounding += int(((grid >= 0).sum(axis=1) >= 2).sum())
-        for voice in grid.T:
-            bounds = np.concatenate(
-                [[0], np.flatnonzero(voice[1:] != voice[:-1]) + 1, [len(voice)]]
-            )
-            runs = np.diff(bounds)
-            lengths.extend(runs[voice[bounds[:-1]] >= 0].tolist())
-    if not lengths:
-        return None
-    lengths = np.asarray(lengths)
-    return {
-        "note_length": float(lengths.mean()),
-        "long_notes": float(np.mean(lengths >= BAR)),
-        "moving_steps": moves / max(steps, 1),
-        "dissonant_steps": dissonant / max(sounding, 1),
-        "notes": int(lengths.size),
-    }
-
-
-def _performance_statistics(rows, max_note_duration=None):
-    durations, seconds, long_notes = [], 0.0, 0
-    long_steps = LONG_NOTE_SECONDS * music.STEPS_PER_SECOND
-    for row in rows:
-        seconds += performance_seconds(row)
-        # Both decodings stop at END; the long notes are counted as sampled.
-        exact = np.array([n.end - n.start for n in music.events_to_notes(row)])
-        long_notes += int(np.sum(np.round(exact * music.STEPS_PER_SECOND) > long_steps))
-        durations.extend(
-            note.end - note.start
-            for note in music.events_to_notes(row, max_note_duration=max_note_duration)
-        )
-    if not durations or seconds <= 0:
-        return None
-    return {
-        "notes_per_second": len(durations) / seconds,
-        "note_duration": float(np.mean(durations)),
-        "polyphony": float(np.sum(durations)) / seconds,
-        "long_notes": long_notes / len(durations),
-        "notes": len(durations),
-    }
-
-
-def music_statistics(task, rows, max_note_duration=None):
-    """Note statistics of token rows, pooled over the rows.
-
-    Args:
-        task: "jsb" or "performance".
-        rows: iterable of 1-D int token arrays; PAD/START are skipped and END
-            ends a row.
-
-    Returns:
-        dict with the keys of `STATISTICS[task]` and "notes" (how many notes
-        they count), or None when the rows hold no note. JSB: mean note length
-        (16th notes; a pitch held over consecutive steps is one note), the
-        share of notes held a bar (16 steps) or longer, the share of steps
-        where some voice moves, and the share of steps with two or more
-        voices sounding that hold a second, seventh or tritone between two
-        of them. Performance: notes per second, mean note duration (s),
-        notes sounding at once averaged over time (these two of the notes
-        cut at `max_note_duration` seconds, as the .mid files hold them), and
-        the share of notes longer than `LONG_NOTE_SECONDS` before any cut.
-    """
-    rows = [np.asarray(row) for row in rows]
-    if task == "jsb":
-        return _chorale_statistics(rows)
-    return _performance_statistics(rows, max_note_duration)
-
-
-def validation_windows(pieces, length, step, limit=256):
-    """Up to `limit` non-overlapping windows of `length` tokens (a multiple of
-    `step`) from the starts of the validation pieces: the reference the
-    samples are held against."""
-    length -= length % step
-    windows = [
-        piece[begin : begin + length]
-        for piece in pieces
-        for begin in range(0, len(piece) - length + 1, length)
-    ]
-    return windows[:limit] if windows else list(pieces)
+        return (
+            len(note_statistics.chorale_body(primer_row)) // music.JSB_NUM_VOICES * 0.125
+        )  # 16ths at 120 bpm
+    return note_statistics.performance_seconds(primer_row)
 
 
 def compare_with_validation(args, tokens, lengths, pieces):
@@ -459,11 +380,11 @@ def compare_with_validation(args, tokens, lengths, pieces):
     sampled = [row[length:] for row, length in zip(tokens, lengths)]
     new_events = int(args.length - lengths.max())
     step = music_data.step_size(args.task)
-    windows = validation_windows(pieces, new_events, step)
+    windows = note_statistics.validation_windows(pieces, new_events, step)
     cut = args.max_note_duration  # None for chorales
     both = {
-        "samples": music_statistics(args.task, sampled, max_note_duration=cut),
-        "validation": music_statistics(args.task, windows),
+        "samples": note_statistics.music_statistics(args.task, sampled, max_note_duration=cut),
+        "validation": note_statistics.music_statistics(args.task, windows),
     }
     if both["samples"] is None or both["validation"] is None:
         print(
@@ -476,7 +397,7 @@ def compare_with_validation(args, tokens, lengths, pieces):
         f"{len(windows)} validation windows of up to {new_events - new_events % step} events):"
     )
     print(f"  {'':36s}{'samples':>10s}{'validation':>12s}")
-    for key, (label, unit, scale) in STATISTICS[args.task].items():
+    for key, (label, unit, scale) in note_statistics.STATISTICS[args.task].items():
         name = f"{label} ({unit})" if unit and unit != "%" else label
         suffix = " %" if unit == "%" else ""
         values = [f"{both[side][key] * scale:.2f}{suffix}" for side in ("samples", "validation")]
@@ -484,53 +405,9 @@ def compare_with_validation(args, tokens, lengths, pieces):
     if cut:
         print(
             f"  (the samples' note duration and notes sounding at once after cutting notes at "
-            f"{cut:g} s, as in the .mid files;\n   notes longer than {LONG_NOTE_SECONDS:g} s counted as sampled)"
+            f"{cut:g} s, as in the .mid files;\n   notes longer than {note_statistics.LONG_NOTE_SECONDS:g} s counted as sampled)"
         )
     return both
-
-
-def piano_roll(midi, fs):
-    """(128, frames) array: each note's velocity over its frames, summed over
-    tracks, at `fs` frames per second (like pretty_midi's `get_piano_roll`)."""
-    in_seconds = midi.to("second")
-    roll = np.zeros((music.NUM_PITCHES, int(np.ceil(in_seconds.end() * fs)) + 1))
-    for track in in_seconds.tracks:
-        notes = track.notes.numpy()
-        starts = (notes["time"] * fs).astype(int)
-        ends = ((notes["time"] + notes["duration"]) * fs).astype(int)
-        for pitch, start, end, velocity in zip(notes["pitch"], starts, ends, notes["velocity"]):
-            roll[pitch, start:end] += velocity
-    return roll
-
-
-def plot_piano_roll(midi, path, title, primer_end=0.0, fs=50):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    roll = piano_roll(midi, fs)
-    pitches = np.flatnonzero(roll.sum(axis=1))
-    low, high = (pitches.min(), pitches.max()) if pitches.size else (0, 127)
-    fig, axis = plt.subplots(figsize=(12, 3.5))
-    axis.imshow(
-        roll[low : high + 1] > 0,
-        aspect="auto",
-        origin="lower",
-        cmap="Greys",
-        extent=(0, roll.shape[1] / fs, low - 0.5, high + 0.5),
-        interpolation="nearest",
-    )
-    if primer_end > 0:
-        axis.axvspan(0, primer_end, color="tab:blue", alpha=0.15, label="primer")
-        # Beside the roll, not over its top-right notes.
-        axis.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False)
-    axis.set_xlabel("time (s)")
-    axis.set_ylabel("MIDI pitch")
-    axis.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def step_timings(model, batch_size, max_length, positions, repeats):
@@ -601,7 +478,8 @@ def main(argv=None):
     pieces = primer_pieces(args, validation_pieces(args))
     if not pieces:
         raise ValueError(f"--primer {args.primer}: no chorale to prime from; pass another")
-    primers = make_primers(args, pieces)
+    sources = primer_sources(args, pieces)
+    primers = make_primers(args, sources)
     if primers.shape[1] >= args.length:
         raise ValueError(
             f"--length ({args.length}) must exceed the primer ({primers.shape[1] - 1} "
@@ -617,21 +495,36 @@ def main(argv=None):
         suppressed_token_ids=suppressed,
     )
 
-    def generate(prompt, seed):
-        return sample(model, prompt, args.length, seed=seed, end_token_id=music.END_ID, **kwargs)
+    windowed = 0 < args.context < args.length
+    window = args.context if windowed else args.length
 
+    def generate(prompt, seed):
+        return sample(model, prompt, window, seed=seed, end_token_id=music.END_ID, **kwargs)
+
+    compiled = tf.function(generate, jit_compile=bool(args.jit_compile))
     print(
         f"Sampling {len(primers)} x {args.length} events: up to {args.length - lengths.min()} steps in "
-        "one compiled loop, which shows no progress until it ends (each step attends over all "
-        f"{args.length} cache positions)...",
+        + (
+            f"compiled loops over windows of {window} events (--context)"
+            if windowed
+            else "one compiled loop"
+        )
+        + f", which show no progress until they end (each step attends over all {window} cache "
+        "positions)...",
         flush=True,
     )
     start = time.perf_counter()
-    tokens = np.asarray(
-        tf.function(generate, jit_compile=bool(args.jit_compile))(
-            tf.constant(primers), tf.constant(args.seed)
+    if windowed:
+        tokens = context_window.sample_in_windows(
+            lambda prompt, seed: compiled(tf.constant(prompt), tf.constant(seed)),
+            primers,
+            args.length,
+            window,
+            music_data.step_size(args.task),
+            args.seed,
         )
-    )
+    else:
+        tokens = np.asarray(compiled(tf.constant(primers), tf.constant(args.seed)))
     print(
         f"Sampled {len(primers)} x {args.length} events in {time.perf_counter() - start:.1f} s "
         "(tracing and compilation included)"
@@ -652,7 +545,10 @@ def main(argv=None):
             f"{lengths[i] - 1} primer + {len(row) - lengths[i]} sampled events"
             + (" (ended with END)" if ended else "")
         )
-        plot_piano_roll(midi, base + ".png", title, primer_seconds(args.task, primers[i]))
+        # Below the sample, the piece its primer came from, as written.
+        truth = None if sources is None else to_midi(args.task, sources[i], args.max_note_duration)
+        primer_end = primer_seconds(args.task, primers[i])
+        piano_roll.plot_piano_roll(midi, base + ".png", title, primer_end, truth)
         written.append(base)
     print(f"Wrote {len(written)} .mid and .png files to {out_dir}")
 
@@ -663,6 +559,7 @@ def main(argv=None):
         "temperature": args.temperature,
         "top_k": args.top_k,
         "top_p": args.top_p,
+        "context": args.context,
         "max_note_duration": args.max_note_duration,
         "suppressed_token_ids": list(suppressed),
         **speed,

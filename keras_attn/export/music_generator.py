@@ -19,6 +19,17 @@ from keras_attn.models.music_transformer import MUSIC_SUPPRESSED_TOKEN_IDS
 from keras_attn.preprocessing.music import END_ID as _END_ID
 from keras_attn.preprocessing.music import PAD_ID as _PAD_ID
 
+# The sampling settings the music example recommends for its models, by task: what a request's
+# `temperature`, `top_k` (0 = off) and `top_p` (1 = off) should be. Chosen on one half of the
+# held-out pieces, reported on the other (examples/music/README.md, "Do the samples sound like
+# the training music?"). JSB Chorales: samples longer than the training length L drift into
+# held chords, so a long piece is made L events at a time, each request primed with the last
+# L/2 events of the one before (what examples/music/generate.py's --context does).
+RECOMMENDED_SAMPLING = {
+    "jsb": {"temperature": 1.0, "top_k": 0, "top_p": 0.9},
+    "performance": {"temperature": 0.9, "top_k": 40, "top_p": 1.0},
+}
+
 
 def export_music_generator(
     model,
@@ -40,7 +51,10 @@ def export_music_generator(
       token 1; 1 <= T <= `max_primer_length`.
     * `num_steps`: int32 scalar, events to add to each row; T + num_steps <= `max_length`.
     * `temperature`: float32 scalar > 0; `top_k`: int32 scalar (0 = off); `top_p`: float32
-      scalar in (0, 1] (1 = off).
+      scalar in (0, 1] (1 = off). A signature has no optional inputs: the defaults to send are
+      `RECOMMENDED_SAMPLING[task]` (JSB Chorales: temperature 1.0, top-p 0.9, at most the
+      training length per request; performances: temperature 0.9, top-k 40), the settings the
+      music example chose on held-out pieces.
     * `seed`: int32 scalar (one for the batch) or (B,) (one per row: a row then gets what it
       gets alone).
     * output `events`: int32 (B, T + num_steps): each primer, its new events (ending early at

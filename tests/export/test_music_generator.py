@@ -379,3 +379,23 @@ def test_xla_compiled_export_runs_in_a_fresh_process_like_the_default_one(export
     default, compiled = stdout.strip().splitlines()[-2:]
     assert compiled == default
     assert default == repr(_expected(model, [[1, 5, 7], [1, 0, 0]], 6).tolist())
+
+
+@pytest.mark.parametrize("task", ["jsb", "performance"])
+def test_the_recommended_settings_are_a_request_the_generator_serves_as_the_engine(exported, task):
+    from keras_attn.export.music_generator import RECOMMENDED_SAMPLING
+
+    settings = RECOMMENDED_SAMPLING[task]
+    # What examples/music/README.md reports: JSB 1.0 / top-p 0.9, performances 0.9 / top-k 40.
+    assert (
+        settings
+        == {
+            "jsb": {"temperature": 1.0, "top_k": 0, "top_p": 0.9},
+            "performance": {"temperature": 0.9, "top_k": 40, "top_p": 1.0},
+        }[task]
+    )
+    model, path = exported
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    primer = [[1, 7, 9, 0], [1, 3, 0, 0]]
+    events = serve(**_request(primer, 8, **settings))["events"].numpy()
+    np.testing.assert_array_equal(events, _expected(model, primer, 8, **settings))
