@@ -1,58 +1,52 @@
 """Served generation vs the same decoding in Python, side by side in one run.
 
-Three exported generators (--generators, default all), each with the
-example's model size and seeded random weights (the decoding work does not
-depend on them):
+Three exported generators (--generators, default all), each with the example's model size and
+seeded random weights (the decoding work does not depend on them):
 
-* `super_resolver`: the super-resolution Image Transformer (8x8 -> 32x32
-  RGB, 2 encoder + 3 decoder blocks, width 64, 4 heads, d_ff 256, local
-  blocks of 96 with a memory flange of 96), sampling all 3,072 intensities
-  of an image with the cached decoder;
-* `translator`: the translation Transformer of the README demo (2 layers,
-  width 128), beam 4 up to 64 tokens, through both signatures (string in
-  and token ids in);
-* `music_generator`: the JSB Music Transformer (3 layers, width 128,
-  relative attention), 1 -> 256 events with END never sampled, so every
-  row runs all its steps.
+* `super_resolver`: the super-resolution Image Transformer (8x8 -> 32x32 RGB, 2 encoder + 3 decoder
+  blocks, width 64, 4 heads, d_ff 256, local blocks of 96 with a memory flange of 96), sampling all
+  3,072 intensities of an image with the cached decoder;
+* `translator`: the translation Transformer of the README demo (2 layers, width 128), beam 4 up to
+  64 tokens, through both signatures (string in and token ids in);
+* `music_generator`: the JSB Music Transformer (3 layers, width 128, relative attention), 1 -> 256
+  events with END never sampled, so every row runs all its steps.
 
 Each is called two or three ways:
 
 * **in Python**: the same decoding function the exporter wraps, under
   `tf.function(jit_compile=True)`, as the examples sample;
-* **served**: the SavedModel loaded in a fresh process that imports only
-  tensorflow (+ tensorflow_text for the translator), its signature called
-  as a client would; the default export (no XLA, which any TF Serving build
-  runs) and `jit_compile=True` (the decoding loop XLA-compiled inside the
-  SavedModel, which TF Serving runs on CPU with
-  `--xla_cpu_compilation_enabled=true`, and on GPU).
+* **served**: the SavedModel loaded in a fresh process that imports only tensorflow (+
+  tensorflow_text for the translator), its signature called as a client would; the default export
+  (no XLA, which any TF Serving build runs) and `jit_compile=True` (the decoding loop XLA-compiled
+  inside the SavedModel, which TF Serving runs on CPU with `--xla_cpu_compilation_enabled=true`,
+  and on GPU).
 
-For each batch size (--batch-sizes, default 1 and 8) every way is warmed up
-once, then timed alternately (Python, served, Python, ...; each served
-worker waits on its stdin between calls); the median wall time per call is
-reported, with the ratio served / Python. Goal (issue "Attention that never
-materialises..."): served within 2x of Python at batch 1 and 8.
+For each batch size (--batch-sizes, default 1 and 8) every way is warmed up once, then timed
+alternately (Python, served, Python, ...; each served worker waits on its stdin between calls); the
+median wall time per call is reported, with the ratio served / Python, by wall time and by each
+process's CPU time (all its threads; the steadier ratio on a shared machine). Goal (issue 48): the
+default export within 3x of Python at batch 1 and 2x at batch 8. `--intra-op-threads N` runs every
+process with N intra-op threads (TF Serving's `--tensorflow_intra_op_parallelism`).
 
-`--budget` (seconds) bounds each generator's *timing*, counted from when
-its exports are written and its workers have loaded them (setup - the
-translator's tokenizer training, the exports, the XLA compiles - is not
-counted); a batch size whose predicted timing does not fit what is left is
+`--budget` (seconds) bounds each generator's *timing*, counted from when its exports are written
+and its workers have loaded them (setup - the translator's tokenizer training, the exports, the XLA
+compiles - is not counted); a batch size whose predicted timing does not fit what is left is
 reported as skipped.
 
-Nodes per step: for each generator the nodes of one step of the default
-export's decoding loop (the largest While body under serving_default, with
-the functions it calls) are counted by op type and by source, each node
-attributed to the innermost keras_attn frame of the stack that created it
-(from the SavedModel's debug info): mask, cache (the layers' cache updates
-and CachedDecoder's plumbing), check, sampling/search, loop (the while
-loop's own bookkeeping), layer (everything else in layers/ and models/).
-They go to stderr as each generator is exported, to the table's last column
-and to the JSON; `--nodes` counts them without timing anything.
+Nodes per step: for each generator the nodes of one step of the default export's decoding loop (the
+largest While body under serving_default, with the functions it calls; the branches of its
+conditionals, of which one runs, counted apart) are counted by op type and by source, each node
+attributed to the innermost keras_attn frame of the stack that created it (from the SavedModel's
+debug info): mask, cache (the layers' cache updates and CachedDecoder's plumbing), check,
+sampling/search, loop (the while loop's own bookkeeping), layer (everything else in layers/ and
+models/). They go to stderr as each generator is exported, to the table's last column and to the
+JSON; `--nodes` counts them without timing anything.
 
-Run: `python benchmarks/served_generation_benchmark.py [--quick] [--nodes]
-[--generators super_resolver translator music_generator] [--batch-sizes 1 8]
-[--repeats 3] [--budget 280]`. Prints a markdown table and writes
-benchmarks/results/served_generation.json (the results of generators not
-measured in this run are kept).
+Run: `python benchmarks/served_generation_benchmark.py [--quick] [--nodes] [--generators
+super_resolver translator music_generator] [--batch-sizes 1 8] [--repeats 3] [--budget 280]
+[--intra-op-threads 0]`. Prints a markdown table and writes
+benchmarks/results/served_generation.json (the results of generators not measured in this run are
+kept).
 """
 
 import argparse
@@ -79,7 +73,9 @@ _WORKER = r"""
 import json, os, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
-path, kind, extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+path, kind, extra, threads = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+if threads:
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
 if kind in ("text", "tokens"):  # the translator SavedModel holds TF Text ops
     import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
 model = tf.saved_model.load(path)
@@ -99,9 +95,9 @@ print("@@reply ready", flush=True)
 for line in sys.stdin:
     _, batch = line.split()
     name, inputs = request(int(batch))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     [value.numpy() for value in model.signatures[name](**inputs).values()]
-    print("@@reply " + json.dumps(time.perf_counter() - start), flush=True)
+    print("@@reply " + json.dumps([time.perf_counter() - start, time.process_time() - cpu]), flush=True)
 """
 
 
@@ -259,17 +255,17 @@ def _time_batch(generator, workers, batch, repeats, budget):
     inputs = generator.make_input(batch)
 
     def python_call():
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         tf_nest_numpy(generator.python(*inputs))
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.process_time() - cpu
 
     def served_call(worker, kind="time"):
         worker.stdin.write(f"{kind} {batch}\n")
         worker.stdin.flush()
-        return json.loads(_reply(worker))
+        return tuple(json.loads(_reply(worker)))
 
     # Warm-up: traces and compiles.
-    first = python_call() + sum(served_call(w, "warm") for w in workers.values())
+    first = python_call()[0] + sum(served_call(w, "warm")[0] for w in workers.values())
     if not budget.fits(first * repeats):
         return {"skipped": "out of budget"}
     times = {"python_xla": [], **{name: [] for name in workers}}
@@ -279,10 +275,12 @@ def _time_batch(generator, workers, batch, repeats, budget):
             times[name].append(served_call(worker))
     record = {}
     for name, values in times.items():
-        median = statistics.median(values)
+        median = statistics.median(wall for wall, _ in values)
         record[name] = {
-            "samples_s": values,
+            "samples_s": [wall for wall, _ in values],
+            "cpu_samples_s": [cpu for _, cpu in values],
             "median_s_per_call": median,
+            "median_cpu_s_per_call": statistics.median(cpu for _, cpu in values),
             "median_s_per_item": median / batch,
             "median_ms_per_step": 1000 * median / generator.steps,
         }
@@ -346,16 +344,24 @@ def _debug_info_exports():
         archive_class.write_out = original
 
 
-def _called(nodes):
+# Attributes naming the branches of a conditional: of those, one runs per step.
+_BRANCHES = ("then_branch", "else_branch", "branches")
+
+
+def _called(nodes, branches=False):
+    """Functions the nodes call: outside conditionals' branches, or (`branches`) those only."""
     for node in nodes:
-        for attr in node.attr.values():
+        for name, attr in node.attr.items():
+            if (name in _BRANCHES) != branches:
+                continue
             if attr.HasField("func"):
                 yield attr.func.name
             yield from (function.name for function in attr.list.func)
 
 
 def _loop_body(path, signature="serving_default"):
-    """(body FunctionDef name, [(node, function name)] of one step, library)."""
+    """(body FunctionDef name, [(node, function name)] of one step, the same of the step's
+    conditional branches (of each conditional one runs))."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved = saved_model_pb2.SavedModel()
@@ -365,15 +371,18 @@ def _loop_body(path, signature="serving_default"):
     library = {function.signature.name: function for function in graph.library.function}
     outputs = saved.meta_graphs[0].signature_def[signature].outputs.values()
     roots = {output.name.split(":")[0] for output in outputs}
-    stack = list(_called(node for node in graph.node if node.name in roots))
+    roots = [node for node in graph.node if node.name in roots]
+    stack = list(_called(roots)) + list(_called(roots, branches=True))
 
-    def reachable(stack):
+    def reachable(stack, branches=True):
         seen = set()
         while stack:
             name = stack.pop()
             if name in library and name not in seen:
                 seen.add(name)
                 stack.extend(_called(library[name].node_def))
+                if branches:
+                    stack.extend(_called(library[name].node_def, branches=True))
         return seen
 
     bodies = {
@@ -384,8 +393,12 @@ def _loop_body(path, signature="serving_default"):
     }
     step = {body: reachable([body]) for body in bodies}
     body = max(bodies, key=lambda b: sum(len(library[f].node_def) for f in step[b]))
-    nodes = [(node, name) for name in sorted(step[body]) for node in library[name].node_def]
-    return body, nodes
+    always = reachable([body], branches=False)
+
+    def nodes(functions):
+        return [(node, name) for name in sorted(functions) for node in library[name].node_def]
+
+    return body, nodes(always), nodes(step[body] - always)
 
 
 def _source(frames):
@@ -401,7 +414,7 @@ def count_step_nodes(path):
     """Nodes in one step of the export at `path`: total, by op type, by source, by function."""
     from tensorflow.core.framework import graph_debug_info_pb2
 
-    body, nodes = _loop_body(path)
+    body, nodes, conditional = _loop_body(path)
     info = graph_debug_info_pb2.GraphDebugInfo()
     with open(os.path.join(path, "debug", "saved_model_debug_info.pb"), "rb") as file:
         info.ParseFromString(file.read())
@@ -419,6 +432,7 @@ def count_step_nodes(path):
     return {
         "body": body,
         "nodes": len(nodes),
+        "in_conditional_branches": len(conditional),
         "by_op": dict(by_op.most_common()),
         "by_source": dict(by_source.most_common()),
         "by_function": dict(by_function.most_common()),
@@ -432,18 +446,19 @@ def _node_report(title, counts):
         f"  {n:5d}  {where}" for where, n in list(counts["by_function"].items())[:15]
     )
     return (
-        f"{title}: {counts['nodes']} nodes per step (default export, {counts['body']})\n"
+        f"{title}: {counts['nodes']} nodes per step (default export, {counts['body']}), "
+        f"+ {counts['in_conditional_branches']} in conditional branches (one of each runs)\n"
         f"  by op (top 10): {top}\n  by source: {sources}\n"
         f"  by keras_attn function (top 15):\n{functions}"
     )
 
 
-def _measure(tf, generator, batch_sizes, repeats, budget_s, tmp, nodes_only=False):
+def _measure(generator, args, tmp):
     """(results by batch size, nodes per step of the default export)."""
     with _debug_info_exports():
         plain = generator.export(os.path.join(tmp, "served"))
     nodes = count_step_nodes(plain)
-    if nodes_only:
+    if args.nodes:
         return {}, nodes
     workers = {}
     for name, jit_compile in SERVED.items():
@@ -453,7 +468,7 @@ def _measure(tf, generator, batch_sizes, repeats, budget_s, tmp, nodes_only=Fals
         path = generator.export(os.path.join(tmp, name), jit_compile=True) if jit_compile else plain
         for suffix, kind, extra in generator.workers:
             workers[name + suffix] = subprocess.Popen(
-                [sys.executable, "-c", _WORKER, path, kind, json.dumps(extra)],
+                [sys.executable, "-c", _WORKER, path, kind, json.dumps(extra), str(args.threads)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -463,9 +478,9 @@ def _measure(tf, generator, batch_sizes, repeats, budget_s, tmp, nodes_only=Fals
     try:
         for worker in workers.values():
             _reply(worker)
-        budget = harness.Budget(budget_s)  # timing only: exports and loads are done
-        for batch in batch_sizes:
-            results[batch] = _time_batch(generator, workers, batch, repeats, budget)
+        budget = harness.Budget(args.budget)  # timing only: exports and loads are done
+        for batch in args.batch_sizes:
+            results[batch] = _time_batch(generator, workers, batch, args.repeats, budget)
     finally:
         for worker in workers.values():
             worker.stdin.close()
@@ -483,13 +498,16 @@ def main():
         default=list(GENERATORS),
         help="measure these; the others' results in the output file are kept",
     )
+    parser.add_argument("--nodes", action="store_true", help="only count the nodes per step")
     parser.add_argument(
-        "--nodes", action="store_true", help="only count the nodes per step (no timing)"
+        "--intra-op-threads", dest="threads", type=int, default=0, help="0: one per core"
     )
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.repeats = [1], 1
     tf = harness.setup_tensorflow(constant_folding=True)
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
 
     total = harness.Budget(None)
     env_start = harness.environment()
@@ -499,9 +517,7 @@ def main():
             generator = GENERATORS[name](tf)
             titles[name] = generator.title
             folder = os.path.join(tmp, name)
-            results[name], nodes[name] = _measure(
-                tf, generator, args.batch_sizes, args.repeats, args.budget, folder, args.nodes
-            )
+            results[name], nodes[name] = _measure(generator, args, folder)
             print(_node_report(name, nodes[name]), file=sys.stderr, flush=True)
     env_end = harness.environment()
     if args.nodes:
@@ -512,7 +528,7 @@ def main():
     for name, by_batch in results.items():
         for batch, record in by_batch.items():
             if "skipped" in record:
-                rows.append([titles[name], batch, record["skipped"]] + ["-"] * 4)
+                rows.append([titles[name], batch, record["skipped"]] + ["-"] * 5)
                 continue
             python = record["python_xla"]
             for variant, served in record.items():
@@ -526,6 +542,7 @@ def main():
                         f"{python['median_s_per_call']:.3f} ({python['median_ms_per_step']:.2f} ms)",
                         f"{served['median_s_per_call']:.3f} ({served['median_ms_per_step']:.2f} ms)",
                         f"{served['median_s_per_call'] / python['median_s_per_call']:.1f}x",
+                        f"{served['median_cpu_s_per_call'] / python['median_cpu_s_per_call']:.1f}x",
                         nodes[name]["nodes"]
                         if variant.startswith("served ") or variant == "served"
                         else "-",
@@ -537,7 +554,7 @@ def main():
         "served_xla = `jit_compile=True` (XLA inside the SavedModel); median of "
         f"{args.repeats} interleaved calls after a warm-up, seconds per call (ms per decoding "
         "step: super resolution 3,072 per image; translation 63 positions, the cap; "
-        "music 255 events). Goal: served <= 2x Python.\n"
+        "music 255 events). Goal: served <= 3x Python at batch 1, <= 2x at batch 8.\n"
     )
     print(
         harness.markdown_table(
@@ -548,6 +565,7 @@ def main():
                 "Python + XLA s/call (per step)",
                 "served s/call (per step)",
                 "served / Python",
+                "served / Python (CPU time)",
                 "nodes per step (served)",
             ],
             rows,

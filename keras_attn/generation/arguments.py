@@ -164,7 +164,7 @@ def check_seed(seed):
 
 
 def check_seed_rows(key, prompt):
-    """`key` (a checked seed's (R, 2) words), refused unless R is 1 or the prompt's rows: now
+    """`key` (a checked seed's (R, 1) words), refused unless R is 1 or the prompt's rows: now
     when both are known, else when the graph runs."""
     try:
         batch = ops.shape(prompt)[0] if hasattr(prompt, "shape") else np.shape(prompt)[0]

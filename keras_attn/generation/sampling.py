@@ -132,13 +132,17 @@ def top_k_filter(logits, k):
 def _top_k(logits, k):
     vocabulary_size = logits.shape[-1]
     if _is_tensor(k):
-        # A run-time k: the k-th largest of a full sort (static shapes: it compiles under XLA).
+        # A run-time k: the k-th largest of a full sort (static shapes: it compiles under XLA),
+        # in a conditional that skips it where k keeps every token (0, or >= V).
         k = ops.cast(k, "int32")
-        size = ops.shape(logits)[-1]
-        k = ops.where(ops.logical_or(k <= 0, k > size), size, k)
-        descending = ops.flip(ops.sort(logits, axis=-1), axis=-1)
-        threshold = ops.expand_dims(ops.take(descending, k - 1, axis=-1), -1)
-        return ops.where(ops.greater_equal(logits, threshold), logits, float("-inf"))
+        keeps_all = ops.logical_or(k <= 0, k >= ops.shape(logits)[-1])
+
+        def filtered():
+            descending = ops.flip(ops.sort(logits, axis=-1), axis=-1)
+            threshold = ops.expand_dims(ops.take(descending, k - 1, axis=-1), -1)
+            return ops.where(ops.greater_equal(logits, threshold), logits, float("-inf"))
+
+        return ops.cond(keeps_all, lambda: logits, filtered)
     if vocabulary_size is not None and k >= vocabulary_size:
         return logits
     threshold = ops.top_k(logits, k)[0][..., -1:]
@@ -173,8 +177,14 @@ def top_p_filter(logits, p):
 
 
 def _top_p(logits, p):
-    if isinstance(p, numbers.Real) and p >= 1.0:
-        return logits
+    if isinstance(p, numbers.Real):
+        return logits if p >= 1.0 else _nucleus(logits, p)
+    # A run-time p: in a conditional that skips the filter where p keeps every token (1).
+    return ops.cond(ops.cast(p, "float32") >= 1.0, lambda: logits, lambda: _nucleus(logits, p))
+
+
+def _nucleus(logits, p):
+    """`_top_p` for p < 1."""
     # Descending, ties in index order on every backend (argsort is stable; PyTorch's top_k isn't).
     order = ops.argsort(ops.negative(logits), axis=-1)
     sorted_logits = ops.take_along_axis(logits, order, axis=-1)
@@ -213,7 +223,14 @@ def _mix(h):
 
 
 def seed_key(seed):
-    """(R, 2) int32 keys from a checked seed: R = 1 for the batch, R = B one per row."""
+    """(R, 1) int32 keys from a checked seed, R = 1 for the batch, R = B one per row: the hash of
+    each seed's two 32-bit words, made once, before the decoding loop (`gumbel_noise` takes it)."""
+    words = _seed_words(seed)
+    return _mix(ops.bitwise_xor(words[:, :1], _mix(words[:, 1:] + _word(0x9E3779B9))))
+
+
+def _seed_words(seed):
+    """(R, 2) int32 words (low, high) of a checked seed."""
     if isinstance(seed, (list, tuple)):
         seed = np.asarray(seed)
     if isinstance(seed, np.ndarray) and seed.size == 1:
@@ -245,20 +262,20 @@ def seed_key(seed):
 
 
 def gumbel_noise(key, position, shape):
-    """(B, V) float32 standard Gumbel noise, a pure function of (key, position, row, index)."""
-    key = ops.reshape(key, (-1, 2))
-    step = ops.cast(position, "int32")
-    k1 = _mix(ops.bitwise_xor(key[:, 0], _mix(key[:, 1] + _word(0x9E3779B9))))
-    k2 = _mix(ops.bitwise_xor(k1, _mix(step + _word(0x7F4A7C15))))[:, None]
+    """(B, V) float32 standard Gumbel noise, a pure function of (key, position, row, index).
+
+    `key` (R, 1) from `seed_key`; `shape` (B, V), static ints or scalar tensors.
+    """
+    k2 = _mix(ops.bitwise_xor(key, _mix(ops.cast(position, "int32") + _word(0x7F4A7C15))))
     k3 = _mix(k2 + _word(0x632BE5AB))
-    columns = ops.arange(shape[1], dtype="int32")[None, :]
     # One key for the batch: a counter per (row, token) while B * V < 2**31; else per row.
-    counter = columns
+    counter = ops.arange(shape[1], dtype="int32")
     if key.shape[0] in (1, None):
-        offsets = ops.arange(shape[0], dtype="int32")[:, None] * ops.cast(shape[1], "int32")
+        rows = ops.expand_dims(ops.arange(shape[0], dtype="int32"), 1)
+        offsets = rows * ops.cast(shape[1], "int32")
         if key.shape[0] is None:  # traced: the number of keys known when the graph runs
             offsets = ops.where(ops.equal(ops.shape(key)[0], 1), offsets, 0)
-        counter = columns + offsets
+        counter = counter + offsets
     bits = _mix(ops.bitwise_xor(_mix(ops.bitwise_xor(counter, k3)), k2))
     # 23 bits -> (0, 1): (2k + 1) / 2**24 is exact in float32 and < 1.
     uniform = (ops.cast(_shift_right(bits, 9), "float32") + 0.5) * (2.0**-23)

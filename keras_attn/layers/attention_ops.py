@@ -1,6 +1,7 @@
 """Masks, the masked softmax and the dense attention core (boolean masks, True = may attend)."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn import keras_internals
@@ -9,6 +10,15 @@ from keras_attn import keras_internals
 # gradient) and below every real logit, so a blocked key gets exactly zero weight (a -1e9 fill hands
 # it all the weight when the visible logits are below -1e9).
 MASKED_LOGIT = -3.4028234663852886e38
+
+
+def dim(x, axis):
+    """The size of `x` along `axis`: a Python int when static, else a scalar tensor.
+
+    Static sizes keep shapes constant in TensorFlow's graph (no Shape -> StridedSlice chain
+    for a served step to run) and are what XLA and JAX want.
+    """
+    return x.shape[axis] if x.shape[axis] is not None else ops.shape(x)[axis]
 
 
 def get_implicit_mask(x):
@@ -52,11 +62,17 @@ def _shape_text(leading, trailing):
     return "(" + ", ".join(dims + ["?" if d is None else str(d) for d in trailing]) + ")"
 
 
+def positions(length):
+    """(length,) int32 `0 .. length - 1`: a constant (no graph node to run) for a Python int."""
+    if isinstance(length, int):
+        return np.arange(length, dtype="int32")
+    return ops.arange(length, dtype="int32")
+
+
 def causal_mask(query_length, key_length, cache_index=0):
     """(T, S) bool lower-triangular mask: query `i` sees key `j` when `j <= cache_index + i`."""
-    query_positions = ops.arange(query_length, dtype="int32") + ops.cast(cache_index, "int32")
-    key_positions = ops.arange(key_length, dtype="int32")
-    return ops.greater_equal(ops.expand_dims(query_positions, 1), ops.expand_dims(key_positions, 0))
+    query_positions = ops.add(positions(query_length)[:, None], ops.cast(cache_index, "int32"))
+    return ops.greater_equal(query_positions, positions(key_length)[None, :])
 
 
 def merge_masks(
@@ -88,9 +104,8 @@ def merge_masks(
     if use_causal_mask:
         mask = _and(mask, causal_mask(query_length, key_length, cache_index)[None, None])
     elif valid_key_length is not None:
-        key_positions = ops.arange(key_length, dtype="int32")
-        valid = ops.less(key_positions, ops.cast(valid_key_length, "int32"))
-        mask = _and(mask, valid[None, None, None, :])
+        key_positions = positions(key_length)[None, None, None, :]
+        mask = _and(mask, ops.less(key_positions, ops.cast(valid_key_length, "int32")))
     return mask
 
 
@@ -219,29 +234,27 @@ def _fused_attention(query, key, value, mask, scale, may_have_empty_rows):
 # products that read the cache in place; one batch axis rather than (B, H) is faster on CPU XLA.
 
 
+# The sizes of these reshapes are static where known and B inferred (-1): constant shapes.
 def _merge_batch_heads(x):
     """(B, H, ·, ·) -> (B * H, ·, ·)."""
-    dims = ops.shape(x)
-    return ops.reshape(x, (dims[0] * dims[1],) + tuple(dims[2:]))
+    return ops.reshape(x, (-1, dim(x, 2), dim(x, 3)))
 
 
 def _query_key_products(query, key, cache_layout):
     """Q·Kᵀ (B, H, T, S) of queries (B, T, H, K) and keys (B, S, H, K) or (B, H, K, S)."""
     if not cache_layout:
         return ops.einsum("bthk,bshk->bhts", query, key)
-    batch, heads, _, length = ops.shape(key)
     query = ops.transpose(query, (0, 2, 1, 3))  # (B, H, T, K)
     products = ops.matmul(_merge_batch_heads(query), _merge_batch_heads(key))
-    return ops.reshape(products, (batch, heads, ops.shape(query)[2], length))
+    return ops.reshape(products, (-1, dim(key, 1), dim(query, 2), dim(key, 3)))
 
 
 def _weighted_values(weights, value, cache_layout):
     """Outputs (B, T, H, V) of weights (B, H, T, S) over values (B, S, H, V) or (B, H, V, S)."""
     if not cache_layout:
         return ops.einsum("bhts,bshv->bthv", weights, value)
-    batch, heads, value_dim, _ = ops.shape(value)
     outputs = ops.matmul(  # (B * H, T, V)
         _merge_batch_heads(weights), ops.swapaxes(_merge_batch_heads(value), -1, -2)
     )
-    outputs = ops.reshape(outputs, (batch, heads, ops.shape(weights)[2], value_dim))
+    outputs = ops.reshape(outputs, (-1, dim(value, 1), dim(weights, 2), dim(value, 2)))
     return ops.transpose(outputs, (0, 2, 1, 3))

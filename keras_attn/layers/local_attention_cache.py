@@ -9,9 +9,11 @@ Example:
 
 import dataclasses
 
+import numpy as np
 from keras import ops
 
 from keras_attn.layers import blocking
+from keras_attn.layers.attention_ops import dim
 from keras_attn.layers.local_attention_windows import (
     local_attention,
     scatter_cache_rows,
@@ -55,12 +57,12 @@ class LocalCacheMixin:
 
     def _split_keys_values(self, key_value, dtype):
         """[k | v] read from the cache (·, K + V) -> keys (·, K), values (·, V)."""
-        return ops.split(ops.cast(key_value, dtype), [self.key_dim], axis=-1)
+        key_value = ops.cast(key_value, dtype)
+        return key_value[..., : self.key_dim], key_value[..., self.key_dim :]
 
     def _attend_cached(self, query, key, value, masks, return_attention_scores, training):
         """Causal 1D attention of T new queries over the cache `key`, reading their windows only."""
-        length = blocking.dims(query)[1]
-        cache_length = blocking.dims(key)[1]
+        length, cache_length = dim(query, 1), dim(key, 1)
         attention_mask = masks.attention_mask
         if attention_mask is not None and len(attention_mask.shape) == 3:
             attention_mask = attention_mask[:, None]
@@ -82,56 +84,58 @@ class LocalCacheMixin:
         return (query_positions // b) * b - f
 
     def _attend_cached_step(self, query, key, masks, key_offset, return_attention_scores, training):
-        """Decoding step (T <= block) over one dynamic slice of the cache `key`."""
+        """Decoding step (T <= block, static T and L) over one slice of the cache `key`."""
         padding_mask, attention_mask = masks.padding_mask, masks.attention_mask
         cache_index = masks.cache_index
         (b,), (f,) = self._block, self._flange
-        length = blocking.dims(query)[1]
-        cache_length = blocking.dims(key)[1]
-        window = length + b - 1 + f
-        if cache_length <= window:
-            window, start = cache_length, ops.convert_to_tensor(0, "int32")
+        length, cache_length = query.shape[1], key.shape[1]
+        window = min(length + b - 1 + f, cache_length)
+        if self.rolling_cache or window == cache_length:
+            # The window ends at the cache's end (a rolling cache ends at the last query): a
+            # static slice.
+            start = cache_length - window
+            window_cache = key[:, start:]
         else:
-            start = ops.clip(cache_index - key_offset + length - window, 0, cache_length - window)
-        x_dims = blocking.dims(key)
-        window_cache = ops.slice(key, [0, start, 0, 0], [x_dims[0], window] + x_dims[2:])
+            start = ops.clip(cache_index + length - window, 0, cache_length - window)
+            sizes = [dim(key, 0), window, dim(key, 2), dim(key, 3)]
+            window_cache = ops.slice(key, [0, start, 0, 0], sizes)
 
-        query_positions = cache_index + ops.arange(length, dtype="int32")
-        key_positions = key_offset + start + ops.arange(window, dtype="int32")
-        visible = ops.logical_and(
+        # Mask (T, W), broadcast against the logits (B, H, 1, T, W): query t sees key w from its
+        # window start to itself. The index tables are constants.
+        query_positions = ops.add(cache_index, np.arange(length, dtype="int32")[:, None])
+        key_positions = ops.add(key_offset + start, np.arange(window, dtype="int32"))
+        mask = ops.logical_and(
             ops.greater_equal(
-                key_positions[None, :],
-                ops.maximum(self._cached_window_start(query_positions), 0)[:, None],
+                key_positions, ops.maximum(self._cached_window_start(query_positions), 0)
             ),
-            ops.less_equal(key_positions[None, :], query_positions[:, None]),
+            ops.less_equal(key_positions, query_positions),
         )
-        mask = visible[None, None, None]  # (1, 1, 1, T, W)
         if padding_mask is not None:
-            mask = ops.logical_and(
-                mask, take_positions(padding_mask, key_positions, 1)[:, None, None, None, :]
-            )
+            columns = take_positions(padding_mask, key_positions, 1)
+            mask = ops.logical_and(mask, columns[:, None, None, None, :])
         if attention_mask is not None:
             columns = take_positions(attention_mask, key_positions, 3)
             mask = ops.logical_and(mask, columns[:, :, None])
 
         def one_block(x):  # (B, T, H, ·) -> (B, H, 1, T, ·)
-            return ops.transpose(x, (0, 2, 1, 3))[:, :, None]
+            return ops.expand_dims(ops.transpose(x, (0, 2, 1, 3)), 2)
 
-        window_keys, window_values = self._split_keys_values(window_cache, query.dtype)
+        # One transpose of the window, split after it.
+        window_keys, window_values = self._split_keys_values(one_block(window_cache), query.dtype)
         outputs, probs = local_attention(
             one_block(query),
-            one_block(window_keys),
-            one_block(window_values),
+            window_keys,
+            window_values,
             mask,
             self.dropout_layer,
             training,
             masks.may_have_empty_rows,
         )
-        outputs = ops.transpose(outputs[:, :, 0], (0, 2, 1, 3))
+        outputs = ops.transpose(ops.squeeze(outputs, 2), (0, 2, 1, 3))
         scores = None
         if return_attention_scores:
             window_start = ops.broadcast_to(start, (length,))
-            scores = scatter_cache_rows(probs[:, :, 0], window_start, cache_length)
+            scores = scatter_cache_rows(ops.squeeze(probs, 2), window_start, cache_length)
         return outputs, scores
 
     def _attend_cached_prefill(

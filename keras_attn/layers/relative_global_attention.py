@@ -2,14 +2,9 @@ import keras
 from keras import ops
 
 from keras_attn import checks
+from keras_attn.layers.attention_ops import dim
 from keras_attn.layers.chunked_attention import chunked_attention
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
-
-
-def _dim(x, axis):
-    # Static size when known (XLA and JAX want static shapes), else dynamic.
-    static = x.shape[axis]
-    return static if static is not None else ops.shape(x)[axis]
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -78,30 +73,23 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         )
 
     def _relative_logits(self, query, key_length, cache_index, causal):
-        """Srel (B, H, T, S) in float32: table matmul, then skewing."""
-        query_length = _dim(query, 1)
-        # Column j: the distance j - (cache_index + T - 1), key j seen from the last query. Causal
-        # calls need the distances <= 0 only: W = S columns (the rest reach masked keys).
+        """Srel (B, H, T, S) in float32: product with the table, then skewing."""
+        query_length = dim(query, 1)
+        # Column j: the distance j - (cache_index + T - 1), key j seen from the last query; its
+        # table row is the distance clamped to +-(M - 1), plus M - 1. Causal calls need the
+        # distances <= 0 only: W = S columns (the rest reach masked keys).
         width = key_length if causal else key_length + query_length - 1
-        first = -(ops.cast(cache_index, "int32") + query_length - 1)
         limit = self.max_relative_position - 1
-        distances = ops.arange(width, dtype="int32") + first
-        rows = ops.clip(distances, -limit, limit) + limit
+        first_row = limit - (query_length - 1) - ops.cast(cache_index, "int32")
+        rows = ops.clip(ops.arange(width, dtype="int32") + first_row, 0, 2 * limit)
         table = ops.cast(ops.take(self.relative_embeddings, rows, axis=-2), "float32")
-        # A zero row in front gives the skew's padding column as part of the matmul.
-        zero_row = ops.zeros_like(table[..., :1, :])
-        table = ops.concatenate([zero_row, table], axis=-2)
-        # (B, H, T, K) @ (K, W+1) in the logits' layout. Equal batch shapes on purpose: TF 2.21's
-        # oneDNN batch matmul breaks on a broadcast (B, 1, T, K) operand (see the guide).
-        query = ops.transpose(ops.cast(query, "float32"), (0, 2, 1, 3))
-        table = ops.swapaxes(table, -1, -2)
-        if self.heads_share_relative_embedding:
-            batch, heads = ops.shape(query)[0], ops.shape(query)[1]
-            flat = ops.matmul(ops.reshape(query, (-1, ops.shape(query)[-1])), table)
-            padded = ops.reshape(flat, (batch, heads, query_length, -1))
-        else:
-            table = ops.broadcast_to(table[None], (ops.shape(query)[0],) + tuple(ops.shape(table)))
-            padded = ops.matmul(query, table)
+        # A zero row in front gives the skew's padding column as part of the product.
+        table = ops.pad(table, [[0, 0]] * (len(table.shape) - 2) + [[1, 0], [0, 0]])
+        # (B, T, H, K) x (H, W+1, K) -> (B, H, T, W+1), the logits' layout: one einsum, with
+        # neither the table transposed nor broadcast to the batch (TF 2.21's oneDNN batch
+        # matmul breaks on a broadcast operand, see the guide; the einsum has none).
+        heads = "" if self.heads_share_relative_embedding else "h"
+        padded = ops.einsum(f"bthk,{heads}wk->bhtw", ops.cast(query, "float32"), table)
         return skew_padded(padded, key_length)
 
     def _extra_logits(self, query, key_length, masks):
@@ -120,16 +108,16 @@ def skew_padded(padded_logits, key_length=None):
     j + 1 the distance j - (T - 1), column 0 zero (a zero table row) -> (..., T, S <= W) by key:
     out[..., t, s] = padded_logits[..., t, s - t + T]; entries past column W are unspecified."""
     rank = len(padded_logits.shape)
-    lead = tuple(_dim(padded_logits, a) for a in range(rank - 2))
-    length = _dim(padded_logits, -2)
-    width = _dim(padded_logits, -1) - 1
+    # The leading sizes static where known and the first inferred (-1): constant shapes.
+    lead = tuple(-1 if a == 0 else dim(padded_logits, a) for a in range(rank - 2))
+    length = dim(padded_logits, -2)
+    width = dim(padded_logits, -1) - 1
     if key_length is None:
         key_length = width
     flat = ops.reshape(padded_logits, lead + (length * (width + 1),))
     # Dropping the first T entries shifts row t left by t places.
-    flat = ops.slice(flat, (0,) * len(lead) + (length,), lead + (length * width,))
-    out = ops.reshape(flat, lead + (length, width))
+    out = ops.reshape(flat[..., length:], lead + (length, width))
     keys = checks.static_int(key_length)
     if keys is None or keys != checks.static_int(width):
-        out = ops.slice(out, (0,) * rank, lead + (length, key_length))
+        out = out[..., :key_length]
     return out

@@ -473,3 +473,22 @@ def test_the_noise_is_the_documented_uint32_hash_on_every_backend(seed):
         np.testing.assert_allclose(
             rows, _reference_gumbel_noise(seed, position, (1, 7))[[0, 0]], rtol=1e-5, atol=1e-6
         )
+
+
+@pytest.mark.requires_tensorflow
+def test_tensor_controls_that_keep_every_token_leave_the_logits_as_python_values_do():
+    # Run-time top_p 1 and top_k 0 or >= V: the filters are skipped in a conditional (as the
+    # Python values skip them), so no tail token is dropped by the cumulative sum's rounding.
+    import tensorflow as tf
+
+    from keras_attn.generation.sampling import top_k_filter, top_p_filter
+
+    logits = np.random.RandomState(1).randn(2, 9).astype("float32") * 8.0
+    compiled_p = tf.function(top_p_filter, jit_compile=True)
+    np.testing.assert_array_equal(np.asarray(top_p_filter(logits, tf.constant(1.0))), logits)
+    np.testing.assert_array_equal(np.asarray(compiled_p(logits, tf.constant(1.0))), logits)
+    for k in (0, 9, 12):
+        np.testing.assert_array_equal(np.asarray(top_k_filter(logits, tf.constant(k))), logits)
+    kept = np.isfinite(np.asarray(top_p_filter(logits, tf.constant(0.5))))
+    np.testing.assert_array_equal(kept, np.isfinite(np.asarray(top_p_filter(logits, 0.5))))
+    assert 0 < kept.sum() < kept.size

@@ -150,3 +150,31 @@ def test_mixed_precision_fused_outputs_are_close_to_float32(core):
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(keras.ops.cast(out, "float32")), want, atol=3e-2
     )
+
+
+@pytest.mark.requires_tensorflow
+def test_cache_layout_core_reads_no_shapes_when_only_the_batch_is_unknown():
+    # A decoding step's core (B unknown, H, T, K and the cache length static): the reshapes
+    # take constant sizes (-1 for B), no Shape -> StridedSlice -> Pack chain to run per step.
+    import tensorflow as tf
+
+    core = tf.function(
+        lambda q, k, v: attention_ops.scaled_dot_product_attention(
+            q, k, v, cache_layout=True, return_probabilities=False
+        )[0],
+        input_signature=[
+            tf.TensorSpec((None, 1, H, K), tf.float32),
+            tf.TensorSpec((None, H, K, S), tf.float32),
+            tf.TensorSpec((None, H, K, S), tf.float32),
+        ],
+    )
+    ops = [node.op for node in core.get_concrete_function().graph.as_graph_def().node]
+    assert not {"Shape", "StridedSlice", "Pack"} & set(ops)
+    query, key, value = _qkv()
+    query = query[:, :1]
+    cache_key = np.transpose(key, (0, 2, 3, 1))  # (B, H, K, S)
+    cache_value = np.transpose(value, (0, 2, 3, 1))
+    want = attention_ops.scaled_dot_product_attention(query, key, value, return_probabilities=False)
+    np.testing.assert_allclose(
+        np.asarray(core(query, cache_key, cache_value)), np.asarray(want[0]), rtol=1e-5, atol=1e-6
+    )

@@ -1,5 +1,6 @@
 import keras
 import numpy as np
+import pytest
 
 from keras_attn.layers.projection import Projection
 from tests.test_case import gradients, run_layer_test
@@ -45,3 +46,19 @@ def test_layer_lifecycle():
         expected_num_trainable_weights=2,
         expected_num_seed_generators=0,
     )
+
+
+@pytest.mark.requires_tensorflow
+def test_one_matmul_in_the_tensorflow_graph_of_a_decoding_step():
+    # A (B, 1, D) input with B unknown, as a served decoding step: one MatMul and constant shapes,
+    # where `ops.matmul` of the rank-3 input made a Tensordot (Shape, GatherV2, Prod, Pack, ...).
+    import tensorflow as tf
+
+    layer = Projection(6)
+    layer.build((None, 1, 4))
+    step = tf.function(layer, input_signature=[tf.TensorSpec((None, 1, 4), tf.float32)])
+    ops = [node.op for node in step.get_concrete_function().graph.as_graph_def().node]
+    assert ops.count("MatMul") == 1
+    assert not {"Shape", "Prod", "GatherV2", "Pack", "Transpose"} & set(ops)
+    x = np.random.default_rng(1).normal(size=(3, 1, 4)).astype("float32")
+    np.testing.assert_allclose(np.asarray(step(x)), np.asarray(layer(x)), rtol=1e-6)
