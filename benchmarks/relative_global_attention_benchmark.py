@@ -54,6 +54,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import peak_memory  # noqa: E402
 
 NUM_HEADS, KEY_DIM, MODEL_DIM, BATCH = 8, 64, 512, 1
 LENGTHS = (256, 512, 1024, 2048)
@@ -109,7 +110,7 @@ def _layers():
             rows = ops.clip(distances, -limit, limit) + limit
             relative = ops.take(self.relative_embeddings, rows, axis=0)  # (T, S, K)
             extra = ops.einsum("bthk,tsk->bhts", query, relative)
-            mask = masks.merged(ops.shape(query)[0], query_length, key_length)
+            mask = masks.merged(query_length, key_length)
             return attention_ops.scaled_dot_product_attention(
                 query,
                 key,
@@ -178,7 +179,7 @@ def memory_worker(config):
     tf = harness.setup_tensorflow()
     step = make_step(config["implementation"], config["length"], jit_compile=False)
     x = inputs(tf, config["length"])
-    harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
+    peak_memory.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
 
 
 def time_cached_sampling(tf, repeats):
@@ -249,7 +250,7 @@ def main():
     memory = {}
     if not args.skip_memory:
         configs = [{"implementation": n, "length": t} for t in lengths for n in IMPLEMENTATIONS]
-        records = harness.measure_memory_many(__file__, configs, budget=budget)
+        records = peak_memory.measure_memory_many(__file__, configs, budget=budget)
         memory = {(c["implementation"], c["length"]): r for c, r in zip(configs, records)}
         print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
 

@@ -1,16 +1,19 @@
 import dataclasses
+import functools
+
+from keras import ops
 
 from keras_attn.layers import attention_ops
 
 
 @dataclasses.dataclass(frozen=True)
 class AttentionMasks:
-    """The masks of one self-attention call, as `MultiHeadSelfAttention` hands them (checked)
-    to its attention core `_attend`. Boolean, True = may attend.
+    """The masks of one attention call, as the attention layers hand them (checked) to their
+    cores (`MultiHeadSelfAttention._attend`). Boolean, True = may attend.
 
     Args:
         padding_mask: (B, S) bool or None, True for real keys.
-        attention_mask: (B, T, S) or (B, H, T, S) bool or None.
+        attention_mask: (B, 1 or H, T, S) bool or None.
         use_causal_mask: whether a query sees only keys at or before its own position.
         cache_index: absolute position of query 0 (int or int32 scalar).
         valid_key_length: with a cache, the positions filled (`cache_index + T`); else None.
@@ -21,7 +24,7 @@ class AttentionMasks:
     >>> masks.may_have_empty_rows, masks.cached
     (False, False)
     >>> import keras
-    >>> keras.ops.convert_to_numpy(masks.merged(1, 2, 2)).tolist()
+    >>> keras.ops.convert_to_numpy(masks.merged(2, 2)).tolist()
     [[[[True, False], [True, True]]]]
 
     Reference:
@@ -54,15 +57,20 @@ class AttentionMasks:
             cache_index=self.cache_index + start,
         )
 
-    def merged(self, batch_size, query_length, key_length):
-        """All masks as one (B, 1 or H, T, S) bool tensor, or None when nothing is masked."""
-        return attention_ops.merge_masks(
-            batch_size,
-            query_length,
-            key_length,
-            key_padding_mask=self.padding_mask,
-            attention_mask=self.attention_mask,
-            use_causal_mask=self.use_causal_mask,
-            cache_index=self.cache_index,
-            valid_key_length=self.valid_key_length,
-        )
+    def merged(self, query_length, key_length):
+        """All masks as one bool tensor broadcastable to (B, H, T, S), or None when nothing is
+        masked. Nothing is expanded to a full size: (1, 1, T, S) causal, (B, 1, 1, S) padding,
+        (B, 1 or H, T, S) attention; with a cache, keys at or past `valid_key_length` (empty
+        slots) are blocked."""
+        masks = []
+        if self.padding_mask is not None:
+            masks.append(self.padding_mask[:, None, None, :])
+        if self.attention_mask is not None:
+            masks.append(self.attention_mask)
+        if self.use_causal_mask:
+            causal = attention_ops.causal_mask(query_length, key_length, self.cache_index)
+            masks.append(causal[None, None])
+        elif self.cached:
+            key_positions = attention_ops.positions(key_length)[None, None, None, :]
+            masks.append(ops.less(key_positions, ops.cast(self.valid_key_length, "int32")))
+        return functools.reduce(ops.logical_and, masks) if masks else None

@@ -27,7 +27,8 @@ def get_implicit_mask(x):
 
 
 def check_mask(mask, name, ranks, shape, batch_size=None, num_heads=None):
-    """A user mask (or None) checked against `ranks` and sizes, as bool (an int one: `!= 0`)."""
+    """A user mask (or None) checked against `ranks` and sizes, as bool (an int one: `!= 0`),
+    in the longest of `ranks`: an attention mask (B, T, S) comes back (B, 1, T, S)."""
     if mask is None:
         return None
     if not hasattr(mask, "dtype") or not hasattr(mask, "shape"):
@@ -53,7 +54,8 @@ def check_mask(mask, name, ranks, shape, batch_size=None, num_heads=None):
             f"`{name}` must have shape {layouts} for these inputs. Received: "
             f"{name}.shape={got}. Build the mask from the inputs it is used with."
         )
-    return mask if dtype == "bool" else ops.not_equal(mask, 0)
+    mask = mask if dtype == "bool" else ops.not_equal(mask, 0)
+    return mask[:, None] if len(got) < max(ranks) else mask
 
 
 def _shape_text(leading, trailing):
@@ -73,40 +75,6 @@ def causal_mask(query_length, key_length, cache_index=0):
     """(T, S) bool lower-triangular mask: query `i` sees key `j` when `j <= cache_index + i`."""
     query_positions = ops.add(positions(query_length)[:, None], ops.cast(cache_index, "int32"))
     return ops.greater_equal(query_positions, positions(key_length)[None, :])
-
-
-def merge_masks(
-    batch_size,
-    query_length,
-    key_length,
-    key_padding_mask=None,
-    attention_mask=None,
-    use_causal_mask=False,
-    cache_index=0,
-    valid_key_length=None,
-):
-    """Combines every mask source into one bool mask broadcastable to (B, H, T, S), or None.
-
-    `valid_key_length` blocks keys at positions >= it (empty cache slots); nothing is expanded to
-    a full size: (1, 1, T, S) causal, (B, 1, 1, S) padding, (B, 1 or H, T, S) attention.
-    """
-    mask = None
-
-    def _and(a, b):
-        return b if a is None else ops.logical_and(a, b)
-
-    if key_padding_mask is not None:
-        mask = _and(mask, key_padding_mask[:, None, None, :])
-    if attention_mask is not None:
-        if len(attention_mask.shape) == 3:
-            attention_mask = attention_mask[:, None, :, :]
-        mask = _and(mask, attention_mask)
-    if use_causal_mask:
-        mask = _and(mask, causal_mask(query_length, key_length, cache_index)[None, None])
-    elif valid_key_length is not None:
-        key_positions = positions(key_length)[None, None, None, :]
-        mask = _and(mask, ops.less(key_positions, ops.cast(valid_key_length, "int32")))
-    return mask
 
 
 def masked_softmax(logits, mask=None, axis=-1, may_have_empty_rows=True):

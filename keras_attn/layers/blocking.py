@@ -38,15 +38,8 @@ def blockify(x, block_shape, constant_values=0):
     >>> np.asarray(blockify(np.arange(5)[None], (2,))).tolist()
     [[[0, 1], [2, 3], [4, 0]]]
     """
-    n = len(block_shape)
-    for i, b in enumerate(block_shape):
-        x = pad_to_multiple(x, b, 1 + i, constant_values)
-    shape = dims(x)
-    rest = shape[1 + n :]
-    split = [shape[0]]
-    for i, b in enumerate(block_shape):
-        split += [shape[1 + i] // b, b]
-    return _merge_grid(ops.reshape(x, split + rest), n)
+    no_flange = (0,) * len(block_shape)
+    return overlapping_blocks(x, block_shape, no_flange, no_flange, constant_values)
 
 
 def unblockify(x, block_shape, spatial_shape):

@@ -80,15 +80,11 @@ class _ChunkMask:
         self.padding = None
         self.attention = None
         if masks.padding_mask is not None:
-            padding = ops.cast(masks.padding_mask, "bool")
-            padding = ops.pad(padding, ((0, 0), (0, (-key_length) % chunk_size)))
+            padding = ops.pad(masks.padding_mask, ((0, 0), (0, (-key_length) % chunk_size)))
             self.padding = ops.reshape(padding, (ops.shape(padding)[0], -1, chunk_size))
         if masks.attention_mask is not None:
-            attention = ops.cast(masks.attention_mask, "bool")
-            if len(attention.shape) == 3:
-                attention = attention[:, None]
             attention = ops.pad(
-                attention,
+                masks.attention_mask,
                 (
                     (0, 0),
                     (0, 0),
@@ -106,20 +102,18 @@ class _ChunkMask:
         """1 + the last key chunk query chunk i can see (causal: half the work)."""
         if not self.causal:
             return num_key_chunks
-        last_query = i * self.chunk_size + self.chunk_size - 1 + ops.cast(self.cache_index, "int32")
+        last_query = i * self.chunk_size + self.chunk_size - 1 + self.cache_index
         return ops.minimum(num_key_chunks, last_query // self.chunk_size + 1)
 
     def last_diagonal(self):
         """The last chunk diagonal j - i with a visible key (causal)."""
-        return (self.chunk_size - 1 + ops.cast(self.cache_index, "int32")) // self.chunk_size
+        return (self.chunk_size - 1 + self.cache_index) // self.chunk_size
 
     def first_query_chunk(self, j):
         """The first query chunk that can see key chunk j."""
         if not self.causal:
             return 0
-        return ops.maximum(
-            0, (j * self.chunk_size - ops.cast(self.cache_index, "int32")) // self.chunk_size
-        )
+        return ops.maximum(0, (j * self.chunk_size - self.cache_index) // self.chunk_size)
 
     def __call__(self, i, j):
         size = self.chunk_size
@@ -127,9 +121,7 @@ class _ChunkMask:
         # Padded keys past S are never visible.
         mask = ops.less(key_positions, ops.cast(self.key_length, "int32"))[None, None, None, :]
         if self.causal:
-            query_positions = (
-                ops.arange(size, dtype="int32") + i * size + ops.cast(self.cache_index, "int32")
-            )
+            query_positions = ops.arange(size, dtype="int32") + i * size + self.cache_index
             causal = ops.greater_equal(query_positions[:, None], key_positions[None, :])
             mask = ops.logical_and(mask, causal[None, None])
         if self.padding is not None:
@@ -150,35 +142,34 @@ class _ChunkLogits:
         if relative_embeddings is not None:
             self.limit = (relative_embeddings.shape[-2] - 1) // 2
             self.shared = len(relative_embeddings.shape) == 2
+            self.heads = "" if self.shared else "h"  # the table's axes: ([H,] 2C - 1, K)
 
-    def _rows(self, i, j):
-        """(2C - 1,) rows of E: the distances (j - i) * C - (C - 1) .. (j - i) * C + C - 1."""
+    def _table(self, i, j):
+        """(2C - 1) rows of E: the distances (j - i) * C - (C - 1) .. (j - i) * C + C - 1."""
         size = self.chunk_size
         distances = ops.arange(2 * size - 1, dtype="int32") + (j - i) * size - (size - 1)
-        return ops.clip(distances, -self.limit, self.limit) + self.limit
+        rows = ops.clip(distances, -self.limit, self.limit) + self.limit
+        return ops.take(self.table, rows, axis=-2)
 
     def __call__(self, i, j):
         q_i = ops.take(self.q, i, axis=2)
         logits = ops.einsum("bhqk,bhsk->bhqs", q_i, ops.take(self.k, j, axis=2))
         if self.table is None:
             return logits
-        table = ops.take(self.table, self._rows(i, j), axis=-2)
-        equation = "bhqk,wk->bhqw" if self.shared else "bhqk,hwk->bhqw"
-        return logits + _skew(ops.einsum(equation, q_i, table), self.chunk_size)
+        by_distance = ops.einsum(f"bhqk,{self.heads}wk->bhqw", q_i, self._table(i, j))
+        return logits + _skew(by_distance, self.chunk_size)
 
     def query_gradient(self, i, j, ds):
         grad = ops.einsum("bhqs,bhsk->bhqk", ds, ops.take(self.k, j, axis=2))
         if self.table is None:
             return grad
-        table = ops.take(self.table, self._rows(i, j), axis=-2)
-        equation = "bhqw,wk->bhqk" if self.shared else "bhqw,hwk->bhqk"
-        return grad + ops.einsum(equation, _unskew(ds, self.chunk_size), table)
+        by_distance = _unskew(ds, self.chunk_size)
+        return grad + ops.einsum(f"bhqw,{self.heads}wk->bhqk", by_distance, self._table(i, j))
 
     def table_gradient(self, i, j, ds):
         """dE (2C - 1, [H,] K) of chunk pair (i, j) by (unclamped) distance."""
         q_i = ops.take(self.q, i, axis=2)
-        equation = "bhqw,bhqk->wk" if self.shared else "bhqw,bhqk->whk"
-        return ops.einsum(equation, _unskew(ds, self.chunk_size), q_i)
+        return ops.einsum(f"bhqw,bhqk->w{self.heads}k", _unskew(ds, self.chunk_size), q_i)
 
 
 def _skew(x, size):

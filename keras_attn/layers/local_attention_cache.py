@@ -7,8 +7,6 @@ Example:
 (1, 8, 2, 16)
 """
 
-import dataclasses
-
 import numpy as np
 from keras import ops
 
@@ -17,7 +15,8 @@ from keras_attn.layers.attention_ops import dim
 from keras_attn.layers.local_attention_windows import (
     local_attention,
     scatter_cache_rows,
-    take_positions,
+    step_masks,
+    window_masks,
 )
 
 
@@ -36,7 +35,7 @@ class LocalCacheMixin:
     _cache_length_axis = 1
 
     def _cache_capacity(self, cache):
-        return None if self.rolling_cache else self._cache_length(cache)
+        return None if self.rolling_cache else super()._cache_capacity(cache)
 
     def _write_cache(self, cache, key_value, cache_index):
         if not self.rolling_cache:
@@ -63,14 +62,9 @@ class LocalCacheMixin:
     def _attend_cached(self, query, key, value, masks, return_attention_scores, training):
         """Causal 1D attention of T new queries over the cache `key`, reading their windows only."""
         length, cache_length = dim(query, 1), dim(key, 1)
-        attention_mask = masks.attention_mask
-        if attention_mask is not None and len(attention_mask.shape) == 3:
-            attention_mask = attention_mask[:, None]
-        cache_index = ops.cast(masks.cache_index, "int32")
-        masks = dataclasses.replace(masks, attention_mask=attention_mask, cache_index=cache_index)
         # Absolute position of the first key slot: 0, or for a rolling cache
         # that of the oldest position it kept.
-        key_offset = cache_index - self._rolling_length if self.rolling_cache else 0
+        key_offset = masks.cache_index - self._rolling_length if self.rolling_cache else 0
         static = isinstance(length, int) and isinstance(cache_length, int)
         if static and length <= self._block[0]:
             attend = self._attend_cached_step
@@ -85,7 +79,6 @@ class LocalCacheMixin:
 
     def _attend_cached_step(self, query, key, masks, key_offset, return_attention_scores, training):
         """Decoding step (T <= block, static T and L) over one slice of the cache `key`."""
-        padding_mask, attention_mask = masks.padding_mask, masks.attention_mask
         cache_index = masks.cache_index
         (b,), (f,) = self._block, self._flange
         length, cache_length = query.shape[1], key.shape[1]
@@ -110,12 +103,7 @@ class LocalCacheMixin:
             ),
             ops.less_equal(key_positions, query_positions),
         )
-        if padding_mask is not None:
-            columns = take_positions(padding_mask, key_positions, 1)
-            mask = ops.logical_and(mask, columns[:, None, None, None, :])
-        if attention_mask is not None:
-            columns = take_positions(attention_mask, key_positions, 3)
-            mask = ops.logical_and(mask, columns[:, :, None])
+        mask = step_masks(mask, masks, key_positions)
 
         def one_block(x):  # (B, T, H, ·) -> (B, H, 1, T, ·)
             return ops.expand_dims(ops.transpose(x, (0, 2, 1, 3)), 2)
@@ -164,14 +152,15 @@ class LocalCacheMixin:
             + ops.arange(f + b, dtype="int32")[None, :]
         )
         memory_index = ops.clip(memory_positions - key_offset, 0, cache_length - 1)
-        mask = self._cached_prefill_mask(
-            memory_positions,
-            key_offset,
-            cache_length,
-            masks.padding_mask,
-            masks.attention_mask,
-            query_index,
+        key_ok = ops.logical_and(
+            ops.greater_equal(memory_positions, ops.maximum(key_offset, 0)),
+            ops.less(memory_positions, key_offset + cache_length),
         )
+        mask = ops.logical_and(
+            key_ok[None, None, :, None, :], self._structure_mask(True)[None, None, None]
+        )
+        query_rows = ops.reshape(query_index, (count, b))
+        mask = window_masks(mask, masks, memory_positions, query_rows)
         memory_keys, memory_values = self._split_keys_values(
             ops.take(key, memory_index, axis=1), query.dtype
         )
@@ -196,37 +185,3 @@ class LocalCacheMixin:
             window_start = self._cached_window_start(query_positions) - key_offset
             scores = scatter_cache_rows(rows, window_start, cache_length)
         return outputs, scores
-
-    def _cached_prefill_mask(
-        self,
-        memory_positions,
-        key_offset,
-        cache_length,
-        padding_mask,
-        attention_mask,
-        query_index,
-    ):
-        """(B|1, H|1, N, Q, M) mask of a prefill's query blocks over their memory."""
-        count = blocking.dims(memory_positions)[0]
-        key_ok = ops.logical_and(
-            ops.greater_equal(memory_positions, ops.maximum(key_offset, 0)),
-            ops.less(memory_positions, key_offset + cache_length),
-        )
-        mask = ops.logical_and(
-            key_ok[None, None, :, None, :], self._structure_mask(True)[None, None, None]
-        )
-        if padding_mask is not None:
-            mask = ops.logical_and(
-                mask, take_positions(padding_mask, memory_positions, 1)[:, None, :, None, :]
-            )
-        if attention_mask is not None:
-            rows = ops.take(attention_mask, query_index, axis=2)
-            mask_dims = blocking.dims(rows)
-            rows = ops.reshape(
-                rows, mask_dims[:2] + [count, self._block[0], mask_dims[3]]
-            )  # (B, H, N, Q, S)
-            columns = ops.clip(memory_positions, 0, mask_dims[3] - 1)
-            mask = ops.logical_and(
-                mask, ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1)
-            )
-        return mask

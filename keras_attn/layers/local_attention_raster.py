@@ -9,7 +9,8 @@ from keras_attn.layers import blocking
 from keras_attn.layers.local_attention_windows import (
     local_attention,
     scatter_rows,
-    take_positions,
+    step_masks,
+    window_masks,
     window_slot,
 )
 
@@ -118,21 +119,7 @@ class BlockRasterMixin:
         ]
         if structure is not None:
             mask = ops.logical_and(mask, structure[None, None])
-        if masks.padding_mask is not None:
-            mask = ops.logical_and(
-                mask, take_positions(masks.padding_mask, memory, 1)[:, None, :, None, :]
-            )
-        attention_mask = masks.attention_mask
-        if attention_mask is not None:
-            if len(attention_mask.shape) == 3:
-                attention_mask = attention_mask[:, None]
-            group_dims = blocking.dims(query_rows)
-            rows = ops.take(attention_mask, ops.reshape(query_rows, (-1,)), axis=2)
-            mask_dims = blocking.dims(rows)
-            rows = ops.reshape(rows, mask_dims[:2] + group_dims + mask_dims[3:])
-            columns = ops.clip(memory, 0, mask_dims[3] - 1)[None, None, :, None, :]
-            mask = ops.logical_and(mask, ops.take_along_axis(rows, columns, axis=-1))
-        return mask
+        return window_masks(mask, masks, memory, query_rows)
 
     def _raster_geometry(self, causal):
         """(grid width in blocks, window (before, after) per axis, window height, width)."""
@@ -168,16 +155,11 @@ class BlockRasterMixin:
         query_block = query_positions // (bh * bw)
         top = (query_block // grid_width) * bh - before[0]
         left = (query_block % grid_width) * bw - before[1]
-        key_row, key_col = self._raster_pixel(key_positions)
+        key_block, inner = key_positions // (bh * bw), key_positions % (bh * bw)
+        key_row = (key_block // grid_width) * bh + inner // bw
+        key_col = (key_block % grid_width) * bw + inner % bw
         deltas = (key_row[None, :] - top[:, None], key_col[None, :] - left[:, None])
         return window_slot(deltas, (window_h, window_w))
-
-    def _raster_pixel(self, position):
-        """Block-raster positions (int32) -> (row, column) of their pixels."""
-        (bh, bw) = self._block
-        grid_width = self.image_size[1] // bw
-        block, inner = position // (bh * bw), position % (bh * bw)
-        return ((block // grid_width) * bh + inner // bw, (block % grid_width) * bw + inner % bw)
 
     def _raster_step_runs(self, first_block, length, cache_length):
         """(starts, sizes): the contiguous cache runs a step's window covers (guide: local)."""
@@ -206,17 +188,7 @@ class BlockRasterMixin:
         query_ok = ops.less(query_block, (height // bh) * (width // bw))[:, None]
         mask = ops.logical_and(mask, ops.logical_and(query_ok, fresh[None, :]))
         mask = ops.logical_and(mask, ops.less_equal(positions[None, :], query_positions[:, None]))
-        mask = mask[None, None, None]
-        if masks.padding_mask is not None:
-            mask = ops.logical_and(
-                mask, take_positions(masks.padding_mask, positions, 1)[:, None, None, None, :]
-            )
-        attention_mask = masks.attention_mask
-        if attention_mask is not None:
-            if len(attention_mask.shape) == 3:
-                attention_mask = attention_mask[:, None]
-            mask = ops.logical_and(mask, take_positions(attention_mask, positions, 3)[:, :, None])
-        return mask
+        return step_masks(mask[None, None, None], masks, positions)
 
     def _attend_raster_step(self, query, cache, masks, return_attention_scores, training):
         """Cached step of T <= one block's queries over the cache runs covering the window."""

@@ -80,7 +80,7 @@ class LocalWindowsMixin:
             return split_heads(blocking.overlapping_blocks(heads_first(x), block, before, after))
 
         query_blocks = split_heads(blocking.blockify(heads_first(query), block))
-        mask = self._blocks_mask(masks, batch, spatial, length, before, after)
+        mask = self._blocks_mask(masks, spatial, length, before, after)
         outputs, probs = local_attention(
             query_blocks,
             memory(key),
@@ -103,46 +103,18 @@ class LocalWindowsMixin:
             scores = scatter_rows(merge_heads(probs), slot, inside)
         return outputs, scores
 
-    def _blocks_mask(self, masks, batch, spatial, length, before, after):
+    def _blocks_mask(self, masks, spatial, length, before, after):
         """(B or 1, H or 1, N, Q, M) bool mask of the uncached pass."""
-        block = self._block
-        # Raster index of every memory slot, -1 outside the input: (N, M).
+        # Raster index of every query slot (N, Q; 0 past the input, cropped later) and memory
+        # slot (N, M; -1 outside the input).
         positions = ops.reshape(ops.arange(length, dtype="int32"), [1] + spatial)
-        memory_positions = blocking.overlapping_blocks(
-            positions, block, before, after, constant_values=-1
-        )[0]
-        if masks.padding_mask is not None:
-            mask = blocking.overlapping_blocks(
-                ops.reshape(masks.padding_mask, [batch] + spatial),
-                block,
-                before,
-                after,
-                constant_values=False,
-            )[:, None, :, None, :]
-        else:
-            mask = ops.greater_equal(memory_positions, 0)[None, None, :, None, :]
+        query_rows = blocking.blockify(positions, self._block)[0]
+        memory = blocking.overlapping_blocks(positions, self._block, before, after, -1)[0]
+        mask = ops.greater_equal(memory, 0)[None, None, :, None, :]
         structure = self._structure_mask(masks.use_causal_mask)
         if structure is not None:
             mask = ops.logical_and(mask, structure[None, None, None])
-        if masks.attention_mask is not None:
-            mask = ops.logical_and(
-                mask,
-                self._gather_attention_mask(
-                    masks.attention_mask, spatial, memory_positions, length
-                ),
-            )
-        return mask
-
-    def _gather_attention_mask(self, attention_mask, spatial, memory_positions, key_length):
-        """(B, [H,] T, S) -> (B, H or 1, N, Q, M): each query block's rows at its memory slots."""
-        if len(attention_mask.shape) == 3:
-            attention_mask = attention_mask[:, None]
-        mask_dims = blocking.dims(attention_mask)
-        rows = ops.reshape(attention_mask, [mask_dims[0] * mask_dims[1]] + spatial + [mask_dims[3]])
-        rows = blocking.blockify(rows, self._block, False)
-        rows = ops.reshape(rows, mask_dims[:2] + blocking.dims(rows)[1:])
-        columns = ops.clip(memory_positions, 0, key_length - 1)
-        return ops.take_along_axis(rows, columns[None, None, :, None, :], axis=-1)
+        return window_masks(mask, masks, memory, query_rows)
 
     def _window_slots(self, spatial, before, after):
         """((T, S) int32 slot, (T, S) bool inside) of each key in each query's window."""
@@ -180,6 +152,34 @@ def local_attention(query, key, value, mask, dropout_layer, training, may_have_e
     if dropout_layer is not None:
         weights = dropout_layer(weights, training=training)
     return ops.einsum("bhnqm,bhnmv->bhnqv", weights, value), probs
+
+
+def window_masks(mask, masks, memory, query_rows):
+    """`mask` (B|1, H|1, G, R, M) AND the padding and attention masks of `masks` where query
+    group g's rows `query_rows[g]` (G, R) meet its window slots at key positions `memory[g]`
+    (G, M); positions outside a mask are clipped (`mask` blocks them)."""
+    if masks.padding_mask is not None:
+        padding = take_positions(masks.padding_mask, memory, 1)  # (B, G, M)
+        mask = ops.logical_and(mask, padding[:, None, :, None, :])
+    if masks.attention_mask is not None:
+        rows = ops.take(masks.attention_mask, ops.reshape(query_rows, (-1,)), axis=2)
+        mask_dims = blocking.dims(rows)
+        rows = ops.reshape(rows, mask_dims[:2] + blocking.dims(query_rows) + mask_dims[3:])
+        columns = ops.clip(memory, 0, mask_dims[3] - 1)[None, None, :, None, :]
+        mask = ops.logical_and(mask, ops.take_along_axis(rows, columns, axis=-1))
+    return mask
+
+
+def step_masks(mask, masks, positions):
+    """`mask` (B|1, H|1, 1, T, N) AND the padding and attention masks of a cached step's T
+    queries at the N key `positions` it reads."""
+    if masks.padding_mask is not None:
+        padding = take_positions(masks.padding_mask, positions, 1)  # (B, N)
+        mask = ops.logical_and(mask, padding[:, None, None, None, :])
+    if masks.attention_mask is not None:
+        attention = take_positions(masks.attention_mask, positions, 3)  # (B, H, T, N)
+        mask = ops.logical_and(mask, attention[:, :, None])
+    return mask
 
 
 def take_positions(mask, positions, axis):

@@ -4,6 +4,7 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers import attention_ops
 from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
+from keras_attn.layers.attention_masks import AttentionMasks
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -118,13 +119,8 @@ class MultiHeadAttention(AttentionBase):
         else:
             key, value = self._cached_keys_values(cache, projected_query.dtype)
             key_length = ops.shape(key)[-1]
-        mask = attention_ops.merge_masks(
-            batch_size,
-            query_length,
-            key_length,
-            key_padding_mask=value_padding_mask,
-            attention_mask=attention_mask,
-        )
+        masks = AttentionMasks(padding_mask=value_padding_mask, attention_mask=attention_mask)
+        mask = masks.merged(query_length, key_length)
         outputs, scores = attention_ops.scaled_dot_product_attention(
             projected_query,
             key,
@@ -162,9 +158,7 @@ class MultiHeadAttention(AttentionBase):
                 f"length for key and value. Received shapes {shapes}."
             )
 
-    def _masks(
-        self, query, value=None, key=None, attention_mask=None, value_padding_mask=None, cache=None
-    ):
+    def _masks(self, query, value, key, attention_mask, value_padding_mask, cache):
         """The static checks of a call; returns its masks as booleans, the padding mask
         defaulting to `value`'s."""
         self._check_call(query, value, key, cache)
@@ -188,15 +182,15 @@ class MultiHeadAttention(AttentionBase):
         return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
 
     def compute_output_spec(self, *args, **kwargs):
-        arguments = bound_call_arguments(self, args, kwargs)
-        return_attention_scores = arguments.pop("return_attention_scores")
-        del arguments["training"]
-        self._masks(**arguments)
-        query, cache = arguments["query"], arguments["cache"]
+        call = bound_call_arguments(self, args, kwargs)
+        query, value, cache = call["query"], call["value"], call["cache"]
+        self._masks(
+            query, value, call["key"], call["attention_mask"], call["value_padding_mask"], cache
+        )
         output_shape = self.compute_output_shape(tuple(query.shape))
         outputs = keras.KerasTensor(output_shape, self.compute_dtype)
-        if not return_attention_scores:
+        if not call["return_attention_scores"]:
             return outputs
-        key_length = arguments["value"].shape[1] if cache is None else cache.shape[-1]
+        key_length = value.shape[1] if cache is None else cache.shape[-1]
         scores_shape = (query.shape[0], self.num_heads, query.shape[1], key_length)
         return outputs, keras.KerasTensor(scores_shape, self.compute_dtype)

@@ -132,10 +132,6 @@ class MultiHeadSelfAttention(AttentionBase):
     # The cache's axis of positions: (B, H, K + V, L).
     _cache_length_axis = 3
 
-    def _cache_length(self, cache):
-        """The number of positions (slots) a cache has (None if unknown)."""
-        return cache.shape[self._cache_length_axis]
-
     @staticmethod
     def _check_cache_sizes(batch_size, max_length):
         """Sizes are ints (or int tensors), known ones positive."""
@@ -206,15 +202,7 @@ class MultiHeadSelfAttention(AttentionBase):
                 f"longer one (`init_cache(batch_size, {index + length})`)."
             )
 
-    def _masks(
-        self,
-        inputs,
-        padding_mask=None,
-        attention_mask=None,
-        use_causal_mask=False,
-        cache=None,
-        cache_index=None,
-    ):
+    def _masks(self, inputs, padding_mask, attention_mask, use_causal_mask, cache, cache_index):
         """The static checks of a call (run-time values are checked where they enter); returns
         its padding (B, S) and attention masks as booleans."""
         shape = tuple(inputs.shape)
@@ -265,7 +253,7 @@ class MultiHeadSelfAttention(AttentionBase):
 
     def _cache_capacity(self, cache):
         """The positions a cache can hold (None: unbounded or unknown)."""
-        return self._cache_length(cache)
+        return cache.shape[self._cache_length_axis]
 
     def _attend(self, query, key, value, masks, spatial_shape, return_attention_scores, training):
         """The core subclasses replace: (outputs (B, T, H, V), probabilities (B, H, T, S) or None).
@@ -285,9 +273,7 @@ class MultiHeadSelfAttention(AttentionBase):
             outputs = ops.cond(
                 long_enough,
                 lambda: self._attend_chunked(query, key, value, masks, size),
-                lambda: ops.cast(
-                    self._attend_dense(query, key, value, masks, training)[0], value.dtype
-                ),
+                lambda: self._attend_dense(query, key, value, masks, training)[0],
             )
             return outputs, None
         if core == "query_blocks":
@@ -297,7 +283,7 @@ class MultiHeadSelfAttention(AttentionBase):
     def _attend_dense(self, query, key, value, masks, training, return_probabilities=False):
         """The dense core: (outputs, probabilities (B, H, T, S) or None)."""
         key_length = self._key_length(key, masks)
-        mask = masks.merged(ops.shape(query)[0], ops.shape(query)[1], key_length)
+        mask = masks.merged(ops.shape(query)[1], key_length)
         return attention_ops.scaled_dot_product_attention(
             query,
             key,
@@ -370,16 +356,16 @@ class MultiHeadSelfAttention(AttentionBase):
         return tuple(inputs_shape[:-1]) + (self.output_dim or inputs_shape[-1],)
 
     def compute_output_spec(self, *args, **kwargs):
-        arguments = bound_call_arguments(self, args, kwargs)
-        return_attention_scores = arguments.pop("return_attention_scores")
-        del arguments["training"]
-        self._masks(**arguments)
-        shape, cache = tuple(arguments["inputs"].shape), arguments["cache"]
+        call = bound_call_arguments(self, args, kwargs)
+        inputs, cache = call["inputs"], call["cache"]
+        masks = (call["padding_mask"], call["attention_mask"], call["use_causal_mask"])
+        self._masks(inputs, *masks, cache, call["cache_index"])
+        shape = tuple(inputs.shape)
         outputs = keras.KerasTensor(self.compute_output_shape(shape), self.compute_dtype)
         scores = None
-        if return_attention_scores:
+        if call["return_attention_scores"]:
             length = None if None in shape[1:-1] else math.prod(shape[1:-1])
-            key_length = length if cache is None else self._cache_length(cache)
+            key_length = length if cache is None else cache.shape[self._cache_length_axis]
             scores_shape = (shape[0], self.num_heads, length, key_length)
             scores = keras.KerasTensor(scores_shape, self.compute_dtype)
         if cache is not None:

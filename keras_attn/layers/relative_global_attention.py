@@ -72,15 +72,15 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
             autocast=False,
         )
 
-    def _relative_logits(self, query, key_length, cache_index, causal):
+    def _extra_logits(self, query, key_length, masks):
         """Srel (B, H, T, S) in float32: product with the table, then skewing."""
         query_length = dim(query, 1)
         # Column j: the distance j - (cache_index + T - 1), key j seen from the last query; its
         # table row is the distance clamped to +-(M - 1), plus M - 1. Causal calls need the
         # distances <= 0 only: W = S columns (the rest reach masked keys).
-        width = key_length if causal else key_length + query_length - 1
+        width = key_length if masks.use_causal_mask else key_length + query_length - 1
         limit = self.max_relative_position - 1
-        first_row = limit - (query_length - 1) - ops.cast(cache_index, "int32")
+        first_row = limit - (query_length - 1) - ops.cast(masks.cache_index, "int32")
         rows = ops.clip(ops.arange(width, dtype="int32") + first_row, 0, 2 * limit)
         table = ops.cast(ops.take(self.relative_embeddings, rows, axis=-2), "float32")
         # A zero row in front gives the skew's padding column as part of the product.
@@ -91,11 +91,6 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         heads = "" if self.heads_share_relative_embedding else "h"
         padded = ops.einsum(f"bthk,{heads}wk->bhtw", ops.cast(query, "float32"), table)
         return skew_padded(padded, key_length)
-
-    def _extra_logits(self, query, key_length, masks):
-        return self._relative_logits(
-            query, key_length, masks.cache_index, causal=bool(masks.use_causal_mask)
-        )
 
     def _attend_chunked(self, query, key, value, masks, chunk_size):
         return chunked_attention(

@@ -92,21 +92,8 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         return keras.layers.Dropout(self.dropout, seed=seed, dtype=self.dtype_policy, name=name)
 
     def _attention(self, attention_class, hidden_dim, name, offset):
-        """An attention sublayer made by the block (seeded like `_dropout`)."""
-        num_heads, key_dim = self._attention_sizes(hidden_dim)
-        return attention_class(
-            num_heads=num_heads,
-            key_dim=key_dim,
-            dropout=self.dropout,
-            kernel_initializer=self.kernel_initializer,
-            bias_initializer=self.bias_initializer,
-            seed=None if self.seed is None else self.seed + offset,
-            dtype=self.dtype_policy,
-            name=name,
-        )
-
-    def _attention_sizes(self, hidden_dim):
-        """(num_heads, key_dim) for attention sublayers made by the block."""
+        """An attention sublayer made by the block (seeded like `_dropout`), sized by the block's
+        `num_heads` and `key_dim`, else the `self_attention` layer's, else D // num_heads."""
         num_heads = self.num_heads or self.self_attention.num_heads
         key_dim = self.key_dim
         if key_dim is None and self.self_attention is not None:
@@ -118,7 +105,16 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
                     "Pass `key_dim` or change `num_heads`."
                 )
             key_dim = hidden_dim // num_heads
-        return num_heads, key_dim
+        return attention_class(
+            num_heads=num_heads,
+            key_dim=key_dim,
+            dropout=self.dropout,
+            kernel_initializer=self.kernel_initializer,
+            bias_initializer=self.bias_initializer,
+            seed=None if self.seed is None else self.seed + offset,
+            dtype=self.dtype_policy,
+            name=name,
+        )
 
     def _build_self_attention_and_feedforward(self, sequence_shape):
         sequence_shape = tuple(sequence_shape)  # its rank is checked by the self-attention layer

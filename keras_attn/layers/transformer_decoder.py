@@ -214,12 +214,11 @@ class TransformerDecoder(TransformerBlock):
         return tuple(decoder_sequence_shape)
 
     def compute_output_spec(self, *args, **kwargs):
-        arguments = bound_call_arguments(self, args, kwargs)
-        return_attention_scores = arguments.pop("return_attention_scores")
-        del arguments["training"], arguments["use_causal_mask"]
-        self._masks(**arguments)
-        sequence, self_cache = arguments["decoder_sequence"], arguments["self_attention_cache"]
-        memory, cross_cache = arguments["encoder_sequence"], arguments["cross_attention_cache"]
+        call = bound_call_arguments(self, args, kwargs)
+        sequence, memory = call["decoder_sequence"], call["encoder_sequence"]
+        self_cache, cross_cache = call["self_attention_cache"], call["cross_attention_cache"]
+        padding_masks = (call["decoder_padding_mask"], call["encoder_padding_mask"])
+        self._masks(sequence, memory, *padding_masks, self_cache, call["cache_index"], cross_cache)
 
         def spec(shape, dtype=None):
             return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)
@@ -237,9 +236,11 @@ class TransformerDecoder(TransformerBlock):
                 layout = (cross.num_heads, cross.key_dim + cross._value_dim, memory_length)
                 cross_cache = spec((batch,) + layout)
             results.append(spec(cross_cache.shape, cross_cache.dtype))
-        if return_attention_scores:
+        if call["return_attention_scores"]:
             attention = self._self_attention_layer
-            key_length = length if self_cache is None else attention._cache_length(self_cache)
+            key_length = (
+                length if self_cache is None else self_cache.shape[attention._cache_length_axis]
+            )
             scores = {"self_attention": spec((batch, attention.num_heads, length, key_length))}
             if with_cross:
                 scores["cross_attention"] = spec((batch, cross.num_heads, length, memory_length))

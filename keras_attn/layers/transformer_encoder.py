@@ -82,14 +82,13 @@ class TransformerEncoder(TransformerBlock):
         return_attention_scores=False,
         training=None,
     ):
-        # A float or wrong-length mask is refused when the model is built.
-        self._self_attention_layer._masks(inputs, padding_mask, attention_mask)
+        # The self-attention layer's spec refuses a float or wrong-length mask when the model is
+        # built, and gives the scores'.
+        attention = self._self_attention_layer.compute_output_spec(
+            inputs, padding_mask, attention_mask, return_attention_scores=return_attention_scores
+        )
         outputs = keras.KerasTensor(inputs.shape, self.compute_dtype)
-        if not return_attention_scores:
-            return outputs
-        batch, length = inputs.shape[0], self._positions(inputs.shape)
-        num_heads = self._self_attention_layer.num_heads
-        return outputs, keras.KerasTensor((batch, num_heads, length, length), self.compute_dtype)
+        return (outputs, attention[1]) if return_attention_scores else outputs
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape)

@@ -50,7 +50,10 @@ def _mask_cases():
             AttentionMasks(padding_mask=padding, use_causal_mask=True),
             dict(padding_mask=padding, causal=True),
         ),
-        "attention": (AttentionMasks(attention_mask=attention), dict(attention_mask=attention)),
+        "attention": (
+            AttentionMasks(attention_mask=attention[:, None]),
+            dict(attention_mask=attention),
+        ),
         "attention_heads_padding": (
             AttentionMasks(padding_mask=padding, attention_mask=attention_heads),
             dict(padding_mask=padding, attention_mask=attention_heads, num_heads=H),
@@ -89,7 +92,7 @@ def test_blocked_keys_get_no_weight_when_every_visible_logit_is_below_minus_1e9(
     query, key = np.abs(query) * 1e5, -np.abs(key) * 1e5  # Q·Kᵀ/√K in [-1e11, 0)
     mask = np.broadcast_to(references.dense_mask(B, T, S, **reference_mask), (B, H, T, S))
     want = _reference(query, key, value, mask)
-    dense_mask = masks.merged(B, T, S)
+    dense_mask = masks.merged(T, S)
 
     def dense(q, k, v):
         out = attention_ops.scaled_dot_product_attention(q, k, v, dense_mask)[0]
@@ -121,7 +124,7 @@ def test_gradients_equal_the_dense_core_and_stay_finite(case):
 
         return fn
 
-    dense_mask = masks.merged(B, T, S)
+    dense_mask = masks.merged(T, S)
     _, dense = gradients(
         loss(lambda q, k, v: attention_ops.scaled_dot_product_attention(q, k, v, dense_mask)[0]),
         [query, key, value],
@@ -372,7 +375,7 @@ def _square_masks(case):
     return {
         "causal": AttentionMasks(use_causal_mask=True),
         "padding_causal": AttentionMasks(padding_mask=padding, use_causal_mask=True),
-        "attention": AttentionMasks(attention_mask=RNG.random((B, T, T)) > 0.4),
+        "attention": AttentionMasks(attention_mask=RNG.random((B, 1, T, T)) > 0.4),
     }[case]
 
 
@@ -428,8 +431,8 @@ def test_table_gradient_sums_every_chunk_diagonal_as_the_dense_path(
     # as the sequence) and M = 3T (rows no pair reaches get zero gradient).
     padding = np.ones((B, T), bool)
     padding[1, 10:] = False
-    attention = np.ones((B, T, T), bool)
-    attention[0, 6] = False
+    attention = np.ones((B, 1, T, T), bool)
+    attention[0, :, 6] = False
     masks = AttentionMasks(padding_mask=padding, attention_mask=attention, use_causal_mask=causal)
     query, key, value = _qkv(T, T)
     layer = RelativeGlobalAttention(

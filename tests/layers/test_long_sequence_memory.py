@@ -25,7 +25,7 @@ pytestmark = pytest.mark.requires_tensorflow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Linux carries a parent's ru_maxrss across fork + exec: the worker is started
 # through this trampoline so that its high-water mark starts small
-# (benchmarks/harness.py `measure_memory`).
+# (benchmarks/peak_memory.py `measure_memory`).
 TRAMPOLINE = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
 WORKER = r"""
 import json, os, resource, sys
