@@ -1,5 +1,6 @@
 """What every exporter shares: the versioned folder and the archive write."""
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -143,7 +144,8 @@ def write_archive(path, trackables, endpoints, overwrite=False):
         elif not _rename_no_replace(temporary, os.path.join(parent, name)):
             raise _exists_error(path)
     except BaseException:
-        _remove(temporary, ignore_errors=True)  # after a swap: the old version (or link)
+        with contextlib.suppress(OSError):
+            _remove(temporary)  # after a swap: the old version (or link)
         raise
     return path
 
@@ -212,13 +214,9 @@ def _renameat2(source, destination, flags):
     raise OSError(error, os.strerror(error), destination)
 
 
-def _remove(path, ignore_errors=False):
+def _remove(path):
     """Deletes a folder; a link (the link itself) or a file is unlinked."""
-    try:
-        if os.path.islink(path) or not os.path.isdir(path):
-            os.unlink(path)
-        else:
-            shutil.rmtree(path)
-    except OSError:
-        if not ignore_errors:
-            raise
+    if os.path.islink(path) or not os.path.isdir(path):
+        os.unlink(path)
+    else:
+        shutil.rmtree(path)

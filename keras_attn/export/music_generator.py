@@ -5,14 +5,14 @@ import tensorflow as tf
 from keras_attn.checks import is_int, require
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
 from keras_attn.export.request_checks import (
-    checked,
+    SAMPLING_INPUTS,
+    checked_request,
     id_range_check,
     primer_checks,
-    row_seeds,
-    sampling_checks,
+    stream_state_checks,
 )
-from keras_attn.export.streaming import PackedState, TokenStream
-from keras_attn.generation import CachedDecoder, arguments, sample
+from keras_attn.export.streaming import PackedState, TokenStream, sample_choice
+from keras_attn.generation import CachedDecoder, arguments, decoding
 from keras_attn.models.music_transformer import MUSIC_SUPPRESSED_TOKEN_IDS
 
 # The pad and end ids of both music vocabularies (performance events, JSB Chorales).
@@ -121,11 +121,7 @@ def export_music_generator(
 _REQUEST = [
     tf.TensorSpec((None, None), tf.int32, name="primer"),
     tf.TensorSpec((), tf.int32, name="num_steps"),
-    tf.TensorSpec((), tf.float32, name="temperature"),
-    tf.TensorSpec((), tf.int32, name="top_k"),
-    tf.TensorSpec((), tf.float32, name="top_p"),
-    tf.TensorSpec(None, tf.int32, name="seed"),  # () or (B,)
-]
+] + SAMPLING_INPUTS
 
 
 def _settings(model, max_length, max_primer_length, end_token_id, suppressed_token_ids):
@@ -145,28 +141,23 @@ def _settings(model, max_length, max_primer_length, end_token_id, suppressed_tok
     return decoder, max_length, max_primer_length, end_token_id, suppressed
 
 
-def _generation_function(
-    model,
-    max_length,
-    max_primer_length,
-    end_token_id,
-    suppressed_token_ids=MUSIC_SUPPRESSED_TOKEN_IDS,
-    jit_compile=False,
-):
-    """The Python function behind the signature, to trace with `tf.function`."""
-    settings = _settings(model, max_length, max_primer_length, end_token_id, suppressed_token_ids)
-    return _whole_loop(*settings, jit_compile)
+def _generation_function(model, max_length, max_primer_length, end_token_id):
+    """The Python function behind the signature (the default suppressed ids, not compiled), to
+    trace with `tf.function` (benchmarks/served_generation_benchmark.py)."""
+    settings = _settings(
+        model, max_length, max_primer_length, end_token_id, MUSIC_SUPPRESSED_TOKEN_IDS
+    )
+    return _whole_loop(*settings, jit_compile=False)
 
 
-def _checked_request(request, settings, more_conditions=()):
-    """The six request tensors once the checks hold, the seed as `sample` takes it."""
+def _checked_request(primer, num_steps, controls, settings, state=(), state_checks=()):
+    """`((primer, num_steps, state), controls)` once the checks hold (the primer's, then
+    `state_checks`, then the controls'), the seed as `sample` takes it."""
     decoder, max_length, max_primer_length, _, _ = settings
-    primer, num_steps, temperature, top_k, top_p, seed = request[:6]
-    vocabulary_size = decoder.vocabulary_size
-    conditions = primer_checks(primer, num_steps, vocabulary_size, max_length, max_primer_length)
-    conditions += sampling_checks(temperature, top_k, top_p, seed, tf.shape(primer)[0])
-    values = list(checked(request, conditions + list(more_conditions)))
-    return values[:5] + [row_seeds(values[5])] + values[6:]
+    size = decoder.vocabulary_size
+    conditions = primer_checks(primer, num_steps, size, max_length, max_primer_length)
+    values = (primer, num_steps, state)
+    return checked_request(values, tf.shape(primer)[0], controls, conditions + list(state_checks))
 
 
 def _prompt(primer, num_steps, max_primer_length):
@@ -177,34 +168,33 @@ def _prompt(primer, num_steps, max_primer_length):
     return tf.ensure_shape(padded, (None, max_primer_length)), lengths, lengths + num_steps
 
 
+def _choice(logits, position, end_token_id, limits, *controls):
+    """`sample_choice`, except `end_token_id` at and past each row's limit (primer length +
+    num_steps), so the loop stops once every row has its events; (B,) int32."""
+    chosen = tf.cast(sample_choice(logits, position, *controls), tf.int32)
+    return tf.where(position >= limits, end_token_id, chosen)
+
+
 def _whole_loop(decoder, max_length, max_primer_length, end_token_id, suppressed, jit_compile):
     """The `serving_default` function: the request checked, then the sampling loop."""
     settings = (decoder, max_length, max_primer_length, end_token_id, suppressed)
 
-    def generate(primer, num_steps, temperature, top_k, top_p, seed):
-        request = (primer, num_steps, temperature, top_k, top_p, seed)
-        return decode(*_checked_request(request, settings))
+    def generate(primer, num_steps, *controls):
+        (primer, num_steps, _), controls = _checked_request(primer, num_steps, controls, settings)
+        return decode(primer, num_steps, *controls)
 
-    def decode_loop(primer, num_steps, temperature, top_k, top_p, seed):
+    def decode_loop(primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
-        events = sample(
-            _StepLimitedDecoder(decoder, limits, end_token_id),
-            padded,
-            max_length,
-            seed=seed,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            end_token_id=end_token_id,
-            pad_token_id=_PAD_ID,
-            prompt_lengths=lengths,
-            suppressed_token_ids=suppressed,
+
+        def choose(logits, position):
+            return _choice(logits, position, end_token_id, limits, *controls)
+
+        events = decoding.token_loop(
+            choose, decoder, padded, max_length, end_token_id, _PAD_ID, lengths, None, suppressed
         )
-        events = events[:, : tf.shape(primer)[1] + num_steps]
         # The end token forced at each row's limit only stops the loop.
-        positions = tf.range(tf.shape(events)[1])[None, :]
-        events = tf.where(positions < limits[:, None], events, _PAD_ID)
-        return {"events": tf.cast(events, tf.int32)}
+        events = tf.where(tf.range(max_length) < limits[:, None], events, _PAD_ID)
+        return {"events": events[:, : tf.shape(primer)[1] + num_steps]}
 
     decode = xla_function(decode_loop, jit_compile)
     return generate
@@ -214,49 +204,38 @@ def _streaming_functions(decoder, max_length, max_primer_length, end_token_id, s
     """`{"prefill": ..., "step": ...}`: a client-driven loop (examples/serving/README.md)."""
     settings = (decoder, max_length, max_primer_length, end_token_id, suppressed)
     packed = PackedState(decoder, max_length)
+    stream = TokenStream(decoder, packed, suppressed, end_token_id, _PAD_ID, _choice)
 
-    def stream(primer, num_steps):
-        """The `TokenStream` of a request, its padded primer, lengths and limits."""
+    def prefill_core(primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
-        limited = _StepLimitedDecoder(decoder, limits, end_token_id)
-        size = decoder.vocabulary_size
-        tokens = TokenStream(limited, packed, size, suppressed, end_token_id, _PAD_ID)
-        return tokens, padded, lengths, limits
-
-    def prefill_core(primer, num_steps, temperature, top_k, top_p, seed):
-        tokens, padded, lengths, limits = stream(primer, num_steps)
-        controls = (temperature, top_k, top_p, seed)
-        token, position, cache, finished = tokens.prefill(padded, lengths, controls)
+        controls = (end_token_id, limits, *controls)
+        token, position, cache, _, finished = stream.prefill(padded, lengths, controls)
         return _stream_outputs(token, position, cache, finished, limits)
 
-    def step_core(primer, num_steps, temperature, top_k, top_p, seed, *state):
-        events, position, cache, finished = state
-        tokens, padded, lengths, limits = stream(primer, num_steps)
-        controls = (temperature, top_k, top_p, seed)
-        token, cache, finished = tokens.step(
+    def step_core(events, position, cache, finished, primer, num_steps, *controls):
+        padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
+        controls = (end_token_id, limits, *controls)
+        token, cache, finished = stream.step(
             padded, lengths, controls, events[:, 0], position, cache, finished
         )
         return _stream_outputs(token, position + 1, cache, finished, limits)
 
-    def prefill(primer, num_steps, temperature, top_k, top_p, seed):
-        request = _checked_request((primer, num_steps, temperature, top_k, top_p, seed), settings)
-        return _trimmed(prefill_loop(*request))
+    def prefill(primer, num_steps, *controls):
+        (primer, num_steps, _), controls = _checked_request(primer, num_steps, controls, settings)
+        return _trimmed(prefill_loop(primer, num_steps, *controls))
 
     def step(primer, num_steps, temperature, top_k, top_p, seed, events, cache, finished):
-        request = (primer, num_steps, temperature, top_k, top_p, seed, events, cache, finished)
-        rows = [tf.shape(events)[0], tf.shape(cache)[0], tf.size(finished), tf.shape(primer)[0]]
-        same_rows = tf.reduce_all(tf.equal(rows[:3], rows[3]))
         position = tf.shape(cache)[1]
-        fits = (position >= 1) & (position <= max_length - 2)
-        state_checks = [
-            (same_rows, "`events`, `cache`, `finished` need the primer rows. Received:", *rows),
-            (fits, f"`cache` must hold 1 to {max_length - 2} positions. Received:", position),
-            id_range_check("events", events, decoder.vocabulary_size),
-        ]
-        *request, events, cache, finished = _checked_request(request, settings, state_checks)
-        full = tf.pad(cache, [[0, 0], [0, max_length - position], [0, 0]])
-        full = tf.ensure_shape(full, (None, max_length, packed.width))
-        return _trimmed(step_loop(*request, events, position, full, finished))
+        controls = (temperature, top_k, top_p, seed)
+        rows = {"events": events, "cache": cache, "finished": finished, "primer": primer}
+        state_checks = stream_state_checks(rows, position, max_length)
+        state_checks.append(id_range_check("events", events, decoder.vocabulary_size))
+        request = _checked_request(
+            primer, num_steps, controls, settings, (events, cache, finished), state_checks
+        )
+        (primer, num_steps, (events, cache, finished)), controls = request
+        full = packed.padded(cache)
+        return _trimmed(step_loop(events, position, full, finished, primer, num_steps, *controls))
 
     prefill_loop, step_loop = xla_function(prefill_core, jit), xla_function(step_core, jit)
     state = [
@@ -286,30 +265,3 @@ def _stream_outputs(token, position, cache, finished, limits):
 def _trimmed(outputs):
     """The outputs with the cache cut to the positions before `position` (what a step reads)."""
     return dict(outputs, cache=outputs["cache"][:, : outputs["position"]])
-
-
-class _StepLimitedDecoder:
-    """A `CachedDecoder` whose logits put all the mass on the end token at and past each row's
-    limit (primer length + num_steps), so the loop stops once every row has its events."""
-
-    def __init__(self, decoder, limits, end_token_id):
-        self.decoder = decoder
-        self.limits = limits
-        self.end_token_id = end_token_id
-
-    def __getattr__(self, name):  # initial_state, repeat_state, reorder_state
-        return getattr(self.__dict__["decoder"], name)
-
-    def __call__(self, token_ids, cache_index, state, logits_index=None):
-        logits, state = self.decoder(token_ids, cache_index, state, logits_index=logits_index)
-        logits = tf.cast(logits, tf.float32)
-        vocabulary_size = logits.shape[-1]
-        # logits[:, t] predicts the event at position start + t + 1.
-        if logits_index is not None:
-            predicted = tf.reshape(tf.cast(logits_index, tf.int32) + 1, (1,))
-        else:
-            predicted = tf.cast(cache_index, tf.int32) + 1 + tf.range(tf.shape(logits)[1])
-        stop = predicted[None, :] >= self.limits[:, None]
-        end_only = tf.where(tf.range(vocabulary_size) == self.end_token_id, 0.0, float("-inf"))
-        logits = tf.where(stop[:, :, None], end_only[None, None, :], logits)
-        return logits, state

@@ -7,6 +7,14 @@ server keeps running. No quote marks in messages: TensorFlow escapes them.
 
 import tensorflow as tf
 
+# The sampling controls of a request, in the order `checked_request` takes them.
+SAMPLING_INPUTS = [
+    tf.TensorSpec((), tf.float32, name="temperature"),
+    tf.TensorSpec((), tf.int32, name="top_k"),
+    tf.TensorSpec((), tf.float32, name="top_p"),
+    tf.TensorSpec(None, tf.int32, name="seed"),  # () or (B,)
+]
+
 
 def checked(values, conditions):
     """`values` once every `(condition, message, *received)` holds; the first failure is raised."""
@@ -31,22 +39,21 @@ def id_range_check(name, ids, vocabulary_size):
     return inside, f"`{name}` ids must be in [0, {vocabulary_size}). Received min, max:", low, high
 
 
-def sampling_checks(temperature, top_k, top_p, seed, rows):
-    """The sampling controls (top_k 0 and top_p 1 turn a filter off; NaN fails) and the seed:
-    a scalar (one for the batch) or one per row."""
-    t, seed_shape = temperature, tf.shape(seed)
+def checked_request(values, rows, controls, conditions):
+    """`(values, controls)` once `conditions` hold, then the sampling `controls`
+    `(temperature, top_k, top_p, seed)` (top_k 0 and top_p 1 turn a filter off; NaN fails; the
+    seed a scalar, one for the batch, or one per row of `rows`); the seed as `sample` takes it:
+    (1, 1) for the batch or (B, 1) per row."""
+    t, top_k, top_p, seed = controls
     seed_ok = (tf.rank(seed) == 0) | (tf.rank(seed) == 1) & (tf.size(seed) == rows)
-    return [
+    conditions = conditions + [
         ((t > 0.0) & (t < float("inf")), "`temperature` must be finite and > 0. Received:", t),
         (top_k >= 0, "`top_k` must be >= 0 (0 = off). Received:", top_k),
         ((top_p > 0.0) & (top_p <= 1.0), "`top_p` must be in (0, 1] (1 = off). Received:", top_p),
-        (seed_ok, "`seed` must be a scalar or of shape (batch,). Received shape:", seed_shape),
+        (seed_ok, "`seed` must be a scalar or of shape (batch,). Received shape:", tf.shape(seed)),
     ]
-
-
-def row_seeds(seed):
-    """A checked served `seed` as `sample` takes it: (1, 1) for the batch or (B, 1) per row."""
-    return tf.reshape(seed, [-1, 1])
+    values, (t, top_k, top_p, seed) = checked((values, controls), conditions)
+    return values, (t, top_k, top_p, tf.reshape(seed, [-1, 1]))
 
 
 def primer_checks(primer, num_steps, vocabulary_size, max_length, max_primer_length):

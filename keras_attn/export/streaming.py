@@ -1,6 +1,8 @@
 """A decoding loop one position per call, its state as tensors: signatures a client drives
 (TF Serving has no streaming RPC; examples/serving/README.md)."""
 
+import math
+
 import keras
 import tensorflow as tf
 
@@ -66,6 +68,11 @@ class PackedState:
         """The memory of `state` as (B, S, M) float32."""
         return self._memory.pack(state["memory"])
 
+    def padded(self, cache):
+        """`cache` (B, n, C) as a step takes it: zero-padded to (B, L, C), a static shape."""
+        full = tf.pad(cache, [[0, 0], [0, self.max_length - tf.shape(cache)[1]], [0, 0]])
+        return tf.ensure_shape(full, (None, self.max_length, self.width))
+
     def unpack(self, packed, memory=None):
         """The decoder state of `cache` (B, L, C) and `memory` (B, S, M) float32 (None: none)."""
         caches, masks = self._cache.unpack(packed)
@@ -88,7 +95,7 @@ class _Columns:
                 )
             rest = [n for a, n in enumerate(leaf.shape) if a not in (0, axes[0])]
             self._layouts.append((axes[0], rest, leaf.dtype))
-        self.sizes = [_product(rest) for _, rest, _ in self._layouts]
+        self.sizes = [math.prod(rest) for _, rest, _ in self._layouts]
         self.width = sum(self.sizes)
 
     def pack(self, structure):
@@ -113,66 +120,47 @@ def _length(x):
     return x.shape[1] if x.shape[1] is not None else tf.shape(x)[1]
 
 
-def _product(values):
-    result = 1
-    for value in values:
-        result *= value
-    return result
-
-
 class TokenStream:
     """`decoding.token_loop` cut into a prefill and steps: each picks the token of one position.
 
     Args:
-        decoder: a `CachedDecoder` (or a wrapper of one).
+        decoder: a `CachedDecoder`.
         packed: the `PackedState` of its state.
-        vocabulary_size: V, the logits' width.
         suppressed: checked ids never sampled (`arguments.check_suppressed_token_ids`).
         end_token_id: int, a row finishes after choosing it.
         pad_token_id: int, the prompt's padding and what a finished row gets.
         choose: `(logits (B, V) float32, position, *controls) -> (B,) int`, the token choice
-            (default `sample_choice`).
+            (e.g. `sample_choice`).
     """
 
-    def __init__(
-        self,
-        decoder,
-        packed,
-        vocabulary_size,
-        suppressed,
-        end_token_id,
-        pad_token_id,
-        choose=None,
-    ):
-        self.decoder, self.packed = decoder, packed
-        self.suppress = decoding.suppressor(suppressed, vocabulary_size)
+    def __init__(self, decoder, packed, suppressed, end_token_id, pad_token_id, choose):
+        self.decoder, self.packed, self.choose = decoder, packed, choose
+        self.suppress = decoding.suppressor(suppressed, decoder.vocabulary_size)
         self.end_token_id, self.pad_token_id = end_token_id, pad_token_id
-        self.choose = choose or sample_choice
 
-    def prefill(self, prompt, lengths, controls):
-        """Runs the prompt and picks the token of position `min(lengths)`.
+    def prefill(self, prompt, lengths, controls, inputs=None):
+        """Runs the prompt (an encoder-decoder's encoder on `inputs`, its other inputs by name,
+        first) and picks the token of position `min(lengths)`.
 
         Args:
             prompt: (B, P) int32, right-padded, P static.
             lengths: (B,) int32 tokens per row, >= 1.
             controls: the `choose` arguments after the position; for `sample_choice`
                 `(temperature, top_k, top_p, seed)`: scalars, seed (1, 1) or (B, 1).
+            inputs: None for a model with the token input only.
 
         Returns:
-            `(token (B,) int32, position () int32, packed (B, L, C) float32, finished (B,) bool)`.
+            `(token (B,) int32, position () int32, packed (B, L, C) float32, memory (B, S, M)
+            float32 (None without `inputs`), finished (B,) bool)`.
         """
-        token, start, state, finished = self._prefill(prompt, lengths, controls, None)
-        return token, start, self.packed.pack(state), finished
-
-    def prefill_with_memory(self, prompt, lengths, controls, inputs):
-        """`prefill` of an encoder-decoder: the encoder runs on `inputs` (the other inputs by
-        name) first.
-
-        Returns:
-            `(token, position, packed, memory (B, S, M) float32, finished)`, as `prefill`'s.
-        """
-        token, start, state, finished = self._prefill(prompt, lengths, controls, inputs)
-        return token, start, self.packed.pack(state), self.packed.pack_memory(state), finished
+        tokens, _, prompt_mask, start, width = self._layout(prompt, lengths)
+        logits, state = decoding.prefill(
+            self.decoder, tokens, width, start, self.packed.max_length, inputs
+        )
+        finished = tf.zeros_like(prompt_mask[:, 0])
+        token, finished = self._choose(logits, start, tokens, prompt_mask, finished, controls)
+        memory = None if inputs is None else self.packed.pack_memory(state)
+        return token, start, self.packed.pack(state), memory, finished
 
     def step(self, prompt, lengths, controls, token, position, packed, finished, memory=None):
         """Feeds `token` at `position` and picks the token of `position + 1`.
@@ -182,7 +170,7 @@ class TokenStream:
             token: (B,) int32, the token of `position` (the last one picked).
             position: () int32 in [1, L - 2].
             packed: (B, L, C) float32, the positions before `position` filled; finished: (B,) bool.
-            memory: (B, S, M) float32 from `prefill_with_memory`, or None.
+            memory: (B, S, M) float32 from `prefill`, or None.
 
         Returns:
             `(token (B,) int32, packed (B, L, C) float32, finished (B,) bool)`.
@@ -195,15 +183,6 @@ class TokenStream:
             logits, position + 1, tokens, prompt_mask, finished, controls
         )
         return token, self.packed.pack(state), finished
-
-    def _prefill(self, prompt, lengths, controls, inputs):
-        tokens, _, prompt_mask, start, width = self._layout(prompt, lengths)
-        logits, state = decoding.prefill(
-            self.decoder, tokens, width, start, self.packed.max_length, inputs
-        )
-        finished = tf.zeros_like(prompt_mask[:, 0])
-        token, finished = self._choose(logits, start, tokens, prompt_mask, finished, controls)
-        return token, start, state, finished
 
     def _layout(self, prompt, lengths):
         return decoding.prepare_prompt(prompt, self.packed.max_length, self.pad_token_id, lengths)

@@ -1,12 +1,14 @@
 """SavedModel export of an Image Transformer super-resolution model: a
 low-resolution uint8 image in, a sampled high-resolution uint8 image out."""
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 
 from keras_attn.checks import is_int, is_number, require
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
-from keras_attn.export.request_checks import batch_check, checked, row_seeds, sampling_checks
+from keras_attn.export.request_checks import batch_check, checked, checked_request
 
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_SEED = 0
@@ -91,8 +93,7 @@ def super_resolve(
     from keras_attn.generation import CachedDecoder
 
     (h, w, c), (height, width, channels) = image_sizes(model)
-    if not hasattr(low_resolution, "dtype"):
-        low_resolution = tf.convert_to_tensor(low_resolution)  # nested lists
+    low_resolution = tf.convert_to_tensor(low_resolution)  # also nested lists
     dtype = tf.as_dtype(low_resolution.dtype)
     fix = "For floats in [0, 1], pass `np.round(images * 255).astype(np.uint8)`."
     require(dtype.is_integer, "low_resolution.dtype", dtype.name, "integer (0..255)", fix)
@@ -237,31 +238,19 @@ def export_super_resolver(
     ok = is_int(default_seed, -(2**63), 2**63 - 1)
     require(ok, "default_seed", default_seed, "an int in [-2**63, 2**63)")
     path = versioned_export_path(export_dir, version, overwrite)
-    decoder = CachedDecoder(model)
     sampler = xla_function(
-        lambda image, seed, temperature, top_k=None, top_p=None: super_resolve(
-            model, image, seed, temperature, decoder, top_k=top_k, top_p=top_p
-        ),
-        jit_compile,
+        functools.partial(super_resolve, model, decoder=CachedDecoder(model)), jit_compile
     )
     image_spec = tf.TensorSpec((None, h, w, c), tf.uint8, name="image")
 
-    def checked_image(image, seed=None, *options):
-        # EnsureShape refuses other sizes (a TF2 client is not stopped by the signature's shape).
-        image = tf.ensure_shape(image, (None, h, w, c))
-        if seed is None:
-            return checked(image, [batch_check("image", image)])
-        rows = tf.shape(image)[0]
-        conditions = [batch_check("image", image)] + sampling_checks(*options, seed, rows)
-        return checked((image, seed) + options, conditions)
-
     @tf.function(input_signature=[image_spec])
     def serve(image):
-        image = checked_image(image)
+        # EnsureShape refuses other sizes (a TF2 client is not stopped by the signature's shape).
+        image = tf.ensure_shape(image, (None, h, w, c))
+        image = checked(image, [batch_check("image", image)])
         # One seed per image, so an image's output does not depend on its batch.
         seed = tf.fill([tf.shape(image)[0], 1], tf.constant(default_seed, tf.int64))
-        temperature = tf.constant(default_temperature, tf.float32)
-        return {"image": sampler(image, seed, temperature)}
+        return {"image": sampler(image, seed, tf.constant(default_temperature, tf.float32))}
 
     @tf.function(
         input_signature=[
@@ -273,10 +262,13 @@ def export_super_resolver(
         ]
     )
     def serve_with_options(image, temperature, seed, top_k, top_p):
-        image, seed, temperature, top_k, top_p = checked_image(
-            image, seed, temperature, top_k, top_p
+        image = tf.ensure_shape(image, (None, h, w, c))
+        controls = (temperature, top_k, top_p, seed)
+        request = checked_request(
+            image, tf.shape(image)[0], controls, [batch_check("image", image)]
         )
-        return {"image": sampler(image, row_seeds(seed), temperature, top_k, top_p)}
+        image, (temperature, top_k, top_p, seed) = request
+        return {"image": sampler(image, seed, temperature, top_k=top_k, top_p=top_p)}
 
     return write_archive(
         path,

@@ -5,11 +5,11 @@ import tensorflow as tf
 from keras_attn.checks import is_int, require
 from keras_attn.export.archive import versioned_export_path, write_archive, xla_function
 from keras_attn.export.request_checks import (
+    SAMPLING_INPUTS,
     batch_check,
     checked,
+    checked_request,
     id_range_check,
-    row_seeds,
-    sampling_checks,
     stream_state_checks,
 )
 from keras_attn.export.streaming import PackedState, TokenStream, greedy_or_sample_choice
@@ -108,14 +108,13 @@ def export_translator(
         jit_compile,
         input_signature=[_SOURCE],
     )
-    source_conditions = _source_conditions(model)
+    source_checks = _source_checks(model)
 
     def generate(tokens):
         # The request is checked here, before the loop (XLA drops assertions;
-        # the layers trust their inputs). A TF2 client calling a signature is
-        # not stopped by its static shape: EnsureShape refuses another rank.
-        tokens = tf.ensure_shape(tokens, (None, None))
-        return decoding_loop(checked(tokens, source_conditions(tokens)))
+        # the layers trust their inputs).
+        tokens, conditions = source_checks(tokens)
+        return decoding_loop(checked(tokens, conditions))
 
     def encode(text):
         tokens = encode_source(source_tokenizer, text, max_length)
@@ -134,25 +133,17 @@ def export_translator(
 
     if include_text_signature:
         endpoints = {"serving_default": serve_text, "translate_tokens": serve_tokens}
-        trackables = [model, tokenizer] + (
-            [source_tokenizer] if source_tokenizer is not tokenizer else []
-        )
+        trackables = [model, tokenizer, source_tokenizer]
     else:
         endpoints, trackables = {"serving_default": serve_tokens}, [model]
     if streaming:
         text_encoder = encode if include_text_signature else None
-        settings = (model, tokenizer, max_length, source_conditions, text_encoder)
+        settings = (model, tokenizer, max_length, source_checks, text_encoder)
         endpoints.update(_streaming_endpoints(*settings, jit_compile))
     return write_archive(path, trackables, endpoints, overwrite=overwrite)
 
 
 _SOURCE = tf.TensorSpec((None, None), tf.int32, name="encoder_tokens")
-_CONTROLS = [
-    tf.TensorSpec((), tf.float32, name="temperature"),
-    tf.TensorSpec((), tf.int32, name="top_k"),
-    tf.TensorSpec((), tf.float32, name="top_p"),
-    tf.TensorSpec(None, tf.int32, name="seed"),  # () or (B,)
-]
 
 
 def _blank(text):
@@ -160,14 +151,17 @@ def _blank(text):
     return tf.equal(tf.strings.length(tf.strings.strip(text)), 0)
 
 
-def _source_conditions(model):
-    """`conditions(encoder_tokens)`: the checks of a served source (`request_checks.checked`):
-    rows, ids in the vocabulary, a length that fits a learned position table."""
+def _source_checks(model):
+    """`checks(encoder_tokens) -> (encoder_tokens, conditions)`: the checks of a served source
+    (`request_checks.checked`): a rank of 2 (a TF2 client calling a signature is not stopped by
+    its static shape: EnsureShape refuses another rank), rows, ids in the vocabulary, a length
+    that fits a learned position table."""
     embedding = next((layer for layer in model.layers if layer.name == "encoder_embedding"), None)
     vocabulary_size = getattr(embedding, "vocabulary_size", getattr(embedding, "input_dim", None))
     max_positions = getattr(embedding, "max_positions", None)
 
-    def conditions(tokens):
+    def checks(tokens):
+        tokens = tf.ensure_shape(tokens, (None, None))
         found = [batch_check("encoder_tokens", tokens)]
         if vocabulary_size is not None:
             found.append(id_range_check("encoder_tokens", tokens, vocabulary_size))
@@ -175,9 +169,9 @@ def _source_conditions(model):
             length = tf.shape(tokens)[1]
             message = f"`encoder_tokens` must hold at most {max_positions} tokens. Received:"
             found.append((length <= max_positions, message, length))
-        return found
+        return tokens, found
 
-    return conditions
+    return checks
 
 
 def translation_function(model, tokenizer, max_length, num_beams=4, length_penalty_alpha=0.6):
@@ -222,30 +216,17 @@ def translation_function(model, tokenizer, max_length, num_beams=4, length_penal
     def generate(encoder_tokens):
         start = tf.fill([tf.shape(encoder_tokens)[0], 1], tokenizer.start_id)
         inputs = {"encoder_tokens": encoder_tokens}
-        if num_beams == 1:
-            return greedy_search(
-                decoder,
-                start,
-                max_length,
-                end_token_id=tokenizer.end_id,
-                inputs=inputs,
-                suppressed_token_ids=suppressed,
-            )
-        return beam_search(
-            decoder,
-            start,
-            max_length,
-            num_beams=num_beams,
-            length_penalty_alpha=length_penalty_alpha,
-            end_token_id=tokenizer.end_id,
-            inputs=inputs,
-            suppressed_token_ids=suppressed,
+        options = dict(
+            end_token_id=tokenizer.end_id, inputs=inputs, suppressed_token_ids=suppressed
         )
+        if num_beams == 1:
+            return greedy_search(decoder, start, max_length, **options)
+        return beam_search(decoder, start, max_length, num_beams, length_penalty_alpha, **options)
 
     return generate
 
 
-def _streaming_endpoints(model, tokenizer, max_length, source_conditions, encode, jit_compile):
+def _streaming_endpoints(model, tokenizer, max_length, source_checks, encode, jit_compile):
     """`sample_tokens`, `prefill` and `step`: greedy (`top_k=1`) or sampled decoding as one
     loop and as a loop a client drives (docs/guides/serving.md, "Streaming translation").
 
@@ -257,7 +238,7 @@ def _streaming_endpoints(model, tokenizer, max_length, source_conditions, encode
 
     Args:
         model, tokenizer, max_length: as `export_translator`'s.
-        source_conditions: `_source_conditions(model)`.
+        source_checks: `_source_checks(model)`.
         encode: `text (B,) -> encoder_tokens (B, max_length)`: `prefill` takes text and both
             signatures return the `translation` so far; None: `prefill` takes `encoder_tokens`.
         jit_compile: XLA-compile the decoding (the checks and text stay outside).
@@ -275,10 +256,8 @@ def _streaming_endpoints(model, tokenizer, max_length, source_conditions, encode
     packed = PackedState(
         decoder, max_length, lambda n: {"encoder_tokens": tf.ones((1, n), tf.int32)}
     )
-    suppressed = arguments.check_suppressed_token_ids(
-        (tokenizer.pad_id, tokenizer.start_id), end_id, size
-    )
-    stream = TokenStream(decoder, packed, size, suppressed, end_id, pad_id, greedy_or_sample_choice)
+    suppressed = arguments.check_suppressed_token_ids((pad_id, tokenizer.start_id), end_id, size)
+    stream = TokenStream(decoder, packed, suppressed, end_id, pad_id, greedy_or_sample_choice)
 
     def start(rows):
         """The decoder's prompt, the start id of each row, and its length."""
@@ -296,8 +275,7 @@ def _streaming_endpoints(model, tokenizer, max_length, source_conditions, encode
 
     def prefill_core(encoder_tokens, *controls):
         prompt, lengths = start(tf.shape(encoder_tokens)[0])
-        inputs = {"encoder_tokens": encoder_tokens}
-        return stream.prefill_with_memory(prompt, lengths, controls, inputs)
+        return stream.prefill(prompt, lengths, controls, {"encoder_tokens": encoder_tokens})
 
     def step_core(token, position, cache, memory, finished, *controls):
         prompt, lengths = start(tf.shape(token)[0])
@@ -315,29 +293,21 @@ def _streaming_endpoints(model, tokenizer, max_length, source_conditions, encode
         state = {"tokens": tokens, "cache": cache[:, :position], "finished": finished}
         return dict(state, position=position, done=done, **more)
 
-    def checked_request(values, rows, conditions, controls):
-        """`values` and the controls once the checks hold, the seed as the loop takes it."""
-        conditions = conditions + sampling_checks(*controls, rows)
-        values, *controls = checked((values, *controls), conditions)
-        return values, controls[:3] + [row_seeds(controls[3])]
-
     def checked_source(tokens, controls):
-        tokens = tf.ensure_shape(tokens, (None, None))
-        return checked_request(tokens, tf.shape(tokens)[0], source_conditions(tokens), controls)
+        tokens, conditions = source_checks(tokens)
+        return checked_request(tokens, tf.shape(tokens)[0], controls, conditions)
 
-    def sample_tokens(encoder_tokens, temperature, top_k, top_p, seed):
-        tokens, controls = checked_source(encoder_tokens, (temperature, top_k, top_p, seed))
-        return {"tokens": tf.cast(sample_loop(tokens, *controls), tf.int32)}
+    def sample_tokens(encoder_tokens, *controls):
+        tokens, controls = checked_source(encoder_tokens, controls)
+        return {"tokens": sample_loop(tokens, *controls)}
 
-    def prefill_tokens(encoder_tokens, temperature, top_k, top_p, seed):
-        tokens, controls = checked_source(encoder_tokens, (temperature, top_k, top_p, seed))
-        return first_token(tokens, controls)
+    def prefill_tokens(encoder_tokens, *controls):
+        return first_token(*checked_source(encoder_tokens, controls))
 
-    def prefill_text(text, temperature, top_k, top_p, seed):
+    def prefill_text(text, *controls):
         text = tf.ensure_shape(text, (None,))
-        controls = (temperature, top_k, top_p, seed)
-        rows = tf.shape(text)[0]
-        text, controls = checked_request(text, rows, [batch_check("text", text)], controls)
+        conditions = [batch_check("text", text)]
+        text, controls = checked_request(text, tf.shape(text)[0], controls, conditions)
         # An empty sentence translates to "" (as `serving_default`): its row ends at once.
         return first_token(encode(text), controls, blank=_blank(text))
 
@@ -361,9 +331,8 @@ def _streaming_endpoints(model, tokenizer, max_length, source_conditions, encode
             (sources > 0, "`memory` must hold at least one source position. Received:", sources),
         ]
         controls = (temperature, top_k, top_p, seed)
-        state, controls = checked_request(state, tf.shape(tokens)[0], conditions, controls)
-        full = tf.pad(state["cache"], [[0, 0], [0, max_length - position], [0, 0]])
-        full = tf.ensure_shape(full, (None, max_length, packed.width))
+        state, controls = checked_request(state, tf.shape(tokens)[0], controls, conditions)
+        full = packed.padded(state["cache"])
         token, cache, finished = step_loop(
             state["tokens"][:, -1], position, full, state["memory"], state["finished"], *controls
         )
@@ -379,9 +348,9 @@ def _streaming_endpoints(model, tokenizer, max_length, source_conditions, encode
         tf.TensorSpec((None,), tf.bool, name="finished"),
     ]
     signatures = {
-        "sample_tokens": (sample_tokens, [_SOURCE] + _CONTROLS),
-        "prefill": (prefill[0], [prefill[1]] + _CONTROLS),
-        "step": (step, _CONTROLS + state),
+        "sample_tokens": (sample_tokens, [_SOURCE] + SAMPLING_INPUTS),
+        "prefill": (prefill[0], [prefill[1]] + SAMPLING_INPUTS),
+        "step": (step, SAMPLING_INPUTS + state),
     }
     return {
         name: tf.function(function, input_signature=specs, autograph=False)

@@ -151,8 +151,8 @@ def test_jit_compiled_streaming_equals_its_whole_loop(exported, tmp_path):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (dict(cache=np.zeros((3, 2, CACHE_WIDTH))), r"`finished` need the primer rows"),
-        (dict(finished=[False]), r"need the primer rows. Received:\] \[2\] \[2\] \[1\] \[2\]"),
+        (dict(cache=np.zeros((3, 2, CACHE_WIDTH))), r"`finished`, `primer` need the same rows"),
+        (dict(finished=[False]), r"need the same rows. Received:\] \[2\] \[2\] \[1\] \[2\]"),
         (dict(cache=np.zeros((2, 0, CACHE_WIDTH))), r"`cache` must hold 1 to 14 positions.*\[0\]"),
         (dict(cache=np.zeros((2, 15, CACHE_WIDTH))), r"must hold 1 to 14 positions.*\[15\]"),
         (dict(events=[[40], [3]]), r"`events` ids must be in \[0, 40\)"),
