@@ -44,20 +44,6 @@ def cache_root(cache_dir=None):
     return os.path.join(os.path.expanduser(os.fspath(cache_dir)), CACHE_SUBDIR)
 
 
-def _accepted(expected):
-    return (expected,) if isinstance(expected, str) else tuple(expected)
-
-
-def check_file(path, expected, what="file"):
-    """Raises a `ValueError` naming the path and both hashes unless the file's
-    sha256 is `expected` (64 hex digits) or one of them (a tuple); `what`
-    names the file's origin."""
-    received, accepted = sha256(path), _accepted(expected)
-    if received not in accepted:
-        hashes = f"sha256 {received}, expected {' or '.join(accepted)}"
-        raise ValueError(f"The {what} {path!r} is corrupt or another version: {hashes}.")
-
-
 def _download(relative_path, expected, url, cache_dir):
     """Downloads `url` into the cache at `relative_path` (keras.utils.get_file)
     unless a verified copy is there; returns its path."""
@@ -111,16 +97,22 @@ def fetch_file(relative_path, expected, url, data_dir=None, cache_dir=None, what
         ValueError: the file (offline, or downloaded) has another sha256.
         OSError: the download failed.
     """
+    accepted = (expected,) if isinstance(expected, str) else tuple(expected)
     folder, source = offline_dir(data_dir)
-    if folder is not None:
-        path = os.path.join(folder, *relative_path.split("/"))
-        if not os.path.isfile(path):
-            hint = f"unset ${DATA_ENV_VAR}" if source != "data_dir" else "pass data_dir=None"
-            where = f"No {what} at {path!r} (offline folder from {source})"
-            raise FileNotFoundError(f"{where}. Copy the data set there, or {hint} to download.")
-        check_file(path, expected, what=f"{what} in the offline folder")
-        return path
-    return _download(relative_path, _accepted(expected)[0], url, cache_dir)
+    if folder is None:
+        return _download(relative_path, accepted[0], url, cache_dir)
+    path = os.path.join(folder, *relative_path.split("/"))
+    if not os.path.isfile(path):
+        hint = f"unset ${DATA_ENV_VAR}" if source != "data_dir" else "pass data_dir=None"
+        where = f"No {what} at {path!r} (offline folder from {source})"
+        raise FileNotFoundError(f"{where}. Copy the data set there, or {hint} to download.")
+    received = sha256(path)
+    if received not in accepted:
+        hashes = f"sha256 {received}, expected {' or '.join(accepted)}"
+        raise ValueError(
+            f"The {what} in the offline folder {path!r} is corrupt or another version: {hashes}."
+        )
+    return path
 
 
 @contextlib.contextmanager

@@ -67,25 +67,18 @@ def fetch(data_dir=None, cache_dir=None, base_url=None):
     Example:
     `cifar10.fetch()` downloads the archive once (163 MB), then returns the cached copy.
     """
-    folder, source = _files.offline_dir(data_dir)
-    if folder is not None:
-        for name, expected in ((ARCHIVE, ARCHIVE_SHA256), (JPEG_COPY, JPEG_COPY_SHA256)):
-            path = os.path.join(folder, "cifar10", name)
-            if os.path.isfile(path):
-                _files.check_file(path, expected, f"CIFAR-10 file {name} in the offline folder")
-                return path
-        raise FileNotFoundError(
-            f"No cifar10/{ARCHIVE} (nor this project's cifar10/{JPEG_COPY}) in "
-            f"the offline data folder {folder!r} (from {source}). Copy one "
-            f"there, or unset data_dir and ${_files.DATA_ENV_VAR} to download."
-        )
+    name, expected = ARCHIVE, ARCHIVE_SHA256
+    folder, _ = _files.offline_dir(data_dir)  # offline: the archive, else the JPEG copy
+    if folder is not None and not os.path.isfile(os.path.join(folder, "cifar10", ARCHIVE)):
+        if os.path.isfile(os.path.join(folder, "cifar10", JPEG_COPY)):
+            name, expected = JPEG_COPY, JPEG_COPY_SHA256
     return _files.fetch_file(
-        f"cifar10/{ARCHIVE}",
-        ARCHIVE_SHA256,
+        f"cifar10/{name}",
+        expected,
         (base_url or BASE_URL) + ARCHIVE,
         data_dir=data_dir,
         cache_dir=cache_dir,
-        what="CIFAR-10 archive",
+        what=f"CIFAR-10 file {name}",
     )
 
 
@@ -114,9 +107,7 @@ def _read_archive(path, split):
     images, labels = [], []
     with tarfile.open(path, "r:gz") as archive:
         for member in _BATCHES[split]:
-            batch = _ArraysOnly(
-                io.BytesIO(archive.extractfile(member).read()), encoding="bytes"
-            ).load()
+            batch = _ArraysOnly(archive.extractfile(member), encoding="bytes").load()
             data = np.asarray(batch[b"data"], np.uint8)
             images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
             labels.append(np.asarray(batch[b"labels"], np.uint8))

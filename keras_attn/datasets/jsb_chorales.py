@@ -5,12 +5,9 @@ Reference:
     Sequences"; Huang et al. 2017, "Counterpoint by Convolution" (separated voices).
 """
 
-import json
-
-import numpy as np
-
 from keras_attn.checks import require
 from keras_attn.datasets import _files
+from keras_attn.preprocessing.jsb_chorales import load_jsb_chorales
 
 SEPARATED = "Jsb16thSeparated.json"
 PIANO_ROLL = "jsb-chorales-16th.json"
@@ -92,9 +89,4 @@ def load_data(split="train", data_dir=None, cache_dir=None, base_url=None):
         FileNotFoundError, OSError: as for `fetch`.
     """
     require(split in SPLITS, "split", split, f"a JSB Chorales split, one of {SPLITS}")
-    path = fetch(SEPARATED, data_dir, cache_dir, base_url)
-    with open(path, encoding="utf-8") as handle:
-        data = json.load(handle)
-    fix = "(This project's offline copy leaves out the test split.)"
-    require(split in data, "split", split, f"one of the splits {sorted(data)} of {path!r}", fix)
-    return [np.asarray(chorale, np.int32).reshape(-1, 4) for chorale in data[split]]
+    return load_jsb_chorales(fetch(SEPARATED, data_dir, cache_dir, base_url), split)

@@ -83,9 +83,7 @@ def read_lines(path):
         text = handle.read().decode("utf-8")
     # "\n" only: str.splitlines would also split on U+2028 or U+000C.
     lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def load_data(

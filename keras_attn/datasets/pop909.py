@@ -14,15 +14,10 @@ from keras_attn.datasets import _files
 NUM_SONGS = 909
 
 
-def _read_hashes():
-    """({song "NNN": sha256}, license sha256) from `pop909_sha256.txt` beside this module."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pop909_sha256.txt")
-    with open(path) as file:
-        hashes = dict(line.split() for line in file if line.strip() and not line.startswith("#"))
-    return hashes, hashes.pop("LICENSE")
-
-
-SHA256, LICENSE_SHA256 = _read_hashes()
+# {song "NNN": sha256} and the license's, from `pop909_sha256.txt` beside this module.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "pop909_sha256.txt")) as _file:
+    SHA256 = dict(line.split() for line in _file if line.strip() and not line.startswith("#"))
+LICENSE_SHA256 = SHA256.pop("LICENSE")
 
 # The repository at a fixed commit (its master of 2020-08-28; the songs were
 # last changed in its commit efa0bce0 of 2020-07-26). BASE_URL + "POP909/" +
@@ -38,15 +33,11 @@ def _song_names(songs):
         return sorted(SHA256)
     songs = (songs,) if isinstance(songs, (int, str)) else list(songs)
     require(bool(songs), "songs", songs, "at least one POP909 song, or None for all")
+    expected = f"a POP909 song number from 1 to {NUM_SONGS} (or its three digits, e.g. '007')"
     names = []
     for song in songs:
         name = f"{song:03d}" if isinstance(song, int) and not isinstance(song, bool) else str(song)
-        require(
-            name in SHA256,
-            "song",
-            song,
-            f"a POP909 song number from 1 to {NUM_SONGS} (or its three digits, e.g. '007')",
-        )
+        require(name in SHA256, "song", song, expected)
         names.append(name)
     return sorted(set(names))
 
@@ -81,17 +72,10 @@ def fetch(songs=None, data_dir=None, cache_dir=None, base_url=None):
     """
     names = _song_names(songs)
     base_url = base_url or BASE_URL
-    offline, _ = _files.offline_dir(data_dir)
-    missing = set()
-    if offline is None:
-        cache = os.path.join(_files.cache_root(cache_dir), "pop909")
-        missing = {
-            n for n in names if not os.path.isfile(os.path.join(cache, "POP909", n, f"{n}.mid"))
-        }
-        if len(missing) > 1:
-            print(
-                f"POP909: downloading {len(missing)} songs from {base_url} into {cache}", flush=True
-            )
+    missing = []  # the songs to download
+    if _files.offline_dir(data_dir)[0] is None:
+        cache = os.path.join(_files.cache_root(cache_dir), "pop909", "POP909")
+        missing = [n for n in names if not os.path.isfile(os.path.join(cache, n, f"{n}.mid"))]
         _files.fetch_file(
             "pop909/LICENSE",
             LICENSE_SHA256,
@@ -99,9 +83,11 @@ def fetch(songs=None, data_dir=None, cache_dir=None, base_url=None):
             cache_dir=cache_dir,
             what="POP909 license",
         )
-    quiet = offline is None and len(names) > 1  # a line per 100 songs, not a progress bar per song
-    start, done, path = time.time(), 0, None
-    with _files.quiet_downloads() if quiet else contextlib.nullcontext():
+    many = len(missing) > 1  # a line per 100 songs, not a progress bar per song
+    if many:
+        print(f"POP909: downloading {len(missing)} songs from {base_url} into {cache}", flush=True)
+    start, done = time.time(), 0
+    with _files.quiet_downloads() if many else contextlib.nullcontext():
         for name in names:
             path = _files.fetch_file(
                 f"pop909/POP909/{name}/{name}.mid",
@@ -112,6 +98,6 @@ def fetch(songs=None, data_dir=None, cache_dir=None, base_url=None):
                 what=f"POP909 song {name}",
             )
             done += name in missing
-            if len(missing) > 1 and name in missing and (done % 100 == 0 or done == len(missing)):
+            if many and name in missing and (done % 100 == 0 or done == len(missing)):
                 print(f"  {done}/{len(missing)} songs ({time.time() - start:.0f} s)", flush=True)
     return os.path.dirname(os.path.dirname(path))

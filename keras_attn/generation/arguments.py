@@ -33,10 +33,16 @@ def check_in_graph(condition, message, value):
     """`value`, refused where `condition` is False: now (a ValueError) when the condition is known,
     else when the graph runs. `message` is a string or a list of strings and scalar tensors."""
     pieces = [message] if isinstance(message, str) else list(message)
+    tensors = [p for p in pieces if not isinstance(p, str)]
+
+    def fail_unless(ok, *received):  # `received`: the values of `tensors`
+        if not np.all(ok):
+            values = (repr(checks.known_value(v).tolist()) for v in received)
+            raise ValueError("".join(p if isinstance(p, str) else next(values) for p in pieces))
+
     known = checks.known_value(condition)
     if known is not None:
-        if not known.all():
-            raise ValueError(_joined(pieces))
+        fail_unless(known, *tensors)
         return value
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf
@@ -46,22 +52,8 @@ def check_in_graph(condition, message, value):
     if keras.backend.backend() == "jax":
         import jax
 
-        def fail_unless(ok, *received):
-            received = iter(received)
-            if not np.all(ok):
-                raise ValueError(
-                    _joined([p if isinstance(p, str) else next(received) for p in pieces])
-                )
-
-        jax.debug.callback(fail_unless, condition, *(p for p in pieces if not isinstance(p, str)))
+        jax.debug.callback(fail_unless, condition, *tensors)
     return value
-
-
-def _joined(pieces):
-    """The message of `check_in_graph`'s pieces, their values known."""
-    return "".join(
-        p if isinstance(p, str) else repr(checks.known_value(p).tolist()) for p in pieces
-    )
 
 
 def check_control(name, value, in_graph=True):
@@ -150,16 +142,11 @@ def check_seed(seed):
     (R, 1) or (R, 2) (a float would be truncated, a larger int wrapped)."""
     if checks.is_int(seed, -(2**63), 2**64 - 1):
         return
-    received = "int"
-    if not checks.is_int(seed):
-        try:
-            array = seed if hasattr(seed, "shape") else np.asarray(seed)
-            dtype, shape = keras.backend.standardize_dtype(array.dtype), tuple(array.shape)
-            received = f"dtype {dtype}, shape {shape}"
-        except (ValueError, TypeError):
-            dtype, shape, received = "", None, type(seed).__name__
-        if "int" in dtype and (shape in ((), (1,), (2,)) or len(shape) == 2 and shape[1] in (1, 2)):
-            return
+    dtype, shape = ("int", None) if checks.is_int(seed) else _dtype_and_shape(seed)[1:]
+    per_row = shape is not None and len(shape) == 2 and shape[1] in (1, 2)
+    if "int" in dtype and (shape in ((), (1,), (2,)) or per_row):
+        return
+    received = dtype if shape is None else f"dtype {dtype}, shape {shape}"
     raise ValueError(f"{SEED_REQUIREMENT} Received: seed={seed!r:.80} ({received}).")
 
 
@@ -179,11 +166,7 @@ def check_seed_rows(key, prompt):
 def check_prompt(prompt, max_length):
     """The prompt as an int32 tensor, refused unless integer ids (B, P) that fit int32, of a
     static width 1 <= P <= max_length, with B > 0."""
-    try:
-        prompt = prompt if hasattr(prompt, "shape") else ops.convert_to_tensor(prompt)
-        dtype, shape = keras.backend.standardize_dtype(prompt.dtype), tuple(prompt.shape)
-    except (ValueError, TypeError):  # None, ragged lists
-        dtype, shape = type(prompt).__name__, None
+    prompt, dtype, shape = _dtype_and_shape(prompt, ops.convert_to_tensor)
     if "int" not in dtype or len(shape or ()) != 2 or not 1 <= (shape[1] or 0) <= max_length:
         raise ValueError(
             "`prompt` must be integer token ids of shape (batch, prompt_length), right-padded "
@@ -201,7 +184,7 @@ def check_prompt_lengths(prompt_lengths, prompt):
     lengths = prompt_lengths if hasattr(prompt_lengths, "dtype") else np.asarray(prompt_lengths)
     dtype, shape = keras.backend.standardize_dtype(lengths.dtype), tuple(lengths.shape)
     known, (batch, width) = checks.known_value(lengths), prompt.shape
-    rows_differ = None not in (batch, shape[:1] or None) and shape[0] != batch
+    rows_differ = len(shape) == 1 and None not in (batch, shape[0]) and shape[0] != batch
     outside = known is not None and ((known < 0) | (known > width)).any()
     if "int" not in dtype or len(shape) != 1 or rows_differ or outside:
         received = prompt_lengths if known is None else known.tolist()
@@ -209,6 +192,16 @@ def check_prompt_lengths(prompt_lengths, prompt):
             f"`prompt_lengths` must be integers in [0, {width}] of shape (batch,). Received: "
             f"prompt_lengths={received!r:.80} (dtype {dtype}, shape {shape})."
         )
+
+
+def _dtype_and_shape(value, convert=np.asarray):
+    """`(value as an array, its dtype, its shape)`, or `(value, its type's name, None)` when it
+    is no array (None, ragged lists, strings)."""
+    try:
+        array = value if hasattr(value, "shape") else convert(value)
+        return array, keras.backend.standardize_dtype(array.dtype), tuple(array.shape)
+    except (ValueError, TypeError):
+        return value, type(value).__name__, None
 
 
 def check_ids(ids, low, high, requirement):

@@ -264,10 +264,9 @@ def load_image_directory(directory, size=32):
             continue
         try:
             images.append(load_image(os.path.join(directory, name), size))
+            names.append(name)
         except OSError as error:
             warnings.warn(f"Skipping {name!r}: {error}", stacklevel=2)
-            continue
-        names.append(name)
     if not images:
         raise ValueError(f"No readable image ({', '.join(IMAGE_EXTENSIONS)}) in {directory!r}.")
     return np.stack(images), names

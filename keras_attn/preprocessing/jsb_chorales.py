@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from keras_attn import checks
-from keras_attn.preprocessing.midi import _check_midi_header, _symusic
+from keras_attn.preprocessing.midi import _check_midi_header, _score
 from keras_attn.preprocessing.performance_events import NUM_PITCHES, _check_ids
 
 # --- JSB Chorales vocabulary ---------------------------------------------
@@ -74,7 +74,9 @@ def load_jsb_chorales(path, split="train"):
         expected = f"Expected the JSB Chorales JSON file {JSB_FILENAME} or its folder"
         raise ValueError(f"{expected}. Received: path {path!r} ({error}).") from None
     available = sorted(data) if isinstance(data, dict) else type(data).__name__
-    checks.require(isinstance(data, dict) and split in data, "split", split, f"one of {available}")
+    fix = "This project's copy of the file leaves out the test split." if split == "test" else ""
+    ok = isinstance(data, dict) and split in data
+    checks.require(ok, "split", split, f"one of {available}", fix)
     return [_check_grid(chorale).astype(np.int32) for chorale in data[split]]
 
 
@@ -124,8 +126,7 @@ def tokens_to_chorale(tokens):
     """
     tokens = _check_ids(tokens, JSB_VOCABULARY_SIZE, "chorale token")
     ends = np.flatnonzero(tokens == JSB_END_ID)
-    if ends.size:
-        tokens = tokens[: ends[0]]
+    tokens = tokens[: ends[0]] if ends.size else tokens
     tokens = tokens[tokens >= JSB_REST_ID]
     if tokens.size == 0 or tokens.size % JSB_NUM_VOICES:
         raise ValueError(f"Expected a positive multiple of 4 note tokens. Received: {tokens.size}.")
@@ -193,14 +194,12 @@ def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
     Reference:
         Huang et al. 2018, section 4.1.
     """
-    symusic = _symusic()
     grid = _check_grid(grid)
     checks.require(checks.is_int(velocity, 1, 127), "velocity", velocity, "an int in 1..127")
     resolution = 480
     _check_midi_header(tempo, resolution, program)
     ticks_per_step = resolution // 4
-    score = symusic.Score(resolution)
-    score.tempos.append(symusic.Tempo(0, qpm=float(tempo)))
+    tracks = []
     for voice, name in enumerate(JSB_VOICES):
         line = grid[:, voice]
         # A note starts where the pitch changes (or after a rest) and runs
@@ -209,12 +208,7 @@ def chorale_to_midi(grid, tempo=120.0, program=0, velocity=80):
         begins, ends = changes[:-1], changes[1:]
         sounding = line[begins] >= 0
         begins, ends = begins[sounding], ends[sounding]
-        track = symusic.Track(name=name.capitalize(), program=program)
-        track.notes = symusic.Note.from_numpy(
-            (begins * ticks_per_step).astype(np.int32),
-            ((ends - begins) * ticks_per_step).astype(np.int32),
-            line[begins].astype(np.int8),
-            np.full(len(begins), velocity, np.int8),
-        )
-        score.tracks.append(track)
-    return score
+        start_ticks, end_ticks = begins * ticks_per_step, ends * ticks_per_step
+        velocities = np.full(len(begins), velocity)
+        tracks.append((name.capitalize(), start_ticks, end_ticks, line[begins], velocities))
+    return _score(tempo, resolution, program, tracks)

@@ -111,21 +111,16 @@ def _sustain_ends(ends, pedal_times, pedal_values):
     # Time order; at one instant a release comes before a press.
     is_down = np.asarray(pedal_values) >= 64
     order = np.lexsort((is_down, pedal_times))
-    # Pedal-down intervals [down, up); a pedal never released holds to the end.
-    downs, ups, down_time = [], [], None
-    for time, down in zip(np.asarray(pedal_times)[order].tolist(), is_down[order].tolist()):
-        if down and down_time is None:
-            down_time = time
-        elif not down and down_time is not None:
-            downs.append(down_time)
-            ups.append(time)
-            down_time = None
-    if down_time is not None:
-        downs.append(down_time)
-        ups.append(max(float(ends.max()), down_time))
-    if not downs:
+    times, is_down = np.asarray(pedal_times, np.float64)[order], is_down[order]
+    # Pedal-down intervals [down, up) from where the pedal state changes (up before the
+    # first event); a pedal never released holds to the end.
+    changes = np.flatnonzero(is_down != np.append(False, is_down[:-1]))
+    pressed = is_down[changes]
+    downs, ups = times[changes[pressed]], times[changes[~pressed]]
+    if not downs.size:
         return ends
-    downs, ups = np.array(downs), np.array(ups)
+    if len(ups) < len(downs):
+        ups = np.append(ups, max(float(ends.max()), downs[-1]))
     interval = np.searchsorted(downs, ends, side="right") - 1
     inside = (interval >= 0) & (ends < ups[np.maximum(interval, 0)])
     return np.where(inside, np.maximum(ends, ups[np.maximum(interval, 0)]), ends)
@@ -265,19 +260,26 @@ def events_to_midi(
     >>> [(note.time, note.duration, note.pitch) for note in score.tracks[0].notes]
     [(0, 500, 60)]
     """
-    symusic = _symusic()
     _check_midi_header(tempo, resolution, program)
     starts, ends, pitches, velocities = _decode(
         *_check_decoding(events, default_velocity, max_note_duration)
     )
     ticks_per_step = resolution * tempo / 60.0 / STEPS_PER_SECOND
-    start_ticks = np.round(starts * ticks_per_step).astype(np.int32)
-    end_ticks = np.round(ends * ticks_per_step).astype(np.int32)
+    start_ticks, end_ticks = np.round(starts * ticks_per_step), np.round(ends * ticks_per_step)
+    piano = ("Piano", start_ticks, end_ticks, pitches, velocities)
+    return _score(tempo, resolution, program, [piano])
+
+
+def _score(tempo, resolution, program, tracks):
+    """A `symusic.Score` of checked header values, a track per (name, start ticks, end ticks,
+    pitches, velocities)."""
+    symusic = _symusic()
     score = symusic.Score(resolution)
     score.tempos.append(symusic.Tempo(0, qpm=float(tempo)))
-    piano = symusic.Track(name="Piano", program=program)
-    piano.notes = symusic.Note.from_numpy(
-        start_ticks, end_ticks - start_ticks, pitches.astype(np.int8), velocities.astype(np.int8)
-    )
-    score.tracks.append(piano)
+    for name, starts, ends, pitches, velocities in tracks:
+        track = symusic.Track(name=name, program=program)
+        starts, durations = starts.astype(np.int32), (ends - starts).astype(np.int32)
+        pitches, velocities = pitches.astype(np.int8), velocities.astype(np.int8)
+        track.notes = symusic.Note.from_numpy(starts, durations, pitches, velocities)
+        score.tracks.append(track)
     return score

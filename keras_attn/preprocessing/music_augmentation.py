@@ -24,19 +24,11 @@ AUGMENTATION_STRETCHES = (0.95, 0.975, 1.0, 1.025, 1.05)
 
 
 # --- Augmentation on event arrays ----------------------------------------
-def _split_special(events):
-    """Returns (body without PAD/START/END, had START, had END) of checked events."""
-    has_start = events.size > 0 and events[0] == START_ID
-    end_positions = np.flatnonzero(events == END_ID)
-    if end_positions.size:
-        events = events[: end_positions[0]]
-    body = events[events > END_ID]
-    return body, bool(has_start), bool(end_positions.size)
-
-
-def _with_special(body, has_start, has_end):
-    parts = ([START_ID] if has_start else []) + [body] + ([END_ID] if has_end else [])
-    return np.concatenate([np.asarray(p, np.int64).reshape(-1) for p in parts]).astype(np.int32)
+def _with_special(events, body):
+    """`body` with the leading `START_ID` and the `END_ID` of the checked `events` they replace."""
+    start = [START_ID] if events.size and events[0] == START_ID else []
+    end = [END_ID] if (events == END_ID).any() else []
+    return np.concatenate([start, body, end]).astype(np.int32)
 
 
 def transpose(events, semitones, out_of_range="drop"):
@@ -64,11 +56,7 @@ def transpose(events, semitones, out_of_range="drop"):
     checks.require(ok, "out_of_range", out_of_range, '"drop" or "error"')
     ok = checks.is_number(semitones) and float(semitones).is_integer()
     checks.require(ok, "semitones", semitones, "a whole number")
-    return _transpose(_check_ids(events, VOCABULARY_SIZE), int(semitones), out_of_range)
-
-
-def _transpose(events, semitones, out_of_range):
-    """`transpose` on checked arguments."""
+    events, semitones = _check_ids(events, VOCABULARY_SIZE), int(semitones)
     is_note = (events >= NOTE_ON_OFFSET) & (events < TIME_SHIFT_OFFSET)
     pitches = (events - NOTE_ON_OFFSET) % NUM_PITCHES + semitones
     outside = is_note & ((pitches < 0) | (pitches >= NUM_PITCHES))
@@ -79,8 +67,7 @@ def _transpose(events, semitones, out_of_range):
         high = int(pitches[is_note].max())
         fix = 'Transpose less, or pass out_of_range="drop".'
         raise ValueError(f"{semitones} semitones put pitches from {low} to {high}. {fix}")
-    body, has_start, has_end = _split_special(events)
-    starts, ends, pitches, velocities = _decode(body)
+    starts, ends, pitches, velocities = _decode(events)  # PAD and START decode to nothing
     inside = (pitches + semitones >= 0) & (pitches + semitones < NUM_PITCHES)
     if not inside.any():
         raise ValueError(f"Transposing by {semitones} semitones leaves no note in 0..127.")
@@ -90,7 +77,7 @@ def _transpose(events, semitones, out_of_range):
         pitches[inside] + semitones,
         velocities[inside],
     )
-    return _with_special(moved, has_start, has_end)
+    return _with_special(events, moved)
 
 
 def time_stretch(events, factor):
@@ -115,21 +102,16 @@ def time_stretch(events, factor):
     """
     ok = checks.is_number(factor) and 0 < factor < math.inf
     checks.require(ok, "factor", factor, "a positive finite number")
-    return _time_stretch(_check_ids(events, VOCABULARY_SIZE), factor)
-
-
-def _time_stretch(events, factor):
-    """`time_stretch` on checked arguments."""
-    body, has_start, has_end = _split_special(events)
-    starts, ends, pitches, velocities = _decode(body)
+    events = _check_ids(events, VOCABULARY_SIZE)
+    starts, ends, pitches, velocities = _decode(events)
     if not len(pitches):
-        raise ValueError(f"Expected events with a note. Received: {len(body)} events, no note.")
+        raise ValueError(f"Expected events with a note. Received: {len(events)} events, no note.")
     # Seconds first, then the factor: the same arithmetic as stretching
     # decoded `Note`s, so a stretch is reproducible to the last bit.
     stretched = _encode(
         starts / STEPS_PER_SECOND * factor, ends / STEPS_PER_SECOND * factor, pitches, velocities
     )
-    return _with_special(stretched, has_start, has_end)
+    return _with_special(events, stretched)
 
 
 def augment(events, rng):
@@ -154,9 +136,8 @@ def augment(events, rng):
     (True, True)
     """
     checks.require(isinstance(rng, np.random.Generator), "rng", rng, "a `np.random.Generator`")
-    events = _check_ids(events, VOCABULARY_SIZE)
     semitones = int(rng.choice(AUGMENTATION_SEMITONES))
     factor = float(rng.choice(AUGMENTATION_STRETCHES))
     if factor != 1.0:
-        events = _time_stretch(events, factor).astype(np.int64)
-    return _transpose(events, semitones, out_of_range="drop")
+        events = time_stretch(events, factor)
+    return transpose(events, semitones, out_of_range="drop")

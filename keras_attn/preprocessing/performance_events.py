@@ -66,9 +66,8 @@ def _resolve_overlaps(starts, ends, pitches, velocities):
     order = np.lexsort((starts, onset_steps, pitches))
     starts, ends, pitches = starts[order], ends[order], pitches[order]
     velocities, onset_steps = velocities[order], onset_steps[order]
-    first = np.ones(len(pitches), bool)
-    first[1:] = (pitches[1:] != pitches[:-1]) | (onset_steps[1:] != onset_steps[:-1])
-    groups = np.flatnonzero(first)
+    first = (np.diff(pitches, prepend=-1) != 0) | (np.diff(onset_steps, prepend=-1) != 0)
+    groups = np.flatnonzero(first)  # each group: one pitch, one onset step
     starts = starts[groups]  # sorted, so the first start is the earliest
     ends = np.maximum.reduceat(ends, groups)
     velocities = np.maximum.reduceat(velocities, groups)
@@ -263,8 +262,7 @@ def _check_decoding(events, default_velocity, max_note_duration):
 def _decode(events, default_velocity=DEFAULT_VELOCITY, max_note_duration=None):
     """`events_to_notes` on checked arguments: (starts, ends, pitches, velocities) in steps."""
     end_positions = np.flatnonzero(events == END_ID)
-    if end_positions.size:
-        events = events[: end_positions[0]]
+    events = events[: end_positions[0]] if end_positions.size else events
     is_shift = (events >= TIME_SHIFT_OFFSET) & (events < VELOCITY_OFFSET)
     # The step at each event: the time shifts up to it.
     now = np.cumsum(np.where(is_shift, events - TIME_SHIFT_OFFSET + 1, 0))
@@ -345,12 +343,9 @@ def event_to_string(event):
     ['PAD', 'START', 'END', 'NOTE_ON(60)', 'NOTE_OFF(60)', 'TIME_SHIFT(250ms)', 'VELOCITY(19)']
     """
     event = int(event)
-    if event == PAD_ID:
-        return "PAD"
-    if event == START_ID:
-        return "START"
-    if event == END_ID:
-        return "END"
+    special = {PAD_ID: "PAD", START_ID: "START", END_ID: "END"}
+    if event in special:
+        return special[event]
     if NOTE_ON_OFFSET <= event < NOTE_OFF_OFFSET:
         return f"NOTE_ON({event - NOTE_ON_OFFSET})"
     if NOTE_OFF_OFFSET <= event < TIME_SHIFT_OFFSET:

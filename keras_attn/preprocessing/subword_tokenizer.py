@@ -1,5 +1,6 @@
 """Subword tokenization inside the TensorFlow graph (SentencePiece)."""
 
+import contextlib
 import hashlib
 import io
 import warnings
@@ -131,10 +132,8 @@ class SubwordTokenizer(tf.Module):
         Raises:
             ValueError: for bad `strings` or a `max_length` leaving no room for a piece.
         """
-        try:
+        with contextlib.suppress(TypeError, ValueError):  # refused below, with the value received
             strings = tf.convert_to_tensor(strings, dtype=tf.string)
-        except (TypeError, ValueError):  # refused below, with the value received
-            pass
         ok = tf.is_tensor(strings) and strings.shape.rank == 1
         checks.require(ok, "strings", strings, "a rank-1 batch of `str`", "Wrap one in a list.")
         num_special = int(bool(add_start)) + int(bool(add_end))
@@ -145,9 +144,7 @@ class SubwordTokenizer(tf.Module):
             ids = ids[:, : int(max_length) - num_special]
         if not num_special:
             return ids
-        column = tf.RaggedTensor.from_tensor(
-            tf.ones(tf.stack([ids.nrows(), 1]), tf.int32), row_splits_dtype=ids.row_splits.dtype
-        )
+        column = tf.ones(tf.stack([ids.nrows(), 1]), tf.int32)  # tf.concat makes it ragged
         start, end = [column * START_ID] * bool(add_start), [column * END_ID] * bool(add_end)
         return tf.concat(start + [ids] + end, axis=1)
 

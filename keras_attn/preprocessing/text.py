@@ -7,6 +7,7 @@
 padded with 0. An exporter encodes source text with `encode_source`, as training does.
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -156,9 +157,8 @@ def make_translation_dataset(
         checks.require(ok, name, tokenizer, "a `SubwordTokenizer`")
     checks.require(checks.is_int(max_length, 2), "max_length", max_length, "an int >= 2")
     by_tokens = tokens_per_batch is not None
-    size_name, size = (
-        ("tokens_per_batch", tokens_per_batch) if by_tokens else ("batch_size", batch_size)
-    )
+    size_name = "tokens_per_batch" if by_tokens else "batch_size"
+    size = tokens_per_batch if by_tokens else batch_size
     checks.require(checks.is_int(size, 1), size_name, size, "a positive int")
     bucketed = {"tokens_per_batch": by_tokens, "pad_to_bucket_boundary": pad_to_bucket_boundary}
     for flag, used in bucketed.items():
@@ -240,11 +240,8 @@ def padding_fraction(dataset, max_batches=None):
     Returns:
         Python float in [0, 1) (0.0 for an empty dataset).
     """
-    padded = 0
-    total = 0
-    for step, (inputs, _) in enumerate(dataset):
-        if max_batches is not None and step >= max_batches:
-            break
+    padded = total = 0
+    for inputs, _ in itertools.islice(dataset, max_batches):  # None: all
         for key in ("encoder_tokens", "decoder_tokens"):
             tokens = np.asarray(inputs[key])
             padded += int(np.sum(tokens == PAD_ID))

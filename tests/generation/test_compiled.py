@@ -155,3 +155,16 @@ def test_export_archive_endpoint_reloads_and_generates(tmp_path):
     got, want = loaded.generate(*args), generate(*args)
     for name in want:
         np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(want[name]))
+
+
+def test_prompt_lengths_of_unknown_size_are_taken_beside_a_known_batch():
+    # A traced (None,) `prompt_lengths` beside a (2, 4) prompt: its rows are not known yet,
+    # so they are not refused as different (they were, before the fix).
+    model = tiny_models.language_model("relative", num_layers=1)
+    prompt = np.array([[3, 4, 9, 0], [7, 1, 0, 0]], "int32")
+    generate = tf.function(
+        lambda lengths: greedy_search(model, prompt, 8, prompt_lengths=lengths),
+        input_signature=[tf.TensorSpec((None,), tf.int32)],
+    )
+    eager = greedy_search(model, prompt, 8, prompt_lengths=np.array([3, 2], "int32"))
+    np.testing.assert_array_equal(generate(tf.constant([3, 2])), eager)
