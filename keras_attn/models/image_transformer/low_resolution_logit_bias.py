@@ -122,10 +122,6 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         previous_block_sums=None,
     ):
         self.raster.check_batch(low_resolution, logits, "logits")
-        # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
-        # one row gather per position (its gradient is a row scatter-add).
-        table = ops.take(self.offset_bias, self._offsets, axis=1)
-        table = ops.reshape(table, (self.channels * self.num_intensities, self.num_intensities))
         ids = self.raster.channel_value_ids(
             low_resolution,
             ops.shape(logits)[1],
@@ -136,7 +132,21 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
             left_intensities,
             previous_block_sums,
         )
-        return logits + ops.cast(ops.take(table, ids, axis=0), logits.dtype)
+        n = self.num_intensities
+        if logits.shape[1] == 1:
+            # A decoding step reads its N biases straight from the weights:
+            # offset_bias[c, N - 1 - v + k] for k < N (building the whole table
+            # below cost ~25x more per step).
+            channel, value = ids // n, ids % n
+            index = (channel * (2 * n - 1) + n - 1 - value)[..., None] + ops.arange(n)
+            bias = ops.take(ops.reshape(self.offset_bias, (-1,)), index)
+        else:
+            # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
+            # one row gather per position (its gradient is a row scatter-add,
+            # ~3x faster in training than the scalar scatter of the path above).
+            table = ops.take(self.offset_bias, self._offsets, axis=1)
+            bias = ops.take(ops.reshape(table, (self.channels * n, n)), ids, axis=0)
+        return logits + ops.cast(bias, logits.dtype)
 
     def compute_output_shape(self, logits_shape, low_resolution_shape=None, *args, **kwargs):
         return tuple(logits_shape)

@@ -75,15 +75,6 @@ class LowResolutionRaster:
             f"per row of `{reference_name}`",
         )
 
-    def values(self, low_resolution, positions):
-        """(B, h*w*C) raster, (T,) positions -> (B, T) int32 low-resolution intensities there."""
-        if self.interpolation == "nearest":
-            # A decoding step then reads one value instead of upsampling the image.
-            return ops.take(
-                ops.cast(low_resolution, "int32"), self.covering_index(positions), axis=1
-            )
-        return ops.take(self._upsampled(low_resolution), positions, axis=1)
-
     def channel_value_ids(
         self,
         low_resolution,
@@ -99,40 +90,36 @@ class LowResolutionRaster:
         table, at positions `start_index ...`. The optional (B, length) inputs pick the value
         as `LowResolutionLogitBias` documents them."""
         positions = self.positions(length, start_index)
-        upsampled = None
-        if block_sums is not None or (previous_intensities is not None and self.channels > 1):
-            # Every correction reads the same float image: build it once.
-            upsampled = self._float_image(low_resolution)
-        if block_sums is None:
-            values = self.values(low_resolution, positions)
-        elif left_intensities is None:
-            values = self.consistent_values(
-                low_resolution, positions, block_sums, max_correction, upsampled=upsampled
+        # The float bicubic image, made once for every value below (nearest reads the
+        # covering value instead: a decoding step then does not upsample the image).
+        upsampled = remaining = None
+        if self.interpolation == "bicubic":
+            upsampled = self._upsampled(low_resolution)
+            remaining = None if block_sums is None else self._remaining_sums(upsampled)
+        images = (upsampled, remaining)
+
+        def centre(at, sums):
+            """(B, T) float: the interpolated value `b[p]` at `at`, or its consistent value
+            `c[p]` given the block sums `sums` before each position."""
+            if sums is None:
+                return self._interpolated(low_resolution, at, upsampled)
+            return self._consistent(low_resolution, at, sums, max_correction, images)
+
+        value = centre(positions, block_sums)
+        if block_sums is not None and left_intensities is not None:
+            # `c[p] + 0.75 * (x[p - C] - c[p - C])`.
+            residual = self._left_residual(
+                low_resolution, positions, block_sums, left_intensities, max_correction, images
             )
-        else:
-            values = self.left_residual_values(
-                low_resolution,
-                positions,
-                block_sums,
-                left_intensities,
-                max_correction,
-                upsampled=upsampled,
-            )
+            value = value + LEFT_RESIDUAL_WEIGHT * residual
+        values = self._intensities(value)
         if previous_intensities is not None and self.channels > 1:
-            if block_sums is not None and previous_block_sums is not None:
-                following = self.previous_channel_consistent_values(
-                    low_resolution,
-                    positions,
-                    block_sums,
-                    previous_intensities,
-                    previous_block_sums,
-                    max_correction,
-                    upsampled=upsampled,
-                )
-            else:
-                following = self.previous_channel_values(
-                    low_resolution, positions, previous_intensities, upsampled=upsampled
-                )
+            # Green and blue follow the channel before: `c[p] + (x[p - 1] - c[p - 1])`, from
+            # the consistent values when both block sums are given, else the interpolated.
+            both = block_sums is not None and previous_block_sums is not None
+            here = centre(positions, block_sums if both else None)
+            there = centre(ops.maximum(positions - 1, 0), previous_block_sums if both else None)
+            following = self._intensities(here + self._clipped(previous_intensities) - there)
             values = ops.where((positions % self.channels > 0)[None, :], following, values)
         return values + ((positions % self.channels) * self.num_intensities)[None, :]
 
@@ -151,29 +138,13 @@ class LowResolutionRaster:
         block_width = width // low_width
         return (row % (height // low_height)) * block_width + column % block_width
 
-    def consistent_values(
-        self, low_resolution, positions, block_sums, max_correction=None, upsampled=None
-    ):
-        """(B, T) int32 interpolated values corrected so each block averages to its input value:
-        `b[p] + (a * L - s - sum(b)) / r`, the block's deficit spread over its `r` pixels left.
-
-        `block_sums` (B, T) float is `s`, the block's sum before each position
-        (`LowResolutionBlockSums`); `max_correction` bounds the correction; `upsampled` is the
-        (B, H*W*C) float bicubic image when the caller has it.
-        """
-        upsampled = self._float_image(low_resolution, upsampled)
-        value = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
-        return self._intensities(value)
-
-    def _float_image(self, low_resolution, upsampled=None):
-        """The (B, H*W*C) float bicubic image (`upsampled` when given; None for nearest)."""
-        if upsampled is None and self.interpolation == "bicubic":
-            upsampled = self._upsampled(low_resolution, rounded=False)
-        return upsampled
-
     def _intensities(self, value):
         """Float values -> int32 intensities, rounded and clipped."""
         return ops.cast(ops.clip(ops.round(value), 0, self.num_intensities - 1), "int32")
+
+    def _clipped(self, intensities):
+        """Int intensities -> float32, clipped to [0, N - 1]."""
+        return ops.cast(ops.clip(intensities, 0, self.num_intensities - 1), "float32")
 
     def _interpolated(self, low_resolution, positions, upsampled):
         """(B, T) float interpolated values at `positions` (the covering value for nearest)."""
@@ -183,15 +154,20 @@ class LowResolutionRaster:
             )
         return ops.take(upsampled, positions, axis=1)
 
-    def _consistent(self, low_resolution, positions, block_sums, max_correction, upsampled):
-        """`consistent_values` before rounding, (B, T) float32."""
+    def _consistent(self, low_resolution, positions, block_sums, max_correction, images):
+        """(B, T) float32 `b[p] + (a * L - s - sum(b)) / r`: the interpolated value corrected so
+        each block averages to its input value, the block's deficit spread over its `r` pixels
+        left. `block_sums` (B, T) is `s`, the block's sum before each position
+        (`LowResolutionBlockSums`); `max_correction` bounds the correction; `images` holds the
+        (B, H*W*C) float bicubic image and its remaining block sums (None for nearest)."""
         low = ops.take(ops.cast(low_resolution, "float32"), self.covering_index(positions), axis=1)
         pixels_left = ops.cast(self.block_area - self.order_in_block(positions), "float32")
         if self.interpolation == "nearest":
             # Every pixel of the block interpolates to L.
             interpolated, remaining = low, low * pixels_left[None, :]
         else:
-            remaining = ops.take(self._remaining_sums(upsampled), positions, axis=1)
+            upsampled, remaining = images
+            remaining = ops.take(remaining, positions, axis=1)
             interpolated = ops.take(upsampled, positions, axis=1)
         deficit = self.block_area * low - ops.cast(block_sums, "float32") - remaining
         correction = deficit / pixels_left[None, :]
@@ -199,73 +175,27 @@ class LowResolutionRaster:
             correction = ops.clip(correction, -max_correction, max_correction)
         return interpolated + correction
 
-    def left_residual_values(
-        self,
-        low_resolution,
-        positions,
-        block_sums,
-        left_intensities,
-        max_correction=None,
-        upsampled=None,
+    def _left_residual(
+        self, low_resolution, positions, block_sums, left_intensities, max_correction, images
     ):
-        """(B, T) int32 `c[p] + 0.75 * (x[p - C] - c[p - C])`: the consistent value plus the
-        left pixel's residual (from its interpolated value across a block's left edge; none in
-        the first column). `left_intensities` (B, T) int is `x[p - C]`.
-        """
-        upsampled = self._float_image(low_resolution, upsampled)
-        here = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
+        """(B, T) float `x[p - C] - c[p - C]`: the left pixel's residual from its consistent
+        value (from its interpolated value across a block's left edge; 0 in the first column).
+        `left_intensities` (B, T) int is `x[p - C]`."""
         width, block_width = self.image_size[1], self.image_size[1] // self.low_resolution_size[1]
         column = (positions // self.channels) % width
         left_positions = ops.maximum(positions - self.channels, 0)
-        left = ops.cast(ops.clip(left_intensities, 0, self.num_intensities - 1), "float32")
+        left = self._clipped(left_intensities)
         left_consistent = self._consistent(
             low_resolution,
             left_positions,
             ops.cast(block_sums, "float32") - left,
             max_correction,
-            upsampled,
+            images,
         )
-        left_interpolated = self._interpolated(low_resolution, left_positions, upsampled)
+        left_interpolated = self._interpolated(low_resolution, left_positions, images[0])
         same_block = (column % block_width > 0)[None, :]
         residual = left - ops.where(same_block, left_consistent, left_interpolated)
-        residual = ops.where((column > 0)[None, :], residual, 0.0)
-        return self._intensities(here + LEFT_RESIDUAL_WEIGHT * residual)
-
-    def previous_channel_values(
-        self, low_resolution, positions, previous_intensities, upsampled=None
-    ):
-        """(B, T) int32 `b[p] + (x[p - 1] - b[p - 1])`: the interpolated value plus the residual
-        of the previous position. `previous_intensities` (B, T) int is `x[p - 1]`.
-        """
-        upsampled = self._float_image(low_resolution, upsampled)
-        before = ops.maximum(positions - 1, 0)
-        here = self._interpolated(low_resolution, positions, upsampled)
-        there = self._interpolated(low_resolution, before, upsampled)
-        previous = ops.cast(ops.clip(previous_intensities, 0, self.num_intensities - 1), "float32")
-        return self._intensities(here + previous - there)
-
-    def previous_channel_consistent_values(
-        self,
-        low_resolution,
-        positions,
-        block_sums,
-        previous_intensities,
-        previous_block_sums,
-        max_correction=None,
-        upsampled=None,
-    ):
-        """(B, T) int32 `c[p] + (x[p - 1] - c[p - 1])`: the consistent value plus the previous
-        position's residual from its own consistent value (block sums there:
-        `previous_block_sums`).
-        """
-        upsampled = self._float_image(low_resolution, upsampled)
-        here = self._consistent(low_resolution, positions, block_sums, max_correction, upsampled)
-        before = ops.maximum(positions - 1, 0)
-        there = self._consistent(
-            low_resolution, before, previous_block_sums, max_correction, upsampled
-        )
-        previous = ops.cast(ops.clip(previous_intensities, 0, self.num_intensities - 1), "float32")
-        return self._intensities(here + previous - there)
+        return ops.where((column > 0)[None, :], residual, 0.0)
 
     def _remaining_sums(self, raster):
         """(B, H*W*C) float -> (B, H*W*C): the sum of its block's values from each position on."""
@@ -290,17 +220,15 @@ class LowResolutionRaster:
         low_pixel = (row // (height // low_height)) * low_width + column // (width // low_width)
         return low_pixel * self.channels + channel
 
-    def _upsampled(self, low_resolution, rounded=True):
-        """(B, h*w*C) -> (B, H*W*C) int32 bicubic upsampling (float32 unrounded with
-        `rounded=False`): two matrices of cubic weights in an einsum, equal to
-        `tf.image.resize(..., "bicubic")` and compiled by XLA on every backend."""
+    def _upsampled(self, low_resolution):
+        """(B, h*w*C) -> (B, H*W*C) float32 bicubic upsampling, clipped to [0, N - 1]: two
+        matrices of cubic weights in an einsum, equal to `tf.image.resize(..., "bicubic")`
+        (before rounding) and compiled by XLA on every backend."""
         low_height, low_width = self.low_resolution_size
         image = ops.reshape(low_resolution, (-1, low_height, low_width, self.channels))
         rows, columns = self._bicubic_matrices
         image = ops.einsum("ih,bhwc,jw->bijc", rows, ops.cast(image, "float32"), columns)
         image = ops.clip(image, 0, self.num_intensities - 1)
-        if rounded:
-            image = ops.cast(ops.round(image), "int32")
         return ops.reshape(image, (-1, self.num_positions))
 
 
