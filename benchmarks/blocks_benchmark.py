@@ -30,6 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import peak_memory  # noqa: E402
 
 BATCH, MODEL_DIM, NUM_HEADS, KEY_DIM, FEED_FORWARD_DIM = 8, 512, 8, 64, 2048
 LENGTHS = (128, 256, 512, 1024)
@@ -65,7 +66,7 @@ def memory_worker(config):
     forward, layer = make_forward(config["implementation"], config["block"])
     step = harness.forward_backward_step(forward, layer.trainable_weights, jit_compile=False)
     x = inputs(tf, config["length"])
-    harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
+    peak_memory.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
 
 
 def main():
@@ -92,7 +93,7 @@ def main():
             for b in BLOCKS
             for n in NAMES
         ]
-        records = harness.measure_memory_many(__file__, configs, budget=budget)
+        records = peak_memory.measure_memory_many(__file__, configs, budget=budget)
         memory = {
             (c["implementation"], c["block"], c["length"]): r for c, r in zip(configs, records)
         }
@@ -173,7 +174,7 @@ def main():
             "Peak memory of one forward + backward call, no XLA: ru_maxrss rise in a fresh "
             "process (MiB).",
             "",
-            harness.memory_table(
+            peak_memory.memory_table(
                 memory,
                 [(b, memory_length) for b in BLOCKS],
                 NAMES,

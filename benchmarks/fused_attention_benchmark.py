@@ -32,6 +32,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import peak_memory  # noqa: E402
 
 MODEL_DIM, NUM_HEADS, KEY_DIM, FEED_FORWARD_DIM = 512, 8, 64, 2048
 
@@ -156,7 +157,7 @@ def memory_worker(config):
     if keras.backend.backend() == "tensorflow":
         harness.setup_tensorflow()
     run = candidate(config["name"], config["causal"], config["batch"], config["length"])
-    harness.memory_worker(run)
+    peak_memory.memory_worker(run)
 
 
 def main():
@@ -186,14 +187,14 @@ def main():
             record = dict(name=name, causal=causal, batch=batch, length=length, **timing[name])
             if args.memory:
                 config = dict(name=name, causal=causal, batch=batch, length=length)
-                record["memory"] = harness.measure_memory(__file__, config, timeout=600)
+                record["memory"] = peak_memory.measure_memory(__file__, config, timeout=600)
             results.append(record)
         anchor, done = timing[names[-1]]["median_s"], len(rows)
         for name in names:
             memory = results[-len(names) + names.index(name)].get("memory", {})
             rows.append(
                 [f"{label} T={length} B={batch}", name, f"{timing[name]['median_s'] * 1e3:.0f}"]
-                + [f"{timing[name]['median_s'] / anchor:.2f}x", harness.fmt_mib(memory)]
+                + [f"{timing[name]['median_s'] / anchor:.2f}x", peak_memory.fmt_mib(memory)]
             )
         print("\n".join(" | ".join(row) for row in rows[done:]), file=sys.stderr, flush=True)
     print(f"\n{backend}, forward + backward, median ms\n")

@@ -1,8 +1,8 @@
 """Shared machinery of the benchmark scripts in this folder.
 
 Every figure of `benchmarks/` is a ratio against an anchor timed in the same
-process, so this module holds the one way of timing, measuring memory and
-reporting that all scripts use:
+process, so this module (with `peak_memory.py` for memory) holds the one way
+of timing, measuring and reporting that all scripts use:
 
 * `time_interleaved`: one warm-up call per candidate (tracing, XLA
   compilation), then `repeats` rounds A B A B ... so that the noise of a
@@ -11,13 +11,8 @@ reporting that all scripts use:
 * `compile_function`: `tf.function` with or without `jit_compile=True`.
 * `forward_backward_step`: a compiled step computing the gradients of the
   inputs and of every trainable weight (what a training step pays).
-* `measure_memory`: peak memory of one call in a fresh process per
-  configuration: the rise of `resource.getrusage(RUSAGE_SELF).ru_maxrss`
-  over one call, the function traced beforehand so that only execution
-  counts. The worker is started through a small Python trampoline: Linux
-  carries the parent's high-water mark into a child across fork + exec,
-  which would hide the child's own peak (measured: a child of a 1.9 GiB
-  process reports 1.9 GiB at start; through the trampoline 14 MiB).
+* peak memory of one call, each configuration in a fresh process, is
+  `peak_memory.py`'s (`measure_memory`, `memory_worker`, `memory_table`).
 * `matmul_roofline`: the GFLOP/s of a large float32 matmul timed in the same
   run, the ceiling next to which every achieved GFLOP/s is printed.
 * `environment`: machine, versions and load average (`os.getloadavg`), to
@@ -34,9 +29,7 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
-import subprocess
 import sys
 import time
 
@@ -45,10 +38,6 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-# Runs the command given as its arguments. Used between a benchmark and its
-# memory worker so that the worker starts with a small ru_maxrss (see above).
-_TRAMPOLINE = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
 
 
 # ------------------------------------------------------------------ setup
@@ -83,7 +72,8 @@ def setup_tensorflow(constant_folding=False):
 
 def add_common_arguments(parser, repeats=5, budget=280.0):
     """The flags every script has: --quick, --repeats, --budget, --output,
-    --verbose, and the hidden --memory-worker used by `measure_memory`."""
+    --verbose, and the hidden --memory-worker used by
+    `peak_memory.measure_memory`."""
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -402,101 +392,6 @@ def attention_flops(
     return flops * (3.0 if backward else 1.0)
 
 
-# ----------------------------------------------------------------- memory
-def _resident_kib():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def memory_worker(run_once, prepare=None):
-    """Body of a memory worker process: prints one JSON line.
-
-    Args:
-        run_once: callable running the measured call once (its result is
-            copied to the host).
-        prepare: optional callable run before the measurement (tracing,
-            `get_concrete_function`), so that only execution counts.
-    """
-    import gc
-
-    if prepare is not None:
-        prepare()
-    gc.collect()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    resident = _resident_kib()
-    start = time.perf_counter()
-    block(run_once())
-    seconds = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(
-        json.dumps(
-            {
-                "peak_mib": (after - before) / 1024.0,  # ru_maxrss is in KiB on Linux
-                "maxrss_before_mib": before / 1024.0,
-                "resident_before_mib": None if resident is None else resident / 1024.0,
-                # A high-water mark above the resident size at the start means it
-                # was inherited, and the rise understates the call's peak.
-                "maxrss_inherited": resident is not None and before > 1.1 * resident,
-                "seconds": seconds,
-            }
-        ),
-        flush=True,
-    )
-
-
-def measure_memory(script, config, timeout=120.0):
-    """Runs `script --memory-worker <json config>` in a fresh process
-    (through the trampoline) and returns the worker's JSON record, or
-    {"skipped": reason} when it failed or timed out."""
-    command = [
-        sys.executable,
-        "-c",
-        _TRAMPOLINE,
-        sys.executable,
-        os.path.abspath(script),
-        "--memory-worker",
-        json.dumps(config),
-    ]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [PROJECT_ROOT, os.path.dirname(os.path.abspath(__file__))]
-        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    )
-    try:
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=max(5.0, timeout), env=env
-        )
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"skipped (out of budget: memory worker ran over {timeout:.0f} s)"}
-    for line in reversed(result.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
-    return {"skipped": f"failed (exit {result.returncode}): {result.stderr.strip()[-300:]}"}
-
-
-def measure_memory_many(script, configs, parallel=2, timeout=120.0, budget=None):
-    """`measure_memory` for each config, `parallel` processes at a time
-    (each reads only its own high-water mark). Returns a list of records in
-    the order of `configs`; configurations started after the budget ran
-    out are reported as skipped."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    def one(config):
-        if budget is not None and budget.left() < 15:
-            return {"skipped": "skipped (out of budget)"}
-        limit = timeout if budget is None else min(timeout, max(5.0, budget.left()))
-        return measure_memory(script, config, limit)
-
-    with ThreadPoolExecutor(max_workers=parallel) as pool:
-        return list(pool.map(one, configs))
-
-
 # ---------------------------------------------------------------- reports
 def environment():
     """Machine, library versions, allocator settings and load average."""
@@ -549,36 +444,11 @@ def markdown_table(headers, rows):
     return "\n".join(lines)
 
 
-def memory_table(memory, configs, names, key_headers, value_headers):
-    """Markdown table of peak memory: one row per config (a tuple), the
-    MiB of `names[0]` and `names[1]`, and their ratio.
-
-    `memory` maps (name,) + config -> a `measure_memory` record."""
-    rows = []
-    for config in configs:
-        config = tuple(config)
-        a, b = memory.get((names[0],) + config, {}), memory.get((names[1],) + config, {})
-        ratio = (
-            f"{a['peak_mib'] / b['peak_mib']:.2f}x"
-            if "peak_mib" in a and "peak_mib" in b and b["peak_mib"] > 0
-            else "-"
-        )
-        rows.append(list(config) + [fmt_mib(a), fmt_mib(b), ratio])
-    return markdown_table(list(key_headers) + list(value_headers), rows)
-
-
 def fmt_gflops(record, peak):
     """GFLOP/s and its share of `peak` (the matmul roofline), or "-"."""
     if not record or "gflops" not in record:
         return "-"
     return f"{record['gflops']:.0f} ({100 * record['gflops'] / peak:.0f}%)"
-
-
-def fmt_mib(record):
-    """A memory record's peak in MiB, or why it was skipped."""
-    if record and "peak_mib" in record:
-        return f"{record['peak_mib']:.0f}"
-    return (record or {}).get("skipped", "-")
 
 
 def fmt_ms(record, key="median_s"):

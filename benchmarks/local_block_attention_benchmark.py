@@ -44,6 +44,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import peak_memory  # noqa: E402
 
 MODEL_DIM, NUM_HEADS, KEY_DIM, BATCH = 256, 8, 32, 1
 BLOCK_SIZE, MEMORY_FLANGE = 256, 256
@@ -117,7 +118,7 @@ def memory_worker(config):
     tf = harness.setup_tensorflow()
     step = make_step(tf, config["layer"], jit_compile=False)
     x = inputs(tf, config["length"])
-    harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
+    peak_memory.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
 
 
 def main():
@@ -151,7 +152,9 @@ def main():
             else:
                 runnable.append({"layer": layer, "length": length})
         memory_budget = harness.Budget(min(MEMORY_BUDGET_S, 0.35 * budget.left()))
-        records = harness.measure_memory_many(__file__, runnable, budget=memory_budget, timeout=90)
+        records = peak_memory.measure_memory_many(
+            __file__, runnable, budget=memory_budget, timeout=90
+        )
         memory.update({(c["layer"], c["length"]): r for c, r in zip(runnable, records)})
         print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
 

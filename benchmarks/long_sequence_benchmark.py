@@ -38,6 +38,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import peak_memory  # noqa: E402
 
 BATCH, MODEL_DIM, NUM_HEADS, KEY_DIM = 1, 512, 8, 64
 TIMING_LENGTHS = (1024, 2048, 4096)
@@ -103,7 +104,7 @@ def memory_worker(config):
         config.get("max_relative_position", 1024),
     )
     x = inputs(tf, config["length"])
-    harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
+    peak_memory.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
 
 
 def main():
@@ -187,7 +188,7 @@ def main():
         for t in (chunked_lengths[0], chunked_lengths[-1])
     ]
     # One worker at a time: two 10 GiB workers side by side would not fit.
-    records = harness.measure_memory_many(
+    records = peak_memory.measure_memory_many(
         __file__, configs, parallel=1, timeout=300.0, budget=budget
     )
     memory = {(c["layer"], c["length"]): r for c, r in zip(configs, records)}
@@ -223,10 +224,17 @@ def main():
         )
         seconds = f"{c['seconds']:.2f}" if c and "seconds" in c else "-"
         rows.append(
-            [length, harness.fmt_mib(c), seconds, harness.fmt_mib(d), harness.fmt_mib(k), ratio]
+            [
+                length,
+                peak_memory.fmt_mib(c),
+                seconds,
+                peak_memory.fmt_mib(d),
+                peak_memory.fmt_mib(k),
+                ratio,
+            ]
         )
     relative = [
-        f"T {t}: {harness.fmt_mib(memory.get(('relative_chunked', t)))} MiB, "
+        f"T {t}: {peak_memory.fmt_mib(memory.get(('relative_chunked', t)))} MiB, "
         f"{memory.get(('relative_chunked', t), {}).get('seconds', float('nan')):.2f} s"
         for t in (chunked_lengths[0], chunked_lengths[-1])
     ]
@@ -373,7 +381,7 @@ def relative_against_mhsa(args, budget, env_start, tf):
         for t in lengths
         for name in names
     ]
-    records = harness.measure_memory_many(
+    records = peak_memory.measure_memory_many(
         __file__, configs, parallel=1, timeout=600.0, budget=budget
     )
     memory = {(c["layer"], c["length"]): r for c, r in zip(configs, records)}
@@ -398,8 +406,8 @@ def relative_against_mhsa(args, budget, env_start, tf):
         [
             t,
             args.max_relative_position or t,
-            harness.fmt_mib(memory[("relative_chunked", t)]),
-            harness.fmt_mib(memory[("chunked", t)]),
+            peak_memory.fmt_mib(memory[("relative_chunked", t)]),
+            peak_memory.fmt_mib(memory[("chunked", t)]),
             harness.fmt_ms(timing[t]["relative_chunked"]),
             harness.fmt_ms(timing[t]["chunked"]),
             harness.fmt_ratio(timing[t]["relative_chunked"], timing[t]["chunked"]),
@@ -451,7 +459,7 @@ def any_length(args, budget, env_start, tf):
         {"layer": "auto", "length": long, "chunk_size": args.chunk_size, "any_length": flag}
         for flag in (True, False)
     ]
-    records = harness.measure_memory_many(
+    records = peak_memory.measure_memory_many(
         __file__, configs, parallel=1, timeout=300.0, budget=budget
     )
     steps = {
@@ -483,7 +491,7 @@ def any_length(args, budget, env_start, tf):
         f"d_model {MODEL_DIM}, {NUM_HEADS} heads x {KEY_DIM}, forward + backward, no XLA.",
         "",
         f"Peak memory of a T = {long} step (fresh process, MiB): traced for any length "
-        f"{harness.fmt_mib(records[0])}, traced at {long} {harness.fmt_mib(records[1])}.",
+        f"{peak_memory.fmt_mib(records[0])}, traced at {long} {peak_memory.fmt_mib(records[1])}.",
         "",
         f"Time, median of {args.repeats} interleaved calls (ms), every step traced for any length:",
         "",

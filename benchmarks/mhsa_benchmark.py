@@ -30,6 +30,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import peak_memory  # noqa: E402
 
 BATCH, MODEL_DIM, NUM_HEADS, KEY_DIM = 8, 512, 8, 64
 BACKWARD_LENGTHS = (128, 256, 512, 1024)
@@ -68,7 +69,7 @@ def memory_worker(config):
     tf = harness.setup_tensorflow()
     step = make_step(config["layer"], config["pass"], jit_compile=False)
     x = inputs(tf, config["length"])
-    harness.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
+    peak_memory.memory_worker(lambda: step(x), prepare=lambda: step.get_concrete_function(x))
 
 
 def main():
@@ -97,7 +98,7 @@ def main():
         configs = [
             {"layer": layer, "pass": p, "length": t} for p, t in memory_configs for layer in LAYERS
         ]
-        records = harness.measure_memory_many(__file__, configs, budget=budget)
+        records = peak_memory.measure_memory_many(__file__, configs, budget=budget)
         memory = {(c["layer"], c["pass"], c["length"]): r for c, r in zip(configs, records)}
         print(f"memory done ({budget.elapsed():.0f} s)", file=sys.stderr, flush=True)
 
@@ -182,7 +183,7 @@ def main():
             "",
             "Peak memory of one call, no XLA: ru_maxrss rise in a fresh process (MiB).",
             "",
-            harness.memory_table(
+            peak_memory.memory_table(
                 memory,
                 memory_configs,
                 LAYERS,

@@ -31,6 +31,7 @@ import os
 
 import keras
 import training_utils
+import whole_files
 
 RECORD = "config.json"
 DONE_MARKER = "training_done.txt"
@@ -183,7 +184,7 @@ def record_flags(args):
     path = os.path.join(args.output_dir, RECORD)
     if os.path.exists(path):
         return
-    training_utils.write_whole(path, json.dumps(args.run_record, indent=2))
+    whole_files.write_whole(path, json.dumps(args.run_record, indent=2))
 
 
 def training_finished(output_dir):

@@ -12,8 +12,8 @@ Class-conditional or unconditional image generation with --mode.
     # generation instead of super resolution
     python examples/super_resolution/train.py --mode class_conditional --minutes 5
 
-Steps: load the images and split them (deterministic, `--validation_fraction`),
-train `keras_attn.models.super_resolution_transformer` (or
+Steps: load the images and split them (image_data.py; deterministic,
+`--validation_fraction`), train `keras_attn.models.super_resolution_transformer` (or
 `image_transformer` for generation) within the time budget, report
 validation bits/dim, then on `--num_samples` validation images sample with
 the decoder's cache at temperatures 1.0, 0.9 and 0.8 and by the per-pixel
@@ -59,6 +59,7 @@ import evaluate  # noqa: E402  (the example's sampling, PSNR/SSIM and grids)
 import keras  # noqa: E402
 import run_folder  # noqa: E402  (config.json, a finished run, export versions)
 import training_utils  # noqa: E402  (--strategy, exact resume)
+from image_data import DEFAULT_DATA, dataset, load_data, training_stream  # noqa: E402  (--data)
 
 from keras_attn.losses import MaskedSparseCategoricalCrossentropy  # noqa: E402
 from keras_attn.metrics import BitsPerDimension  # noqa: E402
@@ -66,11 +67,6 @@ from keras_attn.models import image_transformer, super_resolution_transformer  #
 from keras_attn.preprocessing import images  # noqa: E402
 from keras_attn.schedules import WarmupInverseSqrtSchedule  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_DATA = os.path.join(HERE, "data", "cifar10_sample.npz")
-FULL_DATA = "cifar10"  # --data cifar10: all 50,000 training images, keras_attn.datasets.cifar10
-# The project's shared data folder, beside the repository (its machines hold the full data sets).
-SHARED_DATA_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "shared", "data"))
 MODES = ("super_resolution", "class_conditional", "unconditional")
 
 
@@ -308,79 +304,6 @@ def parse_args(argv=None):
     if args.epochs is None:
         args.epochs = 1000 if args.minutes else 10
     return args
-
-
-def offline_data_dir(data_dir=None):
-    """The offline data folder for --data cifar10: --data_dir, else
-    $KERAS_ATTN_DATA, else the shared data folder beside the repository where
-    it holds cifar10/, else None (keras_attn.datasets' cache or a download)."""
-    from keras_attn.datasets import DATA_ENV_VAR
-
-    if data_dir or os.environ.get(DATA_ENV_VAR):
-        return data_dir or os.environ[DATA_ENV_VAR]
-    return SHARED_DATA_DIR if os.path.isdir(os.path.join(SHARED_DATA_DIR, "cifar10")) else None
-
-
-def load_data(args):
-    """(train_images, train_labels, validation_images, validation_labels)."""
-    if args.image_dir:
-        pictures, _ = images.load_image_directory(args.image_dir, size=32)
-        train, validation = images.split_indices(
-            len(pictures), args.validation_fraction, args.split_seed
-        )
-        return pictures[train], None, pictures[validation], None
-    path = args.data
-    if args.data == FULL_DATA:
-        from keras_attn.datasets import cifar10
-
-        data_dir = offline_data_dir(args.data_dir)
-        path = args.data_source = cifar10.fetch(data_dir=data_dir)  # checked against its sha256
-        print(f"CIFAR-10 from {path}", flush=True)
-        if not path.endswith(".npz"):  # the official archive: lossless uint8 arrays
-            pictures, labels = cifar10.load_data("train", data_dir=data_dir)
-            labels = labels.astype("int32")
-            train, validation = images.split_indices(
-                len(pictures), args.validation_fraction, args.split_seed
-            )
-            return pictures[train], labels[train], pictures[validation], labels[validation]
-        # The project's JPEG copy (an offline folder): read as any --data .npz.
-    train_images, train_labels = images.load_cifar10(
-        path, "train", args.validation_fraction, args.split_seed
-    )
-    validation_images, validation_labels = images.load_cifar10(
-        path, "validation", args.validation_fraction, args.split_seed
-    )
-    return train_images, train_labels, validation_images, validation_labels
-
-
-def dataset(args, pictures, labels, shuffle=False, repeat=False):
-    if args.mode == "super_resolution":
-        return images.super_resolution_dataset(
-            pictures, args.batch_size, shuffle=shuffle, seed=args.seed, repeat=repeat
-        )
-    return images.generation_dataset(
-        pictures,
-        args.batch_size,
-        labels=labels if args.mode == "class_conditional" else None,
-        shuffle=shuffle,
-        seed=args.seed,
-        repeat=repeat,
-    )
-
-
-def training_stream(args, pictures, labels, start_step=0):
-    """Endless global batches of `dataset(args, ...)`'s elements, each pass
-    over the pictures shuffled with its own seed, starting `start_step`
-    batches in (skipping whole passes without computing them)."""
-    elements = dataset(args, pictures, labels).unbatch()
-    count = len(pictures)
-    first_pass, offset = divmod(start_step * args.batch_size, count)
-    stream = training_utils.shuffled_passes(
-        lambda seed: elements.shuffle(count, seed=seed, reshuffle_each_iteration=False),
-        args.seed,
-        first_pass=first_pass,
-    )
-    return stream.skip(offset).batch(args.batch_size).prefetch(4)
 
 
 def build_model(args):

@@ -1,4 +1,4 @@
-"""examples/training_utils.py: `TimeBudget` stops training at the budget,
+"""examples/training_utils.py and training_budget.py: `TimeBudget` stops training at the budget,
 starts no epoch that would run a single step past it, prints what each
 `--progress` mode promises, and its bar's ETA is the budget left;
 `ExamplesSeen` counts the optimizer steps that ran; flags are refused
@@ -6,6 +6,7 @@ before any work when a run could only fail on them later."""
 
 import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -13,7 +14,9 @@ import pytest
 pytest.importorskip("tensorflow")  # the examples' helpers import it
 pytestmark = pytest.mark.requires_tensorflow
 
-from tests.examples.scripts import load_script
+from tests.examples.scripts import EXAMPLES, load_script
+
+sys.path.insert(0, EXAMPLES)  # as each train.py does: training_utils imports its sibling modules
 
 
 def _training_utils():
@@ -74,7 +77,7 @@ def test_the_bar_eta_is_the_budget_left(capsys):
     # The first update comes after compilation (here 40 s in) and the next
     # one at once: Keras' estimate, from the time between updates, would
     # show an ETA of about 0 s; a second of budget is a second.
-    bar = _training_utils()._BudgetBar(300)
+    bar = load_script("training_budget.py")._BudgetBar(300)
     bar.interval = 0
     bar.update(40, [("loss", 2.5)])
     bar.update(41, [("loss", 2.4)])

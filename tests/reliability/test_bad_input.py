@@ -2,6 +2,12 @@
 expected, how to fix it) from every attention layer and block — never a
 deep backend error, an assert, or a silent wrong answer.
 
+This file calls them: masks, inputs and caches (`init_cache` included) of
+the self-attention, 2D local, cross-attention layers and the encoder and
+decoder blocks. Their constructors: test_bad_constructor_arguments.py;
+ids and positions outside an embedding's table, in the layers and the
+models: test_bad_embedding_input.py.
+
 A `block_size` longer than the sequence is valid, not an error: the
 LocalBlockAttention docstring defines it as one block (full attention);
 `test_block_covering_the_sequence_is_full_attention` in
@@ -17,19 +23,13 @@ import pytest
 from keras_attn.layers import (
     LocalBlockAttention,
     MultiHeadAttention,
-    MultiHeadSelfAttention,
-    RelativeGlobalAttention,
-    TokenAndPositionEmbedding,
     TransformerDecoder,
     TransformerEncoder,
 )
-from keras_attn.models import translation_transformer
-from keras_attn.models.image_transformer import PixelEmbedding
 from tests import attention_kinds as kinds
 
 KINDS = kinds.SELF_ATTENTION_KINDS
 X = np.random.default_rng(5).standard_normal((2, 5, 8)).astype("float32")
-ONES = np.ones((2, 5), bool)
 
 # (call kwargs, message pattern): the same for every self-attention layer.
 SELF_ATTENTION_CALL_ERRORS = {
@@ -250,84 +250,6 @@ def test_cache_errors(kind):
             layer(X, cache_index=index, **step)
 
 
-@pytest.mark.parametrize(
-    "make, message",
-    [
-        (
-            lambda: MultiHeadSelfAttention(num_heads=2, key_dim=0),
-            r"key_dim` must be a positive integer\. Received: key_dim=0",
-        ),
-        (lambda: MultiHeadSelfAttention(num_heads=2, key_dim=2.5), r"Received: key_dim=2\.5"),
-        (lambda: MultiHeadAttention(num_heads=2, key_dim=-4), r"Received: key_dim=-4"),
-        (
-            lambda: LocalBlockAttention(2, 4, block_size=0),
-            r"`block_size` must be an int \(1D\) or a pair of ints \(2D\), each >= 1\. Received: block_size=0\.",
-        ),
-        (
-            lambda: LocalBlockAttention(2, 4, block_size=(0, 3)),
-            r"`block_size` must be .*each >= 1\. Received: block_size=\(0, 3\)",
-        ),
-        (
-            lambda: LocalBlockAttention(2, 4, block_size=4, memory_flange=-1),
-            r"`memory_flange` must be .*each >= 0\. Received: memory_flange=-1",
-        ),
-        (
-            lambda: RelativeGlobalAttention(2, 4, max_relative_position=0),
-            r"`max_relative_position` must be a positive integer\. Received: max_relative_position=0",
-        ),
-        (
-            lambda: RelativeGlobalAttention(2, 4, max_relative_position=3, value_dim=0),
-            r"value_dim` must be a positive integer",
-        ),
-        (
-            lambda: MultiHeadSelfAttention(num_heads=2, key_dim=4, dropout=-0.1),
-            r"`dropout` must be a number in \[0, 1\)",
-        ),
-        # Flags and seeds: refused when the layer is made, not read as truthy
-        # ("False" would switch a part on) or refused at the first training call.
-        (
-            lambda: MultiHeadSelfAttention(2, 4, use_bias="False"),
-            r"^MultiHeadSelfAttention: `use_bias` must be True or False \(True = the projections have biases\)\. Received: use_bias='False'\.$",
-        ),
-        (
-            lambda: RelativeGlobalAttention(2, 4, 3, heads_share_relative_embedding=np.True_),
-            r"Received: heads_share_relative_embedding=np\.True_\. Pass `heads_share_relative_embedding=bool\(heads_share_relative_embedding\)`\.$",
-        ),
-        (
-            lambda: MultiHeadAttention(2, 4, dropout=0.1, seed=1.5),
-            r"^MultiHeadAttention: `seed` must be None or an int \(the dropout seed\)\. Received: seed=1\.5\.$",
-        ),
-        (
-            lambda: TransformerEncoder(8, num_heads=2, seed="x"),
-            r"^TransformerEncoder: `seed` must be None or an int .*Received: seed='x'\.$",
-        ),
-        (
-            lambda: TransformerDecoder(8, num_heads=2, seed=np.int64(3)),
-            r"Received: seed=np\.int64\(3\)\. Pass a Python int: `seed=int\(seed\)`\.$",
-        ),
-        (
-            lambda: TokenAndPositionEmbedding(10, 8, 6, mask_zero="False"),
-            r"^TokenAndPositionEmbedding: `mask_zero` must be True or False \(True = id 0 is padding\)\. Received: mask_zero='False'\.$",
-        ),
-        (
-            lambda: TokenAndPositionEmbedding(10, 8, 6, scale_token_embeddings=1),
-            r"`scale_token_embeddings` must be True or False .*Received: scale_token_embeddings=1\.$",
-        ),
-        (
-            lambda: TokenAndPositionEmbedding(10, 8, "x", position="sinusoidal"),
-            r"`sequence_length` must be a positive integer\. Received: sequence_length='x'\.$",
-        ),
-        (
-            lambda: PixelEmbedding(257, 8, image_size=2, scale_token_embeddings=None),
-            r"^PixelEmbedding: `scale_token_embeddings` must be True or False .*Received: scale_token_embeddings=None\.$",
-        ),
-    ],
-)
-def test_constructor_errors(make, message):
-    with pytest.raises(ValueError, match=message):
-        make()
-
-
 def test_2d_local_attention_errors():
     layer = LocalBlockAttention(2, 4, block_size=(2, 2), memory_flange=(1, 1))
     image = np.ones((2, 3, 4, 8), "float32")
@@ -445,186 +367,3 @@ def test_block_errors(kind):
         match=r"`cache_index` must be None without a `self_attention_cache`\. Received: cache_index=2\.",
     ):
         decoder(X, memory, cache_index=2)
-
-
-# ------------------------------------------- learned position tables
-@pytest.mark.requires_tensorflow
-def test_sequence_longer_than_a_learned_position_table():
-    import tensorflow as tf
-
-    layer = TokenAndPositionEmbedding(11, 8, sequence_length=4)
-    ids = np.ones((1, 6), "int32")
-    fix = r"raise `sequence_length`"
-    with pytest.raises(
-        ValueError,
-        match=rf"Positions \(from `start_index`\) must be >= 0 and fit the learned "
-        rf"position table of 4 rows: {fix}.* Received: positions 0\.\.5\.",
-    ):
-        layer(ids)
-    # A static length inside a compiled graph fails when traced.
-    with pytest.raises(ValueError, match=r"Received: positions 0\.\.5\."):
-        tf.function(layer, jit_compile=True)(ids)
-    with pytest.raises(
-        ValueError, match=r"learned position table of 4 rows.* Received: positions -1\.\.0\."
-    ):
-        layer(ids[:, :2], start_index=-1)
-    with pytest.raises(ValueError, match=r"`start_index` must be an integer scalar.*2\.0"):
-        layer(ids[:, :2], start_index=2.0)
-    # A length known only at run time (a `None` dimension) is the caller's
-    # to check (generation, exported signatures): positions past the table
-    # are clamped to its last row, never gathered out of range.
-    signature = [tf.TensorSpec((None, None), tf.int32)]
-    tokens = np.asarray(layer.token_embedding.embeddings)[1]
-    positions = np.asarray(layer.position_embedding.embeddings)
-    want = tokens + positions[[0, 1, 2, 3, 3, 3]]
-    for jit_compile in (False, True):
-        run = tf.function(layer, jit_compile=jit_compile, input_signature=signature)
-        np.testing.assert_allclose(np.asarray(run(ids))[0], want, atol=1e-6)
-    # And through a model builder with learned positions.
-    model = translation_transformer(
-        11,
-        num_layers=1,
-        hidden_dim=8,
-        num_heads=2,
-        intermediate_dim=8,
-        position="learned",
-        max_length=4,
-    )
-    with pytest.raises(ValueError, match=r"Received: positions 0\.\.5\."):
-        model({"encoder_tokens": ids, "decoder_tokens": ids[:, :3]})
-
-
-@pytest.mark.requires_tensorflow
-def test_image_longer_than_the_pixel_positions():
-    import tensorflow as tf
-
-    layer = PixelEmbedding(5, 8, image_size=(2, 2), channels=1, position="learned")
-    with pytest.raises(
-        ValueError, match=r"must be >= 0 and fit the 5 positions.* Received: positions 0\.\.5\."
-    ):
-        layer(np.ones((1, 6), "int32"))
-    signature = [tf.TensorSpec((None, None), tf.int32)]  # traced: the caller's to check
-    for jit_compile in (False, True):
-        run = tf.function(layer, jit_compile=jit_compile, input_signature=signature)
-        assert np.isfinite(np.asarray(run(np.ones((1, 9), "int32")))).all()
-
-
-# ------------------------------------------- ids outside an embedding's table
-ID_CASES = {
-    "token_id_past_the_table": (
-        lambda: TokenAndPositionEmbedding(20, 8, 6, name="tokens"),
-        np.array([[3, 20]]),
-        r"TokenAndPositionEmbedding tokens: token ids must lie in \[0, 20\), the rows of its table\. "
-        r"Map unknown tokens to known ids\. Received: token ids from",
-        ("3", "20"),
-    ),
-    "negative_token_id": (
-        lambda: TokenAndPositionEmbedding(20, 8, position="sinusoidal", name="tokens"),
-        np.array([[-1, 3]]),
-        r"token ids must lie in \[0, 20\).*Received: token ids from",
-        ("-1", "3"),
-    ),
-    "intensity_past_the_table": (
-        # Before the check, 257 in channel 1 read as row 514 of the joint
-        # table: channel 2's intensity 0.
-        lambda: PixelEmbedding(257, 8, image_size=2, name="pixels"),
-        np.array([[0, 257]]),
-        r"PixelEmbedding pixels: intensity ids must lie in \[0, 257\), the rows of its table\. "
-        r"Pass intensities.*Received: intensity ids from",
-        ("0", "257"),
-    ),
-}
-
-
-@pytest.mark.parametrize("case", sorted(ID_CASES))
-def test_ids_outside_an_embedding_table(case):
-    from tests.test_case import traced
-
-    make, ids, message, (lowest, highest) = ID_CASES[case]
-    layer = make()
-    with pytest.raises(ValueError, match=rf"{message} {lowest} to {highest}\."):
-        layer(ids)
-    # Traced ids are checked where they enter (generation, exported
-    # signatures): a traced call is the plain lookup.
-    good = np.zeros_like(ids)
-    run = traced(lambda x: layer(x))
-    np.testing.assert_allclose(np.asarray(run(good)), np.asarray(layer(good)), atol=1e-6)
-
-
-def test_models_refuse_ids_outside_their_tables():
-    # On JAX these gave NaN logits without a word; on TensorFlow a gather
-    # error about an index of the layer's own making.
-    from keras_attn.models import image_transformer, music_transformer, super_resolution_transformer
-
-    tiny = dict(num_layers=1, hidden_dim=8, num_heads=2, intermediate_dim=8)
-    music = music_transformer(20, max_relative_position=4, **tiny)
-    with pytest.raises(
-        ValueError,
-        match=r"TokenEmbedding token_embedding: token ids must lie in \[0, 20\).*from 25 to 25\.",
-    ):
-        music(np.full((2, 6), 25, "int32"))
-    images = image_transformer(image_size=2, channels=1, num_classes=5, **tiny)
-    with pytest.raises(
-        ValueError,
-        match=r"TokenEmbedding class_embedding: token ids must lie in \[0, 5\).*from 0 to 7\.",
-    ):
-        images({"decoder_tokens": np.zeros((2, 4), "int32"), "class_label": np.array([0, 7])})
-    translation = translation_transformer(20, **tiny)
-    with pytest.raises(
-        ValueError, match=r"encoder_embedding: token ids must lie in \[0, 20\).*from -1 to 3\."
-    ):
-        translation({"encoder_tokens": np.array([[3, -1]]), "decoder_tokens": np.array([[1, 2]])})
-    sr = super_resolution_transformer(
-        low_resolution_size=2,
-        image_size=4,
-        num_encoder_layers=1,
-        hidden_dim=8,
-        num_heads=2,
-        intermediate_dim=8,
-        num_layers=1,
-        position="learned",
-        align_positions=False,
-    )
-    tokens = np.zeros((1, 48), "int32")
-    low = np.full((1, 12), 7, "int32")
-    sr({"decoder_tokens": tokens, "low_resolution": low})
-    with pytest.raises(
-        ValueError,
-        match=r"encoder_embedding: intensity ids must lie in \[0, 256\).*from 7 to 300\.",
-    ):
-        sr({"decoder_tokens": tokens, "low_resolution": np.concatenate([low[:, :11], [[300]]], 1)})
-    with pytest.raises(
-        ValueError,
-        match=r"decoder_embedding: intensity ids must lie in \[0, 257\).*from 0 to 999\.",
-    ):
-        sr({"decoder_tokens": np.concatenate([tokens[:, :47], [[999]]], 1), "low_resolution": low})
-
-
-@pytest.mark.parametrize("which", ["embedding", "logit_bias"])
-def test_low_resolution_images_must_match_the_rows_they_condition(which):
-    # Three images for two sequences failed in the model's Add
-    # ("Incompatible shapes: [2,17,16] vs. [3,17,16]"); a layer alone
-    # broadcast nothing and failed in a gather.
-    from keras_attn.models.image_transformer import LowResolutionEmbedding, LowResolutionLogitBias
-    from tests.test_case import traced
-
-    sizes = dict(image_size=4, low_resolution_size=2, channels=1, name="low")
-    if which == "embedding":
-        layer = LowResolutionEmbedding(8, **sizes)
-        first, name = np.zeros((2, 16), "int32"), "inputs"
-    else:
-        layer = LowResolutionLogitBias(**sizes)
-        first, name = np.zeros((2, 16, 256), "float32"), "logits"
-    low = np.full((3, 4), 7, "int32")
-    message = (
-        f"`low_resolution.shape` must be (2, 4): one 2x2x1 image in raster order per row of `{name}`. "
-        "Received: low_resolution.shape=(3, 4)."
-    )
-    with pytest.raises(ValueError, match=re.escape(message)):
-        layer(first, low)
-    np.testing.assert_allclose(
-        np.asarray(layer(first, low[:2])).shape,
-        first.shape[:2] + (8 if which == "embedding" else 256,),
-    )
-    with pytest.raises(ValueError, match=re.escape(message)):  # static shapes: when traced
-        traced(lambda x, y: layer(x, y))(first, low)
