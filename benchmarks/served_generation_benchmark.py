@@ -19,7 +19,8 @@ Each is called two or three ways:
   tensorflow_text for the translator), its signature called as a client would; the default export
   (no XLA, which any TF Serving build runs) and `jit_compile=True` (the decoding loop XLA-compiled
   inside the SavedModel, which TF Serving runs on CPU with `--xla_cpu_compilation_enabled=true`,
-  and on GPU).
+  and on GPU); `served_eigen`: the default export with oneDNN off (`TF_ENABLE_ONEDNN_OPTS=0`),
+  on by default in the pip TensorFlow on x86, absent from TF Serving builds without oneDNN.
 
 For each batch size (--batch-sizes, default 1 and 8) every way is warmed up once, then timed
 alternately (Python, served, Python, ...; each served worker waits on its stdin between calls); the
@@ -28,10 +29,8 @@ process's CPU time (all its threads; the steadier ratio on a shared machine). Go
 default export within 3x of Python at batch 1 and 2x at batch 8. `--intra-op-threads N` runs every
 process with N intra-op threads (TF Serving's `--tensorflow_intra_op_parallelism`).
 
-`--budget` (seconds) bounds each generator's *timing*, counted from when its exports are written
-and its workers have loaded them (setup - the translator's tokenizer training, the exports, the XLA
-compiles - is not counted); a batch size whose predicted timing does not fit what is left is
-reported as skipped.
+`--budget` (seconds) bounds each generator's *timing* (not its setup: tokenizer training, exports,
+XLA compiles, loads); a batch size whose predicted timing does not fit is reported as skipped.
 
 Nodes per step: for each generator the nodes of one step of the default export's decoding loop (the
 largest While body under serving_default, with the functions it calls; the branches of its
@@ -42,11 +41,10 @@ sampling/search, loop (the while loop's own bookkeeping), layer (everything else
 models/). They go to stderr as each generator is exported, to the table's last column and to the
 JSON; `--nodes` counts them without timing anything.
 
-Run: `python benchmarks/served_generation_benchmark.py [--quick] [--nodes] [--generators
-super_resolver translator music_generator] [--batch-sizes 1 8] [--repeats 3] [--budget 280]
-[--intra-op-threads 0]`. Prints a markdown table and writes
-benchmarks/results/served_generation.json (the results of generators not measured in this run are
-kept).
+Run: `python benchmarks/served_generation_benchmark.py [--quick] [--nodes] [--generators ...]
+[--batch-sizes 1 8] [--repeats 3] [--budget 280] [--intra-op-threads 0]` (`--help`). Prints a
+markdown table and writes benchmarks/results/served_generation.json (keeping the results of
+generators not measured in this run).
 """
 
 import argparse
@@ -120,9 +118,13 @@ def build_model():
     )
 
 
-# The served variants: name -> `jit_compile` of the exporter (served_xla only
-# for exporters that take it).
-SERVED = {"served": False, "served_xla": True}
+# The served variants: name -> (`jit_compile` of the exporter, the worker's extra environment);
+# served_xla only for exporters that take `jit_compile` (served_eigen: the module docstring).
+SERVED = {
+    "served": (False, {}),
+    "served_eigen": (False, {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    "served_xla": (True, {}),
+}
 SENTENCE = "Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt."
 TRANSLATION_LENGTH = 64  # export_translator's default max_length
 MUSIC_LENGTH = 256  # the music example's training window
@@ -461,7 +463,7 @@ def _measure(generator, args, tmp):
     if args.nodes:
         return {}, nodes
     workers = {}
-    for name, jit_compile in SERVED.items():
+    for name, (jit_compile, environment) in SERVED.items():
         exporter = getattr(generator.export, "exporter", None)
         if jit_compile and "jit_compile" not in inspect.signature(exporter).parameters:
             continue  # this exporter has no XLA option
@@ -473,6 +475,7 @@ def _measure(generator, args, tmp):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
+                env={**os.environ, **environment},
             )
     results = {}
     try:
@@ -543,14 +546,14 @@ def main():
                         f"{served['median_s_per_call']:.3f} ({served['median_ms_per_step']:.2f} ms)",
                         f"{served['median_s_per_call'] / python['median_s_per_call']:.1f}x",
                         f"{served['median_cpu_s_per_call'] / python['median_cpu_s_per_call']:.1f}x",
-                        nodes[name]["nodes"]
-                        if variant.startswith("served ") or variant == "served"
-                        else "-",
+                        nodes[name]["nodes"] if not variant.startswith("served_xla") else "-",
                     ]
                 )
     print(
         "Exported generators in a fresh tensorflow(+tensorflow_text)-only process vs the same "
         "decoding in Python compiled with XLA; served = the default export (no XLA), "
+        "served_eigen = the same with TensorFlow's oneDNN kernels off "
+        "(`TF_ENABLE_ONEDNN_OPTS=0`, as a TF Serving build without oneDNN runs it), "
         "served_xla = `jit_compile=True` (XLA inside the SavedModel); median of "
         f"{args.repeats} interleaved calls after a warm-up, seconds per call (ms per decoding "
         "step: super resolution 3,072 per image; translation 63 positions, the cap; "
