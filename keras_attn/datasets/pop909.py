@@ -6,6 +6,7 @@ Reference:
 
 import contextlib
 import os
+import pathlib
 import time
 
 from keras_attn.checks import require
@@ -15,8 +16,8 @@ NUM_SONGS = 909
 
 
 # {song "NNN": sha256} and the license's, from `pop909_sha256.txt` beside this module.
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "pop909_sha256.txt")) as _file:
-    SHA256 = dict(line.split() for line in _file if line.strip() and not line.startswith("#"))
+_HASHES = pathlib.Path(__file__).with_name("pop909_sha256.txt").read_text().splitlines()
+SHA256 = dict(line.split() for line in _HASHES if line.strip() and not line.startswith("#"))
 LICENSE_SHA256 = SHA256.pop("LICENSE")
 
 # The repository at a fixed commit (its master of 2020-08-28; the songs were

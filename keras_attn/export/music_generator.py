@@ -189,6 +189,7 @@ def _whole_loop(decoder, max_length, max_primer_length, end_token_id, suppressed
         def choose(logits, position):
             return _choice(logits, position, end_token_id, limits, *controls)
 
+        # start_search's others: prompt lengths, no other model inputs, the suppressed ids.
         events = decoding.token_loop(
             choose, decoder, padded, max_length, end_token_id, _PAD_ID, lengths, None, suppressed
         )
@@ -208,15 +209,15 @@ def _streaming_functions(decoder, max_length, max_primer_length, end_token_id, s
 
     def prefill_core(primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
-        controls = (end_token_id, limits, *controls)
-        token, position, cache, _, finished = stream.prefill(padded, lengths, controls)
+        choice_arguments = (end_token_id, limits, *controls)  # `_choice`'s, after the logits
+        token, position, cache, _, finished = stream.prefill(padded, lengths, choice_arguments)
         return _stream_outputs(token, position, cache, finished, limits)
 
     def step_core(events, position, cache, finished, primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
-        controls = (end_token_id, limits, *controls)
+        choice_arguments = (end_token_id, limits, *controls)
         token, cache, finished = stream.step(
-            padded, lengths, controls, events[:, 0], position, cache, finished
+            padded, lengths, choice_arguments, events[:, 0], position, cache, finished
         )
         return _stream_outputs(token, position + 1, cache, finished, limits)
 

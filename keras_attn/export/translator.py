@@ -133,6 +133,7 @@ def export_translator(
 
     if include_text_signature:
         endpoints = {"serving_default": serve_text, "translate_tokens": serve_tokens}
+        # One object listed twice (a shared tokenizer) is saved once.
         trackables = [model, tokenizer, source_tokenizer]
     else:
         endpoints, trackables = {"serving_default": serve_tokens}, [model]

@@ -23,8 +23,8 @@ def chunked_attention(query, key, value, masks=None, chunk_size=256, relative_em
         query: (B, T, H, K) float queries.
         key: (B, S, H, K) float keys.
         value: (B, S, H, V) float values.
-        masks: an `AttentionMasks` record (None: nothing masked); not a cached one (the layers
-            run the dense core on a cache).
+        masks: an `AttentionMasks` record (None: nothing masked), its attention mask 4D
+            (B, 1 or H, T, S); not a cached one (the layers run the dense core on a cache).
         chunk_size: C (int >= 1, checked by the layers), positions per query and key chunk
             (memory O(B·H·C²)).
         relative_embeddings: optional table E, (2M - 1, K) or (H, 2M - 1, K): adds q_t · E[s - t].

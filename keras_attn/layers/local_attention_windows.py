@@ -171,7 +171,7 @@ def window_masks(mask, masks, memory, query_rows):
 
 
 def step_masks(mask, masks, positions):
-    """`mask` (B|1, H|1, 1, T, N) AND the padding and attention masks of a cached step's T
+    """`mask` (broadcastable to (B, H, 1, T, N)) AND the padding and attention masks of a cached step's T
     queries at the N key `positions` it reads."""
     if masks.padding_mask is not None:
         padding = take_positions(masks.padding_mask, positions, 1)  # (B, N)

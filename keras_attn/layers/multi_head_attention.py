@@ -185,7 +185,12 @@ class MultiHeadAttention(AttentionBase):
         call = bound_call_arguments(self, args, kwargs)
         query, value, cache = call["query"], call["value"], call["cache"]
         self._masks(
-            query, value, call["key"], call["attention_mask"], call["value_padding_mask"], cache
+            query,
+            value,
+            key=call["key"],
+            attention_mask=call["attention_mask"],
+            value_padding_mask=call["value_padding_mask"],
+            cache=cache,
         )
         output_shape = self.compute_output_shape(tuple(query.shape))
         outputs = keras.KerasTensor(output_shape, self.compute_dtype)

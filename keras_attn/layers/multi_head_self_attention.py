@@ -358,8 +358,14 @@ class MultiHeadSelfAttention(AttentionBase):
     def compute_output_spec(self, *args, **kwargs):
         call = bound_call_arguments(self, args, kwargs)
         inputs, cache = call["inputs"], call["cache"]
-        masks = (call["padding_mask"], call["attention_mask"], call["use_causal_mask"])
-        self._masks(inputs, *masks, cache, call["cache_index"])
+        self._masks(
+            inputs,
+            padding_mask=call["padding_mask"],
+            attention_mask=call["attention_mask"],
+            use_causal_mask=call["use_causal_mask"],
+            cache=cache,
+            cache_index=call["cache_index"],
+        )
         shape = tuple(inputs.shape)
         outputs = keras.KerasTensor(self.compute_output_shape(shape), self.compute_dtype)
         scores = None

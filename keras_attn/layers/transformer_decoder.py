@@ -217,8 +217,15 @@ class TransformerDecoder(TransformerBlock):
         call = bound_call_arguments(self, args, kwargs)
         sequence, memory = call["decoder_sequence"], call["encoder_sequence"]
         self_cache, cross_cache = call["self_attention_cache"], call["cross_attention_cache"]
-        padding_masks = (call["decoder_padding_mask"], call["encoder_padding_mask"])
-        self._masks(sequence, memory, *padding_masks, self_cache, call["cache_index"], cross_cache)
+        self._masks(
+            sequence,
+            memory,
+            decoder_padding_mask=call["decoder_padding_mask"],
+            encoder_padding_mask=call["encoder_padding_mask"],
+            self_attention_cache=self_cache,
+            cache_index=call["cache_index"],
+            cross_attention_cache=cross_cache,
+        )
 
         def spec(shape, dtype=None):
             return keras.KerasTensor(tuple(shape), dtype or self.compute_dtype)

@@ -74,7 +74,8 @@ def load_jsb_chorales(path, split="train"):
         expected = f"Expected the JSB Chorales JSON file {JSB_FILENAME} or its folder"
         raise ValueError(f"{expected}. Received: path {path!r} ({error}).") from None
     available = sorted(data) if isinstance(data, dict) else type(data).__name__
-    fix = "This project's copy of the file leaves out the test split." if split == "test" else ""
+    fix = "The copy shipped with this project leaves out the test split; the official file has it."
+    fix = fix if split == "test" else ""
     ok = isinstance(data, dict) and split in data
     checks.require(ok, "split", split, f"one of {available}", fix)
     return [_check_grid(chorale).astype(np.int32) for chorale in data[split]]

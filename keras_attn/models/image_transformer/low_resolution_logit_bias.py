@@ -72,7 +72,8 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         self.raster = LowResolutionRaster(
             image_size, low_resolution_size, channels, num_intensities, interpolation
         )
-        # Every call gathers a (C * N, N) float32 table from an (N, N) int32 offset matrix.
+        # A call on more than one position gathers a (C * N, N) float32 table from an (N, N)
+        # int32 offset matrix.
         checks.require(
             4 * num_intensities**2 * (channels + 1) <= 2**31,
             "num_intensities",
@@ -135,15 +136,15 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         n = self.num_intensities
         if logits.shape[1] == 1:
             # A decoding step reads its N biases straight from the weights:
-            # offset_bias[c, N - 1 - v + k] for k < N (building the whole table
-            # below cost ~25x more per step).
+            # offset_bias[c, N - 1 - v + k] for k < N, instead of building the whole
+            # table below at every step (benchmarks/README.md, served generation).
             channel, value = ids // n, ids % n
             index = (channel * (2 * n - 1) + n - 1 - value)[..., None] + ops.arange(n)
             bias = ops.take(ops.reshape(self.offset_bias, (-1,)), index)
         else:
             # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
-            # one row gather per position (its gradient is a row scatter-add,
-            # ~3x faster in training than the scalar scatter of the path above).
+            # one row gather per position (its gradient is a row scatter-add, faster
+            # in training than the scalar scatter of the path above).
             table = ops.take(self.offset_bias, self._offsets, axis=1)
             bias = ops.take(ops.reshape(table, (self.channels * n, n)), ids, axis=0)
         return logits + ops.cast(bias, logits.dtype)

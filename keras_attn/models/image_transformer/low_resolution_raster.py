@@ -96,20 +96,25 @@ class LowResolutionRaster:
         if self.interpolation == "bicubic":
             upsampled = self._upsampled(low_resolution)
             remaining = None if block_sums is None else self._remaining_sums(upsampled)
-        images = (upsampled, remaining)
 
         def centre(at, sums):
             """(B, T) float: the interpolated value `b[p]` at `at`, or its consistent value
             `c[p]` given the block sums `sums` before each position."""
             if sums is None:
                 return self._interpolated(low_resolution, at, upsampled)
-            return self._consistent(low_resolution, at, sums, max_correction, images)
+            return self._consistent(low_resolution, at, sums, max_correction, upsampled, remaining)
 
         value = centre(positions, block_sums)
         if block_sums is not None and left_intensities is not None:
             # `c[p] + 0.75 * (x[p - C] - c[p - C])`.
             residual = self._left_residual(
-                low_resolution, positions, block_sums, left_intensities, max_correction, images
+                low_resolution,
+                positions,
+                block_sums,
+                left_intensities,
+                max_correction,
+                upsampled,
+                remaining,
             )
             value = value + LEFT_RESIDUAL_WEIGHT * residual
         values = self._intensities(value)
@@ -154,19 +159,21 @@ class LowResolutionRaster:
             )
         return ops.take(upsampled, positions, axis=1)
 
-    def _consistent(self, low_resolution, positions, block_sums, max_correction, images):
+    def _consistent(
+        self, low_resolution, positions, block_sums, max_correction, upsampled, remaining
+    ):
         """(B, T) float32 `b[p] + (a * L - s - sum(b)) / r`: the interpolated value corrected so
         each block averages to its input value, the block's deficit spread over its `r` pixels
         left. `block_sums` (B, T) is `s`, the block's sum before each position
-        (`LowResolutionBlockSums`); `max_correction` bounds the correction; `images` holds the
-        (B, H*W*C) float bicubic image and its remaining block sums (None for nearest)."""
+        (`LowResolutionBlockSums`); `max_correction` bounds the correction; `upsampled` and
+        `remaining` are the (B, H*W*C) float bicubic image and its `_remaining_sums` (None for
+        nearest)."""
         low = ops.take(ops.cast(low_resolution, "float32"), self.covering_index(positions), axis=1)
         pixels_left = ops.cast(self.block_area - self.order_in_block(positions), "float32")
         if self.interpolation == "nearest":
             # Every pixel of the block interpolates to L.
             interpolated, remaining = low, low * pixels_left[None, :]
         else:
-            upsampled, remaining = images
             remaining = ops.take(remaining, positions, axis=1)
             interpolated = ops.take(upsampled, positions, axis=1)
         deficit = self.block_area * low - ops.cast(block_sums, "float32") - remaining
@@ -176,7 +183,14 @@ class LowResolutionRaster:
         return interpolated + correction
 
     def _left_residual(
-        self, low_resolution, positions, block_sums, left_intensities, max_correction, images
+        self,
+        low_resolution,
+        positions,
+        block_sums,
+        left_intensities,
+        max_correction,
+        upsampled,
+        remaining,
     ):
         """(B, T) float `x[p - C] - c[p - C]`: the left pixel's residual from its consistent
         value (from its interpolated value across a block's left edge; 0 in the first column).
@@ -190,9 +204,10 @@ class LowResolutionRaster:
             left_positions,
             ops.cast(block_sums, "float32") - left,
             max_correction,
-            images,
+            upsampled,
+            remaining,
         )
-        left_interpolated = self._interpolated(low_resolution, left_positions, images[0])
+        left_interpolated = self._interpolated(low_resolution, left_positions, upsampled)
         same_block = (column % block_width > 0)[None, :]
         residual = left - ops.where(same_block, left_consistent, left_interpolated)
         return ops.where((column > 0)[None, :], residual, 0.0)
