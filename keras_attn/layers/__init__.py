@@ -1,5 +1,6 @@
 """Attention layers and Transformer blocks (keras.ops only)."""
 
+from keras_attn.layers.layer_norm import LayerNorm
 from keras_attn.layers.local_block_attention import LocalBlockAttention
 from keras_attn.layers.multi_head_attention import MultiHeadAttention
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
@@ -11,6 +12,7 @@ from keras_attn.layers.transformer_decoder import TransformerDecoder
 from keras_attn.layers.transformer_encoder import TransformerEncoder
 
 __all__ = [
+    "LayerNorm",
     "LocalBlockAttention",
     "MultiHeadAttention",
     "MultiHeadSelfAttention",

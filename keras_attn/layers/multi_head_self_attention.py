@@ -7,6 +7,7 @@ from keras_attn import checks
 from keras_attn.layers import attention_ops
 from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments, call_results
 from keras_attn.layers.attention_masks import AttentionMasks
+from keras_attn.layers.attention_ops import dim
 from keras_attn.layers.chunked_attention import chunked_attention
 
 
@@ -156,10 +157,12 @@ class MultiHeadSelfAttention(AttentionBase):
         padding_mask, attention_mask = self._masks(
             inputs, padding_mask, attention_mask, use_causal_mask, cache, cache_index
         )
-        spatial_shape, batch_size = tuple(inputs.shape[1:-1]), ops.shape(inputs)[0]
+        # Reshapes infer the batch (-1) and keep the other sizes static where known: constant
+        # shapes, not Shape -> StridedSlice chains for a served step to run.
+        spatial_shape = tuple(inputs.shape[1:-1])
         if len(spatial_shape) > 1:
-            inputs = ops.reshape(inputs, (batch_size, -1, inputs.shape[-1]))
-        query_length = ops.shape(inputs)[1]
+            inputs = ops.reshape(inputs, (-1, math.prod(spatial_shape), inputs.shape[-1]))
+        query_length = dim(inputs, 1)
         if cache is not None:
             cache_index = ops.cast(0 if cache_index is None else cache_index, "int32")
         query, key, value, cache = self._project_query_key_value(inputs, cache, cache_index)
@@ -173,10 +176,10 @@ class MultiHeadSelfAttention(AttentionBase):
         outputs, scores = self._attend(
             query, key, value, masks, spatial_shape, return_attention_scores, training
         )
-        outputs = ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim))
+        outputs = ops.reshape(outputs, (-1, query_length, self.num_heads * self._value_dim))
         outputs = self.output_dense(outputs)
         if len(spatial_shape) > 1:
-            outputs = ops.reshape(outputs, (batch_size,) + spatial_shape + (outputs.shape[-1],))
+            outputs = ops.reshape(outputs, (-1,) + spatial_shape + (outputs.shape[-1],))
         scores = ops.cast(scores, self.compute_dtype) if return_attention_scores else None
         return call_results(outputs, scores, cache)
 
@@ -230,17 +233,17 @@ class MultiHeadSelfAttention(AttentionBase):
         """Per-head (query, key, value, cache); with a cache, keys/values of the updated one."""
         # One matmul for all projections, laid out per head as [q | k | v]
         # so that [k | v] is already in the cache's layout.
-        batch_size, query_length = ops.shape(inputs)[0], ops.shape(inputs)[1]
         qkv = ops.reshape(
             self.query_key_value_dense(inputs),
-            (batch_size, query_length, self.num_heads, 2 * self.key_dim + self._value_dim),
+            (-1, dim(inputs, 1), self.num_heads, 2 * self.key_dim + self._value_dim),
         )
         if cache is None:
             # `split`, not three slices: its gradient is one concatenation, not three
             # zero-padded copies of the whole tensor.
             query, key, value = ops.split(qkv, [self.key_dim, 2 * self.key_dim], axis=-1)
             return query, key, value, None
-        query, key_value = ops.split(qkv, [self.key_dim], axis=-1)
+        # Slices: TensorFlow's `split` builds its sizes from the shape in ~20 graph nodes.
+        query, key_value = qkv[..., : self.key_dim], qkv[..., self.key_dim :]
         attended, cache = self._write_cache(cache, ops.cast(key_value, cache.dtype), cache_index)
         key, value = self._cached_keys_values(attended, query.dtype)
         return query, key, value, cache

@@ -73,7 +73,7 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         )
 
     def _extra_logits(self, query, key_length, masks):
-        """Srel (B, H, T, S) in float32: product with the table, then skewing."""
+        """Srel (B, H, T, S) in float32: product with the table, then skewing (none for T = 1)."""
         query_length = dim(query, 1)
         # Column j: the distance j - (cache_index + T - 1), key j seen from the last query; its
         # table row is the distance clamped to +-(M - 1), plus M - 1. Causal calls need the
@@ -83,14 +83,19 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         first_row = limit - (query_length - 1) - ops.cast(masks.cache_index, "int32")
         rows = ops.clip(ops.arange(width, dtype="int32") + first_row, 0, 2 * limit)
         table = ops.cast(ops.take(self.relative_embeddings, rows, axis=-2), "float32")
+        # (B, T, H, K) x (H, W, K) -> (B, H, T, W) (W + 1 with the skew's padding row below),
+        # the logits' layout: one einsum, with neither the table transposed nor broadcast to
+        # the batch (TF 2.21's oneDNN batch matmul breaks on a broadcast operand, see the
+        # guide; the einsum has none).
+        product = f"bthk,{'' if self.heads_share_relative_embedding else 'h'}wk->bhtw"
+        query = ops.cast(query, "float32")
+        if checks.static_int(query_length) == 1:
+            # One query (a decoding step): W = S and column j is already key j's distance, so
+            # there is nothing to skew (nor a padding row to copy the table for).
+            return ops.einsum(product, query, table)
         # A zero row in front gives the skew's padding column as part of the product.
         table = ops.pad(table, [[0, 0]] * (len(table.shape) - 2) + [[1, 0], [0, 0]])
-        # (B, T, H, K) x (H, W+1, K) -> (B, H, T, W+1), the logits' layout: one einsum, with
-        # neither the table transposed nor broadcast to the batch (TF 2.21's oneDNN batch
-        # matmul breaks on a broadcast operand, see the guide; the einsum has none).
-        heads = "" if self.heads_share_relative_embedding else "h"
-        padded = ops.einsum(f"bthk,{heads}wk->bhtw", ops.cast(query, "float32"), table)
-        return skew_padded(padded, key_length)
+        return skew_padded(ops.einsum(product, query, table), key_length)
 
     def _attend_chunked(self, query, key, value, masks, chunk_size):
         return chunked_attention(

@@ -5,6 +5,7 @@ import keras
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
+from keras_attn.layers.layer_norm import LayerNorm
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
 from keras_attn.layers.projection import Projection
 
@@ -83,9 +84,7 @@ class TransformerBlock(ArgumentsConfig, keras.layers.Layer):
         )
 
     def _layer_norm(self, name):
-        return keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
+        return LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name)
 
     def _dropout(self, name, offset):
         seed = None if self.seed is None else self.seed + offset

@@ -1,8 +1,7 @@
 """What the model builders share: their argument checks and their stacks of blocks."""
 
-import keras
-
 from keras_attn.checks import check_heads_divide, check_rate, check_sizes
+from keras_attn.layers.layer_norm import LayerNorm
 
 
 def check_model_arguments(hidden_dim, num_heads, dropout, **sizes):
@@ -36,5 +35,5 @@ def stack_blocks(
         x = layer(x) if encoder_outputs is None else layer(x, encoder_outputs)
     if blocks["normalize_first"]:
         name = final_norm or f"{prefix}_final_norm"
-        x = keras.layers.LayerNormalization(epsilon=1e-5, name=name)(x)
+        x = LayerNorm(epsilon=1e-5, name=name)(x)
     return x

@@ -15,6 +15,7 @@ _IMAGE_LAYERS = {name for name in image_layers.__all__ if name[0].isupper() and 
 
 # The smallest arguments each public layer accepts.
 _REQUIRED = {
+    "LayerNorm": {},
     "LocalBlockAttention": dict(num_heads=2, key_dim=4, block_size=4),
     "LowResolutionBlockSums": dict(image_size=8, low_resolution_size=4),
     "LowResolutionEmbedding": dict(embedding_dim=8, image_size=8, low_resolution_size=4),
