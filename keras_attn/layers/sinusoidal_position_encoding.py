@@ -1,6 +1,7 @@
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn import checks
@@ -86,8 +87,8 @@ def sinusoids(length, dim, start_index=0, max_wavelength=10000):
 
 
 def sinusoids_at(positions, dim, max_wavelength=10000):
-    """The (T, dim) float32 sinusoid encoding of (T,) positions (fractional too): feature 2i
-    is sin(p / max_wavelength^(2i / dim)), feature 2i + 1 its cos.
+    """The (..., dim) float32 sinusoid encoding of (...) positions (e.g. (T,); fractional too):
+    feature 2i is sin(p / max_wavelength^(2i / dim)), feature 2i + 1 its cos.
 
     Example:
     >>> import numpy as np
@@ -96,8 +97,10 @@ def sinusoids_at(positions, dim, max_wavelength=10000):
     [[0.0, 1.0, 0.0, 1.0], [0.997, 0.071, 0.015, 1.0]]
     """
     positions = ops.cast(positions, "float32")
-    pair_index = ops.cast(ops.arange(dim, dtype="int32") // 2, "float32")
+    # The integer parts are constants; the power stays an op of the backend, whose float32
+    # result is not NumPy's in the last bit.
+    pair_index = ops.convert_to_tensor(np.arange(dim) // 2, "float32")
     inverse_frequency = ops.power(float(max_wavelength), -2.0 * pair_index / float(dim))
-    angles = positions[:, None] * inverse_frequency[None, :]
-    is_even = ops.equal(ops.arange(dim, dtype="int32") % 2, 0)
-    return ops.where(is_even[None, :], ops.sin(angles), ops.cos(angles))
+    angles = ops.expand_dims(positions, -1) * inverse_frequency
+    is_even = np.arange(dim) % 2 == 0
+    return ops.where(is_even, ops.sin(angles), ops.cos(angles))

@@ -20,6 +20,7 @@ _REQUIRED = {
     "LowResolutionBlockSums": dict(image_size=8, low_resolution_size=4),
     "LowResolutionEmbedding": dict(embedding_dim=8, image_size=8, low_resolution_size=4),
     "LowResolutionLogitBias": dict(image_size=8, low_resolution_size=4),
+    "LowResolutionValues": dict(image_size=8, low_resolution_size=4),
     "MultiHeadAttention": dict(num_heads=2, key_dim=4),
     "MultiHeadSelfAttention": dict(num_heads=2, key_dim=4),
     "PixelEmbedding": dict(vocabulary_size=10, embedding_dim=8, image_size=4),

@@ -6,6 +6,7 @@ See docs/guides/image_transformer.md for the layout and the low-resolution condi
 from keras_attn.models.image_transformer.low_resolution_block_sums import LowResolutionBlockSums
 from keras_attn.models.image_transformer.low_resolution_embedding import LowResolutionEmbedding
 from keras_attn.models.image_transformer.low_resolution_logit_bias import LowResolutionLogitBias
+from keras_attn.models.image_transformer.low_resolution_values import LowResolutionValues
 from keras_attn.models.image_transformer.model import (
     NUM_INTENSITIES,
     START_TOKEN,
@@ -22,6 +23,7 @@ __all__ = [
     "LowResolutionBlockSums",
     "LowResolutionEmbedding",
     "LowResolutionLogitBias",
+    "LowResolutionValues",
     "PixelEmbedding",
     "PixelPositionEncoding",
     "SequenceDelay",

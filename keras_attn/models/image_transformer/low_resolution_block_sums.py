@@ -2,9 +2,13 @@ import keras
 from keras import ops
 
 from keras_attn.layers.arguments_config import ArgumentsConfig
+from keras_attn.layers.attention_ops import dim
 from keras_attn.models.image_transformer.low_resolution_raster import (
     LowResolutionRaster,
     RasterGeometry,
+)
+from keras_attn.models.image_transformer.pixel_position_encoding import (
+    positions_from,
 )
 
 
@@ -63,24 +67,23 @@ class LowResolutionBlockSums(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         return ops.zeros((batch_size, self.num_blocks), "float32")
 
     def call(self, decoder_tokens, cache=None, cache_index=0):
-        length = ops.shape(decoder_tokens)[1]
-        start = ops.cast(cache_index, "int32")
-        positions = ops.arange(length, dtype="int32") + start
+        length = dim(decoder_tokens, 1)
+        positions = positions_from(cache_index, length)
         # The token at position p is the intensity at p - 1 (none at p = 0).
         previous = positions - 1
         counts = (previous >= 0) & (previous < self.raster.num_positions)
         tokens = ops.cast(decoder_tokens, "int32")
-        counts = counts[None, :] & (tokens < self.num_intensities)
+        counts = counts & (tokens < self.num_intensities)
         values = ops.where(counts, ops.cast(tokens, "float32"), 0.0)
         token_blocks = self.raster.covering_index(ops.clip(previous, 0, self.num_positions - 1))
         running = ops.cumsum(
-            values[:, :, None] * ops.one_hot(token_blocks, self.num_blocks)[None], axis=1
+            ops.expand_dims(values, -1) * ops.one_hot(token_blocks, self.num_blocks), axis=1
         )
         if cache is not None:
             running = running + ops.cast(cache, "float32")[:, None, :]
         # Sum at p over its own block: tokens up to p are intensities before p.
-        own_blocks = self.raster.covering_index(self.raster.positions(length, start))
-        sums = ops.sum(running * ops.one_hot(own_blocks, self.num_blocks)[None], axis=-1)
+        own_blocks = self.raster.covering_index(self.raster.positions(length, cache_index))
+        sums = ops.sum(running * ops.one_hot(own_blocks, self.num_blocks), axis=-1)
         if cache is None:
             return sums
         return sums, running[:, -1, :]

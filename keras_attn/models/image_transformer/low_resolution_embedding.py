@@ -4,6 +4,7 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
+from keras_attn.layers.attention_ops import dim
 from keras_attn.models.image_transformer.low_resolution_raster import (
     LowResolutionRaster,
     RasterGeometry,
@@ -34,6 +35,9 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         inputs: (B, T) decoder token ids; only T is read (T <= H * W * C + 1).
         low_resolution: (B, h * w * C) int intensities, the low-resolution raster sequence.
         start_index: int or int32 scalar, the absolute position of `inputs[:, 0]`.
+        low_resolution_values: optional (B, H * W * C, 4) float32 from a `LowResolutionValues`
+            of the same sizes and interpolation: read instead of being computed from
+            `low_resolution` (a decoder then computes them once, not at each step).
 
     Returns:
         (B, T, D) embeddings in the compute dtype.
@@ -68,6 +72,9 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         embeddings_initializer="uniform",
         **kwargs,
     ):
+        # `low_resolution_values` stays float32 under a mixed policy: cast to half precision,
+        # its interpolated values would round to other intensities.
+        kwargs["autocast"] = False
         super().__init__(**kwargs)
         checks.check_positive_int(self, "embedding_dim", embedding_dim)
         checks.check_bool(self, "scale_embeddings", scale_embeddings, "True = vectors times √D")
@@ -90,13 +97,18 @@ class LowResolutionEmbedding(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         self.embedding.build()
         self.built = True
 
-    def call(self, inputs, low_resolution, start_index=0):
+    def call(self, inputs, low_resolution, start_index=0, low_resolution_values=None):
         self.raster.check_batch(low_resolution, inputs, "inputs")
-        ids = self.raster.channel_value_ids(low_resolution, ops.shape(inputs)[1], start_index)
+        values = low_resolution_values
+        if values is None:
+            values = self.raster.values(low_resolution)
+        ids = self.raster.channel_value_ids(values, dim(inputs, 1), start_index)
         embeddings = self.embedding(ids)
         if self.scale_embeddings:
             embeddings = embeddings * ops.cast(self.embedding_dim**0.5, embeddings.dtype)
         return embeddings
 
-    def compute_output_shape(self, inputs_shape, low_resolution_shape=None):
+    def compute_output_shape(
+        self, inputs_shape, low_resolution_shape=None, low_resolution_values_shape=None
+    ):
         return (inputs_shape[0], inputs_shape[1], self.embedding_dim)

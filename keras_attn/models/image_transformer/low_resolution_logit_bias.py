@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
+from keras_attn.layers.attention_ops import dim
 from keras_attn.models.image_transformer.low_resolution_raster import (
     LowResolutionRaster,
     RasterGeometry,
@@ -36,6 +37,9 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         previous_intensities: optional (B, T) int, the intensity one position back.
         left_intensities: optional (B, T) int, with `block_sums`: the pixel to the left.
         previous_block_sums: optional (B, T) float, the block sums one position back.
+        low_resolution_values: optional (B, H * W * C, 4) float32 from a `LowResolutionValues`
+            of the same sizes and interpolation: read instead of being computed from
+            `low_resolution` (a decoder then computes them once, not at each step).
 
     Returns:
         (B, T, N) logits plus the offset bias, in the logits' dtype.
@@ -121,11 +125,15 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
         previous_intensities=None,
         left_intensities=None,
         previous_block_sums=None,
+        low_resolution_values=None,
     ):
         self.raster.check_batch(low_resolution, logits, "logits")
+        values = low_resolution_values
+        if values is None:
+            values = self.raster.values(low_resolution)
         ids = self.raster.channel_value_ids(
-            low_resolution,
-            ops.shape(logits)[1],
+            values,
+            dim(logits, 1),
             start_index,
             block_sums,
             previous_intensities,
@@ -139,8 +147,9 @@ class LowResolutionLogitBias(RasterGeometry, ArgumentsConfig, keras.layers.Layer
             # offset_bias[c, N - 1 - v + k] for k < N, instead of building the whole
             # table below at every step (benchmarks/README.md, served generation).
             channel, value = ids // n, ids % n
-            index = (channel * (2 * n - 1) + n - 1 - value)[..., None] + ops.arange(n)
-            bias = ops.take(ops.reshape(self.offset_bias, (-1,)), index)
+            first = channel * (2 * n - 1) + n - 1 - value
+            index = ops.expand_dims(first, -1) + np.arange(n, dtype="int32")
+            bias = ops.take(ops.reshape(self.offset_bias, (-1,)), index, axis=0)
         else:
             # (C, N, N) -> (C * N, N): the bias rows of every channel and value;
             # one row gather per position (its gradient is a row scatter-add, faster

@@ -8,6 +8,7 @@ import numpy as np
 from keras import ops
 
 from keras_attn.checks import check_image_size, check_sizes, require, static_shape_mismatch
+from keras_attn.models.image_transformer.pixel_position_encoding import positions_from
 
 INTERPOLATIONS = ("nearest", "bicubic")
 # How much of the left pixel's residual the prior centre follows (measured on CIFAR-10).
@@ -52,6 +53,11 @@ class LowResolutionRaster:
             _bicubic_weights(small, big).astype("float32")
             for small, big in zip(self.low_resolution_size, self.image_size)
         )
+        # Per-position constants of the geometry, read with one gather (a decoding step would
+        # otherwise rebuild them from the position with a dozen integer ops each).
+        every = np.arange(self.num_positions)
+        self._covering = self._covering_formula(every).astype("int32")
+        self._pixels_left = (self.block_area - self._order_formula(every)).astype("float32")
 
     @property
     def num_positions(self):
@@ -60,8 +66,7 @@ class LowResolutionRaster:
 
     def positions(self, length, start_index=0):
         """(length,) int32 positions from `start_index`; past the image, the last one."""
-        positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
-        return ops.minimum(positions, self.num_positions - 1)
+        return ops.minimum(positions_from(start_index, length), self.num_positions - 1)
 
     def check_batch(self, low_resolution, reference, reference_name):
         """Refuses, where static, a `low_resolution` that is not (B, h * w * C) for `reference`."""
@@ -75,9 +80,26 @@ class LowResolutionRaster:
             f"per row of `{reference_name}`",
         )
 
+    def values(self, low_resolution):
+        """(B, h*w*C) int intensities -> (B, H*W*C, 4) float32: at each high-resolution
+        position `p`, the interpolated value `b[p]` (the covering value `L[p]` for nearest), the
+        block's total `a * L[p]` (its `a` pixels at the input value), `R[p]`, the sum of `b` over
+        the rest of the block from `p` on, and `r[p]`, the block's pixels from `p` on. They
+        depend on the low-resolution image only (`r` not even on it): a decoder computes them
+        once (`LowResolutionValues`), and a step reads them with one gather."""
+        low = ops.take(ops.cast(low_resolution, "float32"), self._covering, axis=1)
+        pixels_left = ops.broadcast_to(self._pixels_left[None, :], ops.shape(low))
+        if self.interpolation == "nearest":
+            # Every pixel of the block interpolates to L.
+            interpolated, remaining = low, low * pixels_left
+        else:
+            interpolated = self._upsampled(low_resolution)
+            remaining = self._remaining_sums(interpolated)
+        return ops.stack([interpolated, self.block_area * low, remaining, pixels_left], axis=-1)
+
     def channel_value_ids(
         self,
-        low_resolution,
+        values,
         length,
         start_index=0,
         block_sums=None,
@@ -86,62 +108,42 @@ class LowResolutionRaster:
         left_intensities=None,
         previous_block_sums=None,
     ):
-        """(B, h*w*C) raster -> (B, length) int32 rows `channel * N + value` of a per-channel
-        table, at positions `start_index ...`. The optional (B, length) inputs pick the value
-        as `LowResolutionLogitBias` documents them."""
+        """(B, H*W*C, 4) `values` -> (B, length) int32 rows `channel * N + value` of a
+        per-channel table, at positions `start_index ...`. The optional (B, length) inputs
+        pick the value as `LowResolutionLogitBias` documents them."""
         positions = self.positions(length, start_index)
-        # The float bicubic image, made once for every value below (nearest reads the
-        # covering value instead: a decoding step then does not upsample the image).
-        upsampled = remaining = None
-        if self.interpolation == "bicubic":
-            upsampled = self._upsampled(low_resolution)
-            remaining = None if block_sums is None else self._remaining_sums(upsampled)
+        channel = positions % self.channels
 
         def centre(at, sums):
             """(B, T) float: the interpolated value `b[p]` at `at`, or its consistent value
             `c[p]` given the block sums `sums` before each position."""
             if sums is None:
-                return self._interpolated(low_resolution, at, upsampled)
-            return self._consistent(low_resolution, at, sums, max_correction, upsampled, remaining)
+                return ops.unstack(ops.take(values, at, axis=1), axis=-1)[0]
+            return self._consistent(values, at, sums, max_correction)
 
-        value = centre(positions, block_sums)
+        value = consistent = centre(positions, block_sums)
         if block_sums is not None and left_intensities is not None:
             # `c[p] + 0.75 * (x[p - C] - c[p - C])`.
             residual = self._left_residual(
-                low_resolution,
-                positions,
-                block_sums,
-                left_intensities,
-                max_correction,
-                upsampled,
-                remaining,
+                values, positions, block_sums, left_intensities, max_correction
             )
             value = value + LEFT_RESIDUAL_WEIGHT * residual
-        values = self._intensities(value)
+        ids = self._intensities(value)
         if previous_intensities is not None and self.channels > 1:
             # Green and blue follow the channel before: `c[p] + (x[p - 1] - c[p - 1])`, from
             # the consistent values when both block sums are given, else the interpolated.
             both = block_sums is not None and previous_block_sums is not None
-            here = centre(positions, block_sums if both else None)
+            here = consistent if both else centre(positions, None)
             there = centre(ops.maximum(positions - 1, 0), previous_block_sums if both else None)
             following = self._intensities(here + self._clipped(previous_intensities) - there)
-            values = ops.where((positions % self.channels > 0)[None, :], following, values)
-        return values + ((positions % self.channels) * self.num_intensities)[None, :]
+            ids = ops.where(channel > 0, following, ids)
+        return ids + channel * self.num_intensities
 
     @property
     def block_area(self):
         """High-resolution pixels per low-resolution pixel (16 for 4x)."""
         (height, width), (low_height, low_width) = self.image_size, self.low_resolution_size
         return (height // low_height) * (width // low_width)
-
-    def order_in_block(self, positions):
-        """(T,) positions -> (T,) int32 pixels of the same block before each (raster order)."""
-        height, width = self.image_size
-        low_height, low_width = self.low_resolution_size
-        pixel = positions // self.channels
-        row, column = pixel // width, pixel % width
-        block_width = width // low_width
-        return (row % (height // low_height)) * block_width + column % block_width
 
     def _intensities(self, value):
         """Float values -> int32 intensities, rounded and clipped."""
@@ -151,47 +153,21 @@ class LowResolutionRaster:
         """Int intensities -> float32, clipped to [0, N - 1]."""
         return ops.cast(ops.clip(intensities, 0, self.num_intensities - 1), "float32")
 
-    def _interpolated(self, low_resolution, positions, upsampled):
-        """(B, T) float interpolated values at `positions` (the covering value for nearest)."""
-        if self.interpolation == "nearest":
-            return ops.take(
-                ops.cast(low_resolution, "float32"), self.covering_index(positions), axis=1
-            )
-        return ops.take(upsampled, positions, axis=1)
-
-    def _consistent(
-        self, low_resolution, positions, block_sums, max_correction, upsampled, remaining
-    ):
-        """(B, T) float32 `b[p] + (a * L - s - sum(b)) / r`: the interpolated value corrected so
-        each block averages to its input value, the block's deficit spread over its `r` pixels
-        left. `block_sums` (B, T) is `s`, the block's sum before each position
-        (`LowResolutionBlockSums`); `max_correction` bounds the correction; `upsampled` and
-        `remaining` are the (B, H*W*C) float bicubic image and its `_remaining_sums` (None for
-        nearest)."""
-        low = ops.take(ops.cast(low_resolution, "float32"), self.covering_index(positions), axis=1)
-        pixels_left = ops.cast(self.block_area - self.order_in_block(positions), "float32")
-        if self.interpolation == "nearest":
-            # Every pixel of the block interpolates to L.
-            interpolated, remaining = low, low * pixels_left[None, :]
-        else:
-            remaining = ops.take(remaining, positions, axis=1)
-            interpolated = ops.take(upsampled, positions, axis=1)
-        deficit = self.block_area * low - ops.cast(block_sums, "float32") - remaining
-        correction = deficit / pixels_left[None, :]
+    def _consistent(self, values, positions, block_sums, max_correction):
+        """(B, T) float32 `b[p] + (a * L - s - R[p]) / r[p]`: the interpolated value corrected
+        so each block averages to its input value, the block's deficit spread over its `r`
+        pixels left. `values` are `values(...)`; `block_sums` (B, T) is `s`, the block's sum
+        before each position (`LowResolutionBlockSums`); `max_correction` bounds the
+        correction."""
+        at = ops.take(values, positions, axis=1)
+        interpolated, total, remaining, pixels_left = ops.unstack(at, axis=-1)
+        deficit = total - ops.cast(block_sums, "float32") - remaining
+        correction = deficit / pixels_left
         if max_correction is not None:
             correction = ops.clip(correction, -max_correction, max_correction)
         return interpolated + correction
 
-    def _left_residual(
-        self,
-        low_resolution,
-        positions,
-        block_sums,
-        left_intensities,
-        max_correction,
-        upsampled,
-        remaining,
-    ):
+    def _left_residual(self, values, positions, block_sums, left_intensities, max_correction):
         """(B, T) float `x[p - C] - c[p - C]`: the left pixel's residual from its consistent
         value (from its interpolated value across a block's left edge; 0 in the first column).
         `left_intensities` (B, T) int is `x[p - C]`."""
@@ -200,14 +176,9 @@ class LowResolutionRaster:
         left_positions = ops.maximum(positions - self.channels, 0)
         left = self._clipped(left_intensities)
         left_consistent = self._consistent(
-            low_resolution,
-            left_positions,
-            ops.cast(block_sums, "float32") - left,
-            max_correction,
-            upsampled,
-            remaining,
+            values, left_positions, ops.cast(block_sums, "float32") - left, max_correction
         )
-        left_interpolated = self._interpolated(low_resolution, left_positions, upsampled)
+        left_interpolated = ops.unstack(ops.take(values, left_positions, axis=1), axis=-1)[0]
         same_block = (column % block_width > 0)[None, :]
         residual = left - ops.where(same_block, left_consistent, left_interpolated)
         return ops.where((column > 0)[None, :], residual, 0.0)
@@ -227,13 +198,27 @@ class LowResolutionRaster:
         return ops.reshape(ops.transpose(x, (0, 1, 4, 2, 5, 3)), (-1, self.num_positions))
 
     def covering_index(self, positions):
-        """(T,) positions -> (T,) int32 raster index of the covering low-resolution intensity."""
+        """(T,) positions in `[0, H*W*C)` -> (T,) int32 raster index of the covering
+        low-resolution intensity."""
+        return ops.take(self._covering, positions, axis=0)
+
+    def _covering_formula(self, positions):
+        """`covering_index` of (T,) numpy positions, computed."""
         height, width = self.image_size
         low_height, low_width = self.low_resolution_size
         pixel, channel = positions // self.channels, positions % self.channels
         row, column = pixel // width, pixel % width
         low_pixel = (row // (height // low_height)) * low_width + column // (width // low_width)
         return low_pixel * self.channels + channel
+
+    def _order_formula(self, positions):
+        """(T,) numpy positions -> pixels of the same block before each (raster order)."""
+        height, width = self.image_size
+        low_height, low_width = self.low_resolution_size
+        pixel = positions // self.channels
+        row, column = pixel // width, pixel % width
+        block_width = width // low_width
+        return (row % (height // low_height)) * block_width + column % block_width
 
     def _upsampled(self, low_resolution):
         """(B, h*w*C) -> (B, H*W*C) float32 bicubic upsampling, clipped to [0, N - 1]: two

@@ -18,6 +18,7 @@ from keras_attn.models.image_transformer.low_resolution_block_sums import LowRes
 from keras_attn.models.image_transformer.low_resolution_embedding import LowResolutionEmbedding
 from keras_attn.models.image_transformer.low_resolution_logit_bias import LowResolutionLogitBias
 from keras_attn.models.image_transformer.low_resolution_raster import INTERPOLATIONS
+from keras_attn.models.image_transformer.low_resolution_values import LowResolutionValues
 from keras_attn.models.image_transformer.pixel_embedding import PixelEmbedding
 from keras_attn.models.image_transformer.sequence_delay import SequenceDelay
 
@@ -222,6 +223,18 @@ def super_resolution_transformer(
     e = keras.layers.Dropout(dropout, name="encoder_embedding_dropout")(e)
     e = stack_blocks(e, TransformerEncoder, "encoder", num_encoder_layers, blocks)
 
+    # The low-resolution values at every output position, once per interpolation: they depend
+    # on the input image only, so a cached decoder computes them once, not at every step.
+    values = {
+        interpolation: LowResolutionValues(
+            **sizes,
+            interpolation=interpolation,
+            dtype="float32",
+            name=f"low_resolution_{interpolation}",
+        )(low_resolution)
+        for interpolation in dict.fromkeys((low_resolution_embedding, low_resolution_logit_bias))
+        if interpolation is not None
+    }
     x = _decoder_embedding(decoder_tokens, hidden_dim, (height, width), channels, position)
     if low_resolution_embedding is not None:
         covering = LowResolutionEmbedding(
@@ -229,7 +242,7 @@ def super_resolution_transformer(
             **sizes,
             interpolation=low_resolution_embedding,
             name="low_resolution_embedding",
-        )(decoder_tokens, low_resolution)
+        )(decoder_tokens, low_resolution, low_resolution_values=values[low_resolution_embedding])
         x = keras.layers.Add(name="add_low_resolution_embedding")([x, covering])
     logits = _decoder(x, e, num_layers, hidden_dim, window, blocks)
     if low_resolution_logit_bias is not None:
@@ -241,13 +254,21 @@ def super_resolution_transformer(
             dtype="float32",
             name="low_resolution_logit_bias",
         )
-        logits = _add_logit_bias(bias, logits, low_resolution, decoder_tokens, sizes, flags)
+        logits = _add_logit_bias(
+            bias,
+            logits,
+            low_resolution,
+            values[low_resolution_logit_bias],
+            decoder_tokens,
+            sizes,
+            flags,
+        )
     return keras.Model(
         {"low_resolution": low_resolution, "decoder_tokens": decoder_tokens}, logits, name=name
     )
 
 
-def _add_logit_bias(bias, logits, low_resolution, decoder_tokens, sizes, flags):
+def _add_logit_bias(bias, logits, low_resolution, values, decoder_tokens, sizes, flags):
     """Calls the `LowResolutionLogitBias` with the optional inputs that `flags` switch on."""
     consistency = flags["low_resolution_consistency"]
     channel_residual = flags["low_resolution_channel_residual"]
@@ -275,6 +296,7 @@ def _add_logit_bias(bias, logits, low_resolution, decoder_tokens, sizes, flags):
         previous_intensities=decoder_tokens if channel_residual else None,
         left_intensities=left_intensities,
         previous_block_sums=previous_block_sums,
+        low_resolution_values=values,
     )
 
 

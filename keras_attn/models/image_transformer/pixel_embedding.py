@@ -4,8 +4,12 @@ from keras import ops
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
+from keras_attn.layers.attention_ops import dim
 from keras_attn.layers.token_embedding import check_ids
-from keras_attn.models.image_transformer.pixel_position_encoding import PixelPositionEncoding
+from keras_attn.models.image_transformer.pixel_position_encoding import (
+    PixelPositionEncoding,
+    positions_from,
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -127,9 +131,9 @@ class PixelEmbedding(ArgumentsConfig, keras.layers.Layer):
             "Pass intensities (and "
             "a start token) below vocabulary_size, as images.decoder_inputs makes them.",
         )
-        positions = ops.arange(ops.shape(inputs)[1], dtype="int32") + ops.cast(start_index, "int32")
+        positions = positions_from(start_index, dim(inputs, 1))
         table = positions % self.channels
-        ids = ops.cast(inputs, "int32") + (table * self.vocabulary_size)[None, :]
+        ids = ops.cast(inputs, "int32") + table * self.vocabulary_size
         embeddings = self.token_embedding(ids)
         if self.scale_token_embeddings:
             embeddings = embeddings * ops.cast(self.embedding_dim**0.5, embeddings.dtype)

@@ -1,9 +1,11 @@
 import keras
+import numpy as np
 from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
+from keras_attn.layers.attention_ops import dim
 from keras_attn.layers.sinusoidal_position_encoding import (
     check_max_wavelength,
     check_positions,
@@ -137,14 +139,14 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
         return table
 
     def call(self, inputs, start_index=0):
-        length = ops.shape(inputs)[1]
+        length = dim(inputs, 1)
         check_positions(start_index, length, self.num_positions, self._table)
         encoding = ops.cast(self.encode(length, inputs.shape[-1], start_index), self.compute_dtype)
-        return ops.broadcast_to(encoding[None], ops.shape(inputs))
+        return ops.broadcast_to(encoding, ops.shape(inputs))
 
     def encode(self, length, dim, start_index=0):
         """The (length, dim) encoding of positions `start_index ...`."""
-        positions = ops.arange(length, dtype="int32") + ops.cast(start_index, "int32")
+        positions = positions_from(start_index, length)
         _, width = self.image_size
         row = positions // (width * self.channels)
         column_channel = positions % (width * self.channels)
@@ -163,13 +165,19 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
             channel = column_channel - column * self.channels
             row = (row + 0.5) * scale - 0.5
             column_channel = ((column + 0.5) * scale - 0.5) * self.channels + channel
-        return ops.concatenate(
-            [
-                sinusoids_at(row, half, self.max_wavelength),
-                sinusoids_at(column_channel, half, self.max_wavelength),
-            ],
-            axis=-1,
-        )
+        # (T, 2, D / 2) -> (T, D): the row's sinusoids, then the column and channel's.
+        both = sinusoids_at(ops.stack([row, column_channel], axis=-1), half, self.max_wavelength)
+        return ops.reshape(both, (-1, dim))
 
     def compute_output_shape(self, inputs_shape):
         return tuple(inputs_shape)
+
+
+def positions_from(start_index, length):
+    """(length,) int32 positions `start_index ...`; for an int `length`, one constant plus
+    `start_index` (a decoding step's graph builds no range)."""
+    if checks.static_int(length) is None:
+        offsets = ops.arange(length, dtype="int32")
+    else:
+        offsets = np.arange(length, dtype="int32")
+    return ops.add(ops.cast(start_index, "int32"), offsets)

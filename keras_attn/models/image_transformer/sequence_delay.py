@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
+from keras_attn.layers.attention_ops import dim
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -80,7 +81,7 @@ class SequenceDelay(ArgumentsConfig, keras.layers.Layer):
         return ops.full(shape, self.fill_value, self.compute_dtype)
 
     def call(self, inputs, cache=None, cache_index=0):
-        length = ops.shape(inputs)[1]
+        length = dim(inputs, 1)
         if cache is None:
             shape = (ops.shape(inputs)[0], self.delay) + tuple(ops.shape(inputs)[2:])
             history = ops.concatenate([ops.full(shape, self.fill_value, inputs.dtype), inputs], 1)
