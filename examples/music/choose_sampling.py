@@ -1,14 +1,17 @@
 """Choose JSB sampling settings on held-out chorales: several settings side by side.
 
-    python examples/music/choose_sampling.py --run_dir runs/music_jsb_relative_transposed_2000 \\
-        --settings 1.0,0,1 1.0,0,0.9 0.9,0,1 --seeds 3 4
+    python examples/music/choose_sampling.py --run_dir runs/music_jsb_relative_transposed_3400 \\
+        --settings 1.0,5,1 1.0,0,1 1.0,0,0.9 --seeds 3 4 5 --references train primers
 
 Each setting (temperature,top_k,top_p; top_k 0 and top_p 1 are off) continues
 every chorale of --primer (default validation:choice, the half that settings
 are chosen on) once per seed, all in one batch with one seed per row, as
 generate.py samples them (its --context, --length and --primer_length). The
 Markdown table pools the samples of all seeds and holds them against the
-windows of the same chorales, with the gaps that issue 49's goals read: note
+windows of the training chorales (`--references train`, the default: the music
+the model was fit to, which involves no held-out chorale but the primers), or
+of the primers' own chorales (`primers`; `train primers`: a row for each from
+the same samples), with the gaps that issue 49's goals read: note
 length (%, goal within 20 %), notes held a bar or longer (ratio, within 2x),
 dissonant steps (points, within 5). The last column is the largest gap over
 the seeds, each gap as a share of its allowance (|log2 ratio| for the long
@@ -36,6 +39,7 @@ from keras_attn.preprocessing import music  # noqa: E402
 
 # Issue 49's allowances: note length within 20 %, long notes within 2x, dissonance within 5 points.
 ALLOWANCES = {"note_length": 20.0, "long_notes": 1.0, "dissonant_steps": 5.0}
+LABELS = {"primers": "primers'", "train": "training"}
 
 
 def parse_setting(text):
@@ -78,14 +82,23 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run_dir", required=True, help="a JSB train.py output folder")
     parser.add_argument("--primer", default="validation:choice", help="as generate.py's")
+    parser.add_argument("--primer_key", default="valid", help="as generate.py's")
     parser.add_argument("--settings", nargs="+", type=parse_setting, required=True)
     parser.add_argument("--seeds", nargs="+", type=int, default=[3, 4])
     parser.add_argument(
         "--context", type=int, default=None, help="as generate.py's (default: L; 0 = off)"
     )
+    parser.add_argument(
+        "--references",
+        nargs="+",
+        choices=("primers", "train"),
+        default=["train"],
+        help="the windows the samples are held against: the training chorales (default), the "
+        "primers' chorales, or both (a row for each, from the same samples)",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
-    flags = ["--run_dir", args.run_dir, "--primer", args.primer]
+    flags = ["--run_dir", args.run_dir, "--primer", args.primer, "--primer_key", args.primer_key]
     if args.context is not None:
         flags += ["--context", str(args.context)]
     sampling = generate.parse_args(flags)
@@ -111,16 +124,22 @@ def main(argv=None):
         return sample(model, prompt, window, seed=seed, temperature=temperature, top_k=top_k,
                       top_p=top_p, end_token_id=music.END_ID, suppressed_token_ids=suppressed)  # fmt: skip
 
-    windows = note_statistics.validation_windows(pieces, sampling.length - lengths.max(), 4)
-    reference = note_statistics.music_statistics("jsb", windows)
-    print(
-        f"{len(pieces)} primers of {args.primer} x seeds {args.seeds}, context {window}; "
-        f"their {len(windows)} windows: note length {reference['note_length']:.2f}, long notes "
-        f"{100 * reference['long_notes']:.2f} %, moving {100 * reference['moving_steps']:.1f} %, "
-        f"dissonant {100 * reference['dissonant_steps']:.1f} %\n"
-    )
-    print("| temperature | top-k | top-p | note length | notes ≥ a bar | moving | dissonant | largest gap |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    new_events = sampling.length - lengths.max()
+    references = {}
+    for name in args.references:
+        source = music_data.load_jsb(sampling.config.get("data_dir")) if name == "train" else pieces
+        limit = None if name == "train" else 256  # generate.py's reference: at most 256 windows
+        windows = note_statistics.validation_windows(source, new_events, 4, limit)
+        references[name] = reference = note_statistics.music_statistics("jsb", windows)
+        print(
+            f"{len(windows)} windows of the {LABELS[name]} chorales: note length "
+            f"{reference['note_length']:.2f}, long notes {100 * reference['long_notes']:.2f} %, "
+            f"moving {100 * reference['moving_steps']:.1f} %, "
+            f"dissonant {100 * reference['dissonant_steps']:.1f} %"
+        )
+    print(f"{len(pieces)} primers of {args.primer} x seeds {args.seeds}, context {window}\n")
+    print("| held against | temperature | top-k | top-p | note length | notes ≥ a bar | moving | dissonant | largest gap |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     for temperature, top_k, top_p in args.settings:
         controls = (
             tf.constant(temperature, tf.float32),
@@ -139,21 +158,24 @@ def main(argv=None):
         )
         rows = [row[length:] for row, length in zip(tokens, lengths)]
         pooled = note_statistics.music_statistics("jsb", rows)
-        gaps = goal_gaps(pooled, reference)
-        by_seed = [[r for r, s in zip(rows, seeds[:, 0]) if s == seed] for seed in args.seeds]
-        worst = max(
-            largest_gap(goal_gaps(note_statistics.music_statistics("jsb", part), reference))
-            for part in by_seed
-        )
-        print(
-            f"| {temperature:g} | {top_k or 'off'} | {top_p or 'off'} "
-            f"| {pooled['note_length']:.2f} ({gaps['note_length']:+.0f} %) "
-            f"| {100 * pooled['long_notes']:.2f} % ({gaps['long_notes']:.1f}x) "
-            f"| {100 * pooled['moving_steps']:.1f} % "
-            f"| {100 * pooled['dissonant_steps']:.1f} % ({gaps['dissonant_steps']:+.1f}) "
-            f"| {worst:.2f} |",
-            flush=True,
-        )
+        by_seed = [
+            note_statistics.music_statistics(
+                "jsb", [r for r, s in zip(rows, seeds[:, 0]) if s == seed]
+            )
+            for seed in args.seeds
+        ]
+        for name, reference in references.items():
+            gaps = goal_gaps(pooled, reference)
+            worst = max(largest_gap(goal_gaps(part, reference)) for part in by_seed)
+            print(
+                f"| {name} | {temperature:g} | {top_k or 'off'} | {top_p or 'off'} "
+                f"| {pooled['note_length']:.2f} ({gaps['note_length']:+.0f} %) "
+                f"| {100 * pooled['long_notes']:.2f} % ({gaps['long_notes']:.1f}x) "
+                f"| {100 * pooled['moving_steps']:.1f} % "
+                f"| {100 * pooled['dissonant_steps']:.1f} % ({gaps['dissonant_steps']:+.1f}) "
+                f"| {worst:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

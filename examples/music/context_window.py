@@ -5,7 +5,7 @@ A model trained on windows of L events has never attended over more than L
 positions. Sampled beyond L, it conditions on distances it never saw (a
 relative-attention model shares one embedding for all distances >= L), and
 the JSB model's samples drift into long held chords there (examples/music/
-README.md, "Where the held notes come from"). `sample_in_windows` samples in
+README.md, "Where the clashes and the held notes come from"). `sample_in_windows` samples in
 windows instead: the primer is continued up to `window` events; then each
 row is primed again with START and its last events (at least `window // 2`,
 starting on a time step, as a training window starts) and continued, until

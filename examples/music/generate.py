@@ -106,14 +106,14 @@ def parse_args(argv=None):
         type=int,
         default=None,
         help="sample among the k most likely events, 0 = all (default: the task's "
-        "recommended setting: all for chorales, 40 for performances)",
+        "recommended setting: 5 for chorales, 40 for performances)",
     )
     parser.add_argument(
         "--top_p",
         type=float,
         default=None,
         help="sample among the most likely events whose probabilities sum to p, in (0, 1] "
-        "(default: the task's recommended setting: 0.9 for chorales, 1 = all for performances)",
+        "(default: the task's recommended setting: 1 = all for chorales and for performances)",
     )
     parser.add_argument(
         "--context",

@@ -141,9 +141,9 @@ def music_statistics(task, rows, max_note_duration=None):
 
 
 def validation_windows(pieces, length, step, limit=256):
-    """Up to `limit` non-overlapping windows of `length` tokens (a multiple of
-    `step`) from the starts of the validation pieces: the reference the
-    samples are held against."""
+    """Up to `limit` (None: all) non-overlapping windows of `length` tokens (a
+    multiple of `step`) from the starts of `pieces` (validation or training
+    pieces): the reference the samples are held against."""
     length -= length % step
     windows = [
         piece[begin : begin + length]

@@ -26,7 +26,7 @@ from keras_attn.preprocessing.music import PAD_ID as _PAD_ID
 # held chords, so a long piece is made L events at a time, each request primed with the last
 # L/2 events of the one before (what examples/music/generate.py's --context does).
 RECOMMENDED_SAMPLING = {
-    "jsb": {"temperature": 1.0, "top_k": 0, "top_p": 0.9},
+    "jsb": {"temperature": 1.0, "top_k": 5, "top_p": 1.0},
     "performance": {"temperature": 0.9, "top_k": 40, "top_p": 1.0},
 }
 
@@ -52,7 +52,7 @@ def export_music_generator(
     * `num_steps`: int32 scalar, events to add to each row; T + num_steps <= `max_length`.
     * `temperature`: float32 scalar > 0; `top_k`: int32 scalar (0 = off); `top_p`: float32
       scalar in (0, 1] (1 = off). A signature has no optional inputs: the defaults to send are
-      `RECOMMENDED_SAMPLING[task]` (JSB Chorales: temperature 1.0, top-p 0.9, at most the
+      `RECOMMENDED_SAMPLING[task]` (JSB Chorales: temperature 1.0, top-k 5, at most the
       training length per request; performances: temperature 0.9, top-k 40), the settings the
       music example chose on held-out pieces.
     * `seed`: int32 scalar (one for the batch) or (B,) (one per row: a row then gets what it

@@ -331,9 +331,9 @@ def test_every_primer_is_cut_from_its_source_piece(tmp_path):
 def test_sampling_flags_default_to_the_tasks_recommended_settings(tmp_path, capsys):
     from keras_attn.export.music_generator import RECOMMENDED_SAMPLING
 
-    assert RECOMMENDED_SAMPLING["jsb"] == {"temperature": 1.0, "top_k": 0, "top_p": 0.9}
+    assert RECOMMENDED_SAMPLING["jsb"] == {"temperature": 1.0, "top_k": 5, "top_p": 1.0}
     jsb = _parse(tmp_path, "jsb")  # training length 32
-    assert (jsb.temperature, jsb.top_k, jsb.top_p, jsb.context) == (1.0, None, 0.9, 32)
+    assert (jsb.temperature, jsb.top_k, jsb.top_p, jsb.context) == (1.0, 5, None, 32)
     performance = _parse(tmp_path, "performance")
     assert (performance.temperature, performance.top_k, performance.top_p) == (0.9, 40, None)
     assert performance.context == 0

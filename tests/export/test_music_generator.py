@@ -390,11 +390,11 @@ def test_the_recommended_settings_are_a_request_the_generator_serves_as_the_engi
     from keras_attn.export.music_generator import RECOMMENDED_SAMPLING
 
     settings = RECOMMENDED_SAMPLING[task]
-    # What examples/music/README.md reports: JSB 1.0 / top-p 0.9, performances 0.9 / top-k 40.
+    # What examples/music/README.md reports: JSB 1.0 / top-k 5, performances 0.9 / top-k 40.
     assert (
         settings
         == {
-            "jsb": {"temperature": 1.0, "top_k": 0, "top_p": 0.9},
+            "jsb": {"temperature": 1.0, "top_k": 5, "top_p": 1.0},
             "performance": {"temperature": 0.9, "top_k": 40, "top_p": 1.0},
         }[task]
     )
