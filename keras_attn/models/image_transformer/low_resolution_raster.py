@@ -118,7 +118,7 @@ class LowResolutionRaster:
             """(B, T) float: the interpolated value `b[p]` at `at`, or its consistent value
             `c[p]` given the block sums `sums` before each position."""
             if sums is None:
-                return ops.unstack(ops.take(values, at, axis=1), axis=-1)[0]
+                return self._interpolated(values, at)
             return self._consistent(values, at, sums, max_correction)
 
         value = consistent = centre(positions, block_sums)
@@ -153,6 +153,10 @@ class LowResolutionRaster:
         """Int intensities -> float32, clipped to [0, N - 1]."""
         return ops.cast(ops.clip(intensities, 0, self.num_intensities - 1), "float32")
 
+    def _interpolated(self, values, positions):
+        """(B, T) float32 interpolated values `b[p]` at (T,) `positions`, from `values(...)`."""
+        return ops.take(values[..., 0], positions, axis=1)
+
     def _consistent(self, values, positions, block_sums, max_correction):
         """(B, T) float32 `b[p] + (a * L - s - R[p]) / r[p]`: the interpolated value corrected
         so each block averages to its input value, the block's deficit spread over its `r`
@@ -178,7 +182,7 @@ class LowResolutionRaster:
         left_consistent = self._consistent(
             values, left_positions, ops.cast(block_sums, "float32") - left, max_correction
         )
-        left_interpolated = ops.unstack(ops.take(values, left_positions, axis=1), axis=-1)[0]
+        left_interpolated = self._interpolated(values, left_positions)
         same_block = (column % block_width > 0)[None, :]
         residual = left - ops.where(same_block, left_consistent, left_interpolated)
         return ops.where((column > 0)[None, :], residual, 0.0)

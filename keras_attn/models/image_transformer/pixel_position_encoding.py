@@ -1,11 +1,10 @@
 import keras
-import numpy as np
 from keras import ops
 
 from keras_attn import checks
 from keras_attn.layers.arguments_config import ArgumentsConfig
 from keras_attn.layers.attention_base import clone_initializer
-from keras_attn.layers.attention_ops import dim
+from keras_attn.layers.attention_ops import dim, positions
 from keras_attn.layers.sinusoidal_position_encoding import (
     check_max_wavelength,
     check_positions,
@@ -176,8 +175,4 @@ class PixelPositionEncoding(ArgumentsConfig, keras.layers.Layer):
 def positions_from(start_index, length):
     """(length,) int32 positions `start_index ...`; for an int `length`, one constant plus
     `start_index` (a decoding step's graph builds no range)."""
-    if checks.static_int(length) is None:
-        offsets = ops.arange(length, dtype="int32")
-    else:
-        offsets = np.arange(length, dtype="int32")
-    return ops.add(ops.cast(start_index, "int32"), offsets)
+    return ops.add(ops.cast(start_index, "int32"), positions(length))
