@@ -11,7 +11,12 @@ from keras_attn.export.request_checks import (
     primer_checks,
     stream_state_checks,
 )
-from keras_attn.export.streaming import PackedState, TokenStream, sample_choice
+from keras_attn.export.streaming import (
+    PackedState,
+    TokenStream,
+    sample_choice,
+    sampling_controls,
+)
 from keras_attn.generation import CachedDecoder, arguments, decoding
 from keras_attn.models.music_transformer import MUSIC_SUPPRESSED_TOKEN_IDS
 
@@ -185,6 +190,7 @@ def _whole_loop(decoder, max_length, max_primer_length, end_token_id, suppressed
 
     def decode_loop(primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
+        controls = sampling_controls(*controls)
 
         def choose(logits, position):
             return _choice(logits, position, end_token_id, limits, *controls)
@@ -209,13 +215,13 @@ def _streaming_functions(decoder, max_length, max_primer_length, end_token_id, s
 
     def prefill_core(primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
-        choice_arguments = (end_token_id, limits, *controls)  # `_choice`'s, after the logits
+        choice_arguments = (end_token_id, limits, *sampling_controls(*controls))  # after the logits
         token, position, cache, _, finished = stream.prefill(padded, lengths, choice_arguments)
         return _stream_outputs(token, position, cache, finished, limits)
 
     def step_core(events, position, cache, finished, primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
-        choice_arguments = (end_token_id, limits, *controls)
+        choice_arguments = (end_token_id, limits, *sampling_controls(*controls))
         token, cache, finished = stream.step(
             padded, lengths, choice_arguments, events[:, 0], position, cache, finished
         )

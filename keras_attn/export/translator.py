@@ -12,7 +12,12 @@ from keras_attn.export.request_checks import (
     id_range_check,
     stream_state_checks,
 )
-from keras_attn.export.streaming import PackedState, TokenStream, greedy_or_sample_choice
+from keras_attn.export.streaming import (
+    PackedState,
+    TokenStream,
+    greedy_or_sample_choice,
+    sampling_controls,
+)
 from keras_attn.generation import arguments
 
 
@@ -265,6 +270,8 @@ def _streaming_endpoints(model, tokenizer, max_length, source_checks, encode, ji
         return tf.fill([rows, 1], tokenizer.start_id), tf.ones([rows], tf.int32)
 
     def sample_core(encoder_tokens, *controls):
+        controls = sampling_controls(*controls)
+
         def choose(logits, position):
             return greedy_or_sample_choice(logits, position, *controls)
 
@@ -276,10 +283,12 @@ def _streaming_endpoints(model, tokenizer, max_length, source_checks, encode, ji
 
     def prefill_core(encoder_tokens, *controls):
         prompt, lengths = start(tf.shape(encoder_tokens)[0])
+        controls = sampling_controls(*controls)
         return stream.prefill(prompt, lengths, controls, {"encoder_tokens": encoder_tokens})
 
     def step_core(token, position, cache, memory, finished, *controls):
         prompt, lengths = start(tf.shape(token)[0])
+        controls = sampling_controls(*controls)
         return stream.step(prompt, lengths, controls, token, position, cache, finished, memory)
 
     sample_loop, prefill_loop, step_loop = (

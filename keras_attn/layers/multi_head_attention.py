@@ -5,6 +5,7 @@ from keras_attn import checks
 from keras_attn.layers import attention_ops
 from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
 from keras_attn.layers.attention_masks import AttentionMasks
+from keras_attn.layers.attention_ops import dim
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -107,18 +108,18 @@ class MultiHeadAttention(AttentionBase):
         value_padding_mask, attention_mask = self._masks(
             query, value, key, attention_mask, value_padding_mask, cache
         )
-        batch_size, query_length = ops.shape(query)[0], ops.shape(query)[1]
+        query_length = dim(query, 1)
         projected_query = ops.reshape(
-            self.query_dense(query), (batch_size, query_length, self.num_heads, self.key_dim)
+            self.query_dense(query), (-1, query_length, self.num_heads, self.key_dim)
         )
         if cache is None:
             # Without a cache the memory is projected in the sequence layout:
             # no concatenation or transpose into a cache's layout.
             key, value = self._project_memory(value, key)
-            key_length = ops.shape(key)[1]
+            key_length = dim(key, 1)
         else:
             key, value = self._cached_keys_values(cache, projected_query.dtype)
-            key_length = ops.shape(key)[-1]
+            key_length = dim(key, -1)
         masks = AttentionMasks(padding_mask=value_padding_mask, attention_mask=attention_mask)
         mask = masks.merged(query_length, key_length)
         outputs, scores = attention_ops.scaled_dot_product_attention(
@@ -132,7 +133,7 @@ class MultiHeadAttention(AttentionBase):
             return_probabilities=return_attention_scores,
         )
         outputs = self.output_dense(
-            ops.reshape(outputs, (batch_size, query_length, self.num_heads * self._value_dim))
+            ops.reshape(outputs, (-1, query_length, self.num_heads * self._value_dim))
         )
         if return_attention_scores:
             return outputs, ops.cast(scores, self.compute_dtype)

@@ -286,7 +286,7 @@ class MultiHeadSelfAttention(AttentionBase):
     def _attend_dense(self, query, key, value, masks, training, return_probabilities=False):
         """The dense core: (outputs, probabilities (B, H, T, S) or None)."""
         key_length = self._key_length(key, masks)
-        mask = masks.merged(ops.shape(query)[1], key_length)
+        mask = masks.merged(dim(query, 1), key_length)
         return attention_ops.scaled_dot_product_attention(
             query,
             key,
@@ -327,7 +327,7 @@ class MultiHeadSelfAttention(AttentionBase):
     @staticmethod
     def _key_length(key, masks):
         """S, of keys (B, S, H, K), or with a cache (B, H, K, S)."""
-        return ops.shape(key)[-1] if masks.cached else ops.shape(key)[1]
+        return dim(key, -1) if masks.cached else dim(key, 1)
 
     def _attention_core(self, key, masks, return_attention_scores, training):
         """(core name, chunk size) of this call (guide: attention_layers.md, `chunk_size`)."""

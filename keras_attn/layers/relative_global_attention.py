@@ -2,6 +2,7 @@ import keras
 from keras import ops
 
 from keras_attn import checks
+from keras_attn.layers import attention_ops
 from keras_attn.layers.attention_ops import dim
 from keras_attn.layers.chunked_attention import chunked_attention
 from keras_attn.layers.multi_head_self_attention import MultiHeadSelfAttention
@@ -81,7 +82,7 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         width = key_length if masks.use_causal_mask else key_length + query_length - 1
         limit = self.max_relative_position - 1
         first_row = limit - (query_length - 1) - ops.cast(masks.cache_index, "int32")
-        rows = ops.clip(ops.arange(width, dtype="int32") + first_row, 0, 2 * limit)
+        rows = ops.clip(attention_ops.positions(width) + first_row, 0, 2 * limit)
         table = ops.cast(ops.take(self.relative_embeddings, rows, axis=-2), "float32")
         # (B, T, H, K) x (H, W, K) -> (B, H, T, W) (W + 1 with the skew's padding row below),
         # the logits' layout: one einsum, with neither the table transposed nor broadcast to
