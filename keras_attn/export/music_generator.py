@@ -190,7 +190,7 @@ def _whole_loop(decoder, max_length, max_primer_length, end_token_id, suppressed
 
     def decode_loop(primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
-        controls = sampling_controls(*controls)
+        controls = sampling_controls(*controls, max_length)
 
         def choose(logits, position):
             return _choice(logits, position, end_token_id, limits, *controls)
@@ -215,13 +215,14 @@ def _streaming_functions(decoder, max_length, max_primer_length, end_token_id, s
 
     def prefill_core(primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
-        choice_arguments = (end_token_id, limits, *sampling_controls(*controls))  # after the logits
+        # `_choice`'s arguments after the logits and the position.
+        choice_arguments = (end_token_id, limits, *sampling_controls(*controls, max_length))
         token, position, cache, _, finished = stream.prefill(padded, lengths, choice_arguments)
         return _stream_outputs(token, position, cache, finished, limits)
 
     def step_core(events, position, cache, finished, primer, num_steps, *controls):
         padded, lengths, limits = _prompt(primer, num_steps, max_primer_length)
-        choice_arguments = (end_token_id, limits, *sampling_controls(*controls))
+        choice_arguments = (end_token_id, limits, *sampling_controls(*controls, max_length))
         token, cache, finished = stream.step(
             padded, lengths, choice_arguments, events[:, 0], position, cache, finished
         )

@@ -146,7 +146,7 @@ class TokenStream:
             prompt: (B, P) int32, right-padded, P static.
             lengths: (B,) int32 tokens per row, >= 1.
             controls: the `choose` arguments after the position; for `sample_choice`
-                `sampling_controls(temperature, top_k, top_p, seed)`.
+                `sampling_controls(temperature, top_k, top_p, seed, max_length)`.
             inputs: None for a model with the token input only.
 
         Returns:
@@ -195,23 +195,26 @@ class TokenStream:
         )
 
 
-def sampling_controls(temperature, top_k, top_p, seed):
-    """A request's controls as `sample_choice` takes them, the seed (1, 1) or (B, 1) int32 hashed
-    to its key (`sampling.seed_key`): once per request, before any decoding loop, not per step."""
-    return temperature, top_k, top_p, sampling.seed_key(seed)
+def sampling_controls(temperature, top_k, top_p, seed, max_length):
+    """A request's controls as `sample_choice` takes them: the seed (1, 1) or (B, 1) int32 hashed
+    to the noise keys of positions 0 .. max_length - 1 (`sampling.position_keys`) once per
+    request, before any decoding loop, so that a step gathers its own."""
+    key = sampling.seed_key(seed)
+    keys = sampling.position_keys(key, tf.range(max_length))
+    return temperature, top_k, top_p, keys
 
 
-def sample_choice(logits, position, temperature, top_k, top_p, key):
+def sample_choice(logits, position, temperature, top_k, top_p, keys):
     """The (B,) int token `sample` draws at `position` () from `logits` (B, V) float32 (the
-    suppressed ids `-inf`): temperature, top_k, top_p scalars; key from `sampling_controls`."""
-    return sampling.choose_token(logits, position, temperature, key, top_k, top_p)
+    suppressed ids `-inf`): temperature, top_k, top_p scalars; keys from `sampling_controls`."""
+    return sampling.choose_token(logits, position, temperature, keys, top_k, top_p)
 
 
-def greedy_or_sample_choice(logits, position, temperature, top_k, top_p, key):
+def greedy_or_sample_choice(logits, position, temperature, top_k, top_p, keys):
     """`sample_choice`, except `top_k` 1: greedy search's argmax (ties to the lowest id), not
     the noise's pick among tied logits; (B,) int32."""
     return tf.cond(
         tf.equal(top_k, 1),
         lambda: tf.argmax(logits, axis=-1, output_type="int32"),
-        lambda: tf.cast(sample_choice(logits, position, temperature, top_k, top_p, key), "int32"),
+        lambda: tf.cast(sample_choice(logits, position, temperature, top_k, top_p, keys), "int32"),
     )

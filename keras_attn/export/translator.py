@@ -270,7 +270,7 @@ def _streaming_endpoints(model, tokenizer, max_length, source_checks, encode, ji
         return tf.fill([rows, 1], tokenizer.start_id), tf.ones([rows], tf.int32)
 
     def sample_core(encoder_tokens, *controls):
-        controls = sampling_controls(*controls)
+        controls = sampling_controls(*controls, max_length)
 
         def choose(logits, position):
             return greedy_or_sample_choice(logits, position, *controls)
@@ -283,12 +283,12 @@ def _streaming_endpoints(model, tokenizer, max_length, source_checks, encode, ji
 
     def prefill_core(encoder_tokens, *controls):
         prompt, lengths = start(tf.shape(encoder_tokens)[0])
-        controls = sampling_controls(*controls)
+        controls = sampling_controls(*controls, max_length)
         return stream.prefill(prompt, lengths, controls, {"encoder_tokens": encoder_tokens})
 
     def step_core(token, position, cache, memory, finished, *controls):
         prompt, lengths = start(tf.shape(token)[0])
-        controls = sampling_controls(*controls)
+        controls = sampling_controls(*controls, max_length)
         return stream.step(prompt, lengths, controls, token, position, cache, finished, memory)
 
     sample_loop, prefill_loop, step_loop = (

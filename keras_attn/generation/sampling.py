@@ -71,9 +71,10 @@ def sample(
     top_p = None if top_p is None else arguments.check_control("top_p", top_p)
     arguments.check_seed(seed)
     key = arguments.check_seed_rows(seed_key(seed), prompt)
+    keys = position_keys(key, ops.arange(max_length, dtype="int32"))
 
     def choose(logits, position):
-        return choose_token(logits, position, temperature, key, top_k, top_p)
+        return choose_token(logits, position, temperature, keys, top_k, top_p)
 
     return decoding.token_loop(
         choose,
@@ -88,9 +89,9 @@ def sample(
     )
 
 
-def choose_token(logits, position, temperature, key, top_k=None, top_p=None):
+def choose_token(logits, position, temperature, keys, top_k=None, top_p=None):
     """The (B,) token `sample` draws at `position` from `logits` (B, V) float32, for checked
-    controls (numbers or scalar tensors; None: no filter) and `key` (R, 2) from `seed_key`."""
+    controls (numbers or scalar tensors; None: no filter) and `keys` from `position_keys`."""
     # Largest logit 0 first: a tiny temperature sends the others to -inf, not to +inf (where
     # argmax would pick the first inf); below float32's smallest normal number a temperature
     # would flush to 0 (0 / 0).
@@ -100,7 +101,7 @@ def choose_token(logits, position, temperature, key, top_k=None, top_p=None):
         logits = _top_k(logits, top_k)
     if top_p is not None:
         logits = _top_p(logits, top_p)
-    return ops.argmax(logits + gumbel_noise(key, position, ops.shape(logits)), axis=-1)
+    return ops.argmax(logits + gumbel_noise(keys, position, ops.shape(logits)), axis=-1)
 
 
 def top_k_filter(logits, k):
@@ -261,20 +262,29 @@ def _seed_words(seed):
     return ops.stack([low, high], axis=-1)
 
 
-def gumbel_noise(key, position, shape):
-    """(B, V) float32 standard Gumbel noise, a pure function of (key, position, row, index).
-
-    `key` (R, 1) from `seed_key`; `shape` (B, V), static ints or scalar tensors.
-    """
-    k2 = _mix(ops.bitwise_xor(key, _mix(ops.cast(position, "int32") + _word(0x7F4A7C15))))
+def position_keys(key, positions):
+    """(R, P, 2) int32: the noise keys of `positions` (P,) int32 for `key` (R, 1) from
+    `seed_key`, made for every position before a decoding loop, so that a step gathers its own
+    instead of hashing it (`gumbel_noise`)."""
+    k2 = _mix(ops.bitwise_xor(key, _mix(ops.cast(positions, "int32") + _word(0x7F4A7C15))))
     k3 = _mix(k2 + _word(0x632BE5AB))
+    return ops.stack([k2, k3], axis=-1)
+
+
+def gumbel_noise(keys, position, shape):
+    """(B, V) float32 standard Gumbel noise, a pure function of (seed, position, row, index).
+
+    `keys` (R, L, 2) from `position_keys`, `position` an index into its L; `shape` (B, V),
+    static ints or scalar tensors.
+    """
+    k2, k3 = ops.split(ops.take(keys, position, axis=1), 2, axis=-1)  # (R, 1) each
     # One key for the batch: a counter per (row, token) while B * V < 2**31; else per row.
     counter = ops.arange(shape[1], dtype="int32")
-    if key.shape[0] in (1, None):
+    if keys.shape[0] in (1, None):
         rows = ops.expand_dims(ops.arange(shape[0], dtype="int32"), 1)
         offsets = rows * ops.cast(shape[1], "int32")
-        if key.shape[0] is None:  # traced: the number of keys known when the graph runs
-            offsets = ops.where(ops.equal(ops.shape(key)[0], 1), offsets, 0)
+        if keys.shape[0] is None:  # traced: the number of keys known when the graph runs
+            offsets = ops.where(ops.equal(ops.shape(keys)[0], 1), offsets, 0)
         counter = counter + offsets
     bits = _mix(ops.bitwise_xor(_mix(ops.bitwise_xor(counter, k3)), k2))
     # 23 bits -> (0, 1): (2k + 1) / 2**24 is exact in float32 and < 1.

@@ -458,18 +458,21 @@ def _reference_gumbel_noise(seed, position, shape):
 def test_the_noise_is_the_documented_uint32_hash_on_every_backend(seed):
     # The same bits on TensorFlow, JAX and torch: each backend's int32
     # arithmetic against one NumPy uint32 reference.
-    from keras_attn.generation.sampling import gumbel_noise, seed_key
+    from keras_attn.generation.sampling import gumbel_noise, position_keys, seed_key
+
+    def noise(seed, position, shape):
+        # The keys of positions 0, 1 and `position`: the noise reads its own column.
+        keys = position_keys(seed_key(seed), np.array([0, 1, position], "int32"))
+        return keras.ops.convert_to_numpy(gumbel_noise(keys, 2, shape))
 
     for position in (0, 5, 2**20):
-        got = keras.ops.convert_to_numpy(gumbel_noise(seed_key(seed), position, (3, 7)))
+        got = noise(seed, position, (3, 7))
         # A changed bit moves a value by far more than float32 logs differ.
         np.testing.assert_allclose(
             got, _reference_gumbel_noise(seed, position, (3, 7)), rtol=1e-5, atol=1e-6
         )
         # One seed per row: each row draws the counters of a batch of one.
-        rows = keras.ops.convert_to_numpy(
-            gumbel_noise(seed_key(np.array([[seed], [seed]])), position, (2, 7))
-        )
+        rows = noise(np.array([[seed], [seed]]), position, (2, 7))
         np.testing.assert_allclose(
             rows, _reference_gumbel_noise(seed, position, (1, 7))[[0, 0]], rtol=1e-5, atol=1e-6
         )
