@@ -7,6 +7,7 @@ from keras_attn.generation import arguments
 from keras_attn.generation.decoder import Decoder
 from keras_attn.generation.replay_plan import ReplayPlan
 from keras_attn.layers import attention_ops
+from keras_attn.layers.plain_graph import write_positions
 
 
 class CachedDecoder(Decoder):
@@ -211,7 +212,7 @@ class CachedDecoder(Decoder):
             new = _padding_mask(values[id(step["sequence"])])
         else:
             new = ops.cast(values[id(step["mask_tensor"])], "bool")
-        masks[step["mask"]] = ops.slice_update(masks[step["mask"]], (0, cache_index), new)
+        masks[step["mask"]] = write_positions(masks[step["mask"]], new, cache_index, axis=1)
         return masks[step["mask"]]
 
 

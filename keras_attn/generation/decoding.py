@@ -6,6 +6,7 @@ import numpy as np
 from keras import ops
 
 from keras_attn.generation import arguments
+from keras_attn.layers.plain_graph import write_positions
 
 
 def as_decoder(model):
@@ -152,7 +153,7 @@ def token_loop(choose, model, prompt, max_length, end_token_id, pad_token_id, *o
         next_token, finished = place_token(
             chosen, index, tokens, prompt_mask, finished, end_token_id, pad_token_id
         )
-        tokens = ops.slice_update(tokens, (0, index), next_token[:, None])
+        tokens = write_positions(tokens, next_token[:, None], index, axis=1)
         step_logits, state = decoder(next_token[:, None], index, state)
         return index + 1, tokens, finished, ops.cast(step_logits[:, 0], "float32"), state
 

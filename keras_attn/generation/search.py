@@ -4,6 +4,7 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.generation import arguments, decoding
+from keras_attn.layers.plain_graph import write_positions
 
 _NEG_INF = float("-inf")
 
@@ -200,7 +201,7 @@ def beam_search(
             ended = ops.logical_and(ops.logical_not(forced), ops.equal(token, end_token_id))
             finished = ops.logical_or(finished, ended)
         sequences = ops.take_along_axis(sequences, beam[..., None], axis=1)
-        sequences = ops.slice_update(sequences, (0, 0, index), token[..., None])
+        sequences = write_positions(sequences, token[..., None], index, axis=2)
         state = decoder.reorder_state(state, ops.reshape(rows + beam, (-1,)))
         step_logits, state = decoder(ops.reshape(token, (-1, 1)), index, state)
         logits = ops.cast(step_logits[:, 0], "float32")

@@ -18,6 +18,7 @@ from keras_attn.layers.local_attention_windows import (
     step_masks,
     window_masks,
 )
+from keras_attn.layers.plain_graph import write_positions
 
 
 class LocalCacheMixin:
@@ -39,7 +40,7 @@ class LocalCacheMixin:
 
     def _write_cache(self, cache, key_value, cache_index):
         if not self.rolling_cache:
-            cache = ops.slice_update(cache, (0, cache_index, 0, 0), key_value)
+            cache = write_positions(cache, key_value, cache_index, axis=1)
             return cache, cache
         # The queries read [old W positions | new T]; the cache keeps the
         # last W of them, oldest first.

@@ -9,6 +9,7 @@ from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
 from keras_attn.layers.attention_masks import AttentionMasks
 from keras_attn.layers.attention_ops import dim
 from keras_attn.layers.chunked_attention import chunked_attention
+from keras_attn.layers.plain_graph import write_positions
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")
@@ -251,7 +252,7 @@ class MultiHeadSelfAttention(AttentionBase):
     def _write_cache(self, cache, key_value, cache_index):
         """Writes [k | v] (B, T, H, K + V) at `cache_index`: (what the core reads, new cache)."""
         key_value = ops.transpose(key_value, (0, 2, 3, 1))  # (B, H, K + V, T)
-        cache = ops.slice_update(cache, (0, 0, 0, cache_index), key_value)
+        cache = write_positions(cache, key_value, cache_index, axis=3)
         return cache, cache
 
     def _cache_capacity(self, cache):
