@@ -3,7 +3,6 @@
 import contextlib
 import ctypes
 import errno
-import functools
 import os
 import secrets
 import shutil
@@ -11,7 +10,7 @@ import sys
 import tempfile
 
 from keras_attn.checks import is_int, require
-from keras_attn.layers.plain_graph import plain_graph
+from keras_attn.layers.position_writes import select_writes
 
 
 def versioned_export_path(export_dir, version, overwrite=False):
@@ -66,7 +65,7 @@ def xla_function(function, jit_compile, input_signature=None):
         function: a Python function of tensors (the exporter's loop).
         jit_compile: compile it with XLA (served on CPU only with
             `--xla_cpu_compilation_enabled=true`) or not (False: runs on any server; traced
-            in `plain_graph.plain_graph`: the ops a graph without XLA runs fastest).
+            in `position_writes.select_writes`: a step's position written with a select).
         input_signature: optional list of `tf.TensorSpec`; the widest one traces the loop once
             for endpoints of different static shapes.
 
@@ -86,12 +85,7 @@ def xla_function(function, jit_compile, input_signature=None):
     import tensorflow as tf
 
     if not jit_compile:
-        plain = function
-
-        @functools.wraps(plain)
-        def function(*args, **kwargs):
-            with plain_graph():
-                return plain(*args, **kwargs)
+        function = select_writes()(function)  # traced in the scope
 
     return tf.function(
         function, input_signature=input_signature, jit_compile=bool(jit_compile), autograph=False

@@ -196,9 +196,10 @@ class TokenStream:
 
 
 def sampling_controls(temperature, top_k, top_p, seed, max_length):
-    """A request's controls as `sample_choice` takes them: the seed (1, 1) or (B, 1) int32 hashed
-    to the noise keys of positions 0 .. max_length - 1 (`sampling.position_keys`) once per
-    request, before any decoding loop, so that a step gathers its own."""
+    """A call's controls as `sample_choice` takes them: the seed (1, 1) or (B, 1) int32 hashed
+    to the noise keys of positions 0 .. max_length - 1 (`sampling.position_keys`), once per call
+    and outside its decoding loop, so that each step gathers its own; (temperature, top_k, top_p,
+    keys (R, max_length, 2) int32)."""
     key = sampling.seed_key(seed)
     keys = sampling.position_keys(key, tf.range(max_length))
     return temperature, top_k, top_p, keys

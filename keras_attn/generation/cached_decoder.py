@@ -7,7 +7,7 @@ from keras_attn.generation import arguments
 from keras_attn.generation.decoder import Decoder
 from keras_attn.generation.replay_plan import ReplayPlan
 from keras_attn.layers import attention_ops
-from keras_attn.layers.plain_graph import write_positions
+from keras_attn.layers.position_writes import write_positions
 
 
 class CachedDecoder(Decoder):

@@ -6,7 +6,7 @@ import numpy as np
 from keras import ops
 
 from keras_attn.generation import arguments
-from keras_attn.layers.plain_graph import write_positions
+from keras_attn.layers.position_writes import write_positions
 
 
 def as_decoder(model):

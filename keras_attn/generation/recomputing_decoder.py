@@ -2,7 +2,7 @@ import keras
 from keras import ops
 
 from keras_attn.generation.decoder import Decoder
-from keras_attn.layers.plain_graph import write_positions
+from keras_attn.layers.position_writes import write_positions
 
 
 class RecomputingDecoder(Decoder):
@@ -60,7 +60,7 @@ class RecomputingDecoder(Decoder):
 
     def __call__(self, token_ids, cache_index, state, logits_index=None):
         """Writes `token_ids` at `cache_index`, runs the model; returns `(logits, state)`."""
-        tokens = write_positions(state["tokens"], ops.cast(token_ids, "int32"), cache_index, 1)
+        tokens = write_positions(state["tokens"], ops.cast(token_ids, "int32"), cache_index, axis=1)
         length = ops.shape(token_ids)[1]
         feed = dict(state["inputs"], **{self.token_input: tokens})
         # Keras matches a dict to the model's inputs by name; one input (not a dict) takes a tensor.

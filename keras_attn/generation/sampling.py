@@ -71,6 +71,7 @@ def sample(
     top_p = None if top_p is None else arguments.check_control("top_p", top_p)
     arguments.check_seed(seed)
     key = arguments.check_seed_rows(seed_key(seed), prompt)
+    arguments.check_max_length(max_length)  # before the keys of its positions need it
     keys = position_keys(key, ops.arange(max_length, dtype="int32"))
 
     def choose(logits, position):
@@ -225,7 +226,7 @@ def _mix(h):
 
 def seed_key(seed):
     """(R, 1) int32 keys from a checked seed, R = 1 for the batch, R = B one per row: the hash of
-    each seed's two 32-bit words, made once, before the decoding loop (`gumbel_noise` takes it)."""
+    each seed's two 32-bit words, made once, before the decoding loop (`position_keys` takes it)."""
     words = _seed_words(seed)
     return _mix(ops.bitwise_xor(words[:, :1], _mix(words[:, 1:] + _word(0x9E3779B9))))
 
@@ -263,9 +264,16 @@ def _seed_words(seed):
 
 
 def position_keys(key, positions):
-    """(R, P, 2) int32: the noise keys of `positions` (P,) int32 for `key` (R, 1) from
-    `seed_key`, made for every position before a decoding loop, so that a step gathers its own
-    instead of hashing it (`gumbel_noise`)."""
+    """The noise keys of some positions, made for every position before a decoding loop so that
+    a step gathers its own (`gumbel_noise`) instead of hashing it.
+
+    Args:
+        key: (R, 1) int32 from `seed_key`.
+        positions: (P,) int positions.
+
+    Returns:
+        (R, P, 2) int32: two 32-bit words per row and position.
+    """
     k2 = _mix(ops.bitwise_xor(key, _mix(ops.cast(positions, "int32") + _word(0x7F4A7C15))))
     k3 = _mix(k2 + _word(0x632BE5AB))
     return ops.stack([k2, k3], axis=-1)

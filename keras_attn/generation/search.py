@@ -4,7 +4,7 @@ from keras import ops
 
 from keras_attn import checks
 from keras_attn.generation import arguments, decoding
-from keras_attn.layers.plain_graph import write_positions
+from keras_attn.layers.position_writes import write_positions
 
 _NEG_INF = float("-inf")
 

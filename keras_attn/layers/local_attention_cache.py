@@ -18,7 +18,7 @@ from keras_attn.layers.local_attention_windows import (
     step_masks,
     window_masks,
 )
-from keras_attn.layers.plain_graph import write_positions
+from keras_attn.layers.position_writes import write_positions
 
 
 class LocalCacheMixin:

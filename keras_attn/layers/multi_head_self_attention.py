@@ -9,7 +9,7 @@ from keras_attn.layers.attention_base import AttentionBase, bound_call_arguments
 from keras_attn.layers.attention_masks import AttentionMasks
 from keras_attn.layers.attention_ops import dim
 from keras_attn.layers.chunked_attention import chunked_attention
-from keras_attn.layers.plain_graph import write_positions
+from keras_attn.layers.position_writes import write_positions
 
 
 @keras.saving.register_keras_serializable(package="keras_attn")

@@ -82,7 +82,7 @@ class RelativeGlobalAttention(MultiHeadSelfAttention):
         width = key_length if masks.use_causal_mask else key_length + query_length - 1
         limit = self.max_relative_position - 1
         first_row = limit - (query_length - 1) - ops.cast(masks.cache_index, "int32")
-        rows = ops.clip(attention_ops.positions(width) + first_row, 0, 2 * limit)
+        rows = ops.clip(ops.add(attention_ops.positions(width), first_row), 0, 2 * limit)
         table = ops.cast(ops.take(self.relative_embeddings, rows, axis=-2), "float32")
         # (B, T, H, K) x (H, W, K) -> (B, H, T, W) (W + 1 with the skew's padding row below),
         # the logits' layout: one einsum, with neither the table transposed nor broadcast to

@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from keras_attn.layers.plain_graph import in_plain_graph, plain_graph, write_positions
+from keras_attn.layers.position_writes import _selecting, select_writes, write_positions
 
 
 def _numpy_write(buffer, update, index, axis):
@@ -27,7 +27,7 @@ def test_writes_the_positions_numpy_does_in_and_out_of_the_scope(
     update_shape[axis] = length
     update = rng.normal(size=update_shape).astype("float32")
     if scoped:
-        with plain_graph():
+        with select_writes():
             got = write_positions(buffer, update, keras.ops.convert_to_tensor(index), axis)
     else:
         got = write_positions(buffer, update, index, axis)
@@ -37,16 +37,16 @@ def test_writes_the_positions_numpy_does_in_and_out_of_the_scope(
 
 
 def test_the_scope_ends_with_its_block_even_on_an_error():
-    assert not in_plain_graph()
-    with pytest.raises(RuntimeError), plain_graph():
-        assert in_plain_graph()
+    assert not _selecting()
+    with pytest.raises(RuntimeError), select_writes():
+        assert _selecting()
         raise RuntimeError("inside")
-    assert not in_plain_graph()
+    assert not _selecting()
 
 
 @pytest.mark.requires_tensorflow
 @pytest.mark.parametrize("jit_compile", [False, True])
-def test_an_exporters_plain_graph_loop_writes_by_select_and_an_xla_one_in_place(jit_compile):
+def test_an_exporters_plain_loop_writes_by_select_and_an_xla_one_in_place(jit_compile):
     import tensorflow as tf
 
     from keras_attn.export.archive import xla_function
